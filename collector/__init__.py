@@ -1,0 +1,1 @@
+"""stepwatch collector: runs benchmarks, captures the environment and writes parquet."""

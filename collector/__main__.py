@@ -1,0 +1,5 @@
+import sys
+
+from collector.cli import main
+
+sys.exit(main())

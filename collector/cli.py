@@ -1,0 +1,226 @@
+"""The ``stepwatch`` command. Each subcommand is its arguments plus one ``run_*`` function.
+
+Exit codes: 0 no problem, 2 usage error (bad flags, suite or catalog), 4 benchmarks failed to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from collector import catalog, runner
+from collector.config import BACKENDS, DATA, LOOPS, PRECISIONS, STRATEGIES, config_from_row
+from collector.results import ResultFile, ResultsError
+from collector.suite import SuiteError, load_suite, narrow, parse_bool
+
+EXIT_OK, EXIT_USAGE, EXIT_FAILED = 0, 2, 4
+DEFAULT_OUT = Path("data/results")
+
+console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 150)
+
+
+class UsageError(ValueError):
+    """Something the user can fix on the command line, in one line."""
+
+
+def _list(cast: Callable[[str], Any] = str, choices: Sequence[str] | None = None) -> Callable[[str], list[Any]]:
+    def parse(text: str) -> list[Any]:
+        values = [v.strip() for v in text.split(",") if v.strip()]
+        if choices is not None:
+            for value in values:
+                if value not in choices:
+                    raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(choices)}")
+        try:
+            return [cast(v) for v in values]
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
+
+
+def _xla(text: str) -> bool:
+    try:
+        return parse_bool(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not one of off, on") from None
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--suite", default="smoke", help="bundled suite name (smoke, gpu-nightly, ...) or a TOML path")
+    parser.add_argument("--models", type=_list(), help="keep only these models, e.g. resnet50,bert")
+    parser.add_argument("--preset", type=_list(), help="set the size preset(s), e.g. tiny")
+    parser.add_argument("--backend", type=_list(choices=BACKENDS), help="cpu, gpu or tpu")
+    parser.add_argument("--devices", type=_list(int), dest="num_devices", help="devices per run")
+    parser.add_argument("--strategy", type=_list(choices=STRATEGIES), help="default, mirrored or tpu")
+    parser.add_argument("--xla", type=_list(_xla), help="off,on")
+    parser.add_argument("--precision", type=_list(choices=PRECISIONS), help=", ".join(PRECISIONS))
+    parser.add_argument("--batch", type=_list(int), dest="per_device_batch", help="per-device batch size(s)")
+    parser.add_argument("--steps-per-execution", type=_list(int), dest="steps_per_execution")
+    parser.add_argument("--loop", type=_list(choices=LOOPS), help="fit,ctl")
+    parser.add_argument("--data", type=_list(choices=DATA), help="synthetic,pipeline")
+    parser.add_argument("--steps", type=_list(int), help="measured steps after warm-up")
+    parser.add_argument("--warmup", type=_list(int), dest="warmup_steps", help="warm-up steps (>= 2 windows)")
+    parser.add_argument("--window", type=_list(int), dest="window_steps", help="steps per timing window")
+    parser.add_argument("--learning-rate", type=_list(float), dest="learning_rate")
+    parser.add_argument("--timeout", type=_list(float), dest="timeout_s", help="seconds before a trial is killed")
+    parser.add_argument("--trials", type=int, help="trials per config (default: the suite's)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results folder (default data/results)")
+    parser.add_argument("--resume", action="store_true", help="continue the latest file of this suite in --out")
+    parser.add_argument("--label", help="free text stored with every row, e.g. candidate")
+    parser.add_argument("--price-per-hour", type=float, help="USD per hour for the whole run, overriding the catalog")
+    parser.add_argument("--prices", type=Path, default=catalog.PRICES_PATH, help="price catalog TOML")
+    parser.add_argument("--find-max-batch", action="store_true", help="binary-search the largest per-device batch")
+    parser.add_argument("--dry-run", action="store_true", help="list the configs and exit")
+
+
+OVERRIDES = (
+    "preset",
+    "backend",
+    "num_devices",
+    "strategy",
+    "xla",
+    "precision",
+    "per_device_batch",
+    "steps_per_execution",
+    "loop",
+    "data",
+    "steps",
+    "warmup_steps",
+    "window_steps",
+    "learning_rate",
+    "timeout_s",
+)
+
+
+def _summary(outcomes_rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="stepwatch results", show_lines=False)
+    for name in ("config", "ok", "throughput", "cv", "step p50", "compile", "failures"):
+        table.add_column(name, justify="left" if name in ("config", "failures") else "right")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in outcomes_rows:
+        groups.setdefault(row["config_key"], []).append(row)
+    for rows in groups.values():
+        first = rows[0]
+        ok = [r for r in rows if r["status"] == "ok"]
+        rates = [r["examples_per_sec"] * (r.get("units_per_example") or 1) for r in ok]
+        unit = first.get("unit") or "examples"
+        throughput = f"{statistics.median(rates):,.1f} {unit}/s" if rates else "-"
+        cv = f"{statistics.stdev(rates) / statistics.mean(rates):.1%}" if len(rates) > 1 else "-"
+        p50 = f"{statistics.median(r['step_time_p50_s'] for r in ok) * 1000:.1f} ms" if ok else "-"
+        compiles = [r["compile_s"] for r in rows if r.get("compile_s") is not None]
+        compile_s = f"{statistics.median(compiles):.1f} s" if compiles else "-"
+        failures = ", ".join(sorted({r["status"] for r in rows if r["status"] != "ok"}))
+        label = config_from_row(first).label()
+        table.add_row(label, f"{len(ok)}/{len(rows)}", throughput, cv, p50, compile_s, failures)
+    return table
+
+
+def run_run(args: argparse.Namespace) -> int:
+    """Collect: run the (narrowed) suite and write one parquet file."""
+    suite = load_suite(args.suite)
+    overrides = {name: getattr(args, name) for name in OVERRIDES}
+    configs = list(narrow(suite.configs, args.models, overrides))
+    trials = args.trials if args.trials is not None else suite.trials
+    if trials < 1:
+        raise UsageError("--trials must be at least 1")
+    if args.find_max_batch and any(c.backend == "cpu" for c in configs):
+        raise UsageError(
+            "--find-max-batch is not supported on CPU: host memory swaps or the kernel kills the process "
+            "instead of raising out-of-memory; use it on GPU or TPU hosts"
+        )
+    if args.dry_run:
+        for config in configs:
+            print(config.label())
+        print(f"{len(configs)} configs x {trials} trials")
+        return EXIT_OK
+    options = runner.RunOptions(
+        trials=trials, label=args.label, price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices)
+    )
+    results = ResultFile.latest(args.out, suite.name) if args.resume else None
+    if results is None:
+        if args.resume:
+            console.print(f"nothing to resume for suite {suite.name} in {args.out}: starting a new run")
+        suite_run_id = str(uuid.uuid4())
+        results = ResultFile.create(args.out, suite.name, suite_run_id)
+    else:
+        suite_run_id = results.rows[0]["suite_run_id"] if results.rows else str(uuid.uuid4())
+    plan = runner.interleave(configs, trials)
+    todo = runner.pending(plan, results.rows)
+    if len(todo) < len(plan):
+        console.print(f"resuming {results.path}: {len(plan) - len(todo)} of {len(plan)} trials already recorded")
+
+    if args.find_max_batch:
+        for config in configs:
+            console.print(f"finding the largest per-device batch for {config.label()} ...")
+            options.max_batches[config.key] = runner.find_max_batch(config, options.python)
+            console.print(f"  largest per-device batch: {options.max_batches[config.key]}")
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("starting", total=len(todo))
+
+        def on_start(config: Any, trial: int) -> None:
+            progress.update(task, description=f"{config.label()} trial {trial + 1}/{trials}")
+
+        def on_done(outcome: runner.Outcome) -> None:
+            row = outcome.row
+            if row["status"] == "ok":
+                rate = row["examples_per_sec"] * (row.get("units_per_example") or 1)
+                detail = f"{rate:,.1f} {row.get('unit')}/s, compile {row.get('compile_s') or 0:.1f} s"
+            else:
+                detail = f"[red]{row['status']}[/red]: {row.get('error_message')}"
+            progress.console.print(f"{outcome.config.label()} trial {outcome.trial + 1}: {detail}")
+            progress.advance(task)
+
+        outcomes = runner.run_plan(todo, results, suite.name, suite_run_id, options, on_start, on_done)
+    console.print(_summary(results.rows))
+    failed = [o for o in outcomes if o.row["status"] != "ok"]
+    print(f"results: {results.path}")
+    if failed:
+        console.print(f"[red]{len(failed)} of {len(outcomes)} trials failed[/red]")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stepwatch", description="Track deep-learning training performance.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run a benchmark suite and write parquet")
+    add_run_arguments(run)
+    run.set_defaults(handler=run_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except (SuiteError, UsageError, catalog.CatalogError) as error:
+        console.print(f"stepwatch: error: {error}", markup=False)
+        return EXIT_USAGE
+    except ResultsError as error:
+        console.print(f"stepwatch: error: {error}", markup=False)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        console.print("stepwatch: interrupted; finished trials are saved, rerun with --resume to continue")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Host, driver and process environment of a trial, read without TensorFlow. Unknown is None, never a guess."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# Environment variables that change what TensorFlow, XLA or the GPU runtime does (TF_ alone would catch
+# unrelated tools' variables, such as Terraform's).
+TF_ENV_PREFIXES = (
+    "TF_CPP_",
+    "TF_XLA",
+    "TF_ENABLE_",
+    "TF_GPU_",
+    "TF_FORCE_",
+    "TF_DETERMINISTIC",
+    "TF_CUDNN",
+    "TF_NUM_",
+    "TF_USE_",
+    "TF_CUDA_",
+    "TF_INTRA_OP",
+    "TF_INTER_OP",
+    "XLA_",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_TF32",
+    "TPU_",
+    "KERAS_",
+    "OMP_NUM_THREADS",
+)
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str | None:
+    """The CPU's marketing name from /proc/cpuinfo (Linux), else platform.processor()."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _nvidia_smi(query: str) -> list[str]:
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def cuda_runtime_version() -> str | None:
+    """cudaRuntimeGetVersion of the libcudart the process can load, e.g. '12.5'."""
+    for name in ("libcudart.so", "libcudart.so.12", "libcudart.so.11.0"):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        version = ctypes.c_int()
+        if lib.cudaRuntimeGetVersion(ctypes.byref(version)) == 0:
+            return f"{version.value // 1000}.{(version.value % 1000) // 10}"
+    return None
+
+
+def git_sha() -> str | None:
+    """The stepwatch checkout's commit (STEPWATCH_GIT_SHA wins, for installs without .git)."""
+    if os.environ.get("STEPWATCH_GIT_SHA"):
+        return os.environ["STEPWATCH_GIT_SHA"]
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+    except (subprocess.SubprocessError, OSError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
+def host_environment(backend: str) -> dict[str, Any]:
+    """Every software and hardware column that can be read without TensorFlow."""
+    tf_env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(TF_ENV_PREFIXES)}
+    env: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "os": platform.platform(),
+        "python_version": platform.python_version(),
+        "numpy_version": _version("numpy"),
+        "keras_hub_version": _version("keras-hub"),
+        "stepwatch_version": _version("stepwatch"),
+        "stepwatch_git_sha": git_sha(),
+        "xla_flags": os.environ.get("XLA_FLAGS"),
+        "tf_env": json.dumps(tf_env),
+        "container_image": os.environ.get("STEPWATCH_CONTAINER_IMAGE"),
+        "runner_label": os.environ.get("STEPWATCH_RUNNER_LABEL") or os.environ.get("RUNNER_NAME"),
+        "cpu_model": cpu_model(),
+        "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "host_memory_bytes": psutil.virtual_memory().total,
+        "driver_version": None,
+        "cuda_runtime_version": None,
+        "accelerator_memory_bytes": None,
+    }
+    if backend == "gpu":
+        drivers = _nvidia_smi("driver_version")
+        memory = _nvidia_smi("memory.total")
+        env["driver_version"] = drivers[0] if drivers else None
+        env["accelerator_memory_bytes"] = int(float(memory[0]) * 2**20) if memory else None
+        env["cuda_runtime_version"] = cuda_runtime_version()
+    if backend == "cpu":
+        env["accelerator"] = env["cpu_model"]
+        env["accelerator_count"] = 1
+    return env

@@ -1,0 +1,136 @@
+"""Timing windows and the statistics of one trial. Pure Python and NumPy: no TensorFlow here."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MAD_TO_SIGMA = 1.4826  # scales the median absolute deviation to a normal standard deviation
+
+
+class NonFiniteLoss(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+@dataclass(frozen=True)
+class Mark:
+    steps: int  # steps done when the window closed
+    time: float  # time.perf_counter() after the loss of the window reached the host
+    loss: float  # mean loss over the window's steps
+
+
+@dataclass
+class WindowClock:
+    """Closes a timing window every ``window_steps`` steps, after the first execution.
+
+    The loss is fetched to the host before the clock is read: the fetch waits for the device to
+    finish the window, so asynchronous dispatch cannot leak time from one window into the next.
+    """
+
+    first_steps: int
+    window_steps: int
+    start: float = 0.0
+    marks: list[Mark] = field(default_factory=list)
+
+    def begin(self) -> None:
+        self.start = time.perf_counter()
+
+    def due(self, steps_done: int) -> bool:
+        after_first = steps_done - self.first_steps
+        return after_first >= 0 and after_first % self.window_steps == 0
+
+    def close(self, steps_done: int, fetch_loss: Callable[[], float]) -> Mark:
+        loss = float(fetch_loss())
+        mark = Mark(steps_done, time.perf_counter(), loss)
+        self.marks.append(mark)
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(f"loss became {loss} after {steps_done} steps")
+        return mark
+
+
+def window_mean_from_running(prev_steps: int, prev_mean: float, steps: int, mean: float) -> float:
+    """Mean loss of steps (prev_steps, steps] from two running means (what Keras' fit reports)."""
+    return (steps * mean - prev_steps * prev_mean) / (steps - prev_steps)
+
+
+def jitter(values: np.ndarray) -> float:
+    """Robust spread: 1.4826 x median absolute deviation."""
+    return float(MAD_TO_SIGMA * np.median(np.abs(values - np.median(values))))
+
+
+@dataclass(frozen=True)
+class TrialStats:
+    compile_s: float | None
+    warmup_s: float | None
+    measured_steps: int
+    measured_s: float | None
+    examples_per_sec: float | None
+    step_time_mean_s: float | None
+    step_time_p10_s: float | None
+    step_time_p50_s: float | None
+    step_time_p90_s: float | None
+    step_time_stderr_s: float | None
+    step_time_jitter_s: float | None
+    first_loss: float | None
+    final_loss: float | None
+    loss_finite: bool
+    window_step_times_s: list[float]
+    window_losses: list[float]
+
+
+def summarize(clock: WindowClock, warmup_steps: int, global_batch: int) -> TrialStats:
+    """Throughput as measured examples / measured seconds (total over total), and window statistics."""
+    marks = clock.marks
+    losses = [m.loss for m in marks]
+    finite = all(math.isfinite(v) for v in losses)
+    compile_s = marks[0].time - clock.start if marks else None
+    warm_windows = warmup_steps // clock.window_steps
+    if len(marks) <= warm_windows + 1:  # stopped before a measured window closed
+        warmup_s = marks[-1].time - marks[0].time if len(marks) > 1 else None
+        return TrialStats(
+            compile_s,
+            warmup_s,
+            0,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            losses[0] if losses else None,
+            losses[-1] if losses else None,
+            finite,
+            [],
+            losses[1:],
+        )
+    measured = marks[warm_windows:]
+    times = np.array([b.time - a.time for a, b in zip(measured, measured[1:], strict=False)])
+    steps = np.array([b.steps - a.steps for a, b in zip(measured, measured[1:], strict=False)])
+    per_step = times / steps
+    measured_steps = int(steps.sum())
+    measured_s = float(times.sum())
+    n = len(per_step)
+    return TrialStats(
+        compile_s=compile_s,
+        warmup_s=measured[0].time - marks[0].time,
+        measured_steps=measured_steps,
+        measured_s=measured_s,
+        examples_per_sec=measured_steps * global_batch / measured_s,
+        step_time_mean_s=measured_s / measured_steps,
+        step_time_p10_s=float(np.percentile(per_step, 10)),
+        step_time_p50_s=float(np.percentile(per_step, 50)),
+        step_time_p90_s=float(np.percentile(per_step, 90)),
+        step_time_stderr_s=float(np.std(per_step, ddof=1) / math.sqrt(n)) if n > 1 else None,
+        step_time_jitter_s=jitter(per_step),
+        first_loss=losses[0],
+        final_loss=losses[-1],
+        loss_finite=finite,
+        window_step_times_s=[float(v) for v in per_step],
+        window_losses=[m.loss for m in measured[1:]],
+    )

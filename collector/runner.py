@@ -1,0 +1,255 @@
+"""Runs a suite: trials interleaved across configs, one fresh process each, a row for every trial."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from collector import catalog
+from collector.config import BenchmarkConfig
+from collector.results import ResultFile
+from collector.trial import SPAWN_TIME_ENV
+
+LOG_TAIL_LINES = 40
+KILL_GRACE_S = 5.0
+
+
+@dataclass
+class RunOptions:
+    trials: int = 1
+    label: str | None = None
+    price_per_hour: float | None = None
+    prices: list[catalog.Price] = field(default_factory=catalog.load_prices)
+    peaks: list[catalog.Peak] = field(default_factory=catalog.load_peaks)
+    python: str = sys.executable
+    max_batches: dict[str, int | None] = field(default_factory=dict)  # config key -> --find-max-batch result
+
+
+@dataclass(frozen=True)
+class Outcome:
+    config: BenchmarkConfig
+    trial: int
+    row: dict[str, Any]
+
+
+def interleave(configs: list[BenchmarkConfig], trials: int) -> list[tuple[BenchmarkConfig, int]]:
+    """Round robin: trial 0 of every config, then trial 1 of every config, ... (ABAB, not AABB)."""
+    return [(config, trial) for trial in range(trials) for config in configs]
+
+
+def pending(plan: list[tuple[BenchmarkConfig, int]], rows: list[dict[str, Any]]) -> list[tuple[BenchmarkConfig, int]]:
+    """The plan less the trials that already have a row (what --resume skips)."""
+    done = {(row["config_key"], row["trial"]) for row in rows}
+    return [(config, trial) for config, trial in plan if (config.key, trial) not in done]
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def run_child(config: BenchmarkConfig, python: str, workdir: Path) -> tuple[dict[str, Any], float, int | None]:
+    """Start ``collector.trial`` in its own process group, wait up to the timeout, read its result.
+
+    Returns the child's fields (or a failure description), the wall time and the exit code.
+    """
+    result_path = workdir / "result.json"
+    log_path = workdir / "trial.log"
+    result_path.unlink(missing_ok=True)
+    env = {**os.environ, SPAWN_TIME_ENV: repr(time.time()), "PYTHONUNBUFFERED": "1"}
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    start = time.perf_counter()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [python, "-m", "collector.trial", "--config", config.to_json(), "--result", str(result_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            code = proc.wait(timeout=config.timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            code, timed_out = proc.returncode, True
+        except BaseException:  # Ctrl-C or a kill of the parent: take the child down with us
+            _kill_group(proc)
+            raise
+    wall_s = time.perf_counter() - start
+    tail = _tail(log_path)
+    if timed_out:
+        return (
+            {
+                "status": "timeout",
+                "error_type": "Timeout",
+                "log_tail": tail,
+                "error_message": f"trial ran past its timeout of {config.timeout_s:g} s and was killed",
+            },
+            wall_s,
+            code,
+        )
+    if result_path.exists():
+        child = json.loads(result_path.read_text())
+        if child.get("status") != "ok":
+            child["log_tail"] = tail
+        return child, wall_s, code
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name
+        hint = " (the kernel's out-of-memory killer or a user)" if name == "SIGKILL" else ""
+        return (
+            {
+                "status": "killed",
+                "error_type": name,
+                "log_tail": tail,
+                "error_message": f"trial process was killed by {name}{hint}",
+            },
+            wall_s,
+            code,
+        )
+    last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
+    return (
+        {
+            "status": "crash",
+            "error_type": "ProcessExit",
+            "log_tail": tail,
+            "error_message": f"trial process exited with code {code}: {last[:300]}",
+        },
+        wall_s,
+        code,
+    )
+
+
+def make_row(
+    config: BenchmarkConfig,
+    trial: int,
+    child: dict[str, Any],
+    wall_s: float,
+    code: int | None,
+    started: datetime,
+    suite: str,
+    suite_run_id: str,
+    options: RunOptions,
+) -> dict[str, Any]:
+    """The full result row: identity and config from the parent, measurements from the child, then cost and MFU."""
+    row: dict[str, Any] = {
+        "run_id": str(uuid.uuid4()),
+        "suite_run_id": suite_run_id,
+        "suite": suite,
+        "trial": trial,
+        "started_at": started,
+        "finished_at": datetime.now(UTC),
+        "label": options.label,
+        "source": "real",
+        "config_key": config.key,
+        "xla_requested": config.xla,
+        "global_batch": config.global_batch,
+        **{k: v for k, v in asdict(config).items() if k != "xla"},
+    }
+    row.update(child)
+    row.update(wall_s=wall_s, exit_code=code, max_per_device_batch=options.max_batches.get(config.key))
+    if row["status"] != "ok":
+        row["examples_per_sec"] = None  # a failed trial has no throughput, even if some windows closed
+    eps = row.get("examples_per_sec")
+    if eps is not None:
+        row["examples_per_sec_per_device"] = eps / max(row.get("replicas") or config.num_devices, 1)
+        row["units_per_sec"] = eps * (row.get("units_per_example") or 1)
+    accelerator = row.get("accelerator")
+    price = catalog.find_price(options.prices, config.backend, accelerator)
+    row.update(catalog.cost_columns(price, options.price_per_hour, config.num_devices, wall_s, eps))
+    peak, source = catalog.peak_tflops(options.peaks, accelerator, config.precision, config.num_devices)
+    flops = row.get("flops_per_example")
+    achieved = flops * eps / 1e12 if flops and eps else None
+    row.update(
+        achieved_tflops=achieved,
+        peak_tflops=peak,
+        peak_tflops_source=source,
+        mfu=achieved / peak if achieved and peak else None,
+    )
+    return row
+
+
+def run_plan(
+    plan: list[tuple[BenchmarkConfig, int]],
+    results: ResultFile,
+    suite: str,
+    suite_run_id: str,
+    options: RunOptions,
+    on_start: Callable[[BenchmarkConfig, int], None] = lambda config, trial: None,
+    on_done: Callable[[Outcome], None] = lambda outcome: None,
+) -> list[Outcome]:
+    """Run every (config, trial) in order; each row is in the parquet file before the next trial starts."""
+    outcomes = []
+    queue = deque(plan)
+    with tempfile.TemporaryDirectory(prefix="stepwatch-trial-") as tmp:
+        while queue:
+            config, trial = queue.popleft()
+            on_start(config, trial)
+            started = datetime.now(UTC)
+            child, wall_s, code = run_child(config, options.python, Path(tmp))
+            row = make_row(config, trial, child, wall_s, code, started, suite, suite_run_id, options)
+            results.append(row)
+            outcome = Outcome(config, trial, row)
+            outcomes.append(outcome)
+            on_done(outcome)
+    return outcomes
+
+
+def search_max_batch(fits: Callable[[int], bool], start: int, limit: int = 1 << 16) -> int | None:
+    """Largest batch for which ``fits`` holds: doubling from ``start``, then bisection. None if start fails."""
+    if not fits(start):
+        return None
+    good, bad = start, None
+    while bad is None:
+        candidate = good * 2
+        if candidate > limit:
+            return good
+        if fits(candidate):
+            good = candidate
+        else:
+            bad = candidate
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        if fits(middle):
+            good = middle
+        else:
+            bad = middle
+    return good
+
+
+def find_max_batch(config: BenchmarkConfig, python: str) -> int | None:
+    """Largest per-device batch that trains a few steps, out-of-memory caught in the child (accelerators)."""
+    probe_base = config.with_changes(steps=2, warmup_steps=2, window_steps=1, steps_per_execution=1)
+
+    def fits(batch: int) -> bool:
+        with tempfile.TemporaryDirectory(prefix="stepwatch-maxbatch-") as tmp:
+            child, _, _ = run_child(probe_base.with_changes(per_device_batch=batch), python, Path(tmp))
+        if child["status"] in ("ok", "oom"):
+            return child["status"] == "ok"
+        raise RuntimeError(f"batch {batch}: {child['status']}: {child.get('error_message')}")
+
+    return search_max_batch(fits, config.per_device_batch)

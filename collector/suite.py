@@ -1,0 +1,145 @@
+"""Suite files: TOML that lists or crosses benchmark configs, and the CLI flags that narrow them.
+
+A suite file has optional ``name``, ``description`` and ``trials``, a ``[defaults]`` table, any
+number of ``[[matrix]]`` tables (every list in one is crossed with the others) and ``[[configs]]``
+tables (one config each). Keys are BenchmarkConfig fields; ``xla`` takes off/on or false/true.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from collector.config import FIELD_NAMES, BenchmarkConfig, ConfigError, validate
+
+SUITES_DIR = Path(__file__).parent / "suites"
+TOP_LEVEL = ("name", "description", "trials", "defaults", "matrix", "configs")
+_BOOLS = {"on": True, "off": False, "true": True, "false": False}
+
+
+class SuiteError(ValueError):
+    """A suite that cannot be read, described in one line naming the file and the fix."""
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    trials: int
+    configs: tuple[BenchmarkConfig, ...]
+    path: Path
+
+
+def _suggest(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def parse_bool(value: Any) -> bool:
+    """off/on/false/true (strings or booleans) to a bool."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in _BOOLS:
+        return _BOOLS[value.lower()]
+    raise ConfigError(f"xla {value!r} is not one of off, on")
+
+
+def _coerce(values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    out = {}
+    for key, value in values.items():
+        if key not in FIELD_NAMES:
+            raise SuiteError(f"{where}: unknown field {key!r}{_suggest(key, FIELD_NAMES)}")
+        out[key] = parse_bool(value) if key == "xla" else value
+    return out
+
+
+def resolve_path(name_or_path: str) -> Path:
+    """A bundled suite name (``smoke``) or a path to a TOML file."""
+    candidate = Path(name_or_path)
+    if candidate.suffix == ".toml" or candidate.exists():
+        if not candidate.is_file():
+            raise SuiteError(f"suite file {candidate} does not exist")
+        return candidate
+    bundled = SUITES_DIR / f"{name_or_path}.toml"
+    if not bundled.is_file():
+        known = sorted(p.stem for p in SUITES_DIR.glob("*.toml"))
+        raise SuiteError(
+            f"unknown suite {name_or_path!r}{_suggest(name_or_path, known)}; bundled suites: {', '.join(known)}"
+        )
+    return bundled
+
+
+def load_suite(name_or_path: str) -> Suite:
+    """Read, expand and validate a suite; any problem is one SuiteError line."""
+    path = resolve_path(name_or_path)
+    try:
+        doc = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise SuiteError(f"{path}: not valid TOML: {error}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise SuiteError(f"{path}: cannot read: {error}") from None
+    for key in doc:
+        if key not in TOP_LEVEL:
+            raise SuiteError(f"{path}: unknown top-level key {key!r}{_suggest(key, TOP_LEVEL)}")
+    if not isinstance(doc.get("defaults", {}), dict):
+        raise SuiteError(f"{path}: [defaults] must be a table")
+    for key in ("matrix", "configs"):
+        if not isinstance(doc.get(key, []), list):
+            raise SuiteError(f"{path}: {key} must be an array of tables ([[{key}]])")
+    defaults = _coerce(doc.get("defaults", {}), f"{path} [defaults]")
+    points: list[dict[str, Any]] = []
+    for i, block in enumerate(doc.get("matrix", [])):
+        block = {k: (v if isinstance(v, list) else [v]) for k, v in block.items()}
+        keys = list(block)
+        for combo in itertools.product(*(block[k] for k in keys)):
+            points.append({**defaults, **_coerce(dict(zip(keys, combo, strict=False)), f"{path} [[matrix]] #{i + 1}")})
+    for i, block in enumerate(doc.get("configs", [])):
+        points.append({**defaults, **_coerce(block, f"{path} [[configs]] #{i + 1}")})
+    if not points:
+        raise SuiteError(f"{path}: no configs (add a [[matrix]] or [[configs]] table)")
+    configs = build_configs(points, str(path))
+    trials = doc.get("trials", 1)
+    if not isinstance(trials, int) or trials < 1:
+        raise SuiteError(f"{path}: trials must be a positive integer, got {trials!r}")
+    return Suite(doc.get("name", path.stem), doc.get("description", ""), trials, configs, path)
+
+
+def build_configs(points: Iterable[Mapping[str, Any]], where: str) -> tuple[BenchmarkConfig, ...]:
+    """Validated, de-duplicated configs in first-seen order."""
+    seen: dict[BenchmarkConfig, None] = {}
+    for point in points:
+        if "model" not in point:
+            raise SuiteError(f"{where}: a config has no model")
+        try:
+            config = validate(BenchmarkConfig(**point))
+        except (ConfigError, TypeError) as error:
+            raise SuiteError(f"{where}: {error}") from None
+        seen.setdefault(config, None)
+    return tuple(seen)
+
+
+def narrow(
+    configs: Iterable[BenchmarkConfig],
+    models: list[str] | None = None,
+    overrides: Mapping[str, list[Any]] | None = None,
+) -> tuple[BenchmarkConfig, ...]:
+    """Keep the listed models, then set each overridden field to each of its listed values."""
+    configs = list(configs)
+    if models:
+        present = {c.model for c in configs}
+        missing = [m for m in models if m not in present]
+        if missing:
+            raise SuiteError(f"--models: {', '.join(missing)} not in this suite (it has {', '.join(sorted(present))})")
+        configs = [c for c in configs if c.model in models]
+    points = []
+    overrides = {k: v for k, v in (overrides or {}).items() if v}
+    keys = list(overrides)
+    for config in configs:
+        for combo in itertools.product(*(overrides[k] for k in keys)):
+            points.append({**config.__dict__, **dict(zip(keys, combo, strict=False))})
+    return build_configs(points, "command line")

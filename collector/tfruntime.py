@@ -1,0 +1,273 @@
+"""Everything TensorFlow-specific: devices, strategies, precision and TF32, XLA, tf.data, the two loops.
+
+Only the trial child process imports this module; the parent stays free of TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from collector.config import BenchmarkConfig, ConfigError
+from collector.measure import WindowClock, window_mean_from_running
+from trainers.spec import ModelSpec, sparse_ce_loss
+
+POLICIES = {"fp32": "float32", "tf32": "float32", "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16"}
+PIPELINE_EXAMPLES = 256  # distinct host examples a data=pipeline run cycles through
+
+
+@dataclass
+class Runtime:
+    """What was set up for one trial, read back from TensorFlow rather than assumed."""
+
+    strategy: Any
+    replicas: int
+    tf32_enabled: bool
+    compute_dtype: str
+    variable_dtype: str
+
+
+def configure(config: BenchmarkConfig) -> Runtime:
+    """Pick devices, build the strategy, set TF32 and the Keras dtype policy (before any model is built)."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if config.backend == "gpu":
+        if len(gpus) < config.num_devices:
+            raise ConfigError(f"backend gpu asks for {config.num_devices} GPU(s), {len(gpus)} visible")
+        tf.config.set_visible_devices(gpus[: config.num_devices], "GPU")
+    elif gpus:
+        tf.config.set_visible_devices([], "GPU")
+    # fp32 means true fp32: TF32 tensor-core math is off unless asked for. Mixed modes keep TF's default.
+    tf.config.experimental.enable_tensor_float_32_execution(config.precision not in ("fp32",))
+    keras.mixed_precision.set_global_policy(POLICIES[config.precision])
+    strategy = make_strategy(config)
+    policy = keras.mixed_precision.global_policy()
+    return Runtime(
+        strategy=strategy,
+        replicas=strategy.num_replicas_in_sync,
+        tf32_enabled=bool(tf.config.experimental.tensor_float_32_execution_enabled()),
+        compute_dtype=policy.compute_dtype,
+        variable_dtype=policy.variable_dtype,
+    )
+
+
+def make_strategy(config: BenchmarkConfig) -> Any:
+    """default: the current device; mirrored: one replica per visible GPU; tpu: TPUStrategy over the slice."""
+    if config.strategy == "mirrored":
+        devices = [f"/gpu:{i}" for i in range(config.num_devices)] if config.backend == "gpu" else None
+        return tf.distribute.MirroredStrategy(devices=devices)
+    if config.strategy == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=os.environ.get("TPU_NAME", ""))
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    return tf.distribute.get_strategy()
+
+
+def build_model(spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> tuple[Any, Any]:
+    """Model and optimizer under the strategy scope, seeded so both loops start from the same weights."""
+    with runtime.strategy.scope():
+        keras.utils.set_random_seed(config.seed)
+        model = spec.build(spec.preset(config.preset))
+        lr = config.learning_rate if config.learning_rate is not None else spec.default_learning_rate
+        optimizer = spec.optimizer(lr)
+        if config.loop == "fit":
+            # Keras wraps the optimizer in a LossScaleOptimizer itself under mixed_float16.
+            model.compile(
+                optimizer=optimizer,
+                loss=sparse_ce_loss(),
+                jit_compile=config.xla,
+                steps_per_execution=config.steps_per_execution,
+            )
+        elif config.precision == "mixed_float16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return model, optimizer
+
+
+def make_dataset(spec: ModelSpec, config: BenchmarkConfig, global_batch: int) -> Any:
+    """synthetic: one fixed batch repeated; pipeline: a host tf.data pipeline (JPEG decode + augment for images)."""
+    preset = spec.preset(config.preset)
+    if config.data == "synthetic":
+        x, y = spec.synthetic_batch(preset, global_batch, config.seed)
+        return tf.data.Dataset.from_tensors((x, y)).repeat()
+    x, y = spec.synthetic_batch(preset, PIPELINE_EXAMPLES, config.seed)
+    autotune = tf.data.AUTOTUNE
+    if spec.unit == "images":
+        size = x.shape[1]
+        pixels = np.clip(x * 64 + 128, 0, 255).astype(np.uint8)
+        jpegs = [tf.io.encode_jpeg(image).numpy() for image in pixels]
+
+        def decode(jpeg: Any, label: Any) -> Any:
+            image = tf.io.decode_jpeg(jpeg, channels=3)
+            image = tf.image.resize_with_crop_or_pad(image, size + size // 8, size + size // 8)
+            image = tf.image.random_crop(image, (size, size, 3))
+            image = tf.image.random_flip_left_right(image)
+            return tf.cast(image, tf.float32) / 127.5 - 1.0, label
+
+        dataset = tf.data.Dataset.from_tensor_slices((jpegs, y)).repeat().shuffle(PIPELINE_EXAMPLES)
+        dataset = dataset.map(decode, num_parallel_calls=autotune)
+    else:
+        dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().shuffle(PIPELINE_EXAMPLES)
+    return dataset.batch(global_batch, drop_remainder=True).prefetch(autotune)
+
+
+class _FitWindows(keras.callbacks.Callback):
+    """Closes windows at the start of the execution that follows them, so Keras keeps async dispatch.
+
+    The loss tracker's running mean is read at the boundary: reading it waits for the previous
+    step, and two running means give the exact mean loss of the window.
+    """
+
+    async_safe = True  # our batch-end hook is the default one; only batch-begin does work
+
+    def __init__(self, clock: WindowClock, total_steps: int) -> None:
+        super().__init__()
+        self.clock = clock
+        self.total_steps = total_steps
+        self.prev = (0, 0.0)
+
+    def _running_loss(self) -> float:
+        return float(next(m for m in self.model.metrics if m.name == "loss").result())
+
+    def _close(self, steps_done: int) -> None:
+        prev_steps, prev_mean = self.prev
+        mean = self._running_loss()
+        self.prev = (steps_done, mean)
+        self.clock.close(steps_done, lambda: window_mean_from_running(prev_steps, prev_mean, steps_done, mean))
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self.clock.begin()
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if batch > 0 and self.clock.due(batch):
+            self._close(batch)
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self._close(self.total_steps)
+
+
+def train_fit(model: Any, dataset: Any, clock: WindowClock, total_steps: int) -> None:
+    """model.fit over ``total_steps`` steps with window marks, what most users run."""
+    model.fit(dataset, epochs=1, steps_per_epoch=total_steps, verbose=0, callbacks=[_FitWindows(clock, total_steps)])
+
+
+def train_ctl(
+    model: Any,
+    optimizer: Any,
+    dataset: Any,
+    clock: WindowClock,
+    total_steps: int,
+    config: BenchmarkConfig,
+    runtime: Runtime,
+) -> None:
+    """A custom loop: a tf.function over strategy.run, as in the Model Garden's CTL benchmarks."""
+    strategy, global_batch = runtime.strategy, config.per_device_batch * runtime.replicas
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    variables = model.trainable_variables
+
+    def compute_loss(inputs: Any, labels: Any) -> Any:
+        logits = tf.cast(model(inputs, training=True), tf.float32)
+        per_example = loss_fn(labels, logits)
+        if per_example.shape.rank > 1:  # e.g. masked-LM: mean over the predictions of one sequence
+            per_example = tf.reduce_mean(per_example, axis=list(range(1, per_example.shape.rank)))
+        return tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+
+    def gradients(inputs: Any, labels: Any) -> tuple[Any, list[Any]]:
+        with tf.GradientTape() as tape:
+            loss = compute_loss(inputs, labels)
+            scaled = optimizer.scale_loss(loss)
+        return loss, tape.gradient(scaled, variables)
+
+    def apply(grads: list[Any]) -> None:
+        optimizer.apply_gradients([(g, v) for g, v in zip(grads, variables, strict=False) if g is not None])
+
+    if runtime.replicas == 1:
+        # One replica: XLA compiles the whole step, optimizer update included, as fit does.
+        @tf.function(jit_compile=config.xla)
+        def replica_step(inputs: Any, labels: Any) -> Any:
+            loss, grads = gradients(inputs, labels)
+            apply(grads)
+            return loss
+    else:
+        # Several replicas: the gradient all-reduce happens in apply, outside the XLA cluster.
+        xla_gradients = tf.function(gradients, jit_compile=config.xla)
+
+        def replica_step(inputs: Any, labels: Any) -> Any:
+            loss, grads = xla_gradients(inputs, labels)
+            apply(grads)
+            return loss
+
+    @tf.function
+    def run_steps(iterator: Any) -> Any:
+        total = tf.constant(0.0)
+        for _ in tf.range(config.steps_per_execution):
+            inputs, labels = next(iterator)
+            per_replica = strategy.run(replica_step, args=(inputs, labels))
+            total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        return total / config.steps_per_execution
+
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    clock.begin()
+    steps_done, window_losses = 0, []
+    while steps_done < total_steps:
+        window_losses.append(run_steps(iterator))
+        steps_done += config.steps_per_execution
+        if clock.due(steps_done):
+            clock.close(steps_done, lambda losses=window_losses: float(np.mean([float(v) for v in losses])))
+            window_losses = []
+
+
+def xla_effective(model: Any, config: BenchmarkConfig) -> bool:
+    """fit: the model's jit_compile after compile (Keras may turn it off); ctl: what the loop compiled with."""
+    return bool(model.jit_compile) if config.loop == "fit" else config.xla
+
+
+def peak_memory(config: BenchmarkConfig) -> tuple[int | None, str | None]:
+    """Peak device memory summed over the devices used, or the peak host RSS on CPU."""
+    if config.backend == "cpu":
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "host_rss"
+    kind = "GPU" if config.backend == "gpu" else "TPU"
+    try:
+        total = sum(tf.config.experimental.get_memory_info(f"{kind}:{i}")["peak"] for i in range(config.num_devices))
+    except (ValueError, tf.errors.OpError):
+        return None, None
+    return int(total), "device"
+
+
+def software_environment() -> dict[str, Any]:
+    """TensorFlow's own view: versions and the CUDA/cuDNN it was built against."""
+    build = tf.sysconfig.get_build_info()
+    return {
+        "tf_version": tf.__version__,
+        "tf_git_version": tf.version.GIT_VERSION,
+        "keras_version": keras.__version__,
+        "cuda_build_version": build.get("cuda_version") if build.get("is_cuda_build") else None,
+        "cudnn_build_version": build.get("cudnn_version") if build.get("is_cuda_build") else None,
+    }
+
+
+def accelerator_details(config: BenchmarkConfig) -> dict[str, Any]:
+    """Product name, count and compute capability of the devices the trial runs on (GPU/TPU)."""
+    if config.backend == "gpu":
+        gpus = tf.config.list_physical_devices("GPU")
+        details = tf.config.experimental.get_device_details(gpus[0]) if gpus else {}
+        capability = details.get("compute_capability")
+        return {
+            "accelerator": details.get("device_name"),
+            "accelerator_count": config.num_devices,
+            "compute_capability": ".".join(map(str, capability)) if capability else None,
+        }
+    if config.backend == "tpu":
+        name = os.environ.get("TPU_ACCELERATOR_TYPE") or os.environ.get("ACCELERATOR_TYPE")
+        return {"accelerator": f"TPU {name}" if name else None, "accelerator_count": config.num_devices}
+    return {}
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """TensorFlow's way of saying a device ran out of memory."""
+    return isinstance(error, tf.errors.ResourceExhaustedError)

@@ -1,0 +1,1 @@
+"""stepwatch dashboard (Streamlit). The app itself lands with the results store."""

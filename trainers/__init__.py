@@ -1,0 +1,24 @@
+"""The benchmark models: pure Keras 3 builders, synthetic batches and analytic FLOPs."""
+
+from __future__ import annotations
+
+from trainers import bert, bilstm, resnet50, transformer
+from trainers.spec import ModelSpec
+
+MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in (resnet50.SPEC, bert.SPEC, transformer.SPEC, bilstm.SPEC)}
+
+
+class UnknownModelError(KeyError):
+    """A model name that no trainer provides."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def get_model(name: str) -> ModelSpec:
+    """Return the spec of ``name`` or raise UnknownModelError listing the known models."""
+    try:
+        return MODELS[name]
+    except KeyError:
+        known = ", ".join(sorted(MODELS))
+        raise UnknownModelError(f"unknown model {name!r} (known: {known})") from None

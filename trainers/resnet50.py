@@ -1,0 +1,137 @@
+"""ResNet-50 image classifier: keras.applications.ResNet50 (v1: stride on the first 1x1), random weights, NHWC."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trainers.spec import Batch, ModelSpec, training_flops
+
+EXPANSION = 4
+RESNET50_BLOCKS = (3, 4, 6, 3)
+
+
+@dataclass(frozen=True)
+class ResNetSize:
+    image_size: int
+    num_classes: int
+    blocks: tuple[int, ...] = RESNET50_BLOCKS  # bottleneck blocks per stage
+    width: int = 64  # stem and first-stage bottleneck filters; doubled each stage
+
+    @property
+    def is_resnet50(self) -> bool:
+        return self.blocks == RESNET50_BLOCKS and self.width == 64
+
+    def stages(self) -> list[tuple[int, int, int]]:
+        """(blocks, bottleneck filters, stride of the first block) per stage."""
+        return [(n, self.width * 2**i, 1 if i == 0 else 2) for i, n in enumerate(self.blocks)]
+
+
+PRESETS = {
+    # Same bottleneck-v1 code path at one block a stage and a quarter of the width, so a CPU step
+    # and its compile stay short; the published size below is keras.applications.ResNet50 itself.
+    "tiny": ResNetSize(image_size=32, num_classes=10, blocks=(1, 1, 1, 1), width=16),
+    "224": ResNetSize(image_size=224, num_classes=1000),  # ImageNet, as in MLPerf and the Model Garden
+}
+
+
+def build(size: ResNetSize) -> Any:
+    """keras.applications.ResNet50 for the published depth and width, else the same v1 blocks scaled."""
+    import keras
+
+    if size.is_resnet50:
+        return keras.applications.ResNet50(
+            weights=None,
+            input_shape=(size.image_size, size.image_size, 3),
+            classes=size.num_classes,
+            classifier_activation=None,
+        )
+    return build_bottleneck_v1(size)
+
+
+def build_bottleneck_v1(size: ResNetSize) -> Any:
+    """The layer sequence of keras.applications' ResNet v1 (conv+BN+ReLU, stride on the first 1x1)."""
+    import keras
+    from keras import layers
+
+    def conv_bn(x: Any, filters: int, kernel: int, stride: int = 1, relu: bool = True) -> Any:
+        padding = "same" if kernel == 3 else "valid"
+        x = layers.Conv2D(filters, kernel, strides=stride, padding=padding)(x)
+        x = layers.BatchNormalization(epsilon=1.001e-5)(x)
+        return layers.Activation("relu")(x) if relu else x
+
+    inputs = keras.Input((size.image_size, size.image_size, 3))
+    x = layers.ZeroPadding2D(3)(inputs)
+    x = layers.Conv2D(size.width, 7, strides=2)(x)
+    x = layers.Activation("relu")(layers.BatchNormalization(epsilon=1.001e-5)(x))
+    x = layers.MaxPooling2D(3, strides=2)(layers.ZeroPadding2D(1)(x))
+    for blocks, filters, stride in size.stages():
+        for block in range(blocks):
+            s = stride if block == 0 else 1
+            shortcut = conv_bn(x, EXPANSION * filters, 1, s, relu=False) if block == 0 else x
+            y = conv_bn(x, filters, 1, s)
+            y = conv_bn(y, filters, 3)
+            y = conv_bn(y, EXPANSION * filters, 1, relu=False)
+            x = layers.Activation("relu")(layers.Add()([shortcut, y]))
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, layers.Dense(size.num_classes)(x), name="resnet_bottleneck_v1")
+
+
+def synthetic_batch(size: ResNetSize, batch: int, seed: int) -> Batch:
+    """Normal-noise images and uniform labels."""
+    rng = np.random.default_rng(seed)
+    images = rng.standard_normal((batch, size.image_size, size.image_size, 3), dtype=np.float32)
+    labels = rng.integers(0, size.num_classes, size=(batch,), dtype=np.int32)
+    return images, labels
+
+
+def _conv_out(h: int, kernel: int, stride: int, pad: int) -> int:
+    return (h + 2 * pad - kernel) // stride + 1
+
+
+def forward_macs(size: ResNetSize) -> float:
+    """Multiply-accumulates of the convolutions and the classifier, layer by layer as Keras builds them."""
+    h = _conv_out(size.image_size, 7, 2, 3)  # ZeroPadding2D(3) + 7x7/2 conv
+    macs = h * h * 7 * 7 * 3 * size.width
+    h = _conv_out(h, 3, 2, 1)  # ZeroPadding2D(1) + 3x3/2 max pool
+    channels = size.width
+    for blocks, filters, stride in size.stages():
+        for block in range(blocks):
+            s = stride if block == 0 else 1
+            out_h = _conv_out(h, 1, s, 0)
+            if block == 0:  # projection shortcut
+                macs += out_h * out_h * channels * filters * EXPANSION
+            macs += out_h * out_h * channels * filters  # 1x1 (carries the stride in Keras' v1)
+            macs += out_h * out_h * 9 * filters * filters  # 3x3
+            macs += out_h * out_h * filters * filters * EXPANSION  # 1x1 expand
+            channels, h = filters * EXPANSION, out_h
+    macs += channels * size.num_classes
+    return float(macs)
+
+
+def flops_per_example(size: ResNetSize) -> float:
+    """Training FLOPs per image (~24.5 GFLOP at 224px)."""
+    return training_flops(forward_macs(size))
+
+
+def optimizer(learning_rate: float) -> Any:
+    """SGD with momentum 0.9, as in the reference ResNet-50 recipes."""
+    import keras
+
+    return keras.optimizers.SGD(learning_rate=learning_rate, momentum=0.9)
+
+
+SPEC = ModelSpec(
+    name="resnet50",
+    unit="images",
+    presets=PRESETS,
+    build=build,
+    synthetic_batch=synthetic_batch,
+    flops_per_example=flops_per_example,
+    units_per_example=lambda size: 1,
+    optimizer=optimizer,
+    default_learning_rate=0.01,
+    description="ResNet-50 image classification (keras.applications, random weights)",
+)

@@ -1,0 +1,57 @@
+"""What every trainer module provides: sizes, a model builder, synthetic batches and analytic FLOPs.
+
+Trainers are pure Keras 3 (``keras.layers``, ``keras.ops``, ``keras_hub``) so the same models can
+later run on other Keras backends. Keras is imported inside the builders only, so that the
+collector's parent process can validate suites and compute FLOPs without starting TensorFlow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# One synthetic batch: model inputs (an array or a dict of arrays) and integer labels.
+Batch = tuple[Any, np.ndarray]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A benchmarkable model: named presets and the functions that build and feed it."""
+
+    name: str
+    unit: str  # what one throughput unit is: images, sequences or tokens
+    presets: Mapping[str, Any]  # preset name -> frozen dataclass of explicit sizes
+    build: Callable[[Any], Any]  # preset -> keras.Model (random weights, uncompiled)
+    synthetic_batch: Callable[[Any, int, int], Batch]  # (preset, batch, seed) -> batch
+    flops_per_example: Callable[[Any], float]  # analytic training FLOPs (forward + backward)
+    units_per_example: Callable[[Any], int]  # e.g. target tokens per sequence
+    optimizer: Callable[[float], Any]  # learning rate -> keras optimizer
+    default_learning_rate: float
+    description: str = ""
+
+    def preset(self, name: str) -> Any:
+        """Return the preset called ``name`` or raise KeyError naming the known ones."""
+        if name not in self.presets:
+            known = ", ".join(sorted(self.presets))
+            raise KeyError(f"model {self.name!r} has no preset {name!r} (known: {known})")
+        return self.presets[name]
+
+
+def training_flops(forward_macs: float) -> float:
+    """Training FLOPs from forward multiply-accumulates: 2 FLOPs a MAC, backward ~ 2x forward."""
+    return 3.0 * 2.0 * forward_macs
+
+
+def sparse_ce_loss() -> Any:
+    """Mean sparse categorical cross-entropy on logits, the loss of every trainer here."""
+    import keras
+
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def random_tokens(rng: np.random.Generator, shape: tuple[int, ...], vocab: int) -> np.ndarray:
+    """Token ids drawn uniformly, skipping id 0 (padding)."""
+    return rng.integers(1, vocab, size=shape, dtype=np.int32)

@@ -212,13 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except (SuiteError, UsageError, catalog.CatalogError) as error:
-        console.print(f"stepwatch: error: {error}", markup=False)
+        print(f"stepwatch: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except ResultsError as error:
-        console.print(f"stepwatch: error: {error}", markup=False)
+        print(f"stepwatch: error: {error}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        console.print("stepwatch: interrupted; finished trials are saved, rerun with --resume to continue")
+        print("stepwatch: interrupted; finished trials are saved, rerun with --resume to continue", file=sys.stderr)
         return 130
 
 

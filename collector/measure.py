@@ -110,8 +110,8 @@ def summarize(clock: WindowClock, warmup_steps: int, global_batch: int) -> Trial
             losses[1:],
         )
     measured = marks[warm_windows:]
-    times = np.array([b.time - a.time for a, b in zip(measured, measured[1:], strict=False)])
-    steps = np.array([b.steps - a.steps for a, b in zip(measured, measured[1:], strict=False)])
+    times = np.array([b.time - a.time for a, b in zip(measured, measured[1:])])
+    steps = np.array([b.steps - a.steps for a, b in zip(measured, measured[1:])])
     per_step = times / steps
     measured_steps = int(steps.sum())
     measured_s = float(times.sum())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ from collector.results import ResultFile
 from collector.trial import SPAWN_TIME_ENV
 
 LOG_TAIL_LINES = 40
-KILL_GRACE_S = 5.0
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -61,6 +62,14 @@ def _tail(path: Path) -> str:
     except OSError:
         return ""
     return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): get SIGKILL when the parent dies, so no trial outlives a killed suite."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -54,7 +54,10 @@ def _coerce(values: Mapping[str, Any], where: str) -> dict[str, Any]:
     for key, value in values.items():
         if key not in FIELD_NAMES:
             raise SuiteError(f"{where}: unknown field {key!r}{_suggest(key, FIELD_NAMES)}")
-        out[key] = parse_bool(value) if key == "xla" else value
+        try:
+            out[key] = parse_bool(value) if key == "xla" else value
+        except ConfigError as error:
+            raise SuiteError(f"{where}: {error}") from None
     return out
 
 
@@ -97,7 +100,7 @@ def load_suite(name_or_path: str) -> Suite:
         block = {k: (v if isinstance(v, list) else [v]) for k, v in block.items()}
         keys = list(block)
         for combo in itertools.product(*(block[k] for k in keys)):
-            points.append({**defaults, **_coerce(dict(zip(keys, combo, strict=False)), f"{path} [[matrix]] #{i + 1}")})
+            points.append({**defaults, **_coerce(dict(zip(keys, combo)), f"{path} [[matrix]] #{i + 1}")})
     for i, block in enumerate(doc.get("configs", [])):
         points.append({**defaults, **_coerce(block, f"{path} [[configs]] #{i + 1}")})
     if not points:
@@ -141,5 +144,5 @@ def narrow(
     keys = list(overrides)
     for config in configs:
         for combo in itertools.product(*(overrides[k] for k in keys)):
-            points.append({**config.__dict__, **dict(zip(keys, combo, strict=False))})
+            points.append({**config.__dict__, **dict(zip(keys, combo))})
     return build_configs(points, "command line")

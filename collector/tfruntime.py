@@ -153,7 +153,14 @@ class _FitWindows(keras.callbacks.Callback):
 
 def train_fit(model: Any, dataset: Any, clock: WindowClock, total_steps: int) -> None:
     """model.fit over ``total_steps`` steps with window marks, what most users run."""
-    model.fit(dataset, epochs=1, steps_per_epoch=total_steps, verbose=0, callbacks=[_FitWindows(clock, total_steps)])
+    model.fit(
+        dataset,
+        epochs=1,
+        steps_per_epoch=total_steps,
+        verbose=0,
+        shuffle=False,
+        callbacks=[_FitWindows(clock, total_steps)],
+    )
 
 
 def train_ctl(
@@ -184,7 +191,7 @@ def train_ctl(
         return loss, tape.gradient(scaled, variables)
 
     def apply(grads: list[Any]) -> None:
-        optimizer.apply_gradients([(g, v) for g, v in zip(grads, variables, strict=False) if g is not None])
+        optimizer.apply_gradients([(g, v) for g, v in zip(grads, variables) if g is not None])
 
     if runtime.replicas == 1:
         # One replica: XLA compiles the whole step, optimizer update included, as fit does.

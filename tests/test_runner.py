@@ -1,0 +1,187 @@
+"""The suite runner with real trial processes: failure rows, kills, timeouts, NaN, --resume."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from collector import runner
+from collector.config import BenchmarkConfig
+from collector.schema import COLUMNS, SCHEMA
+from tests.conftest import REPO, stepwatch, write_suite
+
+FAST = """
+[defaults]
+model = "bilstm"
+preset = "tiny"
+steps = 20
+warmup_steps = 20
+window_steps = 10
+timeout_s = 180
+"""
+
+
+def rows_of(out: Path) -> list[dict]:
+    files = sorted(out.glob("*.parquet"))
+    assert len(files) == 1, files
+    return pq.read_table(files[0]).to_pylist()
+
+
+def wait_for(condition, timeout: float = 120.0, what: str = "condition"):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def row_count(out: Path) -> int:
+    files = list(out.glob("*.parquet"))
+    return pq.read_metadata(files[0]).num_rows if files else 0
+
+
+def test_ok_nan_and_hang_each_give_a_row_and_the_suite_goes_on(tmp_path: Path) -> None:
+    suite = write_suite(
+        tmp_path / "mixed.toml",
+        FAST
+        + """
+[[configs]]
+loop = "ctl"
+xla = "on"
+
+[[configs]]
+learning_rate = 1e30
+
+[[configs]]
+per_device_batch = 4
+steps = 1000000
+timeout_s = 20
+
+[[configs]]
+precision = "mixed_bfloat16"
+""",
+    )
+    out = tmp_path / "out"
+    result = stepwatch("run", "--suite", str(suite), "--out", str(out), "--label", "test")
+    assert result.returncode == 4, result.stderr
+    assert "2 of 4 trials failed" in result.stderr
+    rows = rows_of(out)
+    ok_ctl, nan, hang, ok_bf16 = rows
+    assert [r["status"] for r in rows] == ["ok", "nonfinite_loss", "timeout", "ok"]
+
+    assert nan["error_type"] == "NonFiniteLoss" and "nan" in nan["error_message"]
+    assert nan["examples_per_sec"] is None and nan["loss_finite"] is False
+    assert "ran past its timeout of 20 s" in hang["error_message"]
+    assert hang["wall_s"] == pytest.approx(20, abs=3)
+    assert hang["log_tail"]  # what the child printed before it was killed
+
+    for row in (ok_ctl, ok_bf16):
+        assert row["xla_effective"] == row["xla_requested"]
+        assert row["examples_per_sec"] > 0 and row["loss_finite"]
+        assert len(row["window_step_times_s"]) == 2 and len(row["window_losses"]) == 2
+        assert row["compile_s"] > 0 and row["startup_s"] > row["compile_s"]
+        assert row["cost_usd"] > 0 and row["price_source"] and row["price_date"]
+        assert row["tf_version"] and row["keras_version"] and row["cpu_cores"] >= 1
+        assert row["peak_memory_bytes"] > 0 and row["flops_per_example"] > 0
+        assert row["label"] == "test" and row["source"] == "real"
+    assert ok_ctl["loop"] == "ctl" and ok_ctl["xla_effective"] is True and ok_ctl["tf32_enabled"] is False
+    assert ok_bf16["compute_dtype"] == "bfloat16" and ok_bf16["xla_effective"] is False
+
+    schema = pq.read_schema(sorted(out.glob("*.parquet"))[0])
+    assert schema.names == SCHEMA.names
+    assert {group for _, _, group in COLUMNS} == {
+        "identity",
+        "status",
+        "config",
+        "metrics",
+        "cost",
+        "software",
+        "hardware",
+        "extras",
+    }
+
+
+def test_sigkilled_trial_gets_a_row_and_resume_skips_finished_trials(tmp_path: Path) -> None:
+    suite = write_suite(
+        tmp_path / "three.toml",
+        FAST + "[[matrix]]\nper_device_batch = [4, 8, 16]\n",
+    )
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "collector", "run", "--suite", str(suite), "--out", str(out)]
+    suite_proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    parent = psutil.Process(suite_proc.pid)
+    try:
+        wait_for(lambda: row_count(out) == 1, what="the first trial's row")
+        second = wait_for(lambda: parent.children(), what="the second trial's process")[0]
+        second.send_signal(signal.SIGKILL)
+        wait_for(lambda: row_count(out) == 2, what="the killed trial's row")
+        third = wait_for(lambda: parent.children(), what="the third trial's process")[0]
+        suite_proc.send_signal(signal.SIGKILL)  # the whole suite dies mid-trial
+        suite_proc.wait(timeout=30)
+        psutil.wait_procs([third], timeout=30)
+        assert not third.is_running(), "a trial must not outlive its killed suite"
+    finally:
+        if suite_proc.poll() is None:
+            suite_proc.kill()
+        suite_proc.communicate()
+
+    before = rows_of(out)
+    assert [r["status"] for r in before] == ["ok", "killed"]
+    assert before[1]["error_type"] == "SIGKILL" and "killed by SIGKILL" in before[1]["error_message"]
+
+    resumed = stepwatch("run", "--suite", str(suite), "--out", str(out), "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "2 of 3 trials already recorded" in resumed.stderr
+    after = rows_of(out)
+    assert [r["status"] for r in after] == ["ok", "killed", "ok"]
+    assert [r["per_device_batch"] for r in after] == [4, 8, 16]
+    assert after[0]["run_id"] == before[0]["run_id"]
+    assert len({r["suite_run_id"] for r in after}) == 1
+
+
+def test_trials_are_interleaved_round_robin() -> None:
+    a, b = BenchmarkConfig(model="bert"), BenchmarkConfig(model="bilstm")
+    plan = runner.interleave([a, b], trials=3)
+    assert [(c.model, t) for c, t in plan] == [
+        ("bert", 0),
+        ("bilstm", 0),
+        ("bert", 1),
+        ("bilstm", 1),
+        ("bert", 2),
+        ("bilstm", 2),
+    ]
+    done = [{"config_key": a.key, "trial": 0}, {"config_key": b.key, "trial": 1}]
+    assert [(c.model, t) for c, t in runner.pending(plan, done)] == [
+        ("bilstm", 0),
+        ("bert", 1),
+        ("bert", 2),
+        ("bilstm", 2),
+    ]
+
+
+def test_max_batch_search_finds_the_boundary() -> None:
+    probes: list[int] = []
+
+    def fits(batch: int) -> bool:
+        probes.append(batch)
+        return batch <= 300
+
+    assert runner.search_max_batch(fits, 8) == 300
+    assert len(probes) < 20
+    assert runner.search_max_batch(lambda b: False, 8) is None
+    assert runner.search_max_batch(lambda b: True, 8, limit=64) == 64
+
+
+def test_find_max_batch_is_refused_on_cpu_with_one_line() -> None:
+    result = stepwatch("run", "--suite", "smoke", "--models", "bilstm", "--find-max-batch")
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("stepwatch: error: --find-max-batch is not supported on CPU")

@@ -1,0 +1,91 @@
+"""Suite files: the bundled suites load; broken ones are refused with one line naming the problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collector.config import BenchmarkConfig, ConfigError, validate
+from collector.suite import SuiteError, load_suite, narrow
+from tests.conftest import stepwatch, write_suite
+
+
+def test_smoke_crosses_all_models_xla_and_two_precisions() -> None:
+    suite = load_suite("smoke")
+    assert len(suite.configs) == 16
+    assert {c.model for c in suite.configs} == {"resnet50", "bert", "transformer", "bilstm"}
+    assert {c.xla for c in suite.configs} == {False, True}
+    assert {c.precision for c in suite.configs} == {"fp32", "mixed_bfloat16"}
+    assert {(c.backend, c.preset) for c in suite.configs} == {("cpu", "tiny")}
+
+
+def test_gpu_and_tpu_nightly_use_published_sizes_and_all_precisions() -> None:
+    gpu = load_suite("gpu-nightly")
+    assert {c.precision for c in gpu.configs} == {"fp32", "tf32", "mixed_float16", "mixed_bfloat16"}
+    assert "tiny" not in {c.preset for c in gpu.configs}
+    assert {c.backend for c in gpu.configs} == {"gpu"}
+    tpu = load_suite("tpu-nightly")
+    assert {(c.backend, c.strategy, c.xla) for c in tpu.configs} == {("tpu", "tpu", True)}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('[[matrix]]\nmodel = ["resnet50", "resnet5"]\n', "unknown model 'resnet5'"),
+        ('[[matrix]]\nmodel = "bert"\nprecison = ["fp32"]\n', "unknown field 'precison' (did you mean 'precision'?)"),
+        ('[[configs]]\nmodel = "bert"\nprecision = "fp8"\n', "precision 'fp8' is not one of"),
+        ('[[configs]]\nmodel = "bert"\npreset = "huge"\n', "model 'bert' has no preset 'huge'"),
+        ('[[configs]]\nmodel = "bert"\nxla = "maybe"\n', "xla 'maybe' is not one of off, on"),
+        ("[[configs]]\nmodel = bert\n", "not valid TOML"),
+        ("[defaultz]\nmodel = 'bert'\n", "unknown top-level key 'defaultz' (did you mean 'defaults'?)"),
+        ("name = 'empty'\n", "no configs"),
+    ],
+)
+def test_broken_suite_is_refused_naming_the_problem(tmp_path: Path, body: str, message: str) -> None:
+    path = write_suite(tmp_path / "broken.toml", body)
+    with pytest.raises(SuiteError) as error:
+        load_suite(str(path))
+    assert message in str(error.value)
+    assert str(path) in str(error.value)
+
+
+def test_cli_refuses_unknown_model_with_one_line_and_exit_2(tmp_path: Path) -> None:
+    path = write_suite(tmp_path / "typo.toml", '[[matrix]]\nmodel = ["bertt"]\n')
+    result = stepwatch("run", "--suite", str(path), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "unknown model 'bertt'" in lines[0] and "typo.toml" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_refuses_unknown_suite_name() -> None:
+    result = stepwatch("run", "--suite", "smok")
+    assert result.returncode == 2
+    assert "unknown suite 'smok' (did you mean 'smoke'?)" in result.stderr
+
+
+def test_narrow_keeps_models_and_sets_other_dimensions() -> None:
+    configs = load_suite("smoke").configs
+    narrowed = narrow(configs, models=["bert"], overrides={"xla": [True], "loop": ["ctl"], "per_device_batch": [4]})
+    assert {(c.model, c.xla, c.loop, c.per_device_batch) for c in narrowed} == {("bert", True, "ctl", 4)}
+    assert len(narrowed) == 2  # fp32 and mixed_bfloat16 remain
+    with pytest.raises(SuiteError, match="--models: vgg16 not in this suite"):
+        narrow(configs, models=["vgg16"])
+
+
+def test_warmup_must_cover_two_windows_and_windows_divide_steps() -> None:
+    with pytest.raises(ConfigError, match="at least 2 windows"):
+        validate(BenchmarkConfig(model="bert", warmup_steps=10, window_steps=10))
+    with pytest.raises(ConfigError, match="multiple of window_steps"):
+        validate(BenchmarkConfig(model="bert", steps=25, window_steps=10))
+    with pytest.raises(ConfigError, match="multiple of steps_per_execution"):
+        validate(BenchmarkConfig(model="bert", steps_per_execution=3, window_steps=10))
+
+
+def test_series_key_ignores_measurement_length_but_not_dimensions() -> None:
+    base = BenchmarkConfig(model="bert")
+    assert base.key == base.with_changes(steps=200, timeout_s=5).key
+    assert base.key != base.with_changes(xla=True).key
+    assert base.key != base.with_changes(precision="mixed_bfloat16").key

@@ -1,0 +1,59 @@
+"""The TensorFlow runtime: both training loops train the same thing; precision and XLA are read back."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from collector import tfruntime
+from collector.config import BenchmarkConfig
+from collector.measure import WindowClock
+from trainers import get_model
+
+STEPS = 6
+
+
+def losses_of(loop: str, model_name: str) -> tuple[list[float], list[np.ndarray]]:
+    """Per-step losses of ``STEPS`` steps with one-step windows, and the initial weights."""
+    config = BenchmarkConfig(model=model_name, loop=loop, precision="fp32", window_steps=1, warmup_steps=2, steps=1)
+    spec = get_model(model_name)
+    runtime = tfruntime.configure(config)
+    model, optimizer = tfruntime.build_model(spec, config, runtime)
+    initial = [np.array(w) for w in model.get_weights()]
+    dataset = tfruntime.make_dataset(spec, config, config.global_batch)
+    clock = WindowClock(first_steps=1, window_steps=1)
+    if loop == "fit":
+        tfruntime.train_fit(model, dataset, clock, STEPS)
+    else:
+        tfruntime.train_ctl(model, optimizer, dataset, clock, STEPS, config, runtime)
+    return [m.loss for m in clock.marks], initial
+
+
+@pytest.mark.parametrize("model_name", ["resnet50", "bert"])
+def test_fit_and_ctl_train_the_same_thing(model_name: str) -> None:
+    fit_losses, fit_weights = losses_of("fit", model_name)
+    ctl_losses, ctl_weights = losses_of("ctl", model_name)
+    assert all(np.array_equal(a, b) for a, b in zip(fit_weights, ctl_weights)), "same seed, same initial weights"
+    assert len(fit_losses) == len(ctl_losses) == STEPS
+    assert ctl_losses[0] == pytest.approx(fit_losses[0], rel=1e-5)
+    np.testing.assert_allclose(ctl_losses, fit_losses, rtol=2e-3)
+    assert fit_losses[-1] < fit_losses[0]
+
+
+def test_fp32_turns_tf32_off_and_tf32_turns_it_on() -> None:
+    fp32 = tfruntime.configure(BenchmarkConfig(model="bilstm", precision="fp32"))
+    assert fp32.tf32_enabled is False and fp32.compute_dtype == "float32"
+    tf32 = tfruntime.configure(BenchmarkConfig(model="bilstm", precision="tf32"))
+    assert tf32.tf32_enabled is True
+    bf16 = tfruntime.configure(BenchmarkConfig(model="bilstm", precision="mixed_bfloat16"))
+    assert (bf16.compute_dtype, bf16.variable_dtype) == ("bfloat16", "float32")
+    keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize("xla", [False, True])
+def test_xla_effective_is_the_models_jit_compile(xla: bool) -> None:
+    config = BenchmarkConfig(model="bilstm", xla=xla)
+    runtime = tfruntime.configure(config)
+    model, _ = tfruntime.build_model(get_model("bilstm"), config, runtime)
+    assert tfruntime.xla_effective(model, config) is xla

@@ -143,7 +143,7 @@ def run_run(args: argparse.Namespace) -> int:
         print(f"{len(configs)} configs x {trials} trials")
         return EXIT_OK
     options = runner.RunOptions(
-        trials=trials, label=args.label, price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices)
+        label=args.label, price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices)
     )
     results = ResultFile.latest(args.out, suite.name) if args.resume else None
     if results is None:

@@ -29,7 +29,6 @@ PR_SET_PDEATHSIG = 1
 
 @dataclass
 class RunOptions:
-    trials: int = 1
     label: str | None = None
     price_per_hour: float | None = None
     prices: list[catalog.Price] = field(default_factory=catalog.load_prices)

@@ -57,3 +57,24 @@ def test_xla_effective_is_the_models_jit_compile(xla: bool) -> None:
     runtime = tfruntime.configure(config)
     model, _ = tfruntime.build_model(get_model("bilstm"), config, runtime)
     assert tfruntime.xla_effective(model, config) is xla
+
+
+@pytest.mark.parametrize("loop", ["fit", "ctl"])
+def test_windows_close_on_execution_boundaries_with_a_pipeline(loop: str) -> None:
+    config = BenchmarkConfig(
+        model="resnet50", loop=loop, data="pipeline", steps_per_execution=5, window_steps=10, warmup_steps=20, steps=20
+    )
+    spec = get_model(config.model)
+    runtime = tfruntime.configure(config)
+    model, optimizer = tfruntime.build_model(spec, config, runtime)
+    dataset = tfruntime.make_dataset(spec, config, config.global_batch)
+    images, labels = next(iter(dataset))
+    assert images.shape == (8, 32, 32, 3) and float(images.numpy().min()) >= -1.0  # decoded, cropped, scaled
+    clock = WindowClock(first_steps=5, window_steps=10)
+    total = 5 + 20 + 20
+    if loop == "fit":
+        tfruntime.train_fit(model, dataset, clock, total)
+    else:
+        tfruntime.train_ctl(model, optimizer, dataset, clock, total, config, runtime)
+    assert [m.steps for m in clock.marks] == [5, 15, 25, 35, 45]
+    assert all(b.time > a.time for a, b in zip(clock.marks, clock.marks[1:]))

@@ -11,7 +11,7 @@ import sys
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -145,6 +145,10 @@ def run_run(args: argparse.Namespace) -> int:
     options = runner.RunOptions(
         label=args.label, price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices)
     )
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"cannot create the results folder {args.out}: {error.strerror or error}") from None
     results = ResultFile.latest(args.out, suite.name) if args.resume else None
     if results is None:
         if args.resume:
@@ -198,9 +202,16 @@ def run_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line (and exit code 2), like every other stepwatch error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="stepwatch", description="Track deep-learning training performance.")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = OneLineParser(prog="stepwatch", description="Track deep-learning training performance.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     run = commands.add_parser("run", help="run a benchmark suite and write parquet")
     add_run_arguments(run)
     run.set_defaults(handler=run_run)

@@ -16,6 +16,8 @@ PRECISIONS = ("fp32", "tf32", "mixed_float16", "mixed_bfloat16")
 LOOPS = ("fit", "ctl")
 DATA = ("synthetic", "pipeline")
 
+ACCELERATOR_MIN_WARMUP = 10
+
 # Fields that decide what is measured; with the accelerator product name they form the series key.
 SERIES_FIELDS = (
     "model",
@@ -116,6 +118,11 @@ def validate(config: BenchmarkConfig) -> BenchmarkConfig:
     if config.warmup_steps < 2 * config.window_steps:
         raise ConfigError(
             f"warmup_steps ({config.warmup_steps}) must cover at least 2 windows of {config.window_steps} steps"
+        )
+    if config.backend != "cpu" and config.warmup_steps < ACCELERATOR_MIN_WARMUP:
+        raise ConfigError(
+            f"warmup_steps ({config.warmup_steps}) must be at least {ACCELERATOR_MIN_WARMUP} on {config.backend}: "
+            "accelerators need steps to reach a steady clock and memory state"
         )
     if config.window_steps % config.steps_per_execution:
         raise ConfigError(

@@ -251,7 +251,7 @@ def search_max_batch(fits: Callable[[int], bool], start: int, limit: int = 1 << 
 
 def find_max_batch(config: BenchmarkConfig, python: str) -> int | None:
     """Largest per-device batch that trains a few steps, out-of-memory caught in the child (accelerators)."""
-    probe_base = config.with_changes(steps=2, warmup_steps=2, window_steps=1, steps_per_execution=1)
+    probe_base = config.with_changes(steps=2, warmup_steps=10, window_steps=1, steps_per_execution=1)
 
     def fits(batch: int) -> bool:
         with tempfile.TemporaryDirectory(prefix="stepwatch-maxbatch-") as tmp:

@@ -89,3 +89,25 @@ def test_series_key_ignores_measurement_length_but_not_dimensions() -> None:
     assert base.key == base.with_changes(steps=200, timeout_s=5).key
     assert base.key != base.with_changes(xla=True).key
     assert base.key != base.with_changes(precision="mixed_bfloat16").key
+
+
+def test_accelerators_need_ten_warmup_steps() -> None:
+    with pytest.raises(ConfigError, match="at least 10 on gpu"):
+        validate(BenchmarkConfig(model="bert", backend="gpu", warmup_steps=4, window_steps=2))
+    validate(BenchmarkConfig(model="bert", backend="cpu", warmup_steps=4, window_steps=2))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--batch", "abc"], "argument --batch: invalid literal for int()"),
+        (["--precision", "fp64"], "'fp64' is not one of fp32, tf32, mixed_float16, mixed_bfloat16"),
+        (["--xla", "maybe"], "'maybe' is not one of off, on"),
+        (["--out", "/proc/stepwatch-results"], "cannot create the results folder /proc/stepwatch-results"),
+    ],
+)
+def test_bad_flags_are_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = stepwatch("run", "--models", "bilstm", *args)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert message in result.stderr

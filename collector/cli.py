@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -101,17 +102,18 @@ OVERRIDES = (
 )
 
 
-def _summary(outcomes_rows: list[dict[str, Any]]) -> Table:
+def _summary(all_rows: list[dict[str, Any]]) -> Table:
+    """One line per config: trials ok, median throughput in the model's unit, CV across trials."""
     table = Table(title="stepwatch results", show_lines=False)
     for name in ("config", "ok", "throughput", "cv", "step p50", "compile", "failures"):
         table.add_column(name, justify="left" if name in ("config", "failures") else "right")
     groups: dict[str, list[dict[str, Any]]] = {}
-    for row in outcomes_rows:
+    for row in all_rows:
         groups.setdefault(row["config_key"], []).append(row)
     for rows in groups.values():
         first = rows[0]
         ok = [r for r in rows if r["status"] == "ok"]
-        rates = [r["examples_per_sec"] * (r.get("units_per_example") or 1) for r in ok]
+        rates = [r["units_per_sec"] for r in ok]
         unit = first.get("unit") or "examples"
         throughput = f"{statistics.median(rates):,.1f} {unit}/s" if rates else "-"
         cv = f"{statistics.stdev(rates) / statistics.mean(rates):.1%}" if len(rates) > 1 else "-"
@@ -185,11 +187,10 @@ def run_run(args: argparse.Namespace) -> int:
         def on_done(outcome: runner.Outcome) -> None:
             row = outcome.row
             if row["status"] == "ok":
-                rate = row["examples_per_sec"] * (row.get("units_per_example") or 1)
-                detail = f"{rate:,.1f} {row.get('unit')}/s, compile {row.get('compile_s') or 0:.1f} s"
+                detail = f"{row['units_per_sec']:,.1f} {row.get('unit')}/s, compile {row.get('compile_s') or 0:.1f} s"
             else:
-                detail = f"[red]{row['status']}[/red]: {row.get('error_message')}"
-            progress.console.print(f"{outcome.config.label()} trial {outcome.trial + 1}: {detail}")
+                detail = f"[red]{row['status']}[/red]: {escape(str(row.get('error_message')))}"
+            progress.console.print(f"{escape(outcome.config.label())} trial {outcome.trial + 1}: {detail}")
             progress.advance(task)
 
         outcomes = runner.run_plan(todo, results, suite.name, suite_run_id, options, on_start, on_done)
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     except (SuiteError, UsageError, catalog.CatalogError) as error:
         print(f"stepwatch: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except ResultsError as error:
+    except (ResultsError, runner.MaxBatchError) as error:
         print(f"stepwatch: error: {error}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

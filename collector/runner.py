@@ -27,6 +27,10 @@ LOG_TAIL_LINES = 40
 PR_SET_PDEATHSIG = 1
 
 
+class MaxBatchError(RuntimeError):
+    """A batch-size probe failed for a reason other than running out of memory."""
+
+
 @dataclass
 class RunOptions:
     label: str | None = None
@@ -258,6 +262,9 @@ def find_max_batch(config: BenchmarkConfig, python: str) -> int | None:
             child, _, _ = run_child(probe_base.with_changes(per_device_batch=batch), python, Path(tmp))
         if child["status"] in ("ok", "oom"):
             return child["status"] == "ok"
-        raise RuntimeError(f"batch {batch}: {child['status']}: {child.get('error_message')}")
+        raise MaxBatchError(
+            f"--find-max-batch: {config.label()} at batch {batch} failed with {child['status']} "
+            f"(not out-of-memory): {child.get('error_message')}"
+        )
 
     return search_max_batch(fits, config.per_device_batch)

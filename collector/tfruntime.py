@@ -74,8 +74,7 @@ def build_model(spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> t
     with runtime.strategy.scope():
         keras.utils.set_random_seed(config.seed)
         model = spec.build(spec.preset(config.preset))
-        lr = config.learning_rate if config.learning_rate is not None else spec.default_learning_rate
-        optimizer = spec.optimizer(lr)
+        optimizer = spec.optimizer(spec.learning_rate(config.learning_rate))
         if config.loop == "fit":
             # Keras wraps the optimizer in a LossScaleOptimizer itself under mixed_float16.
             model.compile(

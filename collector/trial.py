@@ -34,7 +34,8 @@ def run_trial(config: BenchmarkConfig, spawn_time: float) -> dict[str, Any]:
     """Set up TensorFlow, train for the configured steps and return the child's part of the row."""
     result: dict[str, Any] = {"status": "crash"}
     result.update(host_environment(config.backend))
-    # Imported here: everything above works (and is recorded) even if TensorFlow fails to import.
+    # Imported here, not at the top: the parent imports this module for SPAWN_TIME_ENV and must stay
+    # free of TensorFlow. If the import fails, the parent records the crash with the log tail.
     from collector import tfruntime
 
     result.update(tfruntime.software_environment())
@@ -56,7 +57,7 @@ def run_trial(config: BenchmarkConfig, spawn_time: float) -> dict[str, Any]:
             unit=spec.unit,
             units_per_example=spec.units_per_example(preset),
             flops_per_example=spec.flops_per_example(preset),
-            learning_rate=config.learning_rate if config.learning_rate is not None else spec.default_learning_rate,
+            learning_rate=spec.learning_rate(config.learning_rate),
         )
         model, optimizer = tfruntime.build_model(spec, config, runtime)
         result["xla_effective"] = tfruntime.xla_effective(model, config)

@@ -32,6 +32,10 @@ class ModelSpec:
     default_learning_rate: float
     description: str = ""
 
+    def learning_rate(self, override: float | None) -> float:
+        """The learning rate a run uses: the config's when it sets one, else this model's default."""
+        return self.default_learning_rate if override is None else override
+
     def preset(self, name: str) -> Any:
         """Return the preset called ``name`` or raise KeyError naming the known ones."""
         if name not in self.presets:

@@ -102,6 +102,7 @@ def run_child(config: BenchmarkConfig, python: str, workdir: Path) -> tuple[dict
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
         try:
             code = proc.wait(timeout=config.timeout_s)
@@ -114,17 +115,12 @@ def run_child(config: BenchmarkConfig, python: str, workdir: Path) -> tuple[dict
             raise
     wall_s = time.perf_counter() - start
     tail = _tail(log_path)
+
+    def failure(status: str, error_type: str, message: str) -> tuple[dict[str, Any], float, int | None]:
+        return {"status": status, "error_type": error_type, "error_message": message, "log_tail": tail}, wall_s, code
+
     if timed_out:
-        return (
-            {
-                "status": "timeout",
-                "error_type": "Timeout",
-                "log_tail": tail,
-                "error_message": f"trial ran past its timeout of {config.timeout_s:g} s and was killed",
-            },
-            wall_s,
-            code,
-        )
+        return failure("timeout", "Timeout", f"trial ran past its timeout of {config.timeout_s:g} s and was killed")
     if result_path.exists():
         child = json.loads(result_path.read_text())
         if child.get("status") != "ok":
@@ -133,27 +129,9 @@ def run_child(config: BenchmarkConfig, python: str, workdir: Path) -> tuple[dict
     if code is not None and code < 0:
         name = signal.Signals(-code).name
         hint = " (the kernel's out-of-memory killer or a user)" if name == "SIGKILL" else ""
-        return (
-            {
-                "status": "killed",
-                "error_type": name,
-                "log_tail": tail,
-                "error_message": f"trial process was killed by {name}{hint}",
-            },
-            wall_s,
-            code,
-        )
+        return failure("killed", name, f"trial process was killed by {name}{hint}")
     last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
-    return (
-        {
-            "status": "crash",
-            "error_type": "ProcessExit",
-            "log_tail": tail,
-            "error_message": f"trial process exited with code {code}: {last[:300]}",
-        },
-        wall_s,
-        code,
-    )
+    return failure("crash", "ProcessExit", f"trial process exited with code {code}: {last[:300]}")
 
 
 def make_row(

@@ -1,6 +1,7 @@
 """The ``stepwatch`` command. Each subcommand is its arguments plus one ``run_*`` function.
 
-Exit codes: 0 no problem, 2 usage error (bad flags, suite or catalog), 4 benchmarks failed to run.
+Exit codes: 0 no problem, 2 usage error (bad flags, suite, catalog or selection), 4 benchmarks failed
+to run, results could not be stored, or a file was quarantined.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from collector import catalog, runner
+from collector import catalog, objectstore, queries, runner, store
 from collector.config import BACKENDS, DATA, LOOPS, PRECISIONS, STRATEGIES, config_from_row
 from collector.results import ResultFile, ResultsError
 from collector.suite import SuiteError, load_suite, narrow, parse_bool
@@ -74,7 +75,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--learning-rate", type=_list(float), dest="learning_rate")
     parser.add_argument("--timeout", type=_list(float), dest="timeout_s", help="seconds before a trial is killed")
     parser.add_argument("--trials", type=int, help="trials per config (default: the suite's)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results folder (default data/results)")
+    parser.add_argument(
+        "--out",
+        default=str(DEFAULT_OUT),
+        help="results folder, or an s3:// or gs:// prefix the file is uploaded to (default data/results)",
+    )
     parser.add_argument("--resume", action="store_true", help="continue the latest file of this suite in --out")
     parser.add_argument("--label", help="free text stored with every row, e.g. candidate")
     parser.add_argument("--price-per-hour", type=float, help="USD per hour for the whole run, overriding the catalog")
@@ -147,16 +152,18 @@ def run_run(args: argparse.Namespace) -> int:
     options = runner.RunOptions(
         label=args.label, price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices)
     )
+    remote = objectstore.is_remote(args.out)
+    out = DEFAULT_OUT if remote else Path(args.out)  # remote runs keep their file here too, then upload it
     try:
-        args.out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise UsageError(f"cannot create the results folder {args.out}: {error.strerror or error}") from None
-    results = ResultFile.latest(args.out, suite.name) if args.resume else None
+        raise UsageError(f"cannot create the results folder {out}: {error.strerror or error}") from None
+    results = ResultFile.latest(out, suite.name) if args.resume else None
     if results is None:
         if args.resume:
-            console.print(f"nothing to resume for suite {suite.name} in {args.out}: starting a new run")
+            console.print(f"nothing to resume for suite {suite.name} in {out}: starting a new run")
         suite_run_id = str(uuid.uuid4())
-        results = ResultFile.create(args.out, suite.name, suite_run_id)
+        results = ResultFile.create(out, suite.name, suite_run_id)
     else:
         suite_run_id = results.rows[0]["suite_run_id"] if results.rows else str(uuid.uuid4())
     plan = runner.interleave(configs, trials)
@@ -197,10 +204,88 @@ def run_run(args: argparse.Namespace) -> int:
     console.print(_summary(results.rows))
     failed = [o for o in outcomes if o.row["status"] != "ok"]
     print(f"results: {results.path}")
+    if remote:
+        try:
+            uploaded = objectstore.upload(results.path, args.out)
+        except objectstore.StorageError as error:
+            raise ResultsError(
+                f"{error}; the results are kept in {results.path}; rerun the same command with --resume to upload them"
+            ) from None
+        print(f"uploaded: {uploaded}")
     if failed:
         console.print(f"[red]{len(failed)} of {len(outcomes)} trials failed[/red]")
         return EXIT_FAILED
     return EXIT_OK
+
+
+def run_ingest(args: argparse.Namespace) -> int:
+    """Load result parquet into the DuckDB store: new files and rows only; bad files quarantined."""
+    db = Path(args.db) if args.db else store.default_db(args.synthetic)
+    sources = args.sources or [str(DEFAULT_OUT)]
+    for source in sources:
+        if not objectstore.is_remote(source) and not Path(source).exists():
+            hint = ": run `stepwatch run` first" if source == str(DEFAULT_OUT) else ""
+            raise UsageError(f"{source} does not exist{hint}")
+    with Progress(TextColumn("{task.description}"), MofNCompleteColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("ingesting", total=None)
+
+        def on_file(uri: str, outcome: str) -> None:
+            bar.advance(task)
+
+        def on_wait() -> None:
+            bar.console.print(f"waiting for another ingest into {db} to finish ...")
+
+        report = store.ingest(sources, db, args.synthetic, on_file, on_wait)
+    for uri, reason, moved in report.quarantined:
+        console.print(f"quarantined {escape(uri)}: {escape(reason)} (moved to {escape(moved)})")
+    refused: dict[str, list[str]] = {}
+    for uri, reason in report.refused:
+        refused.setdefault(reason, []).append(uri)
+    for reason, uris in refused.items():
+        more = f" and {len(uris) - 1} more" if len(uris) > 1 else ""
+        console.print(f"skipped {escape(uris[0])}{more}: {escape(reason)}")
+    console.print(
+        f"{report.files_seen} file(s): {report.files_ingested} ingested ({report.rows_added:,} new rows of "
+        f"{report.rows_read:,} read), {report.files_unchanged} already in the store, {len(report.quarantined)} "
+        f"quarantined; {db} in {report.seconds:.2f} s"
+    )
+    return EXIT_FAILED if report.quarantined or report.refused else EXIT_OK
+
+
+def _reader(db_arg: str | None) -> store.StoreReader:
+    db = Path(db_arg) if db_arg else store.default_db()
+    if not db.exists():
+        raise UsageError(f"no store at {db}: run `stepwatch ingest` first")
+    return store.StoreReader(db)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Write the selected runs as CSV or parquet (parquet can be ingested into another store)."""
+    selection = queries.Selection.parse(args.where)
+    out = Path(args.out or f"stepwatch-export.{args.format}")
+    reader = _reader(args.db)
+    try:
+        rows = queries.export(reader.connection(), selection, args.format, out)
+    except OSError as error:
+        raise ResultsError(f"cannot write {out}: {error.strerror or error}") from None
+    finally:
+        reader.close()
+    console.print(f"{rows:,} run(s) matching {escape(selection.describe())}")
+    print(f"exported: {out}")
+    return EXIT_OK
+
+
+def run_synthesize(args: argparse.Namespace) -> int:
+    """Write synthetic history (for load tests) and ingest it into a store of its own."""
+    from collector import synthetic  # numpy-heavy generator, only needed here
+
+    if args.rows < 1:
+        raise UsageError("--rows must be at least 1")
+    db = Path(args.db) if args.db else store.default_db(synthetic=True)
+    files = synthetic.generate(args.rows, Path(args.out), seed=args.seed)
+    console.print(f"wrote {len(files)} synthetic file(s) to {args.out}")
+    args.sources, args.db, args.synthetic = [args.out], str(db), True
+    return run_ingest(args)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -216,6 +301,26 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a benchmark suite and write parquet")
     add_run_arguments(run)
     run.set_defaults(handler=run_run)
+
+    ingest = commands.add_parser("ingest", help="load result parquet into the DuckDB store")
+    ingest.add_argument("sources", nargs="*", help="folders, files or s3:// / gs:// prefixes (default data/results)")
+    ingest.add_argument("--db", help=f"store file (default ${store.DB_ENV} or {store.DEFAULT_DB})")
+    ingest.add_argument("--synthetic", action="store_true", help=f"synthetic test data (default {store.SYNTHETIC_DB})")
+    ingest.set_defaults(handler=run_ingest)
+
+    export = commands.add_parser("export", help="write selected runs from the store as CSV or parquet")
+    export.add_argument("--where", help="selection, e.g. model=resnet50,tf_version=2.21.0,since=2026-11-01")
+    export.add_argument("--format", choices=queries.EXPORT_FORMATS, default="csv")
+    export.add_argument("--out", help="output file (default stepwatch-export.FORMAT)")
+    export.add_argument("--db", help=f"store file (default ${store.DB_ENV} or {store.DEFAULT_DB})")
+    export.set_defaults(handler=run_export)
+
+    synth = commands.add_parser("synthesize", help="generate synthetic history for load tests (never real)")
+    synth.add_argument("--rows", type=int, default=100_000)
+    synth.add_argument("--out", default="data/synthetic", help="folder for the synthetic parquet files")
+    synth.add_argument("--db", help=f"synthetic store (default {store.SYNTHETIC_DB})")
+    synth.add_argument("--seed", type=int, default=0)
+    synth.set_defaults(handler=run_synthesize)
     return parser
 
 
@@ -223,10 +328,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
-    except (SuiteError, UsageError, catalog.CatalogError) as error:
+    except (SuiteError, UsageError, catalog.CatalogError, queries.SelectionError) as error:
         print(f"stepwatch: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except (ResultsError, runner.MaxBatchError) as error:
+    except (ResultsError, runner.MaxBatchError, store.StoreError, objectstore.StorageError) as error:
         print(f"stepwatch: error: {error}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

@@ -127,6 +127,8 @@ def host_environment(backend: str) -> dict[str, Any]:
     if backend == "gpu":
         drivers = _nvidia_smi("driver_version")
         memory = _nvidia_smi("memory.total")
+        names = _nvidia_smi("name")
+        env["accelerator"] = names[0] if names else None
         env["driver_version"] = drivers[0] if drivers else None
         env["accelerator_memory_bytes"] = int(float(memory[0]) * 2**20) if memory else None
         env["cuda_runtime_version"] = cuda_runtime_version()

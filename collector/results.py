@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collector.schema import to_table
+from collector.schema import SchemaError, conform, to_table
 
 
 class ResultsError(RuntimeError):
@@ -68,7 +68,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as error:
         raise ResultsError(f"{path} is not a readable parquet file: {error}") from None
-    missing = {"run_id", "suite_run_id", "config_key", "trial", "status"} - set(table.column_names)
-    if missing:
-        raise ResultsError(f"{path} is not a stepwatch results file (no column {', '.join(sorted(missing))})")
-    return table.to_pylist()
+    try:
+        return conform(table).to_pylist()
+    except SchemaError as error:
+        raise ResultsError(f"{path} is not a stepwatch results file: {error}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ from typing import Any
 
 from collector import catalog
 from collector.config import BenchmarkConfig
+from collector.environment import host_environment
 from collector.results import ResultFile
 from collector.trial import SPAWN_TIME_ENV
 
@@ -134,6 +136,11 @@ def run_child(config: BenchmarkConfig, python: str, workdir: Path) -> tuple[dict
     return failure("crash", "ProcessExit", f"trial process exited with code {code}: {last[:300]}")
 
 
+@functools.cache
+def _parent_host(backend: str) -> dict[str, Any]:
+    return host_environment(backend)
+
+
 def make_row(
     config: BenchmarkConfig,
     trial: int,
@@ -160,6 +167,7 @@ def make_row(
         "global_batch": config.global_batch,
         **{k: v for k, v in asdict(config).items() if k != "xla"},
     }
+    row.update(_parent_host(config.backend))  # so that a trial that died early still has its host and series
     row.update(child)
     row.update(wall_s=wall_s, exit_code=code, max_per_device_batch=options.max_batches.get(config.key))
     if row["status"] != "ok":

@@ -1,14 +1,19 @@
-"""The result row: one per (config, trial), wide and typed. This module owns the column list."""
+"""The result row: one per (config, trial), wide and typed. This module owns the column list, the series
+key, and how a file of any schema version (or from any writer) is checked and brought to the current one."""
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-SCHEMA_VERSION = 1
+# 1: first release. 2: adds series_key (config_key + accelerator product), computed once here for every tool.
+SCHEMA_VERSION = 2
 
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 _TS = pa.timestamp("us", tz="UTC")
@@ -19,6 +24,7 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("run_id", _STR, "identity"),
     ("suite_run_id", _STR, "identity"),
     ("suite", _STR, "identity"),
+    ("series_key", _STR, "identity"),
     ("trial", _I64, "identity"),
     ("started_at", _TS, "identity"),
     ("finished_at", _TS, "identity"),
@@ -124,16 +130,124 @@ SCHEMA = pa.schema([pa.field(name, dtype) for name, dtype, _ in COLUMNS]).with_m
 COLUMN_NAMES = frozenset(SCHEMA.names)
 
 
+# A file missing one of these (or with a null in the first five) is not a stepwatch results file.
+REQUIRED = ("run_id", "suite_run_id", "config_key", "status", "model", "trial", "started_at", "backend")
+NOT_NULL = REQUIRED[:5]
+
+
+class SchemaError(ValueError):
+    """A results table that cannot be brought to the current schema, in one line."""
+
+
+def series_key(config_key: str, accelerator: str | None) -> str:
+    """What must match for two rows to be comparable: the config plus the accelerator product name."""
+    return hashlib.sha256(f"{config_key}|{accelerator or ''}".encode()).hexdigest()[:16]
+
+
+def _merge_extras(current: str | None, extra: Mapping[str, Any]) -> str | None:
+    if not extra:
+        return current
+    merged = json.loads(current) if current else {}
+    merged.update(extra)
+    return json.dumps(merged, sort_keys=True, default=str)
+
+
 def to_table(rows: list[Mapping[str, Any]]) -> pa.Table:
     """Rows to an Arrow table of SCHEMA; keys outside the schema are folded into ``extras`` (JSON)."""
     normalised = []
     for row in rows:
-        extra = {k: v for k, v in row.items() if k not in COLUMN_NAMES}
         out = {name: row.get(name) for name in SCHEMA.names}
-        if extra:
-            merged = json.loads(out["extras"]) if out["extras"] else {}
-            merged.update(extra)
-            out["extras"] = json.dumps(merged, sort_keys=True, default=str)
+        out["extras"] = _merge_extras(out["extras"], {k: v for k, v in row.items() if k not in COLUMN_NAMES})
         out["schema_version"] = SCHEMA_VERSION
+        if out["config_key"] and not out["series_key"]:
+            out["series_key"] = series_key(out["config_key"], out["accelerator"])
         normalised.append(out)
     return pa.Table.from_pylist(normalised, schema=SCHEMA)
+
+
+def _add_series_key(table: pa.Table) -> pa.Table:
+    accelerators = table.column("accelerator").to_pylist() if "accelerator" in table.column_names else None
+    keys = table.column("config_key").to_pylist()
+    values = [series_key(k, accelerators[i] if accelerators else None) for i, k in enumerate(keys)]
+    if "series_key" in table.column_names:
+        table = table.drop_columns(["series_key"])
+    return table.append_column("series_key", pa.array(values, _STR))
+
+
+# MIGRATIONS[v] turns a table of schema version v into version v + 1.
+MIGRATIONS: dict[int, Callable[[pa.Table], pa.Table]] = {1: _add_series_key}
+
+
+def _compatible(actual: pa.DataType, wanted: pa.DataType) -> bool:
+    """Whether a column of type ``actual`` can be cast to ``wanted`` without reinterpreting its values."""
+    if pa.types.is_null(actual) or actual == wanted:
+        return True
+    if pa.types.is_list(wanted):
+        return (pa.types.is_list(actual) or pa.types.is_large_list(actual)) and _compatible(
+            actual.value_type, wanted.value_type
+        )
+    if pa.types.is_floating(wanted):
+        return pa.types.is_floating(actual) or pa.types.is_integer(actual)
+    if pa.types.is_integer(wanted):
+        return pa.types.is_integer(actual)
+    if pa.types.is_string(wanted):
+        return pa.types.is_string(actual) or pa.types.is_large_string(actual) or pa.types.is_dictionary(actual)
+    if pa.types.is_timestamp(wanted):
+        return pa.types.is_timestamp(actual)
+    return False
+
+
+def _file_version(table: pa.Table) -> int:
+    versions = pc.unique(table.column("schema_version").drop_null()).to_pylist()
+    if len(versions) > 1:
+        raise SchemaError(f"rows of several schema versions in one file ({', '.join(map(str, sorted(versions)))})")
+    if not versions:
+        raise SchemaError("schema_version is empty")
+    return int(versions[0])
+
+
+def conform(table: pa.Table) -> pa.Table:
+    """Check a results table and bring it to SCHEMA: migrate older versions, cast compatible types, fill
+    absent optional columns with nulls and fold unknown columns into ``extras``. Raises SchemaError."""
+    if "schema_version" not in table.column_names:
+        raise SchemaError("not a stepwatch results file (no schema_version column)")
+    if not pa.types.is_integer(table.schema.field("schema_version").type):
+        raise SchemaError(f"column schema_version has type {table.schema.field('schema_version').type}, expected int64")
+    missing = [name for name in REQUIRED if name not in table.column_names]
+    if missing:
+        raise SchemaError(f"required column(s) missing: {', '.join(missing)}")
+    version = _file_version(table) if table.num_rows else SCHEMA_VERSION
+    if version > SCHEMA_VERSION:
+        raise SchemaError(f"written by a newer stepwatch (schema {version}, this one reads up to {SCHEMA_VERSION})")
+    if version < 1:
+        raise SchemaError(f"schema_version {version} does not exist")
+    types = {name: dtype for name, dtype, _ in COLUMNS}
+    for field in table.schema:
+        if field.name in types and not _compatible(field.type, types[field.name]):
+            raise SchemaError(f"column {field.name} has type {field.type}, expected {types[field.name]}")
+    for name in NOT_NULL:
+        nulls = table.column(name).null_count
+        if nulls:
+            raise SchemaError(f"column {name} has {nulls} empty value(s)")
+    for step in range(version, SCHEMA_VERSION):
+        table = MIGRATIONS[step](table)
+    present = {name: i for i, name in enumerate(table.column_names)}
+    unknown = [name for name in present if name not in types]
+    columns = []
+    for name in SCHEMA.names:
+        if name == "schema_version":
+            columns.append(pa.array(np.full(table.num_rows, SCHEMA_VERSION), _I64))
+        elif name in present:
+            columns.append(table.column(present[name]))
+        else:
+            columns.append(pa.nulls(table.num_rows, types[name]))
+    try:
+        columns = [c if c.type == types[name] else c.cast(types[name]) for c, name in zip(columns, SCHEMA.names)]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        raise SchemaError(f"values that do not fit the schema: {str(error).splitlines()[0]}") from None
+    out = pa.Table.from_arrays(columns, schema=SCHEMA)
+    if unknown:
+        extra_rows = table.select(unknown).to_pylist()
+        extras = [_merge_extras(current, extra) for current, extra in zip(out.column("extras").to_pylist(), extra_rows)]
+        out = out.set_column(SCHEMA.get_field_index("extras"), "extras", pa.array(extras, _STR))
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,7 +18,17 @@ from tests.conftest import stepwatch
 
 
 def row(i: int, log: str = "") -> dict:
-    return {"run_id": f"r{i}", "suite_run_id": "s", "config_key": "k", "trial": i, "status": "ok", "log_tail": log}
+    return {
+        "run_id": f"r{i}",
+        "suite_run_id": "s",
+        "config_key": "k",
+        "model": "bilstm",
+        "backend": "cpu",
+        "started_at": datetime(2026, 11, 1, tzinfo=UTC),
+        "trial": i,
+        "status": "ok",
+        "log_tail": log,
+    }
 
 
 def test_append_rewrites_the_whole_file_and_folds_unknown_keys_into_extras(tmp_path: Path) -> None:

@@ -1,0 +1,252 @@
+"""The questions asked of the store, in one place for the CLI, the analysis and the dashboard.
+
+A selection (``tf_version=2.20.0,label=candidate``, ``since=2026-11-01``, ``model=resnet50|bert``) becomes
+a WHERE clause over known column names with every value bound as a parameter: nothing a user types is
+ever formatted into SQL.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from collector.schema import SCHEMA
+from collector.store import RUN_COLUMNS
+
+_TYPES = {f.name: f.type for f in RUN_COLUMNS}
+SELECTABLE = tuple(
+    name
+    for name, dtype in _TYPES.items()
+    if not pa.types.is_floating(dtype) and not pa.types.is_timestamp(dtype) and name not in ("extras", "log_tail")
+)
+ALIASES = {"xla": "xla_requested", "series": "series_key", "version": "tf_version"}
+RANGE_KEYS = ("since", "until")
+
+
+class SelectionError(ValueError):
+    """A selection that names an unknown field or a value of the wrong kind, in one line."""
+
+
+def _value(name: str, text: str) -> Any:
+    dtype = _TYPES[name]
+    if pa.types.is_boolean(dtype):
+        lowered = text.lower()
+        if lowered in ("on", "true", "1", "yes"):
+            return True
+        if lowered in ("off", "false", "0", "no"):
+            return False
+        raise SelectionError(f"{name}={text!r}: expected on or off")
+    if pa.types.is_integer(dtype):
+        try:
+            return int(text)
+        except ValueError:
+            raise SelectionError(f"{name}={text!r}: expected a whole number") from None
+    return text
+
+
+def _instant(key: str, text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise SelectionError(f"{key}={text!r}: expected a date such as 2026-11-01 or 2026-11-01T12:00") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Equality filters (several values of one field are alternatives) and a started_at range."""
+
+    equals: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    since: datetime | None = None
+    until: datetime | None = None
+
+    @classmethod
+    def parse(cls, text: str | None) -> Selection:
+        """``key=value[|value...][,key=value...]``; raises SelectionError naming the bad part."""
+        equals: dict[str, tuple[Any, ...]] = {}
+        since = until = None
+        for part in (text or "").split(","):
+            part = part.strip()
+            if not part:
+                continue
+            key, sep, raw = part.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise SelectionError(f"{part!r} is not key=value (e.g. tf_version=2.20.0)")
+            key = ALIASES.get(key, key)
+            raw = raw.strip()
+            if key in RANGE_KEYS:
+                moment = _instant(key, raw)
+                since, until = (moment, until) if key == "since" else (since, moment)
+                continue
+            if key not in SELECTABLE:
+                close = difflib.get_close_matches(key, SELECTABLE + RANGE_KEYS + tuple(ALIASES), n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise SelectionError(f"unknown field {key!r} in selection{hint}")
+            equals[key] = equals.get(key, ()) + tuple(_value(key, v.strip()) for v in raw.split("|"))
+        return cls(tuple(sorted(equals.items())), since, until)
+
+    def where(self, alias: str = "") -> tuple[str, list[Any]]:
+        """SQL condition and its parameters; column names come from the schema, values are bound."""
+        prefix = f"{alias}." if alias else ""
+        clauses, params = ["TRUE"], []
+        for name, values in self.equals:
+            clauses.append(f'{prefix}"{name}" IN ({", ".join("?" for _ in values)})')
+            params.extend(values)
+        if self.since is not None:
+            clauses.append(f"{prefix}started_at >= ?")
+            params.append(self.since)
+        if self.until is not None:
+            clauses.append(f"{prefix}started_at < ?")
+            params.append(self.until)
+        return " AND ".join(clauses), params
+
+    def describe(self) -> str:
+        parts = [f"{k}={'|'.join(map(str, v))}" for k, v in self.equals]
+        parts += [f"since={self.since.isoformat()}"] if self.since else []
+        parts += [f"until={self.until.isoformat()}"] if self.until else []
+        return ",".join(parts) or "all runs"
+
+
+def latest_per_series(con: duckdb.DuckDBPyConnection, selection: Selection = Selection()) -> pd.DataFrame:
+    """Per series, its most recent suite run: trials passing n/N, median throughput, the versions it ran."""
+    where, params = selection.where()
+    return con.execute(
+        f"""
+        SELECT series_key, any_value(model) AS model, any_value(preset) AS preset, any_value(backend) AS backend,
+               any_value(accelerator) AS accelerator, any_value(num_devices) AS num_devices,
+               any_value(xla_requested) AS xla, any_value(precision) AS precision,
+               any_value(per_device_batch) AS per_device_batch, any_value(loop) AS loop,
+               any_value(suite_run_id) AS suite_run_id, max(started_at) AS started_at,
+               count(*) AS trials, count(*) FILTER (WHERE status = 'ok') AS ok,
+               median(examples_per_sec) FILTER (WHERE status = 'ok') AS examples_per_sec,
+               median(units_per_sec) FILTER (WHERE status = 'ok') AS units_per_sec, any_value(unit) AS unit,
+               any_value(tf_version) AS tf_version, any_value(label) AS label,
+               string_agg(DISTINCT status, ', ') FILTER (WHERE status <> 'ok') AS failures
+        FROM latest_runs WHERE {where}
+        GROUP BY series_key ORDER BY model, preset, backend, accelerator, precision, xla
+        """,
+        params,
+    ).df()
+
+
+HISTORY_COLUMNS = (
+    "run_id",
+    "suite_run_id",
+    "trial",
+    "started_at",
+    "status",
+    "label",
+    "examples_per_sec",
+    "units_per_sec",
+    "step_time_p50_s",
+    "compile_s",
+    "peak_memory_bytes",
+    "per_device_batch",
+    "global_batch",
+    "cost_usd",
+    "cost_per_1m_examples_usd",
+    "tf_version",
+    "keras_version",
+    "keras_hub_version",
+    "cuda_build_version",
+    "cudnn_build_version",
+    "driver_version",
+    "container_image",
+    "stepwatch_git_sha",
+    "host",
+)
+
+
+def series_history(con: duckdb.DuckDBPyConnection, series_key: str, selection: Selection = Selection()) -> pd.DataFrame:
+    """Every trial of one series in time order, with the metrics plotted and the versions compared along."""
+    where, params = selection.where()
+    columns = ", ".join(HISTORY_COLUMNS)
+    return con.execute(
+        f"SELECT {columns} FROM runs WHERE series_key = ? AND {where} ORDER BY started_at, trial",
+        [series_key, *params],
+    ).df()
+
+
+def compare_sides(
+    con: duckdb.DuckDBPyConnection,
+    baseline: Selection,
+    candidate: Selection,
+    metric: str = "examples_per_sec",
+) -> pd.DataFrame:
+    """Per series present on either side: trial count, mean and variance of log(metric) for each side,
+    which is what a ratio of geometric means and its Welch interval need. Failed trials are left out."""
+    if metric not in _TYPES or not pa.types.is_floating(_TYPES[metric]):
+        raise SelectionError(f"{metric!r} is not a numeric metric")
+    where_a, params_a = baseline.where()
+    where_b, params_b = candidate.where()
+    return con.execute(
+        f"""
+        WITH sides AS (
+            SELECT 'baseline' AS side, series_key, ln("{metric}") AS v FROM runs
+            WHERE status = 'ok' AND "{metric}" > 0 AND {where_a}
+            UNION ALL
+            SELECT 'candidate', series_key, ln("{metric}") FROM runs
+            WHERE status = 'ok' AND "{metric}" > 0 AND {where_b}
+        ), stats AS (
+            SELECT series_key,
+                   count(*) FILTER (WHERE side = 'baseline') AS n_baseline,
+                   avg(v) FILTER (WHERE side = 'baseline') AS mean_log_baseline,
+                   var_samp(v) FILTER (WHERE side = 'baseline') AS var_log_baseline,
+                   count(*) FILTER (WHERE side = 'candidate') AS n_candidate,
+                   avg(v) FILTER (WHERE side = 'candidate') AS mean_log_candidate,
+                   var_samp(v) FILTER (WHERE side = 'candidate') AS var_log_candidate
+            FROM sides GROUP BY series_key
+        )
+        SELECT s.series_key, r.model, r.preset, r.backend, r.accelerator, r.precision, r.xla, r.per_device_batch,
+               s.* EXCLUDE (series_key),
+               exp(mean_log_candidate - mean_log_baseline) AS ratio
+        FROM stats s JOIN series r USING (series_key)
+        ORDER BY r.model, r.preset, r.accelerator, r.precision, r.xla
+        """,
+        [*params_a, *params_b],
+    ).df()
+
+
+EXPORT_FORMATS = ("csv", "parquet")
+
+
+def export(con: duckdb.DuckDBPyConnection, selection: Selection, fmt: str, out: Path) -> int:
+    """Write the selected runs to ``out``. Parquet keeps the window arrays and the result schema, so an
+    exported file can be ingested into another store; CSV has one flat row per trial. Returns rows written."""
+    where, params = selection.where("r")
+    if fmt == "parquet":
+        table = con.sql(
+            f"""
+            WITH picked AS (SELECT r.* EXCLUDE (source_uri, ingested_at) FROM runs r WHERE {where}),
+            windows AS (
+                SELECT run_id,
+                       list(step_time_s ORDER BY window_index) FILTER (WHERE step_time_s IS NOT NULL)
+                           AS window_step_times_s,
+                       list(loss ORDER BY window_index) FILTER (WHERE loss IS NOT NULL) AS window_losses
+                FROM samples WHERE run_id IN (SELECT run_id FROM picked) GROUP BY run_id
+            )
+            SELECT * FROM picked LEFT JOIN windows USING (run_id) ORDER BY started_at, run_id
+            """,
+            params=params,
+        ).to_arrow_table()
+        table = table.select(SCHEMA.names).cast(SCHEMA).replace_schema_metadata(SCHEMA.metadata)
+        pq.write_table(table, out, compression="zstd")
+    elif fmt == "csv":
+        table = con.sql(
+            f"SELECT r.* EXCLUDE (source_uri, ingested_at) FROM runs r WHERE {where} ORDER BY r.started_at, r.run_id",
+            params=params,
+        ).to_arrow_table()
+        pacsv.write_csv(table, out)
+    else:
+        raise SelectionError(f"format {fmt!r} is not one of {', '.join(EXPORT_FORMATS)}")
+    return table.num_rows

@@ -27,7 +27,7 @@ from collector.suite import SuiteError, load_suite, narrow, parse_bool
 EXIT_OK, EXIT_USAGE, EXIT_FAILED = 0, 2, 4
 DEFAULT_OUT = Path("data/results")
 
-console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 150)
+console = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 150)
 
 
 class UsageError(ValueError):

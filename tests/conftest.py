@@ -5,9 +5,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
+
+from collector.config import BenchmarkConfig
+from collector.schema import to_table
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -26,15 +34,54 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def stepwatch(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run ``python -m collector`` (the stepwatch CLI) in the repository and capture its output."""
+def stepwatch(
+    *args: str, timeout: float = 600, cwd: Path = REPO, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``python -m collector`` (the stepwatch CLI) and capture its output."""
     return subprocess.run(
         [sys.executable, "-m", "collector", *args],
-        cwd=REPO,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
+
+
+def result_rows(count: int, suite_run_id: str | None = None, start: int = 0, **fields: Any) -> list[dict[str, Any]]:
+    """Rows shaped like the collector's (for store tests that need many rows fast; other tests run it for real)."""
+    suite_run_id = suite_run_id or str(uuid.uuid4())
+    config = BenchmarkConfig(model="bilstm")
+    started = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
+    return [
+        {
+            "run_id": f"{suite_run_id}-{i}",
+            "suite_run_id": suite_run_id,
+            "suite": "smoke",
+            "trial": i,
+            "started_at": started + timedelta(minutes=i),
+            "finished_at": started + timedelta(minutes=i, seconds=30),
+            "host": "test-host",
+            "source": "real",
+            "status": "ok",
+            "config_key": config.key,
+            "xla_requested": config.xla,
+            **{k: v for k, v in asdict(config).items() if k != "xla"},
+            "accelerator": "Test CPU",
+            "examples_per_sec": 1000.0 + i,
+            "window_step_times_s": [0.01, 0.011, 0.012],
+            "window_losses": [2.0, 1.9, 1.8],
+            "tf_version": "2.21.0",
+            **fields,
+        }
+        for i in range(start, start + count)
+    ]
+
+
+def write_results(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(to_table(rows), path)
+    return path
 
 
 def write_suite(path: Path, text: str) -> Path:

@@ -1,0 +1,250 @@
+"""The DuckDB store with real processes: idempotent ingest, quarantine, kill -9, two writers, a live reader."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from collector import store
+from collector.schema import SCHEMA, SCHEMA_VERSION, series_key, to_table
+from collector.synthetic import generate
+from tests.conftest import REPO, result_rows, stepwatch, write_results
+
+
+def count(db: Path, table: str = "runs") -> int:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_double_ingest_adds_nothing_and_a_resumed_file_adds_only_its_new_rows(tmp_path: Path) -> None:
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    write_results(results / "a.parquet", result_rows(3, "run-a"))
+    first = stepwatch("ingest", str(results), "--db", str(db))
+    assert first.returncode == 0, first.stderr
+    assert (count(db), count(db, "samples")) == (3, 9)
+    again = stepwatch("ingest", str(results), "--db", str(db))
+    assert again.returncode == 0
+    assert "0 ingested (0 new rows" in again.stderr and "1 already in the store" in again.stderr
+    assert (count(db), count(db, "samples")) == (3, 9)
+    # The same bytes under another name are known by their digest and not even read; the same file grown
+    # by one trial (as --resume does) adds only that trial.
+    (results / "copy.parquet").write_bytes((results / "a.parquet").read_bytes())
+    write_results(results / "a.parquet", result_rows(4, "run-a"))
+    report = store.ingest([str(results)], db)
+    assert (report.files_unchanged, report.rows_read, report.rows_added) == (1, 4, 1)
+    assert (count(db), count(db, "samples")) == (4, 12)
+
+
+def test_bad_files_are_quarantined_with_a_reason_and_the_good_ones_land(tmp_path: Path) -> None:
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    write_results(results / "good-1.parquet", result_rows(2, "good-1"))
+    write_results(results / "good-2.parquet", result_rows(2, "good-2"))
+    truncated = write_results(results / "truncated.parquet", result_rows(2, "t"))
+    truncated.write_bytes(truncated.read_bytes()[:300])
+    pd.DataFrame({"city": ["Oslo"], "temperature": [3.5]}).to_parquet(results / "other-tool.parquet")
+    pq.write_table(to_table(result_rows(1, "m")).drop_columns(["config_key"]), results / "no-key.parquet")
+    wrong = to_table(result_rows(1, "w"))
+    wrong = wrong.set_column(wrong.schema.get_field_index("examples_per_sec"), "examples_per_sec", pa.array(["fast"]))
+    pq.write_table(wrong, results / "wrong-type.parquet")
+
+    result = stepwatch("ingest", str(results), "--db", str(db))
+
+    assert result.returncode == 4
+    assert count(db) == 4
+    reasons = {p.name.removesuffix(".reason"): p.read_text() for p in (results / "quarantine").glob("*.reason")}
+    assert set(reasons) == {"truncated.parquet", "other-tool.parquet", "no-key.parquet", "wrong-type.parquet"}
+    assert "not a readable parquet file" in reasons["truncated.parquet"]
+    assert "no schema_version column" in reasons["other-tool.parquet"]
+    assert "required column(s) missing: config_key" in reasons["no-key.parquet"]
+    assert "column examples_per_sec has type string, expected double" in reasons["wrong-type.parquet"]
+    assert sorted(p.name for p in results.glob("*.parquet")) == ["good-1.parquet", "good-2.parquet"]
+    quarantine_lines = [line for line in result.stderr.splitlines() if line.startswith("quarantined ")]
+    assert len(quarantine_lines) == 4
+
+
+def test_older_schema_is_migrated_and_unknown_columns_go_to_extras(tmp_path: Path) -> None:
+    rows = result_rows(2, "old")
+    table = to_table(rows).drop_columns(["series_key"])
+    table = table.set_column(0, "schema_version", pa.array([1, 1], pa.int64()))
+    table = table.append_column("gpu_temperature_c", pa.array([61.0, 64.5]))
+    (tmp_path / "in").mkdir()
+    pq.write_table(table, tmp_path / "in" / "v1.parquet")
+    newer = to_table(result_rows(1, "new")).set_column(0, "schema_version", pa.array([99], pa.int64()))
+    pq.write_table(newer, tmp_path / "in" / "v99.parquet")
+    db = tmp_path / "s.duckdb"
+
+    report = store.ingest([str(tmp_path / "in")], db)
+
+    assert report.rows_added == 2
+    assert [q[0].rsplit("/", 1)[-1] for q in report.quarantined] == ["v99.parquet"]
+    assert "newer stepwatch (schema 99" in report.quarantined[0][1]
+    con = duckdb.connect(str(db), read_only=True)
+    got = con.execute("SELECT series_key, schema_version, extras FROM runs ORDER BY trial").fetchall()
+    con.close()
+    assert {g[0] for g in got} == {series_key(rows[0]["config_key"], "Test CPU")}
+    assert [g[1] for g in got] == [SCHEMA_VERSION] * 2
+    assert [json.loads(g[2])["gpu_temperature_c"] for g in got] == [61.0, 64.5]
+
+
+@pytest.fixture(scope="module")
+def synthetic_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Enough synthetic history that an ingest takes a few seconds on this machine."""
+    folder = tmp_path_factory.mktemp("synthetic")
+    generate(40_000, folder, seed=1)
+    return folder
+
+
+def _ingest_process(sources: list[Path], db: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "collector", "ingest", *map(str, sources), "--db", str(db), "--synthetic"]
+    return subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_kill_9_during_an_ingest_leaves_the_store_as_before(tmp_path: Path, synthetic_files: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    first = sorted(synthetic_files.glob("*.parquet"))[:20]
+    folder = tmp_path / "first"
+    folder.mkdir()
+    for path in first:
+        (folder / path.name).write_bytes(path.read_bytes())
+    assert store.ingest([str(folder)], db, synthetic=True).rows_added > 0
+    before = count(db), count(db, "samples"), count(db, "ingested_files")
+
+    proc = _ingest_process([synthetic_files], db)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".s.duckdb.*.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.5)  # inside the write
+    assert proc.poll() is None, "the ingest finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+    assert (count(db), count(db, "samples"), count(db, "ingested_files")) == before
+    report = store.ingest([str(synthetic_files)], db, synthetic=True)  # and the next ingest completes the work
+    assert not list(tmp_path.glob(".s.duckdb.*"))
+    assert count(db) == 40_000 and report.rows_added == 40_000 - before[0]
+    assert count(db, "samples") == 10 * 40_000
+
+
+READER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from collector.store import StoreReader
+    reader, seen, errors = StoreReader(Path(sys.argv[1])), [], 0
+    stop = time.monotonic() + float(sys.argv[2])
+    while time.monotonic() < stop:
+        try:
+            con = reader.connection()
+            if con is not None:
+                con.execute("SELECT count(*) FROM latest_runs").fetchone()
+                seen.append(con.execute("SELECT count(*) FROM runs").fetchone()[0])
+        except Exception as error:
+            errors += 1
+            print(type(error).__name__, error, file=sys.stderr)
+    print(len(seen), errors, sorted(set(seen)))
+    """
+)
+
+
+def test_two_ingests_at_once_and_a_reader_that_never_fails(tmp_path: Path, synthetic_files: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    files = sorted(synthetic_files.glob("*.parquet"))
+    halves = tmp_path / "a", tmp_path / "b"
+    for half, chunk in zip(halves, (files[: len(files) * 2 // 3], files[len(files) // 3 :])):  # they overlap
+        half.mkdir()
+        for path in chunk:
+            (half / path.name).write_bytes(path.read_bytes())
+    store.ingest([str(halves[0] / files[0].name)], db, synthetic=True)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(db), "25"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(3)
+    a, b = _ingest_process([halves[0]], db), _ingest_process([halves[1]], db)
+    outs = [p.communicate(timeout=300) for p in (a, b)]
+    assert [a.returncode, b.returncode] == [0, 0], outs
+    assert any("waiting for another ingest" in err for _, err in outs)
+    out, err = reader.communicate(timeout=120)
+    queries, errors, seen = out.split(" ", 2)
+    assert (int(errors), err) == (0, "")
+    assert int(queries) > 20
+    counts = json.loads(seen)
+    assert max(counts) == 40_000 and len(counts) >= 2  # it saw the store change under it
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(*), count(DISTINCT run_id) FROM runs").fetchone() == (40_000, 40_000)
+    con.close()
+
+
+def test_a_synthetic_file_is_refused_by_a_real_store(tmp_path: Path, synthetic_files: Path) -> None:
+    db = tmp_path / "real.duckdb"
+    write_results(tmp_path / "real" / "a.parquet", result_rows(2))
+    store.ingest([str(tmp_path / "real")], db)
+    one = sorted(synthetic_files.glob("*.parquet"))[0]
+    result = stepwatch("ingest", str(one), "--db", str(db))
+    assert result.returncode == 4
+    assert "holds synthetic test data (ingest it with --synthetic)" in result.stderr
+    assert count(db) == 2 and one.exists()
+    with pytest.raises(store.StoreError, match="holds real results"):
+        store.ingest([str(one)], db, synthetic=True)
+
+
+def test_a_full_disk_during_an_ingest_leaves_the_store_as_before(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")  # ok-skip: this machine and CI run as root
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True)
+    try:
+        db = mount / "s.duckdb"
+        write_results(tmp_path / "r1" / "a.parquet", result_rows(5, "a"))
+        store.ingest([str(tmp_path / "r1")], db)
+        big = [{**row, "log_tail": os.urandom(1000).hex()} for row in result_rows(4000, "b")]
+        write_results(tmp_path / "r2" / "b.parquet", big)
+        result = stepwatch("ingest", str(tmp_path / "r2"), "--db", str(db))
+        assert result.returncode == 4
+        assert result.stderr.strip().count("\n") == 0 and "stepwatch: error: cannot write" in result.stderr
+        assert count(db) == 5
+        assert not list(mount.glob(".s.duckdb.*"))
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_export_round_trips_through_parquet_and_selects_like_the_queries(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    rows = result_rows(3, "a") + result_rows(2, "b", tf_version="2.20.0", label="baseline")
+    write_results(tmp_path / "r" / "x.parquet", rows)
+    store.ingest([str(tmp_path / "r")], db)
+    out = tmp_path / "old.parquet"
+    result = stepwatch(
+        "export", "--db", str(db), "--where", "tf_version=2.20.0", "--format", "parquet", "--out", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    exported = pq.read_table(out)
+    assert exported.schema.equals(SCHEMA, check_metadata=False)
+    assert sorted(exported.column("run_id").to_pylist()) == ["b-0", "b-1"]
+    assert exported.column("window_step_times_s").to_pylist() == [[0.01, 0.011, 0.012]] * 2
+    other = tmp_path / "other.duckdb"
+    assert store.ingest([str(out)], other).rows_added == 2  # an export is a valid results file
+    csv = tmp_path / "all.csv"
+    assert stepwatch("export", "--db", str(db), "--format", "csv", "--out", str(csv)).returncode == 0
+    assert len(pd.read_csv(csv)) == 5
+    hostile = stepwatch("export", "--db", str(db), "--where", "label=x'); DROP TABLE runs; --", "--out", str(csv))
+    assert hostile.returncode == 0 and len(pd.read_csv(csv)) == 0 and count(db) == 5

@@ -226,7 +226,8 @@ def run_ingest(args: argparse.Namespace) -> int:
         if not objectstore.is_remote(source) and not Path(source).exists():
             hint = ": run `stepwatch run` first" if source == str(DEFAULT_OUT) else ""
             raise UsageError(f"{source} does not exist{hint}")
-    with Progress(TextColumn("{task.description}"), MofNCompleteColumn(), console=console, transient=True) as bar:
+    columns = TextColumn("{task.description}"), MofNCompleteColumn()
+    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task("ingesting", total=None)
 
         def on_file(uri: str, outcome: str) -> None:

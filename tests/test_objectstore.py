@@ -1,0 +1,127 @@
+"""Results on object storage, against an S3-compatible server (moto) started on 127.0.0.1 by the tests."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import duckdb
+import pytest
+from moto.server import ThreadedMotoServer
+
+from collector import objectstore, store
+from tests.conftest import result_rows, stepwatch, write_results
+
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "stepwatch-test",
+    "AWS_SECRET_ACCESS_KEY": "stepwatch-test-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "STEPWATCH_STORAGE_BACKOFF_S": "0.1",
+}
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[str]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> dict[str, str]:
+    """Environment pointing at the moto server, with an empty bucket of this test's own."""
+    env = {**CREDENTIALS, "AWS_ENDPOINT_URL": s3_server}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    bucket = request.node.name.replace("_", "-")[:60].lower()
+    boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket=bucket)
+    return {**env, "BUCKET": bucket}
+
+
+def objects(env: dict[str, str], prefix: str) -> list[str]:
+    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"])
+    listed = client.list_objects_v2(Bucket=env["BUCKET"], Prefix=prefix)
+    return sorted(o["Key"] for o in listed.get("Contents", []) if not o["Key"].endswith("/"))  # not folder markers
+
+
+def test_run_uploads_to_s3_and_ingest_reads_it_back(tmp_path: Path, s3: dict[str, str]) -> None:
+    """A real (tiny) benchmark trial goes to S3, is ingested from S3, and a bad object there is quarantined."""
+    uri = f"s3://{s3['BUCKET']}/nightly/cpu"
+    run = stepwatch(
+        *("run", "--suite", "smoke", "--models", "bilstm", "--xla", "off", "--precision", "fp32"),
+        *("--steps", "20", "--out", uri),
+        cwd=tmp_path,
+        env=s3,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    local = sorted((tmp_path / "data" / "results").glob("*.parquet"))
+    assert len(local) == 1
+    assert objects(s3, "nightly/cpu/") == [f"nightly/cpu/{local[0].name}"]
+    assert f"uploaded: {uri}/{local[0].name}" in run.stdout
+
+    boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"]).put_object(
+        Bucket=s3["BUCKET"], Key="nightly/cpu/broken.parquet", Body=b"PAR1 not really"
+    )
+    db = tmp_path / "s.duckdb"
+    ingest = stepwatch("ingest", uri, "--db", str(db), cwd=tmp_path, env=s3)
+    assert ingest.returncode == 4
+    assert f"quarantined {uri}/broken.parquet: not a readable parquet file" in ingest.stderr
+    assert objects(s3, "nightly/cpu/quarantine/") == [
+        "nightly/cpu/quarantine/broken.parquet",
+        "nightly/cpu/quarantine/broken.parquet.reason",
+    ]
+    con = duckdb.connect(str(db), read_only=True)
+    got = con.execute("SELECT model, status, source_uri FROM runs").fetchall()
+    con.close()
+    assert got == [("bilstm", "ok", f"{uri}/{local[0].name}")]
+    again = stepwatch("ingest", uri, "--db", str(db), cwd=tmp_path, env=s3)
+    assert again.returncode == 0 and "1 already in the store" in again.stderr
+
+
+def test_ingest_from_s3_many_files_and_a_single_object(tmp_path: Path, s3: dict[str, str]) -> None:
+    for i in range(3):
+        local = write_results(tmp_path / f"r{i}.parquet", result_rows(2, f"run-{i}"))
+        objectstore.upload(local, f"s3://{s3['BUCKET']}/results")
+    db = tmp_path / "s.duckdb"
+    one = store.ingest([f"s3://{s3['BUCKET']}/results/r0.parquet"], db)
+    assert (one.files_seen, one.rows_added) == (1, 2)
+    report = store.ingest([f"s3://{s3['BUCKET']}/results"], db)
+    assert (report.files_seen, report.files_unchanged, report.rows_added) == (3, 1, 4)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_unreachable_storage_is_retried_then_one_error_and_local_results_are_kept(tmp_path: Path) -> None:
+    env = {**CREDENTIALS, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{_closed_port()}", "STEPWATCH_STORAGE_ATTEMPTS": "3"}
+    uri = "s3://nowhere/results"
+    start = time.monotonic()
+    run = stepwatch(
+        *("run", "--suite", "smoke", "--models", "bilstm", "--xla", "off", "--precision", "fp32"),
+        *("--steps", "20", "--out", uri),
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
+    assert run.returncode == 4
+    error = run.stderr.strip().splitlines()[-1]
+    local = sorted((tmp_path / "data" / "results").glob("*.parquet"))
+    assert len(local) == 1
+    kept = local[0].relative_to(tmp_path)
+    assert error.startswith(f"stepwatch: error: uploading {kept} to {uri} failed after 3 attempt(s)")
+    assert f"the results are kept in {kept}; rerun the same command with --resume" in error
+
+    ingest = stepwatch("ingest", uri, "--db", str(tmp_path / "s.duckdb"), cwd=tmp_path, env=env)
+    assert ingest.returncode == 4
+    assert len(ingest.stderr.strip().splitlines()) == 1
+    assert ingest.stderr.startswith(f"stepwatch: error: looking up {uri} failed after 3 attempt(s)")
+    assert time.monotonic() - start < 240

@@ -1,0 +1,105 @@
+"""The store's questions: selections, latest per series, one series' history, two sides compared."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import duckdb
+import numpy as np
+import pytest
+
+from collector import queries, store
+from collector.queries import Selection, SelectionError
+from collector.synthetic import generate
+
+
+@pytest.fixture(scope="module")
+def con(tmp_path_factory: pytest.TempPathFactory) -> duckdb.DuckDBPyConnection:
+    folder = tmp_path_factory.mktemp("history")
+    generate(12_000, folder / "files", seed=3)
+    db = folder / "s.duckdb"
+    store.ingest([str(folder / "files")], db, synthetic=True)
+    reader = store.StoreReader(db)
+    yield reader.connection()
+    reader.close()
+
+
+def test_selection_parses_fields_alternatives_aliases_and_dates() -> None:
+    selection = Selection.parse("model=resnet50|bert, xla=on, per_device_batch=256, since=2026-11-01")
+    assert selection.equals == (
+        ("model", ("resnet50", "bert")),
+        ("per_device_batch", (256,)),
+        ("xla_requested", (True,)),
+    )
+    assert selection.since == datetime(2026, 11, 1, tzinfo=UTC)
+    where, params = selection.where()
+    assert where.count("?") == len(params) == 5
+    assert "resnet50" not in where  # values are bound, never formatted in
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("modle=bert", "unknown field 'modle' in selection (did you mean model?)"),
+        ("per_device_batch=big", "per_device_batch='big': expected a whole number"),
+        ("xla=maybe", "xla_requested='maybe': expected on or off"),
+        ("since=last week", "since='last week': expected a date"),
+        ("model", "'model' is not key=value"),
+        ("examples_per_sec=5", "unknown field 'examples_per_sec'"),
+    ],
+)
+def test_selection_errors_name_the_bad_part(text: str, message: str) -> None:
+    with pytest.raises(SelectionError, match=message.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
+        Selection.parse(text)
+
+
+def test_latest_per_series_is_each_series_most_recent_suite_run(con: duckdb.DuckDBPyConnection) -> None:
+    latest = queries.latest_per_series(con)
+    assert len(latest) == con.execute("SELECT count(DISTINCT series_key) FROM runs").fetchone()[0]
+    key = latest.iloc[0]["series_key"]
+    last = con.execute(
+        "SELECT suite_run_id, count(*), count(*) FILTER (WHERE status = 'ok'), median(examples_per_sec) "
+        "FILTER (WHERE status = 'ok') FROM runs WHERE series_key = ? AND started_at = "
+        "(SELECT max(started_at) FROM runs WHERE series_key = ?) GROUP BY suite_run_id",
+        [key, key],
+    ).fetchone()
+    row = latest.iloc[0]
+    assert (row["suite_run_id"], row["trials"], row["ok"]) == last[:3]
+    assert row["examples_per_sec"] == pytest.approx(last[3])
+    tpu = queries.latest_per_series(con, Selection.parse("backend=tpu"))
+    assert set(tpu["backend"]) == {"tpu"} and 0 < len(tpu) < len(latest)
+
+
+def test_series_history_is_in_time_order_with_versions(con: duckdb.DuckDBPyConnection) -> None:
+    key = con.execute("SELECT series_key FROM runs WHERE backend = 'gpu' LIMIT 1").fetchone()[0]
+    history = queries.series_history(con, key)
+    assert len(history) == con.execute("SELECT count(*) FROM runs WHERE series_key = ?", [key]).fetchone()[0]
+    assert history["started_at"].is_monotonic_increasing
+    assert history["tf_version"].notna().all()
+    assert len(queries.series_history(con, "no-such-series")) == 0
+
+
+def test_compare_sides_gives_the_log_statistics_of_each_side(con: duckdb.DuckDBPyConnection) -> None:
+    versions = [v for (v,) in con.execute("SELECT DISTINCT tf_version FROM runs ORDER BY tf_version").fetchall()]
+    assert len(versions) >= 2
+    base, cand = Selection.parse(f"tf_version={versions[0]}"), Selection.parse(f"tf_version={versions[1]}")
+    table = queries.compare_sides(con, base, cand)
+    row = table.dropna().iloc[0]
+    values = {
+        side: np.log(
+            [
+                v
+                for (v,) in con.execute(
+                    "SELECT examples_per_sec FROM runs WHERE series_key = ? AND tf_version = ? AND status = 'ok'",
+                    [row["series_key"], version],
+                ).fetchall()
+            ]
+        )
+        for side, version in (("baseline", versions[0]), ("candidate", versions[1]))
+    }
+    assert row["n_baseline"] == len(values["baseline"]) and row["n_candidate"] == len(values["candidate"])
+    assert row["mean_log_baseline"] == pytest.approx(values["baseline"].mean())
+    assert row["var_log_candidate"] == pytest.approx(values["candidate"].var(ddof=1))
+    assert row["ratio"] == pytest.approx(np.exp(values["candidate"].mean() - values["baseline"].mean()))
+    with pytest.raises(SelectionError, match="not a numeric metric"):
+        queries.compare_sides(con, base, cand, metric="model; DROP TABLE runs")

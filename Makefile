@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/stepwatch run --suite smoke
+	$(BIN)/stepwatch run --suite smoke || status=$$?; $(BIN)/stepwatch ingest || exit $$?; exit $${status:-0}
 
 test: $(STAMP)
 	$(BIN)/ruff check .
@@ -26,4 +26,4 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 clean:
-	rm -rf $(VENV) data/results
+	rm -rf $(VENV) data/results data/synthetic data/*.duckdb data/*.duckdb.lock

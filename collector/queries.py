@@ -117,10 +117,16 @@ class Selection:
         return ",".join(parts) or "all runs"
 
 
+def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> pd.DataFrame:
+    """Run a bound query into pandas through Arrow (faster than DuckDB's own DataFrame conversion)."""
+    return con.sql(sql, params=params).to_arrow_table().to_pandas()
+
+
 def latest_per_series(con: duckdb.DuckDBPyConnection, selection: Selection = Selection()) -> pd.DataFrame:
     """Per series, its most recent suite run: trials passing n/N, median throughput, the versions it ran."""
     where, params = selection.where()
-    return con.execute(
+    return _frame(
+        con,
         f"""
         SELECT series_key, any_value(model) AS model, any_value(preset) AS preset, any_value(backend) AS backend,
                any_value(accelerator) AS accelerator, any_value(num_devices) AS num_devices,
@@ -136,7 +142,7 @@ def latest_per_series(con: duckdb.DuckDBPyConnection, selection: Selection = Sel
         GROUP BY series_key ORDER BY model, preset, backend, accelerator, precision, xla
         """,
         params,
-    ).df()
+    )
 
 
 HISTORY_COLUMNS = (
@@ -171,10 +177,11 @@ def series_history(con: duckdb.DuckDBPyConnection, series_key: str, selection: S
     """Every trial of one series in time order, with the metrics plotted and the versions compared along."""
     where, params = selection.where()
     columns = ", ".join(HISTORY_COLUMNS)
-    return con.execute(
+    return _frame(
+        con,
         f"SELECT {columns} FROM runs WHERE series_key = ? AND {where} ORDER BY started_at, trial",
         [series_key, *params],
-    ).df()
+    )
 
 
 def compare_sides(
@@ -189,7 +196,8 @@ def compare_sides(
         raise SelectionError(f"{metric!r} is not a numeric metric")
     where_a, params_a = baseline.where()
     where_b, params_b = candidate.where()
-    return con.execute(
+    return _frame(
+        con,
         f"""
         WITH sides AS (
             SELECT 'baseline' AS side, series_key, ln("{metric}") AS v FROM runs
@@ -214,7 +222,7 @@ def compare_sides(
         ORDER BY r.model, r.preset, r.accelerator, r.precision, r.xla
         """,
         [*params_a, *params_b],
-    ).df()
+    )
 
 
 EXPORT_FORMATS = ("csv", "parquet")

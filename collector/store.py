@@ -40,6 +40,7 @@ WINDOW_COLUMNS = ("window_step_times_s", "window_losses")
 BATCH_ROWS = 200_000
 READ_THREADS = 4
 READ_AHEAD = 64  # files decoded ahead of the inserting thread
+CLUSTER_TAIL = 0.1
 
 _DUCK_TYPES = {"int64": "BIGINT", "double": "DOUBLE", "string": "VARCHAR", "bool": "BOOLEAN"}
 
@@ -63,7 +64,7 @@ def _duck_type(dtype: pa.DataType) -> str:
 
 RUN_COLUMNS = tuple(f for f in SCHEMA if f.name not in WINDOW_COLUMNS)
 
-# Tables and views. Every column of ``runs`` comes from collector/schema.py; new schema columns are added
+# Tables. Every column of ``runs`` comes from collector/schema.py; new schema columns are added
 # to an older store on its next ingest.
 DDL = (
     "CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
@@ -81,8 +82,13 @@ DDL = (
     "created_at TIMESTAMPTZ, updated_at TIMESTAMPTZ, series_key VARCHAR, metric VARCHAR, status VARCHAR, "
     "change_at TIMESTAMPTZ, suite_run_id VARCHAR, before_value DOUBLE, after_value DOUBLE, ratio DOUBLE, "
     "ci_low DOUBLE, ci_high DOUBLE, versions_changed VARCHAR, note VARCHAR)",
+)
+
+# Derived tables, rebuilt by every ingest in its transaction, so that readers never aggregate all of ``runs``
+# for the overview (at 1M rows that is the difference between a few and a few hundred milliseconds).
+DERIVED = (
     # One row per series: the key's parts and how much history it has.
-    "CREATE OR REPLACE VIEW series AS SELECT series_key, any_value(config_key) AS config_key, "
+    "CREATE OR REPLACE TABLE series AS SELECT series_key, any_value(config_key) AS config_key, "
     "any_value(model) AS model, any_value(preset) AS preset, any_value(backend) AS backend, "
     "any_value(num_devices) AS num_devices, any_value(strategy) AS strategy, any_value(xla_requested) AS xla, "
     "any_value(precision) AS precision, any_value(per_device_batch) AS per_device_batch, "
@@ -91,7 +97,7 @@ DDL = (
     "count(DISTINCT suite_run_id) AS suite_runs, min(started_at) AS first_at, max(started_at) AS last_at "
     "FROM runs GROUP BY series_key",
     # Every trial of each series' most recent suite run.
-    "CREATE OR REPLACE VIEW latest_runs AS SELECT r.* FROM runs r JOIN "
+    "CREATE OR REPLACE TABLE latest_runs AS SELECT r.* FROM runs r JOIN "
     "(SELECT series_key, arg_max(suite_run_id, started_at) AS suite_run_id FROM runs GROUP BY series_key) l "
     "USING (series_key, suite_run_id)",
 )
@@ -134,7 +140,7 @@ def writer_lock(db: Path, on_wait: Callable[[], None] = lambda: None) -> Iterato
 
 
 def _ensure_schema(con: duckdb.DuckDBPyConnection, kind: str) -> None:
-    for statement in DDL[:-2]:
+    for statement in DDL:
         con.execute(statement)
     present = {
         row[0] for row in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'runs'").fetchall()
@@ -142,15 +148,13 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection, kind: str) -> None:
     for column in RUN_COLUMNS:
         if column.name not in present:
             con.execute(f'ALTER TABLE runs ADD COLUMN "{column.name}" {_duck_type(column.type)}')
-    for statement in DDL[-2:]:
-        con.execute(statement)
     con.execute("INSERT OR IGNORE INTO store_meta VALUES ('kind', ?), ('store_version', ?)", [kind, str(STORE_VERSION)])
 
 
 def store_kind(con: duckdb.DuckDBPyConnection) -> str:
     """'real' or 'synthetic': a store made for synthetic test data says so, so it is never taken for real."""
-    row = con.execute("SELECT value FROM store_meta WHERE key = 'kind'").fetchone()
-    return row[0] if row else "real"
+    rows = con.execute("SELECT value FROM store_meta WHERE key = 'kind'").fetchall()
+    return rows[0][0] if rows else "real"
 
 
 def _known_files(db: Path) -> tuple[dict[str, tuple[int, int]], set[str], str | None]:
@@ -197,7 +201,7 @@ def _insert(con: duckdb.DuckDBPyConnection, batch: _Batch, now: datetime) -> int
             "QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY finished_at DESC NULLS LAST) = 1"
         )
         con.unregister("staged")
-        added = con.execute("SELECT count(*) FROM fresh").fetchone()[0]
+        added = con.execute("SELECT count(*) FROM fresh").fetchall()[0][0]
         excluded = ", ".join(WINDOW_COLUMNS)
         con.execute(f"INSERT INTO runs BY NAME SELECT * EXCLUDE ({excluded}), ? AS ingested_at FROM fresh", [now])
         con.execute(
@@ -213,6 +217,22 @@ def _insert(con: duckdb.DuckDBPyConnection, batch: _Batch, now: datetime) -> int
         con.execute("INSERT INTO ingested_files BY NAME SELECT * FROM manifest")
         con.unregister("manifest")
     return added
+
+
+def _cluster(con: duckdb.DuckDBPyConnection) -> None:
+    """Keep ``runs`` ordered by series, so one series' history reads a few row groups instead of all of
+    them (at 1M rows: about 10 ms instead of 40). Rewriting the table costs seconds at that size, so it
+    is re-sorted only once rows appended since the last sort exceed a tenth of it; the unsorted tail
+    in between is small and still found by the scan."""
+    total = con.execute("SELECT count(*) FROM runs").fetchall()[0][0]
+    row = con.execute("SELECT value FROM store_meta WHERE key = 'sorted_rows'").fetchall()
+    sorted_rows = int(row[0][0]) if row else 0
+    if total - sorted_rows <= CLUSTER_TAIL * total:
+        return
+    con.execute("CREATE TABLE runs_sorted AS SELECT * FROM runs ORDER BY series_key, started_at, trial")
+    con.execute("DROP TABLE runs")
+    con.execute("ALTER TABLE runs_sorted RENAME TO runs")
+    con.execute("INSERT OR REPLACE INTO store_meta VALUES ('sorted_rows', ?)", [str(total)])
 
 
 def _read(loc: objectstore.Location, entry: objectstore.Entry) -> tuple[bytes, pa.Table | str]:
@@ -332,6 +352,9 @@ def _write(
                 report.rows_added += _insert(con, batch, now)
                 batch = _Batch()
         report.rows_added += _insert(con, batch, now)
+        _cluster(con)
+        for statement in DERIVED:
+            con.execute(statement)
         con.execute("COMMIT")
         con.execute("CHECKPOINT")
         con.close()

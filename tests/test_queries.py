@@ -55,14 +55,14 @@ def test_selection_errors_name_the_bad_part(text: str, message: str) -> None:
 
 def test_latest_per_series_is_each_series_most_recent_suite_run(con: duckdb.DuckDBPyConnection) -> None:
     latest = queries.latest_per_series(con)
-    assert len(latest) == con.execute("SELECT count(DISTINCT series_key) FROM runs").fetchone()[0]
+    assert len(latest) == con.execute("SELECT count(DISTINCT series_key) FROM runs").fetchall()[0][0]
     key = latest.iloc[0]["series_key"]
     last = con.execute(
         "SELECT suite_run_id, count(*), count(*) FILTER (WHERE status = 'ok'), median(examples_per_sec) "
         "FILTER (WHERE status = 'ok') FROM runs WHERE series_key = ? AND started_at = "
         "(SELECT max(started_at) FROM runs WHERE series_key = ?) GROUP BY suite_run_id",
         [key, key],
-    ).fetchone()
+    ).fetchall()[0]
     row = latest.iloc[0]
     assert (row["suite_run_id"], row["trials"], row["ok"]) == last[:3]
     assert row["examples_per_sec"] == pytest.approx(last[3])
@@ -71,9 +71,9 @@ def test_latest_per_series_is_each_series_most_recent_suite_run(con: duckdb.Duck
 
 
 def test_series_history_is_in_time_order_with_versions(con: duckdb.DuckDBPyConnection) -> None:
-    key = con.execute("SELECT series_key FROM runs WHERE backend = 'gpu' LIMIT 1").fetchone()[0]
+    key = con.execute("SELECT series_key FROM runs WHERE backend = 'gpu' LIMIT 1").fetchall()[0][0]
     history = queries.series_history(con, key)
-    assert len(history) == con.execute("SELECT count(*) FROM runs WHERE series_key = ?", [key]).fetchone()[0]
+    assert len(history) == con.execute("SELECT count(*) FROM runs WHERE series_key = ?", [key]).fetchall()[0][0]
     assert history["started_at"].is_monotonic_increasing
     assert history["tf_version"].notna().all()
     assert len(queries.series_history(con, "no-such-series")) == 0

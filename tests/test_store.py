@@ -26,7 +26,7 @@ from tests.conftest import REPO, result_rows, stepwatch, write_results
 def count(db: Path, table: str = "runs") -> int:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        return con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
     finally:
         con.close()
 
@@ -151,8 +151,8 @@ READER = textwrap.dedent(
         try:
             con = reader.connection()
             if con is not None:
-                con.execute("SELECT count(*) FROM latest_runs").fetchone()
-                seen.append(con.execute("SELECT count(*) FROM runs").fetchone()[0])
+                con.execute("SELECT count(*) FROM latest_runs").fetchall()
+                seen.append(con.execute("SELECT count(*) FROM runs").fetchall()[0][0])
         except Exception as error:
             errors += 1
             print(type(error).__name__, error, file=sys.stderr)
@@ -189,7 +189,7 @@ def test_two_ingests_at_once_and_a_reader_that_never_fails(tmp_path: Path, synth
     counts = json.loads(seen)
     assert max(counts) == 40_000 and len(counts) >= 2  # it saw the store change under it
     con = duckdb.connect(str(db), read_only=True)
-    assert con.execute("SELECT count(*), count(DISTINCT run_id) FROM runs").fetchone() == (40_000, 40_000)
+    assert con.execute("SELECT count(*), count(DISTINCT run_id) FROM runs").fetchall()[0] == (40_000, 40_000)
     con.close()
 
 

@@ -73,7 +73,7 @@ DDL = (
     + ", source_uri VARCHAR, ingested_at TIMESTAMPTZ)",
     "CREATE TABLE IF NOT EXISTS samples (run_id VARCHAR, window_index INTEGER, step_time_s DOUBLE, loss DOUBLE)",
     "CREATE TABLE IF NOT EXISTS ingested_files (uri VARCHAR, size BIGINT, mtime_ns BIGINT, digest VARCHAR, "
-    "rows_read BIGINT, rows_added BIGINT, ingested_at TIMESTAMPTZ)",
+    "rows_read BIGINT, ingested_at TIMESTAMPTZ)",
     "CREATE SEQUENCE IF NOT EXISTS annotation_ids",
     "CREATE TABLE IF NOT EXISTS annotations (id BIGINT DEFAULT nextval('annotation_ids') PRIMARY KEY, "
     "created_at TIMESTAMPTZ, series_key VARCHAR, happened_at TIMESTAMPTZ, text VARCHAR, author VARCHAR)",
@@ -327,7 +327,7 @@ def _write(
             digest = hashlib.sha256(data).hexdigest()
             manifest = {"uri": entry.uri, "size": entry.size, "mtime_ns": entry.mtime_ns, "digest": digest}
             if digest in digests:
-                batch.manifest.append({**manifest, "rows_read": 0, "rows_added": 0})
+                batch.manifest.append({**manifest, "rows_read": 0})
                 report.files_unchanged += 1
                 on_file(entry.uri, "unchanged")
                 continue
@@ -344,7 +344,7 @@ def _write(
                 continue
             digests.add(digest)
             batch.add(table, entry.uri)
-            batch.manifest.append({**manifest, "rows_read": table.num_rows, "rows_added": 0})
+            batch.manifest.append({**manifest, "rows_read": table.num_rows})
             report.files_ingested += 1
             report.rows_read += table.num_rows
             on_file(entry.uri, "read")
@@ -363,9 +363,9 @@ def _write(
         _fsync(db.parent)
     except duckdb.Error as error:
         raise StoreError(f"cannot write {db}: {str(error).splitlines()[0]}") from None
+    except objectstore.StorageError:
+        raise
     except OSError as error:
-        if isinstance(error, objectstore.StorageError):
-            raise
         raise StoreError(f"cannot write {db}: {error.strerror or error}; the store is unchanged") from None
     finally:
         with contextlib.suppress(duckdb.Error):

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from collector.config import FIELD_NAMES
 from collector.schema import SCHEMA, SCHEMA_VERSION, series_key
 from collector.store import SYNTHETIC_SOURCE
 from collector.suite import load_suite
@@ -164,23 +165,9 @@ def _night_file(rng, out_dir, host, chosen, trials, n, started, version, effects
         "accelerator": [host.accelerator] * n,
         "accelerator_count": [c.num_devices for c in configs],
     }
-    for field in (
-        "model",
-        "preset",
-        "backend",
-        "num_devices",
-        "strategy",
-        "precision",
-        "per_device_batch",
-        "steps_per_execution",
-        "loop",
-        "data",
-        "steps",
-        "warmup_steps",
-        "window_steps",
-        "seed",
-    ):
-        columns[field] = [getattr(c, field) for c in configs]
+    for name in FIELD_NAMES:
+        if name != "xla":  # stored as xla_requested
+            columns[name] = [getattr(c, name) for c in configs]
     arrays = [
         pa.array(columns[f.name], f.type, from_pandas=True) if f.name in columns else pa.nulls(n, f.type)
         for f in SCHEMA

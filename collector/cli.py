@@ -221,7 +221,10 @@ def run_run(args: argparse.Namespace) -> int:
 def run_ingest(args: argparse.Namespace) -> int:
     """Load result parquet into the DuckDB store: new files and rows only; bad files quarantined."""
     db = Path(args.db) if args.db else store.default_db(args.synthetic)
-    sources = args.sources or [str(DEFAULT_OUT)]
+    return _ingest(args.sources or [str(DEFAULT_OUT)], db, args.synthetic)
+
+
+def _ingest(sources: list[str], db: Path, synthetic: bool) -> int:
     for source in sources:
         if not objectstore.is_remote(source) and not Path(source).exists():
             hint = ": run `stepwatch run` first" if source == str(DEFAULT_OUT) else ""
@@ -236,7 +239,7 @@ def run_ingest(args: argparse.Namespace) -> int:
         def on_wait() -> None:
             bar.console.print(f"waiting for another ingest into {db} to finish ...")
 
-        report = store.ingest(sources, db, args.synthetic, on_file, on_wait)
+        report = store.ingest(sources, db, synthetic, on_file, on_wait)
     for uri, reason, moved in report.quarantined:
         console.print(f"quarantined {escape(uri)}: {escape(reason)} (moved to {escape(moved)})")
     refused: dict[str, list[str]] = {}
@@ -285,8 +288,7 @@ def run_synthesize(args: argparse.Namespace) -> int:
     db = Path(args.db) if args.db else store.default_db(synthetic=True)
     files = synthetic.generate(args.rows, Path(args.out), seed=args.seed)
     console.print(f"wrote {len(files)} synthetic file(s) to {args.out}")
-    args.sources, args.db, args.synthetic = [args.out], str(db), True
-    return run_ingest(args)
+    return _ingest([args.out], db, synthetic=True)
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -1,0 +1,329 @@
+"""The statistics: arrays in, verdicts and change points out. No I/O, no store, no printing, so the CLI, the
+dashboard and the tests call the same functions on the same numbers.
+
+Two questions are answered:
+
+- **Did the candidate change this series?** (``compare``). Throughput and step times are multiplicative, so
+  sides are compared on log values: the ratio of geometric means with a 95% Welch interval, a Welch p-value,
+  Benjamini-Hochberg across the whole matrix, and a verdict against the smallest change that matters.
+- **Where did the nightly history change?** (``detect_changes``). Per-night medians, outlier nights set
+  aside (Hampel), PELT with an L1 cost and a noise-scaled penalty, every change confirmed by a Welch test of
+  the segments either side and a size of at least the threshold; a change too recent to confirm is
+  *suspected*.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
+from scipy import stats
+
+REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE, MISSING = (
+    "regression",
+    "improvement",
+    "no change",
+    "inconclusive",
+    "missing",
+)
+VERDICTS = (REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE, MISSING)
+ALPHA = 0.05
+CONFIDENCE = 0.95
+
+
+# --- Baseline vs candidate ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Side:
+    """What the comparison needs of one side's trials: count, mean and sample variance of log(value)."""
+
+    n: int
+    mean_log: float
+    var_log: float
+
+    @classmethod
+    def of(cls, values: Sequence[float] | np.ndarray) -> Side:
+        return cls.of_logs(np.log(np.asarray(values, dtype=float)))
+
+    @classmethod
+    def of_logs(cls, logs: np.ndarray) -> Side:
+        var = float(logs.var(ddof=1)) if len(logs) > 1 else math.nan
+        return cls(len(logs), float(logs.mean()) if len(logs) else math.nan, var)
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """candidate / baseline geometric means, its confidence interval and the two-sided Welch p-value."""
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+
+
+def welch_ratio(baseline: Side, candidate: Side, confidence: float = CONFIDENCE) -> Ratio:
+    """Ratio of geometric means with a Welch t interval on the difference of mean logs."""
+    if baseline.n < 2 or candidate.n < 2:
+        ratio = math.exp(candidate.mean_log - baseline.mean_log) if baseline.n and candidate.n else math.nan
+        return Ratio(ratio, math.nan, math.nan, math.nan)
+    diff = candidate.mean_log - baseline.mean_log
+    qa, qb = baseline.var_log / baseline.n, candidate.var_log / candidate.n
+    se = math.sqrt(qa + qb)
+    if se == 0:  # both sides constant (e.g. memory): the difference is exact
+        return Ratio(math.exp(diff), math.exp(diff), math.exp(diff), 1.0 if diff == 0 else 0.0)
+    df = (qa + qb) ** 2 / ((qa**2 / (baseline.n - 1) if qa else 0.0) + (qb**2 / (candidate.n - 1) if qb else 0.0))
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
+    p = float(2 * stats.t.sf(abs(diff) / se, df))
+    return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p)
+
+
+def benjamini_hochberg(p_values: Sequence[float]) -> np.ndarray:
+    """BH-adjusted p-values (q-values); NaN stays NaN and is not counted as a test."""
+    p = np.asarray(p_values, dtype=float)
+    q = np.full(p.shape, math.nan)
+    tested = np.flatnonzero(~np.isnan(p))
+    if len(tested) == 0:
+        return q
+    order = tested[np.argsort(p[tested])]
+    ranked = p[order] * len(tested) / np.arange(1, len(tested) + 1)
+    q[order] = np.minimum(np.minimum.accumulate(ranked[::-1])[::-1], 1.0)
+    return q
+
+
+def verdict(result: Ratio, q_value: float, threshold: float, higher_is_better: bool, alpha: float = ALPHA) -> str:
+    """regression / improvement: significant after BH and the estimate is beyond the threshold;
+    no change: the whole interval lies within +-threshold; inconclusive: anything else (too few trials
+    or too much noise to tell a change of ``threshold`` from none)."""
+    if math.isnan(result.ratio):
+        return MISSING
+    if math.isnan(result.ci_low):
+        return INCONCLUSIVE
+    band = math.log1p(threshold)
+    size = math.log(result.ratio)
+    if q_value < alpha and abs(size) >= band:
+        worse = size < 0 if higher_is_better else size > 0
+        return REGRESSION if worse else IMPROVEMENT
+    if -band < math.log(result.ci_low) and math.log(result.ci_high) < band:
+        return NO_CHANGE
+    return INCONCLUSIVE
+
+
+@dataclass(frozen=True)
+class Verdict:
+    baseline: Side
+    candidate: Side
+    threshold: float
+    higher_is_better: bool
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    q_value: float
+    verdict: str
+
+
+def compare(
+    pairs: Sequence[tuple[Side, Side]], thresholds: Sequence[float], higher_is_better: Sequence[bool]
+) -> list[Verdict]:
+    """One verdict per (baseline, candidate) pair, with Benjamini-Hochberg across all of them."""
+    ratios = [welch_ratio(a, b) for a, b in pairs]
+    q_values = benjamini_hochberg([r.p_value for r in ratios])
+    out = []
+    for (a, b), r, q, threshold, higher in zip(pairs, ratios, q_values, thresholds, higher_is_better):
+        call = verdict(r, float(q), threshold, higher)
+        out.append(Verdict(a, b, threshold, higher, r.ratio, r.ci_low, r.ci_high, r.p_value, float(q), call))
+    return out
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Geometric mean of the ratios over the series present on both sides, with the interval that the
+    measurement noise of those series allows (not a claim about series that were not run)."""
+
+    series: int
+    geomean: float
+    ci_low: float
+    ci_high: float
+
+
+def geomean_summary(verdicts: Sequence[Verdict], confidence: float = CONFIDENCE) -> Summary:
+    both = [v for v in verdicts if v.baseline.n and v.candidate.n and not math.isnan(v.ratio)]
+    if not both:
+        return Summary(0, math.nan, math.nan, math.nan)
+    logs = np.log([v.ratio for v in both])
+    mean = float(logs.mean())
+    variances = [v.baseline.var_log / v.baseline.n + v.candidate.var_log / v.candidate.n for v in both]
+    if any(math.isnan(x) for x in variances):
+        return Summary(len(both), math.exp(mean), math.nan, math.nan)
+    half = float(stats.norm.ppf(0.5 + confidence / 2)) * math.sqrt(sum(variances)) / len(both)
+    return Summary(len(both), math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+
+
+# --- Change points over nightly history --------------------------------------------------------------
+
+MIN_SIZE = 2  # nights in a segment: one night alone is an outlier, never a level
+HAMPEL_HALF = 3  # a night is judged against the median of the 3 nights either side
+HAMPEL_K = 4.0  # ... and is an outlier when it is further than 4 robust sigmas (and the threshold) away
+PENALTY = 3.0  # PELT penalty per change, in units of robust sigma x log(nights)
+CONFIRM_NIGHTS = 3  # nights after a change before it can be confirmed
+CONFIRM_ALPHA = 0.001
+
+
+def robust_sigma(logs: np.ndarray) -> float:
+    """Night-to-night noise from the median absolute deviation of successive differences: steps and
+    outliers barely move it, unlike a standard deviation."""
+    if len(logs) < 3:
+        return math.nan
+    diffs = np.diff(logs)
+    return float(1.4826 * np.median(np.abs(diffs - np.median(diffs))) / math.sqrt(2))
+
+
+def outlier_nights(logs: np.ndarray, threshold: float, sigma: float) -> np.ndarray:
+    """Nights far from the median of their neighbours (a one- or two-night dip that recovers). The last
+    nights are never outliers: there is no later night yet to say they recovered."""
+    n = len(logs)
+    padded = np.concatenate([np.full(HAMPEL_HALF, np.nan), logs, np.full(HAMPEL_HALF, np.nan)])
+    medians = np.nanmedian(sliding_window_view(padded, 2 * HAMPEL_HALF + 1), axis=1)
+    mask = np.abs(logs - medians) > max(HAMPEL_K * sigma, math.log1p(threshold))
+    mask[max(0, n - HAMPEL_HALF) :] = False
+    return mask
+
+
+def l1_costs(x: np.ndarray, min_size: int = MIN_SIZE) -> np.ndarray:
+    """cost[t, s] = sum |x[t:s] - median(x[t:s])| for every segment of at least ``min_size`` (else inf).
+    All segments of one length at once, as strided windows: O(n^3) work, but in n vectorised steps."""
+    n = len(x)
+    x = np.ascontiguousarray(x, dtype=float)
+    cost = np.full((n + 1, n + 1), np.inf)
+    for length in range(min_size, n + 1):
+        count = n - length + 1
+        windows = as_strided(x, shape=(count, length), strides=(x.strides[0], x.strides[0]), writeable=False)
+        low, high = (length - 1) // 2, length // 2
+        part = np.partition(windows, (low, high), axis=1)
+        medians = (part[:, low] + part[:, high]) / 2
+        starts = np.arange(count)
+        cost[starts, starts + length] = np.abs(windows - medians[:, None]).sum(axis=1)
+    return cost
+
+
+def pelt_l1(x: np.ndarray, penalty: float, min_size: int = MIN_SIZE) -> list[int]:
+    """Exact penalised segmentation under an L1 cost (the optimum PELT finds, with jump=1): the indices
+    where a new segment starts."""
+    n = len(x)
+    if n < 2 * min_size:
+        return []
+    cost = l1_costs(x, min_size)
+    best = np.full(n + 1, np.inf)
+    best[0] = -penalty
+    previous = np.zeros(n + 1, dtype=int)
+    for s in range(min_size, n + 1):
+        totals = best[:s] + cost[:s, s] + penalty
+        previous[s] = int(np.argmin(totals))
+        best[s] = totals[previous[s]]
+    starts, s = [], n
+    while s > 0:
+        s = previous[s]
+        if s > 0:
+            starts.append(s)
+    return sorted(starts)
+
+
+@dataclass(frozen=True)
+class Change:
+    index: int  # the first night of the new level (an index into the nights given)
+    before: float  # median of the segment before
+    after: float  # median of the segment after
+    ratio: float  # after / before
+    ci_low: float
+    ci_high: float
+    p_value: float
+    status: str  # "confirmed" or "suspected"
+    regression: bool
+    versions_changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Detection:
+    changes: list[Change]
+    outliers: list[int]  # nights set aside as one-off dips or spikes
+    sigma: float  # robust night-to-night noise of log(value)
+
+
+def versions_between(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The version fields that differ between the last night before a change and the first night after."""
+    return {k: (before.get(k), after.get(k)) for k in after if before.get(k) != after.get(k)}
+
+
+def _segment_test(before: np.ndarray, after: np.ndarray) -> Ratio:
+    ratio = welch_ratio(Side.of_logs(before), Side.of_logs(after))
+    level = math.exp(float(np.median(after)) - float(np.median(before)))
+    return Ratio(level, ratio.ci_low, ratio.ci_high, ratio.p_value)
+
+
+def detect_changes(
+    values: Sequence[float] | np.ndarray,
+    threshold: float,
+    higher_is_better: bool,
+    versions: Sequence[Mapping[str, Any]] | None = None,
+    penalty: float = PENALTY,
+) -> Detection:
+    """Change points in one series of per-night values (oldest first). Each change is at least
+    ``threshold`` in size and either confirmed (Welch p < 0.001 between the segments, at least
+    ``CONFIRM_NIGHTS`` nights after it) or suspected (too recent to test, but beyond the threshold and
+    3 sigmas of the night-to-night noise)."""
+    raw = np.asarray(values, dtype=float)
+    valid = np.flatnonzero(np.isfinite(raw) & (raw > 0))
+    logs_all = np.log(raw[valid])
+    sigma = robust_sigma(logs_all)
+    if math.isnan(sigma) or len(logs_all) < 2 * MIN_SIZE:
+        return Detection([], [], sigma)
+    floor = max(sigma, 1e-4)  # a perfectly flat history still needs a positive penalty
+    outliers = outlier_nights(logs_all, threshold, floor)
+    kept = valid[~outliers]
+    logs = logs_all[~outliers]
+    starts = pelt_l1(logs, penalty * floor * math.log(len(logs)))
+    band = math.log1p(threshold)
+    # Drop the weakest unconfirmed change and re-test its neighbours, until every change stands.
+    while True:
+        bounds = [0, *starts, len(logs)]
+        tested = []
+        for i, start in enumerate(starts):
+            before, after = logs[bounds[i] : start], logs[start : bounds[i + 2]]
+            test = _segment_test(before, after)
+            size = abs(math.log(test.ratio))
+            recent = len(logs) - start < CONFIRM_NIGHTS
+            if recent:
+                ok = size >= band and size >= 3 * floor
+            else:
+                ok = size >= band and test.p_value < CONFIRM_ALPHA
+            tested.append((ok, size, test, recent))
+        failing = [i for i, (ok, *_) in enumerate(tested) if not ok]
+        if not failing:
+            break
+        weakest = min(failing, key=lambda i: tested[i][1])
+        starts = starts[:weakest] + starts[weakest + 1 :]
+    changes = []
+    bounds = [0, *starts, len(logs)]
+    for i, (start, (_, _, test, recent)) in enumerate(zip(starts, tested)):
+        night = int(kept[start])
+        changed = versions_between(versions[int(kept[start - 1])], versions[night]) if versions else {}
+        changes.append(
+            Change(
+                index=night,
+                before=math.exp(float(np.median(logs[bounds[i] : start]))),
+                after=math.exp(float(np.median(logs[start : bounds[i + 2]]))),
+                ratio=test.ratio,
+                ci_low=test.ci_low,
+                ci_high=test.ci_high,
+                p_value=test.p_value,
+                status="suspected" if recent else "confirmed",
+                regression=(test.ratio < 1) == higher_is_better,
+                versions_changed=changed,
+            )
+        )
+    return Detection(changes, [int(i) for i in valid[outliers]], sigma)

@@ -1,0 +1,160 @@
+"""The statistics on synthetic series with planted effects: verdicts, BH, the geomean and change points."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from collector import analysis
+from collector.analysis import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, Side
+
+SEEDS = range(100)
+
+
+def trials(rng: np.random.Generator, n: int, noise: float, level: float = 1000.0) -> np.ndarray:
+    return level * np.exp(noise * rng.standard_normal(n))
+
+
+def verdict_of(baseline: np.ndarray, candidate: np.ndarray, threshold: float = 0.03, higher: bool = True) -> str:
+    return analysis.compare([(Side.of(baseline), Side.of(candidate))], [threshold], [higher])[0].verdict
+
+
+def share(calls: list[str], wanted: str) -> float:
+    return sum(call == wanted for call in calls) / len(calls)
+
+
+def test_ten_percent_drop_at_two_percent_noise_with_five_trials_is_a_regression():
+    calls = []
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        calls.append(verdict_of(trials(rng, 5, 0.02), trials(rng, 5, 0.02, level=900.0)))
+    assert share(calls, REGRESSION) == 1.0
+
+
+def test_the_same_drop_in_step_time_is_an_improvement_when_lower_is_better():
+    rng = np.random.default_rng(0)
+    assert verdict_of(trials(rng, 5, 0.02), trials(rng, 5, 0.02, level=900.0), higher=False) == IMPROVEMENT
+
+
+def test_identical_distributions_give_no_change():
+    calls = []
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        calls.append(verdict_of(trials(rng, 10, 0.01), trials(rng, 10, 0.01)))
+    assert share(calls, NO_CHANGE) >= 0.99
+    assert share(calls, REGRESSION) == 0
+
+
+def test_three_trials_at_five_percent_noise_with_a_four_percent_change_are_inconclusive():
+    calls = []
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        calls.append(verdict_of(trials(rng, 3, 0.05), trials(rng, 3, 0.05, level=960.0)))
+    assert share(calls, INCONCLUSIVE) >= 0.9
+    assert share(calls, NO_CHANGE) == 0
+
+
+def test_interval_covers_the_true_ratio_about_95_percent_of_the_time():
+    covered = 0
+    for seed in range(400):
+        rng = np.random.default_rng(seed)
+        result = analysis.welch_ratio(Side.of(trials(rng, 5, 0.03)), Side.of(trials(rng, 7, 0.05, level=950.0)))
+        covered += result.ci_low <= 0.95 <= result.ci_high
+    assert 0.92 <= covered / 400 <= 0.98
+
+
+def test_constant_sides_are_exact_and_one_trial_is_inconclusive():
+    same = analysis.welch_ratio(Side.of([2.0, 2.0, 2.0]), Side.of([2.0, 2.0]))
+    assert (same.ratio, same.ci_low, same.ci_high, same.p_value) == (1.0, 1.0, 1.0, 1.0)
+    grew = analysis.compare([(Side.of([100.0] * 3), Side.of([102.0] * 3))], [0.01], [False])[0]
+    assert grew.verdict == REGRESSION and grew.ratio == pytest.approx(1.02)
+    assert verdict_of(np.array([1000.0]), np.array([900.0, 905.0])) == INCONCLUSIVE
+
+
+def test_benjamini_hochberg_matches_the_textbook_example():
+    # Benjamini & Hochberg (1995)-style worked example, checked by hand: q_i = min_{j>=i} p_j * m / j.
+    p = [0.01, 0.04, 0.03, 0.005, math.nan]
+    q = analysis.benjamini_hochberg(p)
+    assert q[:4] == pytest.approx([0.02, 0.04, 0.04, 0.02])
+    assert math.isnan(q[4])
+
+
+def test_bh_turns_a_lone_marginal_result_into_inconclusive_among_many_series():
+    rng = np.random.default_rng(3)
+    marginal = (Side.of([1000, 1010, 990, 1005, 995]), Side.of([960, 950, 975, 940, 970]))
+    alone = analysis.compare([marginal], [0.03], [True])[0]
+    crowd = [(Side.of(trials(rng, 5, 0.02)), Side.of(trials(rng, 5, 0.02))) for _ in range(40)]
+    among = analysis.compare([marginal, *crowd], [0.03] * 41, [True] * 41)[0]
+    assert alone.p_value < 0.05 and alone.verdict == REGRESSION
+    assert among.q_value > alone.q_value and among.verdict == INCONCLUSIVE
+
+
+def test_geomean_summary_is_over_series_on_both_sides():
+    verdicts = analysis.compare(
+        [(Side.of([100, 101, 99]), Side.of([90, 91, 89])), (Side.of([10, 10.1, 9.9]), Side.of([11, 11.1, 10.9]))],
+        [0.03, 0.03],
+        [True, True],
+    )
+    summary = analysis.geomean_summary(verdicts)
+    assert summary.series == 2
+    assert summary.geomean == pytest.approx(math.sqrt(0.9 * 1.1), rel=1e-3)
+    assert summary.ci_low < summary.geomean < summary.ci_high
+
+
+# --- change points ---------------------------------------------------------------------------------
+
+
+def nightly(rng: np.random.Generator, nights: int, noise: float = 0.02, trials_per_night: int = 3) -> np.ndarray:
+    return np.median(np.exp(noise * rng.standard_normal((nights, trials_per_night))), axis=1) * 1000
+
+
+def test_a_five_percent_step_is_found_at_its_night():
+    found = []
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        values = nightly(rng, 60)
+        values[37:] *= 0.95
+        versions = [{"tf_version": "2.20.0" if i < 37 else "2.21.0", "keras_version": "3.15.1"} for i in range(60)]
+        detection = analysis.detect_changes(values, 0.03, True, versions)
+        found.append([(c.index, c.status, c.regression) for c in detection.changes])
+        if [c.index for c in detection.changes] == [37]:
+            assert detection.changes[0].versions_changed == {"tf_version": ("2.20.0", "2.21.0")}
+    # Noise can make the night after the step look like the old level: exact in most series, near in all.
+    assert sum(f == [(37, "confirmed", True)] for f in found) >= 17, found
+    assert all(len(f) == 1 and abs(f[0][0] - 37) <= 2 and f[0][1:] == ("confirmed", True) for f in found), found
+
+
+def test_pure_noise_with_outlier_nights_has_no_change():
+    flagged, outliers = 0, 0
+    for seed in range(50):
+        rng = np.random.default_rng(seed)
+        values = nightly(rng, 90)
+        bad = rng.random(90) < 0.05
+        bad[-3:] = False
+        values[bad] *= rng.uniform(0.6, 0.9, bad.sum())
+        detection = analysis.detect_changes(values, 0.03, True)
+        flagged += bool(detection.changes)
+        outliers += set(np.flatnonzero(bad)) <= set(detection.outliers)
+    assert flagged == 0
+    assert outliers >= 45
+
+
+def test_a_one_night_dip_is_an_outlier_and_a_drop_in_the_last_nights_is_suspected():
+    rng = np.random.default_rng(7)
+    values = nightly(rng, 40)
+    values[20] *= 0.8
+    values[-2:] *= 0.85
+    detection = analysis.detect_changes(values, 0.03, True)
+    assert 20 in detection.outliers
+    assert [(c.index, c.status) for c in detection.changes] == [(38, "suspected")]
+    assert detection.changes[0].ratio == pytest.approx(0.85, abs=0.03)
+
+
+def test_l1_costs_are_sums_of_absolute_deviations_from_the_median():
+    x = np.random.default_rng(0).standard_normal(30)
+    cost = analysis.l1_costs(x)
+    for t, s in [(0, 30), (3, 5), (10, 21), (7, 30)]:
+        assert cost[t, s] == pytest.approx(np.abs(x[t:s] - np.median(x[t:s])).sum())
+    assert np.isinf(cost[4, 5])  # shorter than the minimum segment

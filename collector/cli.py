@@ -1,16 +1,19 @@
 """The ``stepwatch`` command. Each subcommand is its arguments plus one ``run_*`` function.
 
-Exit codes: 0 no problem, 2 usage error (bad flags, suite, catalog or selection), 4 benchmarks failed
-to run, results could not be stored, or a file was quarantined.
+Exit codes: 0 no problem (no regression), 1 regression, 2 usage error (bad flags, suite, catalog,
+selection or metric), 3 inconclusive (with --fail-on-inconclusive), 4 benchmarks failed to run, results
+could not be stored, or a file was quarantined.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -19,7 +22,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from collector import catalog, objectstore, queries, runner, store
+from collector import alerts, analysis, catalog, metrics, objectstore, queries, report, runner, store
 from collector.config import BACKENDS, DATA, LOOPS, PRECISIONS, STRATEGIES, config_from_row
 from collector.results import ResultFile, ResultsError
 from collector.suite import SuiteError, load_suite, narrow, parse_bool
@@ -291,6 +294,157 @@ def run_synthesize(args: argparse.Namespace) -> int:
     return _ingest([args.out], db, synthetic=True)
 
 
+def _write_out(text: str, out: str | None) -> None:
+    """Print ``text``; with --out also write it to that file (a job summary, a PR comment body)."""
+    print(text, end="" if text.endswith("\n") else "\n")
+    if out:
+        try:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            Path(out).write_text(text)
+        except OSError as error:
+            raise ResultsError(f"cannot write {out}: {error.strerror or error}") from None
+
+
+VERDICT_STYLES = {"regression": "red", "improvement": "green", "inconclusive": "yellow", "failed": "red"}
+
+
+def _comparison_table(comparison: report.Comparison) -> Table:
+    table = Table(title=f"{escape(comparison.baseline.describe())}  ->  {escape(comparison.candidate.describe())}")
+    for name in ("verdict", "series", "metric", "change", "95% CI", "n", "q", "threshold"):
+        table.add_column(name, justify="left" if name in ("verdict", "series", "metric") else "right")
+    for row in comparison.ordered():
+        r, style = row.result, VERDICT_STYLES.get(row.verdict, "")
+        verdict = f"[{style}]{row.verdict}[/{style}]" if style else row.verdict
+        n = f"{r.baseline.n}/{r.candidate.n}"
+        if row.failed_baseline or row.failed_candidate:
+            n += f" ({row.failed_baseline}/{row.failed_candidate} failed)"
+        q = "" if r.q_value != r.q_value else f"{r.q_value:.3g}"
+        table.add_row(
+            verdict, escape(row.label), row.metric.name, report.percent(r.ratio),
+            report.interval(r.ci_low, r.ci_high), n, q, f"±{r.threshold:.0%}",
+        )  # fmt: skip
+    return table
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Baseline vs candidate per series: ratio of geometric means, 95% CI, verdict; exit code by verdict."""
+    baseline, candidate = queries.Selection.parse(args.baseline), queries.Selection.parse(args.candidate)
+    overrides = metrics.load_overrides(Path(args.thresholds) if args.thresholds else None)
+    reader = _reader(args.db)
+    try:
+        comparison = report.build(reader.connection(), baseline, candidate, args.metric, overrides)
+    finally:
+        reader.close()
+    for side, selection in (("baseline", baseline), ("candidate", candidate)):
+        if comparison.versions[side]["runs"] == ["0"]:
+            raise UsageError(f"the {side} selection {selection.describe()!r} matches no runs in {reader.db}")
+    _show_comparison(comparison, args.format, args.out, "stepwatch comparison")
+    return comparison.exit_code(args.fail_on_inconclusive)
+
+
+def _show_comparison(comparison: report.Comparison, fmt: str, out: str | None, title: str) -> None:
+    if fmt == "json":
+        _write_out(report.to_json(comparison), out)
+        return
+    if fmt == "markdown":
+        _write_out(report.to_markdown(comparison, title), out)
+        return
+    stdout = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+    stdout.print(_comparison_table(comparison))
+    for metric in comparison.metrics:
+        summary = comparison.summaries[metric.name]
+        if summary.series:
+            stdout.print(
+                f"{metric.name}: geometric mean over {summary.series} series on both sides "
+                f"{report.percent(summary.geomean)} {report.interval(summary.ci_low, summary.ci_high)}"
+            )
+    for side in ("baseline", "candidate"):
+        only = comparison.only_on(side)
+        if only:
+            stdout.print(f"only in the {side} ({len(only)}): " + "; ".join(escape(row.label) for row in only))
+    stdout.print(f"verdict: {report.headline(comparison)}")
+    if out:
+        Path(out).write_text(report.to_markdown(comparison, title))
+
+
+def _alerts_output(rows: list[dict[str, Any]], fmt: str, out: str | None, title: str) -> None:
+    if fmt == "json":
+        _write_out(json.dumps(rows, indent=2, default=str), out)
+        return
+    if fmt == "markdown":
+        _write_out(report.alerts_markdown(rows, title), out)
+        return
+    table = Table(title=title)
+    for name in ("id", "status", "series", "metric", "change at", "change", "95% CI", "versions changed", "note"):
+        table.add_column(name)
+    for a in rows:
+        table.add_row(
+            str(a["id"]), a["status"], escape(report.series_label(a)), a["metric"],
+            a["change_at"].strftime("%Y-%m-%d %H:%M"), report.percent(a["ratio"]),
+            report.interval(a["ci_low"], a["ci_high"]), escape(report.versions_text(a["versions_changed"])),
+            escape(a.get("note") or ""),
+        )  # fmt: skip
+    Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200).print(table)
+    if out:
+        Path(out).write_text(report.alerts_markdown(rows, title))
+
+
+def _records(frame: Any) -> list[dict[str, Any]]:
+    return [{k: report.plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def run_detect(args: argparse.Namespace) -> int:
+    """Change points over each series' nightly history, recorded as alerts; exit 1 on an open confirmed regression."""
+    selection = queries.Selection.parse(args.where)
+    metric = metrics.get_metric(args.metric)
+    overrides = metrics.load_overrides(Path(args.thresholds) if args.thresholds else None)
+    if args.nights < 2 * analysis.MIN_SIZE:
+        raise UsageError(f"--nights must be at least {2 * analysis.MIN_SIZE}")
+    reader = _reader(args.db)
+    try:
+        scanned = alerts.scan(reader.connection(), selection, metric, overrides, args.nights)
+    finally:
+        reader.close()
+    now = datetime.now(UTC)
+    with store.update(reader.db) as con:
+        counts = alerts.record(con, scanned, metric.name, now)
+        open_alerts = _records(alerts.list_alerts(con, alerts.OPEN, metric.name))
+    open_alerts = [a for a in open_alerts if a["series_key"] in scanned.nights]
+    console.print(
+        f"{len(scanned.nights)} series, {len(scanned.found)} change(s) found, {scanned.outliers} outlier night(s) "
+        f"set aside; alerts: {counts['created']} new, {counts['confirmed']} confirmed, {counts['updated']} updated, "
+        f"{counts['withdrawn']} withdrawn"
+    )
+    _alerts_output(open_alerts, args.format, args.out, f"stepwatch: open {metric.name} alerts")
+    regressions = [a for a in open_alerts if a["status"] == alerts.CONFIRMED and metric.worse(a["ratio"])]
+    if regressions:
+        console.print(f"[red]{len(regressions)} confirmed regression(s)[/red]: triage with `stepwatch alerts ack ID`")
+        return report.EXIT_REGRESSION
+    return EXIT_OK
+
+
+def run_alerts_list(args: argparse.Namespace) -> int:
+    """Show alerts: open ones by default, or a given status, or all."""
+    statuses = {"open": alerts.OPEN, "all": alerts.STATUSES}.get(args.status, (args.status,))
+    reader = _reader(args.db)
+    try:
+        rows = _records(alerts.list_alerts(reader.connection(), statuses, args.metric))
+    finally:
+        reader.close()
+    _alerts_output(rows, args.format, args.out, f"stepwatch alerts ({args.status})")
+    return EXIT_OK
+
+
+def run_alerts_set(args: argparse.Namespace) -> int:
+    """Move one alert along its lifecycle (acknowledged, false positive, fixed)."""
+    db = Path(args.db) if args.db else store.default_db()
+    note = getattr(args, "note", None)
+    with store.update(db) as con:
+        before = alerts.set_status(con, args.id, args.new_status, note, datetime.now(UTC))
+    console.print(f"alert {args.id}: {before} -> {args.new_status}" + (f" ({escape(note)})" if note else ""))
+    return EXIT_OK
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line (and exit code 2), like every other stepwatch error."""
 
@@ -324,14 +478,72 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--db", help=f"synthetic store (default {store.SYNTHETIC_DB})")
     synth.add_argument("--seed", type=int, default=0)
     synth.set_defaults(handler=run_synthesize)
+
+    compare = commands.add_parser("compare", help="baseline vs candidate: ratio, 95%% CI and verdict per series")
+    compare.add_argument("--baseline", required=True, help="selection, e.g. tf_version=2.20.0 or label=baseline")
+    compare.add_argument("--candidate", required=True, help="selection, e.g. tf_version=2.21.0 or suite_run_id=...")
+    _analysis_arguments(compare, several_metrics=True)
+    compare.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when any verdict is inconclusive")
+    compare.set_defaults(handler=run_compare)
+
+    detect = commands.add_parser("detect", help="find change points in nightly history and record alerts")
+    detect.add_argument("--where", help="which runs make up the history (default: all in the store)")
+    detect.add_argument("--nights", type=int, default=alerts.DEFAULT_NIGHTS, help="nights per series to look at")
+    _analysis_arguments(detect, several_metrics=False)
+    detect.set_defaults(handler=run_detect)
+
+    alert = commands.add_parser("alerts", help="list alerts or move one along (ack, false-positive, fixed)")
+    actions = alert.add_subparsers(dest="action", required=True, parser_class=OneLineParser)
+    listing = actions.add_parser("list", help="show alerts")
+    listing.add_argument("--status", default="open", choices=("open", "all", *alerts.STATUSES))
+    listing.add_argument("--metric", help="only this metric")
+    listing.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    listing.add_argument("--out", help="also write the markdown (or JSON) to this file")
+    listing.add_argument("--db", help=f"store file (default ${store.DB_ENV} or {store.DEFAULT_DB})")
+    listing.set_defaults(handler=run_alerts_list)
+    for name, status, needs_note in (
+        ("ack", alerts.ACKNOWLEDGED, True),
+        ("false-positive", alerts.FALSE_POSITIVE, False),
+        ("fixed", alerts.FIXED, False),
+    ):
+        action = actions.add_parser(name, help=f"mark an alert {status}")
+        action.add_argument("id", type=int, help="alert id (from `stepwatch alerts list`)")
+        action.add_argument("--note", required=needs_note, help="why (kept with the alert)")
+        action.add_argument("--db", help=f"store file (default ${store.DB_ENV} or {store.DEFAULT_DB})")
+        action.set_defaults(handler=run_alerts_set, new_status=status)
     return parser
+
+
+def _analysis_arguments(parser: argparse.ArgumentParser, several_metrics: bool) -> None:
+    names = ", ".join(metrics.METRICS)
+    if several_metrics:
+        parser.add_argument(
+            "--metric", type=_list(choices=tuple(metrics.METRICS)), default=[metrics.DEFAULT_METRIC],
+            help=f"comma-separated metrics (default {metrics.DEFAULT_METRIC}): {names}",
+        )  # fmt: skip
+    else:
+        parser.add_argument(
+            "--metric", default=metrics.DEFAULT_METRIC, choices=tuple(metrics.METRICS), metavar="METRIC",
+            help=f"default {metrics.DEFAULT_METRIC}: {names}",
+        )  # fmt: skip
+    parser.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    parser.add_argument("--out", help="also write the report (markdown, or JSON with --format json) to this file")
+    parser.add_argument("--thresholds", help=f"per-series threshold overrides (default {metrics.THRESHOLDS_PATH})")
+    parser.add_argument("--db", help=f"store file (default ${store.DB_ENV} or {store.DEFAULT_DB})")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
-    except (SuiteError, UsageError, catalog.CatalogError, queries.SelectionError) as error:
+    except (
+        SuiteError,
+        UsageError,
+        catalog.CatalogError,
+        queries.SelectionError,
+        metrics.MetricError,
+        alerts.AlertError,
+    ) as error:
         print(f"stepwatch: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except (ResultsError, runner.MaxBatchError, store.StoreError, objectstore.StorageError) as error:

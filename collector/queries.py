@@ -19,6 +19,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from collector.config import FIELD_NAMES
+from collector.metrics import METRICS
 from collector.schema import SCHEMA
 from collector.store import RUN_COLUMNS
 
@@ -184,44 +186,89 @@ def series_history(con: duckdb.DuckDBPyConnection, series_key: str, selection: S
     )
 
 
+SERIES_FIELDS = (*(f if f != "xla" else "xla_requested" for f in FIELD_NAMES), "accelerator", "unit", "suite")
+
+
 def compare_sides(
     con: duckdb.DuckDBPyConnection,
     baseline: Selection,
     candidate: Selection,
     metric: str = "examples_per_sec",
 ) -> pd.DataFrame:
-    """Per series present on either side: trial count, mean and variance of log(metric) for each side,
-    which is what a ratio of geometric means and its Welch interval need. Failed trials are left out."""
-    if metric not in _TYPES or not pa.types.is_floating(_TYPES[metric]):
-        raise SelectionError(f"{metric!r} is not a numeric metric")
+    """Per series present on either side: ok-trial count, mean and variance of log(metric) for each side
+    (what a ratio of geometric means and its Welch interval need), failed trials per side, and the
+    series' config fields. Failed trials never enter the statistics."""
+    if metric not in METRICS:
+        raise SelectionError(f"{metric!r} is not a metric stepwatch compares (known: {', '.join(METRICS)})")
     where_a, params_a = baseline.where()
     where_b, params_b = candidate.where()
+    fields = ", ".join(f'any_value("{f}") AS "{f}"' for f in SERIES_FIELDS)
     return _frame(
         con,
         f"""
         WITH sides AS (
-            SELECT 'baseline' AS side, series_key, ln("{metric}") AS v FROM runs
-            WHERE status = 'ok' AND "{metric}" > 0 AND {where_a}
-            UNION ALL
-            SELECT 'candidate', series_key, ln("{metric}") FROM runs
-            WHERE status = 'ok' AND "{metric}" > 0 AND {where_b}
-        ), stats AS (
-            SELECT series_key,
-                   count(*) FILTER (WHERE side = 'baseline') AS n_baseline,
-                   avg(v) FILTER (WHERE side = 'baseline') AS mean_log_baseline,
-                   var_samp(v) FILTER (WHERE side = 'baseline') AS var_log_baseline,
-                   count(*) FILTER (WHERE side = 'candidate') AS n_candidate,
-                   avg(v) FILTER (WHERE side = 'candidate') AS mean_log_candidate,
-                   var_samp(v) FILTER (WHERE side = 'candidate') AS var_log_candidate
-            FROM sides GROUP BY series_key
+            SELECT 'baseline' AS side, *, CASE WHEN status = 'ok' AND "{metric}" > 0 THEN ln("{metric}") END AS v
+            FROM runs WHERE {where_a}
+            UNION ALL BY NAME
+            SELECT 'candidate' AS side, *, CASE WHEN status = 'ok' AND "{metric}" > 0 THEN ln("{metric}") END AS v
+            FROM runs WHERE {where_b}
         )
-        SELECT s.series_key, r.model, r.preset, r.backend, r.accelerator, r.precision, r.xla, r.per_device_batch,
-               s.* EXCLUDE (series_key),
-               exp(mean_log_candidate - mean_log_baseline) AS ratio
-        FROM stats s JOIN series r USING (series_key)
-        ORDER BY r.model, r.preset, r.accelerator, r.precision, r.xla
+        SELECT series_key, {fields},
+               count(v) FILTER (WHERE side = 'baseline') AS n_baseline,
+               avg(v) FILTER (WHERE side = 'baseline') AS mean_log_baseline,
+               var_samp(v) FILTER (WHERE side = 'baseline') AS var_log_baseline,
+               count(*) FILTER (WHERE side = 'baseline' AND status <> 'ok') AS failed_baseline,
+               count(v) FILTER (WHERE side = 'candidate') AS n_candidate,
+               avg(v) FILTER (WHERE side = 'candidate') AS mean_log_candidate,
+               var_samp(v) FILTER (WHERE side = 'candidate') AS var_log_candidate,
+               count(*) FILTER (WHERE side = 'candidate' AND status <> 'ok') AS failed_candidate,
+               exp(avg(v) FILTER (WHERE side = 'candidate') - avg(v) FILTER (WHERE side = 'baseline')) AS ratio
+        FROM sides GROUP BY series_key
+        ORDER BY model, preset, backend, accelerator, precision, xla_requested, per_device_batch, series_key
         """,
         [*params_a, *params_b],
+    )
+
+
+VERSION_FIELDS = (
+    "tf_version",
+    "keras_version",
+    "keras_hub_version",
+    "python_version",
+    "cuda_build_version",
+    "cudnn_build_version",
+    "cuda_runtime_version",
+    "driver_version",
+    "container_image",
+    "stepwatch_git_sha",
+)
+
+
+def side_versions(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, list[str]]:
+    """The distinct software versions among the selected runs, per version field (what a side *is*)."""
+    where, params = selection.where()
+    lists = ", ".join(f'list(DISTINCT "{f}" ORDER BY "{f}") FILTER (WHERE "{f}" IS NOT NULL)' for f in VERSION_FIELDS)
+    row = con.sql(f"SELECT count(*), {lists} FROM runs WHERE {where}", params=params).fetchall()[0]
+    return {"runs": [str(row[0])], **{f: list(v or []) for f, v in zip(VERSION_FIELDS, row[1:])}}
+
+
+def nightly(con: duckdb.DuckDBPyConnection, selection: Selection, metric: str) -> pd.DataFrame:
+    """One row per series and suite run (a night), oldest first: the median of its ok trials' metric
+    (NULL when every trial failed), trial counts and the versions it ran."""
+    if metric not in METRICS:
+        raise SelectionError(f"{metric!r} is not a metric stepwatch tracks (known: {', '.join(METRICS)})")
+    where, params = selection.where()
+    versions = ", ".join(f'any_value("{f}") AS "{f}"' for f in VERSION_FIELDS)
+    return _frame(
+        con,
+        f"""
+        SELECT series_key, suite_run_id, min(started_at) AS night,
+               median("{metric}") FILTER (WHERE status = 'ok' AND "{metric}" > 0) AS value,
+               count(*) FILTER (WHERE status = 'ok') AS ok, count(*) AS trials, {versions}
+        FROM runs WHERE {where}
+        GROUP BY series_key, suite_run_id ORDER BY series_key, night
+        """,
+        params,
     )
 
 

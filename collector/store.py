@@ -309,18 +309,8 @@ def _write(
     report: IngestReport,
     on_file: Callable[[str, str], None],
 ) -> None:
-    _clean_stale(db)
-    tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
-    try:
-        if db.exists():
-            shutil.copyfile(db, tmp)
-        con = duckdb.connect(str(tmp))
-    except (OSError, duckdb.Error) as error:
-        tmp.unlink(missing_ok=True)
-        raise StoreError(f"cannot write a new version of {db}: {error}") from None
-    try:
+    with _new_version(db) as con:
         now = datetime.now(UTC)
-        con.execute("BEGIN")
         _ensure_schema(con, kind)
         batch = _Batch()
         for (loc, entry), (data, table) in zip(todo, _read_ahead(todo)):
@@ -355,6 +345,24 @@ def _write(
         _cluster(con)
         for statement in DERIVED:
             con.execute(statement)
+
+
+@contextlib.contextmanager
+def _new_version(db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-write copy of the store in one transaction; when the block ends cleanly the copy is committed,
+    checkpointed, fsynced and renamed over the live file. The caller holds the writer lock."""
+    _clean_stale(db)
+    tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
+    try:
+        if db.exists():
+            shutil.copyfile(db, tmp)
+        con = duckdb.connect(str(tmp))
+    except (OSError, duckdb.Error) as error:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"cannot write a new version of {db}: {error}") from None
+    try:
+        con.execute("BEGIN")
+        yield con
         con.execute("COMMIT")
         con.execute("CHECKPOINT")
         con.close()
@@ -364,7 +372,7 @@ def _write(
     except duckdb.Error as error:
         raise StoreError(f"cannot write {db}: {str(error).splitlines()[0]}") from None
     except objectstore.StorageError:
-        raise
+        raise  # already one line naming the object
     except OSError as error:
         raise StoreError(f"cannot write {db}: {error.strerror or error}; the store is unchanged") from None
     finally:
@@ -372,6 +380,17 @@ def _write(
             con.close()
         for leftover in db.parent.glob(f".{db.name}.{os.getpid()}.tmp*"):
             leftover.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def update(db: Path, on_wait: Callable[[], None] = lambda: None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Write to an existing store (alerts, annotations) the way an ingest does: under the writer lock, into a
+    copy that replaces the live file only if the whole block succeeds. Readers are never blocked."""
+    if not db.exists():
+        raise StoreError(f"no store at {db}: run `stepwatch ingest` first")
+    with writer_lock(db, on_wait), _new_version(db) as con:
+        _ensure_schema(con, store_kind(con))
+        yield con
 
 
 class StoreReader:

@@ -1,0 +1,200 @@
+"""Change points over nightly history, kept as alerts with a lifecycle.
+
+``scan`` reads per-night medians from the store and runs the analysis on each series; ``record`` merges what
+it found into the ``alerts`` table. An alert is *new* while its change is suspected (too recent to test),
+*confirmed* once the nights after it confirm it, and a person moves it on: *acknowledged* (with a note),
+*false positive* or *fixed*. An acknowledged or fixed change starts a new baseline segment: later scans of
+that series look only at the nights from it on, so it is never raised again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from collector import analysis, queries
+from collector.metrics import Metric, Override, threshold_for
+
+NEW, CONFIRMED, ACKNOWLEDGED, FALSE_POSITIVE, FIXED = "new", "confirmed", "acknowledged", "false positive", "fixed"
+STATUSES = (NEW, CONFIRMED, ACKNOWLEDGED, FALSE_POSITIVE, FIXED)
+OPEN = (NEW, CONFIRMED)
+NEW_BASELINE = (ACKNOWLEDGED, FIXED)
+MATCH_NIGHTS = 2  # a change found within this many nights of an alert's is the same change
+DEFAULT_NIGHTS = 180  # nights of history looked at per series
+
+
+class AlertError(ValueError):
+    """An unknown alert id or status, in one line."""
+
+
+@dataclass(frozen=True)
+class Found:
+    """One change in one series, with the nights it was judged on (to match it to an existing alert)."""
+
+    series_key: str
+    metric: str
+    change: analysis.Change
+    change_at: datetime
+    suite_run_id: str
+    nights: list[datetime]
+
+
+@dataclass(frozen=True)
+class Scan:
+    found: list[Found]
+    nights: dict[str, list[datetime]]  # per series scanned: the nights the analysis saw
+    outliers: int
+
+
+def baselines(con: duckdb.DuckDBPyConnection, metric: str) -> dict[str, datetime]:
+    """Per series, the latest acknowledged or fixed change: where its current baseline segment starts."""
+    rows = con.execute(
+        "SELECT series_key, max(change_at) FROM alerts WHERE metric = ? AND status IN (?, ?) GROUP BY series_key",
+        [metric, *NEW_BASELINE],
+    ).fetchall()
+    return dict(rows)
+
+
+def series_fields(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
+    frame = con.sql("SELECT * FROM series").to_arrow_table().to_pylist()
+    return {row["series_key"]: row for row in frame}
+
+
+def scan(
+    con: duckdb.DuckDBPyConnection,
+    selection: queries.Selection,
+    metric: Metric,
+    overrides: list[Override],
+    nights_limit: int = DEFAULT_NIGHTS,
+) -> Scan:
+    """Run change-point detection on the last ``nights_limit`` nights (since its baseline) of each series."""
+    history = queries.nightly(con, selection, metric.name)
+    starts = baselines(con, metric.name)
+    fields = series_fields(con)
+    found, seen, outliers = [], {}, 0
+    for key, nights in history.groupby("series_key", sort=False):
+        if key in starts:
+            nights = nights[nights["night"] >= pd.Timestamp(starts[key])]
+        nights = nights.tail(nights_limit)
+        times = [t.to_pydatetime() for t in nights["night"]]
+        seen[key] = times
+        text = nights[list(queries.VERSION_FIELDS)].astype(object)
+        versions = text.where(text.notna(), None).to_dict("records")
+        threshold = threshold_for(metric, fields.get(key, {}), overrides)
+        detection = analysis.detect_changes(
+            nights["value"].to_numpy(dtype=float), threshold, metric.higher_is_better, versions
+        )
+        outliers += len(detection.outliers)
+        runs = nights["suite_run_id"].tolist()
+        for change in detection.changes:
+            found.append(Found(key, metric.name, change, times[change.index], runs[change.index], times))
+    return Scan(found, seen, outliers)
+
+
+def record(con: duckdb.DuckDBPyConnection, result: Scan, metric: str, now: datetime) -> dict[str, int]:
+    """Merge a scan into ``alerts`` (a writable connection): new changes become alerts, a suspected one the
+    nights have confirmed becomes confirmed, and a suspected one no longer seen is withdrawn as a false
+    positive. Statuses a person set are kept. Returns counts of what happened."""
+    counts = {"created": 0, "confirmed": 0, "updated": 0, "withdrawn": 0}
+    existing = con.execute(
+        "SELECT id, series_key, change_at, status FROM alerts WHERE metric = ? ORDER BY id", [metric]
+    ).fetchall()
+    by_series: dict[str, list[tuple[int, datetime, str]]] = {}
+    for alert_id, key, change_at, status in existing:
+        by_series.setdefault(key, []).append((alert_id, change_at, status))
+    matched: set[int] = set()
+    for item in result.found:
+        change = item.change
+        status = CONFIRMED if change.status == "confirmed" else NEW
+        values = [
+            now,
+            item.change_at,
+            item.suite_run_id,
+            change.before,
+            change.after,
+            change.ratio,
+            _finite(change.ci_low),
+            _finite(change.ci_high),
+            json.dumps(change.versions_changed, default=str),
+        ]
+        twin = _match(item, by_series.get(item.series_key, []), matched)
+        if twin is None:
+            con.execute(
+                "INSERT INTO alerts (created_at, updated_at, series_key, metric, status, change_at, suite_run_id, "
+                "before_value, after_value, ratio, ci_low, ci_high, versions_changed) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [now, now, item.series_key, metric, status, *values[1:]],
+            )
+            counts["created"] += 1
+            continue
+        alert_id, _, old_status = twin
+        matched.add(alert_id)
+        new_status = status if old_status in OPEN else old_status
+        con.execute(
+            "UPDATE alerts SET updated_at = ?, change_at = ?, suite_run_id = ?, before_value = ?, after_value = ?, "
+            "ratio = ?, ci_low = ?, ci_high = ?, versions_changed = ?, status = ? WHERE id = ?",
+            [*values, new_status, alert_id],
+        )
+        counts["confirmed" if (old_status, new_status) == (NEW, CONFIRMED) else "updated"] += 1
+    for key, nights in result.nights.items():
+        for alert_id, change_at, status in by_series.get(key, []):
+            if status == NEW and alert_id not in matched and nights and nights[0] <= change_at <= nights[-1]:
+                con.execute(
+                    "UPDATE alerts SET status = ?, updated_at = ?, note = ? WHERE id = ?",
+                    [FALSE_POSITIVE, now, "withdrawn: later nights did not show this change (an outlier)", alert_id],
+                )
+                counts["withdrawn"] += 1
+    return counts
+
+
+def _finite(x: float) -> float | None:
+    return None if x != x else x
+
+
+def _match(item: Found, alerts: list[tuple[int, datetime, str]], taken: set[int]) -> tuple[int, datetime, str] | None:
+    """The alert of this series whose change is within MATCH_NIGHTS nights of this one, if any."""
+    here = bisect.bisect_left(item.nights, item.change_at)
+    for alert in alerts:
+        if alert[0] in taken:
+            continue
+        there = bisect.bisect_left(item.nights, alert[1])
+        if abs(here - there) <= MATCH_NIGHTS:
+            return alert
+    return None
+
+
+def list_alerts(
+    con: duckdb.DuckDBPyConnection, statuses: tuple[str, ...] = STATUSES, metric: str | None = None
+) -> pd.DataFrame:
+    """Alerts with their series' fields, newest change first."""
+    marks = ", ".join("?" for _ in statuses)
+    extra, params = ("AND a.metric = ?", [metric]) if metric else ("", [])
+    return (
+        con.sql(
+            f"SELECT a.*, s.* EXCLUDE (series_key) FROM alerts a LEFT JOIN series s USING (series_key) "
+            f"WHERE a.status IN ({marks}) {extra} ORDER BY a.change_at DESC, a.id",
+            params=[*statuses, *params],
+        )
+        .to_arrow_table()
+        .to_pandas()
+    )
+
+
+def set_status(con: duckdb.DuckDBPyConnection, alert_id: int, status: str, note: str | None, now: datetime) -> str:
+    """Move one alert to ``status`` (a writable connection); returns the status it had."""
+    if status not in STATUSES:
+        raise AlertError(f"status {status!r} is not one of {', '.join(STATUSES)}")
+    rows = con.execute("SELECT status FROM alerts WHERE id = ?", [alert_id]).fetchall()
+    if not rows:
+        raise AlertError(f"no alert with id {alert_id} (see `stepwatch alerts list`)")
+    con.execute(
+        "UPDATE alerts SET status = ?, updated_at = ?, note = coalesce(?, note) WHERE id = ?",
+        [status, now, note, alert_id],
+    )
+    return rows[0][0]

@@ -1,0 +1,132 @@
+"""``stepwatch compare`` end to end: parquet with planted effects, ingested into a real store, compared by the CLI."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from collector.report import repro_command
+from collector.suite import load_suite
+from tests.conftest import result_rows, stepwatch, write_results
+
+
+def side(version: str, accelerator: str, level: float, noise: float, trials: int, seed: int, **fields) -> list[dict]:
+    """``trials`` rows of one series at one version, throughput ``level`` with log-normal ``noise``."""
+    rows = result_rows(trials, str(uuid.uuid4()), tf_version=version, accelerator=accelerator, **fields)
+    rates = level * np.exp(noise * np.random.default_rng(seed).standard_normal(trials))
+    for row, rate in zip(rows, rates):
+        row["examples_per_sec"] = float(rate)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("compare")
+    files = {
+        # A: 10% slower at 2% noise, 5 trials a side.
+        "a": side("2.20.0", "CPU A", 1000, 0.02, 5, 1) + side("2.21.0", "CPU A", 900, 0.02, 5, 2),
+        # B: the same distribution on both sides.
+        "b": side("2.20.0", "CPU B", 500, 0.005, 8, 3) + side("2.21.0", "CPU B", 500, 0.005, 8, 4),
+        # C: 3 trials at 5% noise, 4% slower: too noisy to tell.
+        "c": side("2.20.0", "CPU C", 800, 0.05, 3, 5) + side("2.21.0", "CPU C", 768, 0.05, 3, 6),
+        # D: only run on the baseline.
+        "d": side("2.20.0", "CPU D", 300, 0.01, 3, 7),
+        # E: every candidate trial crashed.
+        "e": side("2.20.0", "CPU E", 200, 0.01, 3, 8)
+        + side("2.21.0", "CPU E", 200, 0.01, 3, 9, status="crash", error_type="ProcessExit"),
+    }
+    for name, rows in files.items():
+        if name == "e":
+            for row in rows[3:]:
+                row["examples_per_sec"] = None
+        write_results(root / "results" / f"{name}.parquet", rows)
+    store = root / "store.duckdb"
+    done = stepwatch("ingest", str(root / "results"), "--db", str(store), timeout=120)
+    assert done.returncode == 0, done.stderr
+    return store
+
+
+def compare(db: Path, *extra: str, baseline: str = "tf_version=2.20.0", candidate: str = "tf_version=2.21.0"):
+    return stepwatch("compare", "--db", str(db), "--baseline", baseline, "--candidate", candidate, *extra, timeout=120)
+
+
+def test_json_report_has_a_verdict_per_series_and_exit_code_1_on_regression(db: Path) -> None:
+    done = compare(db, "--format", "json")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    verdicts = {row["series"]["accelerator"]: row for row in report["rows"]}
+    assert verdicts["CPU A"]["verdict"] == "regression"
+    assert verdicts["CPU A"]["ratio"] == pytest.approx(0.9, abs=0.03)
+    assert verdicts["CPU A"]["ci_low"] < verdicts["CPU A"]["ratio"] < verdicts["CPU A"]["ci_high"] < 0.97
+    assert verdicts["CPU B"]["verdict"] == "no change"
+    assert verdicts["CPU C"]["verdict"] == "inconclusive"
+    assert verdicts["CPU D"]["verdict"] == "missing" and verdicts["CPU D"]["n_candidate"] == 0
+    assert verdicts["CPU E"]["verdict"] == "failed" and verdicts["CPU E"]["failed_candidate"] == 3
+    assert report["summaries"]["examples_per_sec"]["series"] == 3  # A, B, C: on both sides with ok trials
+    assert report["versions"]["candidate"]["tf_version"] == ["2.21.0"]
+    assert verdicts["CPU A"]["repro"].startswith("stepwatch run --suite smoke --models bilstm")
+
+
+def test_markdown_report_leads_with_regressions_and_names_missing_series(db: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.md"
+    done = compare(db, "--format", "markdown", "--out", str(out))
+    assert done.returncode == 1
+    text = out.read_text()
+    assert text == done.stdout
+    table = [line for line in text.splitlines() if line.startswith("| 🔴") or line.startswith("| ❌")]
+    assert table[0].startswith("| 🔴 regression | bilstm/tiny cpu noxla fp32 b8 fit on CPU A |")
+    assert "Only in the baseline (1): bilstm/tiny cpu noxla fp32 b8 fit on CPU D" in text
+    assert "| tf_version | 2.20.0 | 2.21.0 |" in text
+
+
+@pytest.mark.parametrize(
+    ("narrow", "extra", "code", "verdict"),
+    [
+        ("accelerator=CPU B", (), 0, "no change"),
+        ("accelerator=CPU C", (), 0, "inconclusive"),
+        ("accelerator=CPU C", ("--fail-on-inconclusive",), 3, "inconclusive"),
+        ("accelerator=CPU E", (), 4, "failed"),
+    ],
+)
+def test_exit_codes_follow_the_verdicts(db: Path, narrow: str, extra: tuple[str, ...], code: int, verdict: str) -> None:
+    done = compare(db, *extra, baseline=f"tf_version=2.20.0,{narrow}", candidate=f"tf_version=2.21.0,{narrow}")
+    assert done.returncode == code, done.stdout + done.stderr
+    assert f"verdict: 1 {verdict}" in done.stdout
+
+
+def test_a_series_threshold_override_changes_the_verdict(db: Path, tmp_path: Path) -> None:
+    thresholds = tmp_path / "thresholds.toml"
+    thresholds.write_text(
+        '[[override]]\nwhere = "accelerator=CPU A"\nmetric = "examples_per_sec"\nthreshold = 0.2\nreason = "test"\n'
+    )
+    narrow = ("--baseline", "tf_version=2.20.0,accelerator=CPU A", "--candidate", "tf_version=2.21.0,accelerator=CPU A")
+    done = stepwatch("compare", "--db", str(db), *narrow, "--thresholds", str(thresholds), "--format", "json")
+    row = json.loads(done.stdout)["rows"][0]
+    assert (done.returncode, row["verdict"], row["threshold"]) == (0, "no change", 0.2)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--baseline", "tf_versoin=2.20.0", "--candidate", "tf_version=2.21.0"), "did you mean tf_version"),
+        (("--baseline", "tf_version=9.9", "--candidate", "tf_version=2.21.0"), "baseline selection"),
+        (("--baseline", "tf_version=2.20.0", "--candidate", "tf_version=2.21.0", "--metric", "speed"), "speed"),
+    ],
+)
+def test_bad_selections_are_one_line_and_exit_2(db: Path, args: tuple[str, ...], message: str) -> None:
+    done = stepwatch("compare", "--db", str(db), *args)
+    assert done.returncode == 2
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_repro_command_narrows_a_bundled_suite_to_exactly_that_series() -> None:
+    config = load_suite("smoke").configs[0]
+    fields = {**config.__dict__, "xla_requested": config.xla, "suite": "smoke"}
+    done = stepwatch(*repro_command(fields).split()[1:], "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == config.label()
+    assert "1 configs x 5 trials" in done.stdout

@@ -1,0 +1,102 @@
+"""``stepwatch detect`` and the alert lifecycle on a real store, night by night."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+
+from tests.conftest import result_rows, stepwatch, write_results
+
+START = datetime(2026, 9, 1, 2, 0, tzinfo=UTC)
+
+
+def night(index: int, accelerator: str, level: float, version: str, rng: np.random.Generator) -> list[dict]:
+    """One nightly suite run of one series: 3 trials at 2% noise around ``level``."""
+    rows = result_rows(3, f"night-{index}-{accelerator}", tf_version=version, accelerator=accelerator)
+    for row, noise in zip(rows, rng.standard_normal(3)):
+        row["examples_per_sec"] = float(level * np.exp(0.02 * noise))
+        row["started_at"] = START + timedelta(days=index, minutes=row["trial"])
+        row["finished_at"] = row["started_at"] + timedelta(seconds=30)
+    return rows
+
+
+def add_nights(results: Path, nights: range, level_a, rng: np.random.Generator) -> None:
+    for i in nights:
+        version = "2.20.0" if i < 30 else "2.21.0"
+        rows = night(i, "CPU A", level_a(i), version, rng) + night(i, "CPU B", 500.0, version, rng)
+        write_results(results / f"night-{i:03d}.parquet", rows)
+
+
+def detect(db: Path) -> tuple[int, list[dict], str]:
+    done = stepwatch("detect", "--db", str(db), "--format", "json", timeout=120)
+    return done.returncode, json.loads(done.stdout), done.stderr
+
+
+def ingest(results: Path, db: Path) -> None:
+    done = stepwatch("ingest", str(results), "--db", str(db), timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_detect_confirms_a_step_and_the_alert_follows_its_lifecycle(tmp_path: Path) -> None:
+    rng = np.random.default_rng(11)
+    results, db = tmp_path / "results", tmp_path / "store.duckdb"
+
+    def level(i: int) -> float:
+        value = 1000.0 if i < 30 else 940.0  # a 6% drop when TensorFlow moves to 2.21.0
+        return value * 0.75 if i == 12 else value  # and one bad night that recovers
+
+    add_nights(results, range(40), level, rng)
+    ingest(results, db)
+    code, open_alerts, log = detect(db)
+    assert code == 1, log
+    assert "1 outlier night(s)" in log
+    [alert] = open_alerts
+    assert alert["accelerator"] == "CPU A" and alert["status"] == "confirmed"
+    assert datetime.fromisoformat(alert["change_at"]) == START + timedelta(days=30)
+    assert 0.91 < alert["ratio"] < 0.97
+    assert json.loads(alert["versions_changed"]) == {"tf_version": ["2.20.0", "2.21.0"]}
+
+    # Detecting again updates the same alert rather than raising a second one.
+    code, again, log = detect(db)
+    assert code == 1 and [a["id"] for a in again] == [alert["id"]] and "0 new" in log
+
+    # Acknowledged: the change starts a new baseline, and the nightly job passes again.
+    done = stepwatch("alerts", "ack", str(alert["id"]), "--note", "expected with TF 2.21", "--db", str(db))
+    assert done.returncode == 0, done.stderr
+    code, again, log = detect(db)
+    assert (code, again) == (0, []), log
+    listed = stepwatch("alerts", "list", "--status", "all", "--format", "json", "--db", str(db))
+    assert [(a["status"], a["note"]) for a in json.loads(listed.stdout)] == [("acknowledged", "expected with TF 2.21")]
+
+    # Two bad nights at the end are a suspected change: an alert, not yet a failure ...
+    add_nights(results, range(40, 42), lambda i: 820.0, rng)
+    ingest(results, db)
+    code, again, log = detect(db)
+    assert code == 0, log
+    [suspected] = again
+    assert suspected["status"] == "new" and suspected["ratio"] < 0.92
+
+    # ... and when the nights after recover, it was a dip: the alert is withdrawn.
+    add_nights(results, range(42, 48), lambda i: 940.0, rng)
+    ingest(results, db)
+    code, again, log = detect(db)
+    assert (code, again) == (0, []), log
+    listed = stepwatch("alerts", "list", "--status", "false positive", "--format", "json", "--db", str(db))
+    [withdrawn] = json.loads(listed.stdout)
+    assert withdrawn["id"] == suspected["id"] and "withdrawn" in withdrawn["note"]
+
+
+def test_alert_commands_reject_unknown_ids_and_a_missing_note(tmp_path: Path) -> None:
+    results, db = tmp_path / "results", tmp_path / "store.duckdb"
+    add_nights(results, range(3), lambda i: 1000.0, np.random.default_rng(0))
+    ingest(results, db)
+    done = stepwatch("alerts", "fixed", "999", "--db", str(db))
+    assert done.returncode == 2
+    assert done.stderr.strip() == "stepwatch: error: no alert with id 999 (see `stepwatch alerts list`)"
+    done = stepwatch("alerts", "ack", "1", "--db", str(db))
+    assert done.returncode == 2 and "--note" in done.stderr
+    done = stepwatch("detect", "--db", str(tmp_path / "none.duckdb"))
+    assert done.returncode == 2 and "run `stepwatch ingest` first" in done.stderr

@@ -157,10 +157,14 @@ def geomean_summary(verdicts: Sequence[Verdict], confidence: float = CONFIDENCE)
         return Summary(0, math.nan, math.nan, math.nan)
     logs = np.log([v.ratio for v in both])
     mean = float(logs.mean())
-    variances = [v.baseline.var_log / v.baseline.n + v.candidate.var_log / v.candidate.n for v in both]
-    if any(math.isnan(x) for x in variances):
+    terms = [(side.var_log / side.n, side.n) for v in both for side in (v.baseline, v.candidate)]
+    if any(math.isnan(q) for q, _ in terms):
         return Summary(len(both), math.exp(mean), math.nan, math.nan)
-    half = float(stats.norm.ppf(0.5 + confidence / 2)) * math.sqrt(sum(variances)) / len(both)
+    total = sum(q for q, _ in terms)
+    if total == 0:
+        return Summary(len(both), math.exp(mean), math.exp(mean), math.exp(mean))
+    df = total**2 / sum(q**2 / (n - 1) for q, n in terms)  # Welch-Satterthwaite over every side of every series
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(total) / len(both)
     return Summary(len(both), math.exp(mean), math.exp(mean - half), math.exp(mean + half))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import uuid
@@ -22,7 +23,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from collector import alerts, analysis, catalog, metrics, objectstore, queries, report, runner, store
+from collector import alerts, analysis, catalog, metrics, objectstore, queries, report, runner, store, upgrade
 from collector.config import BACKENDS, DATA, LOOPS, PRECISIONS, STRATEGIES, config_from_row
 from collector.results import ResultFile, ResultsError
 from collector.suite import SuiteError, load_suite, narrow, parse_bool
@@ -59,7 +60,8 @@ def _xla(text: str) -> bool:
         raise ValueError(f"{text!r} is not one of off, on") from None
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+def add_matrix_arguments(parser: argparse.ArgumentParser) -> None:
+    """The suite and the flags that narrow its matrix (shared by run and upgrade-check)."""
     parser.add_argument("--suite", default="smoke", help="bundled suite name (smoke, gpu-nightly, ...) or a TOML path")
     parser.add_argument("--models", type=_list(), help="keep only these models, e.g. resnet50,bert")
     parser.add_argument("--preset", type=_list(), help="set the size preset(s), e.g. tiny")
@@ -77,6 +79,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=_list(int), dest="window_steps", help="steps per timing window")
     parser.add_argument("--learning-rate", type=_list(float), dest="learning_rate")
     parser.add_argument("--timeout", type=_list(float), dest="timeout_s", help="seconds before a trial is killed")
+    parser.add_argument("--price-per-hour", type=float, help="USD per hour for the whole run, overriding the catalog")
+    parser.add_argument("--prices", type=Path, default=catalog.PRICES_PATH, help="price catalog TOML")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    add_matrix_arguments(parser)
     parser.add_argument("--trials", type=int, help="trials per config (default: the suite's)")
     parser.add_argument(
         "--out",
@@ -85,8 +93,6 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--resume", action="store_true", help="continue the latest file of this suite in --out")
     parser.add_argument("--label", help="free text stored with every row, e.g. candidate")
-    parser.add_argument("--price-per-hour", type=float, help="USD per hour for the whole run, overriding the catalog")
-    parser.add_argument("--prices", type=Path, default=catalog.PRICES_PATH, help="price catalog TOML")
     parser.add_argument("--find-max-batch", action="store_true", help="binary-search the largest per-device batch")
     parser.add_argument("--dry-run", action="store_true", help="list the configs and exit")
 
@@ -132,6 +138,25 @@ def _summary(all_rows: list[dict[str, Any]]) -> Table:
         label = config_from_row(first).label()
         table.add_row(label, f"{len(ok)}/{len(rows)}", throughput, cv, p50, compile_s, failures)
     return table
+
+
+PROGRESS_COLUMNS = (
+    TextColumn("{task.description}"),
+    BarColumn(),
+    MofNCompleteColumn(),
+    TimeElapsedColumn(),
+    TextColumn("ETA"),
+    TimeRemainingColumn(),
+)
+
+
+def _trial_line(label: str, outcome: runner.Outcome) -> str:
+    row = outcome.row
+    if row["status"] == "ok":
+        detail = f"{row['units_per_sec']:,.1f} {row.get('unit')}/s, compile {row.get('compile_s') or 0:.1f} s"
+    else:
+        detail = f"[red]{row['status']}[/red]: {escape(str(row.get('error_message')))}"
+    return f"{escape(label)} trial {outcome.trial + 1}: {detail}"
 
 
 def run_run(args: argparse.Namespace) -> int:
@@ -180,27 +205,14 @@ def run_run(args: argparse.Namespace) -> int:
             options.max_batches[config.key] = runner.find_max_batch(config, options.python)
             console.print(f"  largest per-device batch: {options.max_batches[config.key]}")
 
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=console, transient=False) as progress:
+    with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:
         task = progress.add_task("starting", total=len(todo))
 
         def on_start(config: Any, trial: int) -> None:
             progress.update(task, description=f"{config.label()} trial {trial + 1}/{trials}")
 
         def on_done(outcome: runner.Outcome) -> None:
-            row = outcome.row
-            if row["status"] == "ok":
-                detail = f"{row['units_per_sec']:,.1f} {row.get('unit')}/s, compile {row.get('compile_s') or 0:.1f} s"
-            else:
-                detail = f"[red]{row['status']}[/red]: {escape(str(row.get('error_message')))}"
-            progress.console.print(f"{escape(outcome.config.label())} trial {outcome.trial + 1}: {detail}")
+            progress.console.print(_trial_line(outcome.config.label(), outcome))
             progress.advance(task)
 
         outcomes = runner.run_plan(todo, results, suite.name, suite_run_id, options, on_start, on_done)
@@ -298,11 +310,16 @@ def _write_out(text: str, out: str | None) -> None:
     """Print ``text``; with --out also write it to that file (a job summary, a PR comment body)."""
     print(text, end="" if text.endswith("\n") else "\n")
     if out:
-        try:
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            Path(out).write_text(text)
-        except OSError as error:
-            raise ResultsError(f"cannot write {out}: {error.strerror or error}") from None
+        _write_file(text, out)
+
+
+def _write_file(text: str, out: str) -> None:
+    try:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "a" if out == os.environ.get("GITHUB_STEP_SUMMARY") else "w") as handle:
+            handle.write(text)
+    except OSError as error:
+        raise ResultsError(f"cannot write {out}: {error.strerror or error}") from None
 
 
 VERDICT_STYLES = {"regression": "red", "improvement": "green", "inconclusive": "yellow", "failed": "red"}
@@ -342,12 +359,14 @@ def run_compare(args: argparse.Namespace) -> int:
     return comparison.exit_code(args.fail_on_inconclusive)
 
 
-def _show_comparison(comparison: report.Comparison, fmt: str, out: str | None, title: str) -> None:
+def _show_comparison(
+    comparison: report.Comparison, fmt: str, out: str | None, title: str, preface: tuple[str, ...] = ()
+) -> None:
     if fmt == "json":
         _write_out(report.to_json(comparison), out)
         return
     if fmt == "markdown":
-        _write_out(report.to_markdown(comparison, title), out)
+        _write_out(report.to_markdown(comparison, title, preface), out)
         return
     stdout = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
     stdout.print(_comparison_table(comparison))
@@ -364,7 +383,7 @@ def _show_comparison(comparison: report.Comparison, fmt: str, out: str | None, t
             stdout.print(f"only in the {side} ({len(only)}): " + "; ".join(escape(row.label) for row in only))
     stdout.print(f"verdict: {report.headline(comparison)}")
     if out:
-        Path(out).write_text(report.to_markdown(comparison, title))
+        _write_file(report.to_markdown(comparison, title, preface), out)
 
 
 def _alerts_output(rows: list[dict[str, Any]], fmt: str, out: str | None, title: str) -> None:
@@ -386,7 +405,7 @@ def _alerts_output(rows: list[dict[str, Any]], fmt: str, out: str | None, title:
         )  # fmt: skip
     Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200).print(table)
     if out:
-        Path(out).write_text(report.alerts_markdown(rows, title))
+        _write_file(report.alerts_markdown(rows, title), out)
 
 
 def _records(frame: Any) -> list[dict[str, Any]]:
@@ -443,6 +462,79 @@ def run_alerts_set(args: argparse.Namespace) -> int:
         before = alerts.set_status(con, args.id, args.new_status, note, datetime.now(UTC))
     console.print(f"alert {args.id}: {before} -> {args.new_status}" + (f" ({escape(note)})" if note else ""))
     return EXIT_OK
+
+
+UPGRADE_RESULTS = Path("data/upgrade-check")
+UPGRADE_DB = Path("data/upgrade-check.duckdb")
+
+
+def run_upgrade_check(args: argparse.Namespace) -> int:
+    """Build (or reuse) an environment per side, run the suite interleaved, ingest, compare, report."""
+    try:
+        sides = {side: upgrade.parse_side(getattr(args, side), side) for side in upgrade.SIDES}
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    suite = load_suite(args.suite)
+    configs = list(narrow(suite.configs, args.models, {name: getattr(args, name) for name in OVERRIDES}))
+    if args.trials < 2:
+        raise UsageError("--trials must be at least 2: a side needs two trials for a confidence interval")
+    if args.dry_run:
+        for side, config, trial in upgrade.plan(configs, args.trials):
+            print(f"{side} {config.label()} trial {trial + 1}")
+        return EXIT_OK
+    overrides = metrics.load_overrides(Path(args.thresholds) if args.thresholds else None)
+    envs = {
+        side: upgrade.ensure(side, requirements, args.reuse_site_packages, tuple(args.pip_arg), console.print)
+        for side, requirements in sides.items()
+    }
+    resolved = {side: upgrade.installed(env) for side, env in envs.items()}
+    for side in upgrade.SIDES:
+        console.print(f"{side}: " + ", ".join(f"{k} {v}" for k, v in resolved[side].items()))
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = Path(args.results) / f"{stamp}-{uuid.uuid4().hex[:8]}"
+    options = runner.RunOptions(price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices))
+    total = len(configs) * args.trials * 2
+    with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:
+        task = progress.add_task("starting", total=total)
+
+        def on_start(side: str, config: Any, trial: int) -> None:
+            progress.update(task, description=f"{side}: {config.label()} trial {trial + 1}/{args.trials}")
+
+        def on_done(side: str, outcome: runner.Outcome) -> None:
+            progress.console.print(_trial_line(f"{side}: {outcome.config.label()}", outcome))
+            progress.advance(task)
+
+        results, outcomes = upgrade.run(configs, args.trials, suite.name, envs, out_dir, options, on_start, on_done)
+    db = Path(args.db) if args.db else UPGRADE_DB
+    _ingest([str(out_dir)], db, synthetic=False)
+    selections = {
+        side: queries.Selection.parse(f"suite_run_id={results[side].rows[0]['suite_run_id']}") for side in upgrade.SIDES
+    }
+    reader = store.StoreReader(db)
+    try:
+        comparison = report.build(
+            reader.connection(), selections["baseline"], selections["candidate"], args.metric, overrides
+        )
+    finally:
+        reader.close()
+    failed = [o for o in outcomes if o.row["status"] != "ok"]
+    host = results["baseline"].rows[0].get("accelerator") or results["baseline"].rows[0].get("host")
+    preface = (
+        f"Baseline `{' '.join(sides['baseline'])}`, candidate `{' '.join(sides['candidate'])}`: "
+        f"{len(configs)} config(s) x {args.trials} trials per side of suite `{suite.name}`, interleaved on "
+        f"{host}; {len(failed)} of {len(outcomes)} trials failed.",
+        "",
+    )
+    title = f"stepwatch upgrade check: {' '.join(sides['baseline'])} -> {' '.join(sides['candidate'])}"
+    text = report.to_markdown(comparison, title, preface)
+    (out_dir / "report.md").write_text(text)
+    _show_comparison(comparison, args.format, args.out, title, preface)
+    console.print(f"report: {out_dir / 'report.md'}")
+    code = comparison.exit_code(args.fail_on_inconclusive)
+    if code == EXIT_OK and failed:
+        console.print(f"[red]{len(failed)} of {len(outcomes)} trials failed[/red]")
+        return EXIT_FAILED
+    return code
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -511,10 +603,29 @@ def build_parser() -> argparse.ArgumentParser:
         action.add_argument("--note", required=needs_note, help="why (kept with the alert)")
         action.add_argument("--db", help=f"store file (default ${store.DB_ENV} or {store.DEFAULT_DB})")
         action.set_defaults(handler=run_alerts_set, new_status=status)
+
+    check = commands.add_parser(
+        "upgrade-check", help="the suite under two package sets, interleaved on this machine, compared"
+    )
+    check.add_argument("--baseline", required=True, help="pip requirements, e.g. 'tensorflow==2.20.0'")
+    check.add_argument("--candidate", required=True, help="pip requirements, e.g. 'tensorflow==2.21.0 keras==3.15.1'")
+    add_matrix_arguments(check)
+    check.add_argument("--trials", type=int, default=5, help="trials per config and side (default 5)")
+    check.add_argument(
+        "--results", default=str(UPGRADE_RESULTS), help=f"folder for the parquet (default {UPGRADE_RESULTS})"
+    )
+    check.add_argument("--reuse-site-packages", action="store_true",
+                       help="build the side environments on top of this interpreter's packages (faster; the "
+                       "pinned requirements still win)")  # fmt: skip
+    check.add_argument("--pip-arg", action="append", default=[], help="extra pip install argument (repeatable)")
+    check.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when any verdict is inconclusive")
+    check.add_argument("--dry-run", action="store_true", help="print the interleaved plan and exit")
+    _analysis_arguments(check, several_metrics=True, default_db=UPGRADE_DB)
+    check.set_defaults(handler=run_upgrade_check)
     return parser
 
 
-def _analysis_arguments(parser: argparse.ArgumentParser, several_metrics: bool) -> None:
+def _analysis_arguments(parser: argparse.ArgumentParser, several_metrics: bool, default_db: Path | None = None) -> None:
     names = ", ".join(metrics.METRICS)
     if several_metrics:
         parser.add_argument(
@@ -529,7 +640,8 @@ def _analysis_arguments(parser: argparse.ArgumentParser, several_metrics: bool) 
     parser.add_argument("--format", choices=("table", "markdown", "json"), default="table")
     parser.add_argument("--out", help="also write the report (markdown, or JSON with --format json) to this file")
     parser.add_argument("--thresholds", help=f"per-series threshold overrides (default {metrics.THRESHOLDS_PATH})")
-    parser.add_argument("--db", help=f"store file (default ${store.DB_ENV} or {store.DEFAULT_DB})")
+    where = default_db or f"${store.DB_ENV} or {store.DEFAULT_DB}"
+    parser.add_argument("--db", help=f"store file (default {where})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -546,7 +658,13 @@ def main(argv: list[str] | None = None) -> int:
     ) as error:
         print(f"stepwatch: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except (ResultsError, runner.MaxBatchError, store.StoreError, objectstore.StorageError) as error:
+    except (
+        ResultsError,
+        runner.MaxBatchError,
+        store.StoreError,
+        objectstore.StorageError,
+        upgrade.UpgradeError,
+    ) as error:
         print(f"stepwatch: error: {error}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

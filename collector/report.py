@@ -165,9 +165,9 @@ def headline(comparison: Comparison) -> str:
     return ", ".join(parts) or "nothing to compare"
 
 
-def to_markdown(comparison: Comparison, title: str = "stepwatch comparison") -> str:
+def to_markdown(comparison: Comparison, title: str = "stepwatch comparison", preface: tuple[str, ...] = ()) -> str:
     """A report for a PR comment or a job summary: headline, sides, geomeans, the verdict table, gaps."""
-    lines = [f"## {title}", "", f"**{headline(comparison)}**", ""]
+    lines = [f"## {title}", "", f"**{headline(comparison)}**", "", *preface]
     lines += ["| | baseline | candidate |", "|---|---|---|"]
     lines.append(f"| selection | `{comparison.baseline.describe()}` | `{comparison.candidate.describe()}` |")
     for name in comparison.versions.get("baseline", {}):

@@ -191,6 +191,23 @@ def make_row(
     return row
 
 
+def run_one(
+    config: BenchmarkConfig,
+    trial: int,
+    results: ResultFile,
+    suite: str,
+    suite_run_id: str,
+    options: RunOptions,
+    workdir: Path,
+) -> Outcome:
+    """One trial in a fresh process; its row is in the parquet file before this returns."""
+    started = datetime.now(UTC)
+    child, wall_s, code = run_child(config, options.python, workdir)
+    row = make_row(config, trial, child, wall_s, code, started, suite, suite_run_id, options)
+    results.append(row)
+    return Outcome(config, trial, row)
+
+
 def run_plan(
     plan: list[tuple[BenchmarkConfig, int]],
     results: ResultFile,
@@ -207,11 +224,7 @@ def run_plan(
         while queue:
             config, trial = queue.popleft()
             on_start(config, trial)
-            started = datetime.now(UTC)
-            child, wall_s, code = run_child(config, options.python, Path(tmp))
-            row = make_row(config, trial, child, wall_s, code, started, suite, suite_run_id, options)
-            results.append(row)
-            outcome = Outcome(config, trial, row)
+            outcome = run_one(config, trial, results, suite, suite_run_id, options, Path(tmp))
             outcomes.append(outcome)
             on_done(outcome)
     return outcomes

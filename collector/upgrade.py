@@ -1,0 +1,199 @@
+"""The upgrade check: the same suite under two sets of packages, on this machine, interleaved.
+
+Each side is a list of pip requirements (``tensorflow==2.20.0``, ``keras==3.14.0 keras-hub==0.21.0``). It gets
+a virtual environment of its own with those requirements and stepwatch's other dependencies, cached by
+their hash and reused by the next check. This process runs the suite and starts every trial with the
+side's interpreter, so both sides are measured by the same harness; the trials alternate between the
+sides (ABAB, the first side alternating each round so a steady drift of the machine favours neither).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from collector import runner
+from collector.config import BenchmarkConfig
+from collector.results import ResultFile
+
+CACHE_ENV = "STEPWATCH_ENV_CACHE"
+SOURCE_ROOT = Path(__file__).resolve().parents[1]
+READY = ".stepwatch-ready"
+SIDES = ("baseline", "candidate")
+
+
+class UpgradeError(RuntimeError):
+    """An environment that could not be built, in one line."""
+
+
+def cache_root() -> Path:
+    """Where side environments live: $STEPWATCH_ENV_CACHE, else ~/.cache/stepwatch/envs."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "stepwatch" / "envs")
+
+
+def parse_side(text: str, side: str) -> tuple[str, ...]:
+    """Whitespace-separated pip requirements; raises ValueError naming the one that does not parse."""
+    requirements = tuple(text.split())
+    if not requirements:
+        raise ValueError(f"--{side} is empty: give pip requirements such as tensorflow==2.20.0")
+    for requirement in requirements:
+        try:
+            Requirement(requirement)
+        except InvalidRequirement as error:
+            raise ValueError(f"--{side}: {requirement!r} is not a pip requirement ({error})") from None
+    return requirements
+
+
+def _base_requirements(pinned: tuple[str, ...]) -> list[str]:
+    """stepwatch's own runtime dependencies, less those the side pins."""
+    named = {canonicalize_name(Requirement(r).name) for r in pinned}
+    out = []
+    for line in metadata.requires("stepwatch") or []:
+        requirement = Requirement(line)
+        if requirement.marker is not None and "extra" in str(requirement.marker):
+            continue
+        if canonicalize_name(requirement.name) not in named:
+            out.append(line)
+    return out
+
+
+@dataclass(frozen=True)
+class Environment:
+    side: str
+    requirements: tuple[str, ...]
+    path: Path
+    cached: bool
+
+    @property
+    def python(self) -> str:
+        return str(self.path / "bin" / "python")
+
+    def freeze(self) -> str:
+        return (self.path / "freeze.txt").read_text() if (self.path / "freeze.txt").exists() else ""
+
+
+def _site_packages(venv: Path) -> Path:
+    found = list((venv / "lib").glob("python*/site-packages"))
+    if not found:
+        raise UpgradeError(f"no site-packages in {venv}")
+    return found[0]
+
+
+def ensure(
+    side: str,
+    requirements: tuple[str, ...],
+    reuse_site_packages: bool = False,
+    pip_args: tuple[str, ...] = (),
+    log: Callable[[str], None] = print,
+) -> Environment:
+    """The side's environment, built on first use (python -m venv, pip install) and cached by content."""
+    if not (SOURCE_ROOT / "pyproject.toml").exists():
+        raise UpgradeError(f"upgrade-check runs from a stepwatch checkout; {SOURCE_ROOT} is not one")
+    base = [] if reuse_site_packages else _base_requirements(requirements)
+    identity = {
+        "python": platform.python_version(),
+        "requirements": sorted(requirements),
+        "base": sorted(base),
+        "reuse": sysconfig.get_paths()["purelib"] if reuse_site_packages else None,
+        "pip_args": list(pip_args),
+    }
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    path = cache_root() / key
+    if (path / READY).exists():
+        log(f"{side}: using the cached environment {path}")
+        return Environment(side, requirements, path, cached=True)
+    log(f"{side}: building an environment for {' '.join(requirements)} in {path} (pip log: {path / 'pip.log'})")
+    shutil.rmtree(path, ignore_errors=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, capture_output=True, text=True)
+    except (subprocess.CalledProcessError, OSError) as error:
+        detail = getattr(error, "stderr", None) or str(error)
+        raise UpgradeError(f"cannot create a virtual environment in {path}: {detail.strip()[-300:]}") from None
+    site = _site_packages(path)
+    # The side imports this checkout's collector and trainers; with reuse, this interpreter's packages
+    # come after the side's own (a .pth entry is appended to sys.path), so the pinned versions win.
+    lines = [str(SOURCE_ROOT)] + ([sysconfig.get_paths()["purelib"]] if reuse_site_packages else [])
+    (site / "stepwatch-source.pth").write_text("\n".join(lines) + "\n")
+    (path / "requirements.txt").write_text("\n".join([*requirements, *base]) + "\n")
+    command = [str(path / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", *pip_args]
+    command += ["-r", str(path / "requirements.txt")]
+    with open(path / "pip.log", "w") as pip_log:
+        done = subprocess.run(command, stdout=pip_log, stderr=subprocess.STDOUT, text=True)
+    if done.returncode != 0:
+        errors = [line for line in (path / "pip.log").read_text().splitlines() if line.startswith("ERROR")]
+        reason = errors[0] if errors else f"pip exited with {done.returncode}"
+        raise UpgradeError(f"cannot install {' '.join(requirements)} for the {side}: {reason} (see {path / 'pip.log'})")
+    freeze = subprocess.run(
+        [str(path / "bin" / "python"), "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=False
+    )
+    (path / "freeze.txt").write_text(freeze.stdout)
+    (path / READY).write_text(json.dumps(identity, indent=2))
+    return Environment(side, requirements, path, cached=False)
+
+
+def installed(
+    env: Environment, distributions: tuple[str, ...] = ("tensorflow", "keras", "keras-hub")
+) -> dict[str, str]:
+    """Version of each distribution in the side's ``pip freeze`` (what the requirements resolved to)."""
+    wanted = {canonicalize_name(d): d for d in distributions}
+    found = {}
+    for line in env.freeze().splitlines():
+        match = re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)", line)
+        if match and canonicalize_name(match.group(1)) in wanted:
+            found[wanted[canonicalize_name(match.group(1))]] = match.group(2)
+    return found
+
+
+def plan(configs: list[BenchmarkConfig], trials: int) -> list[tuple[str, BenchmarkConfig, int]]:
+    """(side, config, trial) in running order: per round and config both sides, the first side alternating."""
+    order = []
+    for trial in range(trials):
+        first, second = SIDES if trial % 2 == 0 else SIDES[::-1]
+        for config in configs:
+            order += [(first, config, trial), (second, config, trial)]
+    return order
+
+
+def run(
+    configs: list[BenchmarkConfig],
+    trials: int,
+    suite: str,
+    envs: dict[str, Environment],
+    out_dir: Path,
+    options: runner.RunOptions,
+    on_start: Callable[[str, BenchmarkConfig, int], None] = lambda side, config, trial: None,
+    on_done: Callable[[str, runner.Outcome], None] = lambda side, outcome: None,
+) -> tuple[dict[str, ResultFile], list[runner.Outcome]]:
+    """Run the interleaved plan; one parquet file (and suite run id) per side, each row labelled with its side."""
+    results, side_options, run_ids = {}, {}, {}
+    for side in SIDES:
+        run_ids[side] = str(uuid.uuid4())
+        results[side] = ResultFile(out_dir / f"{suite}-{side}-{run_ids[side][:8]}.parquet")
+        side_options[side] = runner.RunOptions(
+            label=side, price_per_hour=options.price_per_hour, prices=options.prices, python=envs[side].python
+        )
+    outcomes = []
+    with tempfile.TemporaryDirectory(prefix="stepwatch-upgrade-") as tmp:
+        for side, config, trial in plan(configs, trials):
+            on_start(side, config, trial)
+            outcome = runner.run_one(config, trial, results[side], suite, run_ids[side], side_options[side], Path(tmp))
+            outcomes.append(outcome)
+            on_done(side, outcome)
+    return results, outcomes

@@ -1,0 +1,91 @@
+"""``stepwatch upgrade-check``: side environments, the interleaved plan, and a real check end to end.
+
+The end-to-end check builds its side environments on top of this interpreter's packages
+(``--reuse-site-packages``) and pins two packages that are already installed, with ``--no-index``: it
+runs the real code paths without downloading TensorFlow twice. The checks between two TensorFlow
+releases are run by hand and reported in the README.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from collector import upgrade
+from collector.config import BenchmarkConfig
+from tests.conftest import stepwatch
+
+PYTZ = f"pytz=={metadata.version('pytz')}"
+PSUTIL = f"psutil=={metadata.version('psutil')}"
+SMALL = ("--models", "bilstm", "--xla", "off", "--precision", "fp32", "--steps", "20", "--warmup", "20")
+
+
+def test_plan_alternates_the_first_side_every_round() -> None:
+    configs = [BenchmarkConfig(model="bilstm"), BenchmarkConfig(model="bert")]
+    order = [(side, config.model, trial) for side, config, trial in upgrade.plan(configs, 2)]
+    assert order == [
+        ("baseline", "bilstm", 0),
+        ("candidate", "bilstm", 0),
+        ("baseline", "bert", 0),
+        ("candidate", "bert", 0),
+        ("candidate", "bilstm", 1),
+        ("baseline", "bilstm", 1),
+        ("candidate", "bert", 1),
+        ("baseline", "bert", 1),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("baseline", "message"),
+    [("tensorflow=2.20.0", "is not a pip requirement"), ("   ", "--baseline is empty")],
+)
+def test_bad_requirements_are_one_line_and_exit_2(baseline: str, message: str) -> None:
+    done = stepwatch("upgrade-check", "--baseline", baseline, "--candidate", "tensorflow==2.21.0", "--dry-run")
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_side_pip_cannot_install_fails_with_one_line_and_is_not_cached(tmp_path: Path) -> None:
+    env = {upgrade.CACHE_ENV: str(tmp_path / "envs")}
+    done = stepwatch(
+        "upgrade-check", "--baseline", "no-such-package-stepwatch==1.0", "--candidate", PYTZ,
+        "--reuse-site-packages", "--pip-arg=--no-index", *SMALL, "--trials", "2", env=env, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 4, done.stderr
+    assert "stepwatch: error: cannot install no-such-package-stepwatch==1.0 for the baseline" in done.stderr
+    assert not list((tmp_path / "envs").glob(f"*/{upgrade.READY}"))
+
+
+def test_upgrade_check_runs_both_sides_interleaved_and_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache, results, db = tmp_path / "envs", tmp_path / "results", tmp_path / "check.duckdb"
+    report = tmp_path / "report.json"
+    done = stepwatch(
+        "upgrade-check", "--baseline", PYTZ, "--candidate", PSUTIL, "--reuse-site-packages", "--pip-arg=--no-index",
+        *SMALL, "--trials", "2", "--results", str(results), "--db", str(db), "--format", "json", "--out", str(report),
+        env={upgrade.CACHE_ENV: str(cache)}, timeout=600,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr  # the verdict on two trials of identical code may go either way
+    assert "baseline: building an environment for " + PYTZ in done.stderr
+    payload = json.loads(report.read_text())
+    [row] = payload["rows"]
+    assert (row["n_baseline"], row["n_candidate"], row["failed_baseline"], row["failed_candidate"]) == (2, 2, 0, 0)
+    assert row["verdict"] in ("regression", "improvement", "no change", "inconclusive")
+    assert payload["exit_code"] == done.returncode
+
+    [check_dir] = results.iterdir()
+    rows = [r for f in check_dir.glob("*.parquet") for r in pq.read_table(f).to_pylist()]
+    rows.sort(key=lambda r: r["started_at"])
+    assert [r["label"] for r in rows] == ["baseline", "candidate", "candidate", "baseline"]
+    assert all(r["status"] == "ok" and r["tf_version"] for r in rows)
+    markdown = (check_dir / "report.md").read_text()
+    assert markdown.startswith(f"## stepwatch upgrade check: {PYTZ} -> {PSUTIL}")
+    assert "1 config(s) x 2 trials per side" in markdown
+
+    # The environments are cached: asking again reuses them without pip.
+    monkeypatch.setenv(upgrade.CACHE_ENV, str(cache))
+    env = upgrade.ensure("baseline", (PYTZ,), reuse_site_packages=True, pip_args=("--no-index",), log=lambda _: None)
+    assert env.cached and PYTZ in env.freeze()
+    assert upgrade.installed(env)["tensorflow"] == metadata.version("tensorflow")

@@ -56,7 +56,10 @@ def parse_side(text: str, side: str) -> tuple[str, ...]:
         try:
             Requirement(requirement)
         except InvalidRequirement as error:
-            raise ValueError(f"--{side}: {requirement!r} is not a pip requirement ({error})") from None
+            reason = str(error).splitlines()[0]
+            raise ValueError(
+                f"--{side}: {requirement!r} is not a pip requirement ({reason}); e.g. tensorflow==2.20.0"
+            ) from None
     return requirements
 
 

@@ -28,7 +28,7 @@ from collector.config import BACKENDS, DATA, LOOPS, PRECISIONS, STRATEGIES, conf
 from collector.results import ResultFile, ResultsError
 from collector.suite import SuiteError, load_suite, narrow, parse_bool
 
-EXIT_OK, EXIT_USAGE, EXIT_FAILED = 0, 2, 4
+EXIT_OK, EXIT_USAGE, EXIT_FAILED = report.EXIT_OK, report.EXIT_USAGE, report.EXIT_FAILED
 DEFAULT_OUT = Path("data/results")
 
 console = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 150)
@@ -525,6 +525,14 @@ def run_upgrade_check(args: argparse.Namespace) -> int:
         f"{host}; {len(failed)} of {len(outcomes)} trials failed.",
         "",
     )
+    changed = upgrade.package_diff(envs["baseline"], envs["candidate"])
+    if changed:
+        preface += (
+            "Packages that differ between the two environments: "
+            + ", ".join(f"{name} {a} -> {b}" for name, a, b in changed)
+            + ".",
+            "",
+        )
     title = f"stepwatch upgrade check: {' '.join(sides['baseline'])} -> {' '.join(sides['candidate'])}"
     text = report.to_markdown(comparison, title, preface)
     (out_dir / "report.md").write_text(text)

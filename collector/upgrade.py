@@ -151,17 +151,31 @@ def ensure(
     return Environment(side, requirements, path, cached=False)
 
 
-def installed(
-    env: Environment, distributions: tuple[str, ...] = ("tensorflow", "keras", "keras-hub")
-) -> dict[str, str]:
-    """Version of each distribution in the side's ``pip freeze`` (what the requirements resolved to)."""
-    wanted = {canonicalize_name(d): d for d in distributions}
+TRACKED = ("tensorflow", "keras", "keras-hub")
+
+
+def _frozen(env: Environment) -> dict[str, str]:
+    """canonical name -> version from the side's ``pip freeze`` (what its requirements resolved to)."""
     found = {}
     for line in env.freeze().splitlines():
         match = re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)", line)
-        if match and canonicalize_name(match.group(1)) in wanted:
-            found[wanted[canonicalize_name(match.group(1))]] = match.group(2)
+        if match:
+            found[canonicalize_name(match.group(1))] = match.group(2)
     return found
+
+
+def installed(env: Environment, distributions: tuple[str, ...] = TRACKED) -> dict[str, str]:
+    """Version of each of ``distributions`` installed in the side's environment."""
+    frozen = _frozen(env)
+    return {d: frozen[canonicalize_name(d)] for d in distributions if canonicalize_name(d) in frozen}
+
+
+def package_diff(baseline: Environment, candidate: Environment) -> list[tuple[str, str, str]]:
+    """(package, baseline version, candidate version) for every package that differs between the sides,
+    "-" where a side lacks it: everything the upgrade changes, not only what was pinned."""
+    a, b = _frozen(baseline), _frozen(candidate)
+    names = sorted(a.keys() | b.keys())
+    return [(name, a.get(name, "-"), b.get(name, "-")) for name in names if a.get(name) != b.get(name)]
 
 
 def plan(configs: list[BenchmarkConfig], trials: int) -> list[tuple[str, BenchmarkConfig, int]]:

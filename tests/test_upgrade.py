@@ -89,3 +89,20 @@ def test_upgrade_check_runs_both_sides_interleaved_and_reports(tmp_path: Path, m
     env = upgrade.ensure("baseline", (PYTZ,), reuse_site_packages=True, pip_args=("--no-index",), log=lambda _: None)
     assert env.cached and PYTZ in env.freeze()
     assert upgrade.installed(env)["tensorflow"] == metadata.version("tensorflow")
+
+
+def test_package_diff_lists_everything_the_upgrade_changes(tmp_path: Path) -> None:
+    sides = {}
+    for side, freeze in (
+        ("baseline", "tensorflow==2.20.0\ntensorboard==2.20.0\nKeras==3.15.1\nh5py==3.16.0\n"),
+        ("candidate", "tensorflow==2.21.0\nkeras==3.15.1\nh5py==3.14.0\n-e git+https://example.invalid/x#egg=x\n"),
+    ):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "freeze.txt").write_text(freeze)
+        sides[side] = upgrade.Environment(side, (), tmp_path / side, cached=True)
+    assert upgrade.package_diff(sides["baseline"], sides["candidate"]) == [
+        ("h5py", "3.16.0", "3.14.0"),
+        ("tensorboard", "2.20.0", "-"),
+        ("tensorflow", "2.20.0", "2.21.0"),
+    ]
+    assert upgrade.installed(sides["baseline"]) == {"tensorflow": "2.20.0", "keras": "3.15.1"}

@@ -97,6 +97,17 @@ class Selection:
             equals[key] = equals.get(key, ()) + tuple(_value(key, v.strip()) for v in raw.split("|"))
         return cls(tuple(sorted(equals.items())), since, until)
 
+    @classmethod
+    def of(cls, **fields: Any) -> Selection:
+        """Equality filters from keyword arguments (a list is alternatives; None or empty means any)."""
+        equals = []
+        for name, values in sorted(fields.items()):
+            values = values if isinstance(values, list | tuple) else [values]
+            values = tuple(v for v in values if v is not None)
+            if values:
+                equals.append((ALIASES.get(name, name), values))
+        return cls(tuple(sorted(equals)))
+
     def where(self, alias: str = "") -> tuple[str, list[Any]]:
         """SQL condition and its parameters; column names come from the schema, values are bound."""
         prefix = f"{alias}." if alias else ""
@@ -244,6 +255,11 @@ VERSION_FIELDS = (
 )
 
 
+def version_key(version: str) -> list[Any]:
+    """Sort key for version strings: 2.9.0 before 2.10.0."""
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in version.replace("-", ".").split(".")]
+
+
 def side_versions(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, list[str]]:
     """The distinct software versions among the selected runs, per version field (what a side *is*)."""
     where, params = selection.where()
@@ -270,6 +286,112 @@ def nightly(con: duckdb.DuckDBPyConnection, selection: Selection, metric: str) -
         """,
         params,
     )
+
+
+SERIES_DIMENSIONS = ("model", "preset", "backend", "accelerator", "precision", "xla", "per_device_batch", "num_devices")
+X_AXES = ("night", *VERSION_FIELDS[:3], "cuda_build_version", "driver_version", "container_image")
+
+
+def series_catalog(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Every series with its config fields and history span (the filters' choices)."""
+    return _frame(con, "SELECT * FROM series ORDER BY model, preset, accelerator, precision, xla", [])
+
+
+def history_points(con: duckdb.DuckDBPyConnection, selection: Selection, metric: str) -> pd.DataFrame:
+    """One point per series and suite run: the median of its ok trials' metric (failed trials left out),
+    the trial counts, the versions it ran and the series' dimensions, oldest first."""
+    if metric not in METRICS:
+        raise SelectionError(f"{metric!r} is not a metric stepwatch tracks (known: {', '.join(METRICS)})")
+    where, params = selection.where("r")
+    versions = ", ".join(f'any_value(r."{f}") AS "{f}"' for f in VERSION_FIELDS)
+    dims = ", ".join(f's."{d}"' for d in SERIES_DIMENSIONS)
+    return _frame(
+        con,
+        f"""
+        SELECT r.series_key, r.suite_run_id, min(r.started_at) AS night,
+               median(r."{metric}") FILTER (WHERE r.status = 'ok') AS value,
+               count(*) FILTER (WHERE r.status = 'ok') AS ok, count(*) AS trials,
+               any_value(r.label) AS label, {versions}, {dims}
+        FROM runs r JOIN series s USING (series_key) WHERE {where}
+        GROUP BY r.series_key, r.suite_run_id, {dims} ORDER BY night
+        """,
+        params,
+    )
+
+
+def speedups(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFrame:
+    """Median throughput of the selected ok runs per config point, with its speedup over XLA off (same
+    everything else) and over fp32 (the fastest fp32 point of the same model, device and XLA setting,
+    since mixed precision usually runs a larger batch): the seeds' two charts."""
+    where, params = selection.where()
+    keys = ("model", "preset", "accelerator", "num_devices", "loop", "data")
+
+    def same(alias: str, *extra: str) -> str:
+        return " AND ".join([*(f"{alias}.{k} IS NOT DISTINCT FROM p.{k}" for k in keys), *extra])
+
+    return _frame(
+        con,
+        f"""
+        WITH points AS (
+            SELECT {", ".join(keys)}, per_device_batch, xla_requested AS xla, precision,
+                   median(examples_per_sec) AS examples_per_sec, count(*) AS trials
+            FROM runs WHERE status = 'ok' AND {where}
+            GROUP BY ALL
+        ), fp32 AS (
+            SELECT {", ".join(keys)}, xla, max(examples_per_sec) AS examples_per_sec
+            FROM points WHERE precision = 'fp32' GROUP BY ALL
+        )
+        SELECT p.*,
+               p.examples_per_sec / x.examples_per_sec AS xla_speedup,
+               p.examples_per_sec / f.examples_per_sec AS precision_speedup
+        FROM points p
+        LEFT JOIN points x ON {
+            same("x", "x.precision = p.precision", "x.per_device_batch = p.per_device_batch", "NOT x.xla")
+        }
+        LEFT JOIN fp32 f ON {same("f", "f.xla = p.xla")}
+        ORDER BY model, preset, accelerator, precision, xla
+        """,
+        params,
+    )
+
+
+def costs(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFrame:
+    """Per accelerator and config: median cost per run and per 1M examples of the selected ok runs, with
+    the price used, its source and its date."""
+    where, params = selection.where()
+    return _frame(
+        con,
+        f"""
+        SELECT accelerator, model, preset, precision, xla_requested AS xla, per_device_batch, num_devices,
+               median(cost_usd) AS cost_usd, median(cost_per_1m_examples_usd) AS cost_per_1m_examples_usd,
+               median(examples_per_sec) AS examples_per_sec, any_value(price_per_device_hour) AS price_per_device_hour,
+               any_value(price_source) AS price_source, any_value(price_date) AS price_date, count(*) AS trials
+        FROM runs WHERE status = 'ok' AND cost_usd IS NOT NULL AND {where}
+        GROUP BY ALL ORDER BY model, preset, cost_per_1m_examples_usd
+        """,
+        params,
+    )
+
+
+def recent_runs(con: duckdb.DuckDBPyConnection, selection: Selection, limit: int = 200) -> pd.DataFrame:
+    """The latest trials (newest first) for picking one run to inspect."""
+    where, params = selection.where()
+    return _frame(
+        con,
+        f"SELECT run_id, suite_run_id, started_at, status, model, preset, backend, accelerator, precision, "
+        f"xla_requested AS xla, per_device_batch, trial, tf_version, label FROM runs WHERE {where} "
+        "ORDER BY started_at DESC, trial LIMIT ?",
+        [*params, limit],
+    )
+
+
+def run_detail(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[dict[str, Any] | None, pd.DataFrame]:
+    """One run's row and its per-window step times and losses."""
+    row = con.sql("SELECT * FROM runs WHERE run_id = ?", params=[run_id]).to_arrow_table().to_pylist()
+    windows = _frame(
+        con, "SELECT window_index, step_time_s, loss FROM samples WHERE run_id = ? ORDER BY window_index", [run_id]
+    )
+    return (row[0] if row else None), windows
 
 
 EXPORT_FORMATS = ("csv", "parquet")

@@ -1,1 +1,2 @@
-"""stepwatch dashboard (Streamlit). The app itself lands with the results store."""
+"""stepwatch dashboard (Streamlit): ``streamlit run dashboard/app.py``. Pages render; the store's questions
+live in collector.queries and the statistics in collector.analysis."""

@@ -1,0 +1,32 @@
+"""stepwatch dashboard: ``streamlit run dashboard/app.py`` (the store is $STEPWATCH_DB or data/stepwatch.duckdb).
+
+This file only declares the navigation; each page is its own file under pages/.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` from a checkout without install
+
+from dashboard import data  # noqa: E402
+
+st.set_page_config(page_title="stepwatch", page_icon="⏱", layout="wide")
+HERE = Path(__file__).parent / "pages"
+
+if data.has_runs():
+    pages = [
+        st.Page(HERE / "overview.py", title="Overview", icon="🏠", default=True),
+        st.Page(HERE / "history.py", title="History", icon="📈"),
+        st.Page(HERE / "compare.py", title="Compare", icon="⚖️"),
+        st.Page(HERE / "speedups.py", title="Speedups", icon="🚀"),
+        st.Page(HERE / "cost.py", title="Cost", icon="💲"),
+        st.Page(HERE / "run.py", title="Run", icon="🔎"),
+    ]
+else:
+    pages = [st.Page(HERE / "first_run.py", title="Get started", icon="👋", default=True)]
+st.sidebar.caption(f"store: {data.store_path()}")
+st.navigation(pages).run()

@@ -1,0 +1,76 @@
+"""The dashboard's one read-only path to the store, and its cache.
+
+The store is opened read-only through ``StoreReader``, which follows the file when an ingest replaces it.
+Query results are cached per store version (the file's identity), so a new ingest shows up on the next
+rerun and nothing is ever served from an older store. Every query goes through collector.queries (or the
+report and alert modules built on it), with bound parameters.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from collector import alerts, queries, report, store
+
+QUERIES = {
+    "catalog": queries.series_catalog,
+    "latest": queries.latest_per_series,
+    "history": queries.history_points,
+    "speedups": queries.speedups,
+    "costs": queries.costs,
+    "recent_runs": queries.recent_runs,
+    "run_detail": queries.run_detail,
+    "alerts": alerts.list_alerts,
+    "compare": report.build,
+    "versions": queries.side_versions,
+}
+
+
+def store_path() -> Path:
+    """``STEPWATCH_DB`` if set, else data/stepwatch.duckdb."""
+    return store.default_db()
+
+
+@st.cache_resource(show_spinner=False)
+def _reader(db: str) -> tuple[store.StoreReader, threading.Lock]:
+    return store.StoreReader(Path(db)), threading.Lock()
+
+
+def identity() -> tuple[int, int, int] | None:
+    """The live store file's identity (changes when an ingest replaces it); None when there is no store."""
+    reader, _ = _reader(str(store_path()))
+    return reader.identity()
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _cached(db: str, version: tuple[int, int, int], name: str, args: tuple[Any, ...]) -> Any:
+    reader, lock = _reader(db)
+    with lock:
+        con = reader.connection()
+        cursor = con.cursor()  # one cursor per query: safe across the app's session threads
+    try:
+        return QUERIES[name](cursor, *args)
+    finally:
+        cursor.close()
+
+
+def load(name: str, *args: Any) -> Any:
+    """The result of query ``name`` on the current store version (cached until the store changes)."""
+    version = identity()
+    if version is None:
+        raise store.StoreError(f"no store at {store_path()}")
+    return _cached(str(store_path()), version, name, args)
+
+
+def has_runs() -> bool:
+    """True once the store exists and holds at least one series."""
+    if identity() is None:
+        return False
+    try:
+        return len(load("catalog")) > 0
+    except Exception:  # a store without tables yet, or one being written for the first time
+        return False

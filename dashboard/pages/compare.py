@@ -1,0 +1,80 @@
+"""Compare: two selections, a forest plot of ratios with CIs, the verdict table and a repro command per row."""
+
+import pandas as pd
+import streamlit as st
+
+from collector import metrics
+from collector.queries import Selection, SelectionError, version_key
+from collector.report import headline, interval, percent, repro_command
+from dashboard import charts, data, state
+
+st.title("Compare")
+catalog = data.load("catalog")
+versions = sorted(data.load("versions", Selection())["tf_version"], key=version_key)
+runs = list(dict.fromkeys(data.load("recent_runs", Selection(), 200)["suite_run_id"]))[::-1]
+if len(versions) >= 2:
+    default_a, default_b = f"tf_version={versions[-2]}", f"tf_version={versions[-1]}"
+elif len(runs) >= 2:
+    default_a, default_b = f"suite_run_id={runs[-2]}", f"suite_run_id={runs[-1]}"
+else:
+    default_a = default_b = ""
+baseline_text = state.text("baseline", default_a)
+candidate_text = state.text("candidate", default_b)
+metric_names = list(metrics.METRICS)
+picked_metrics = state.many("metric", metric_names, [metrics.DEFAULT_METRIC])
+state.notices()
+
+col1, col2 = st.columns(2)
+baseline_text = col1.text_input(
+    "Baseline", baseline_text, help="e.g. tf_version=2.20.0, label=baseline, since=2026-11-01"
+)
+candidate_text = col2.text_input("Candidate", candidate_text, help="e.g. tf_version=2.21.0, suite_run_id=...")
+picked_metrics = st.multiselect("Metrics", metric_names, picked_metrics)
+state.keep(baseline=baseline_text, candidate=candidate_text, metric=picked_metrics)
+
+try:
+    baseline, candidate = Selection.parse(baseline_text), Selection.parse(candidate_text)
+except SelectionError as error:
+    st.error(str(error))
+    st.stop()
+if not baseline_text or not candidate_text or not picked_metrics:
+    st.info("Give two selections and at least one metric. The store has one version and one suite run so far.")
+    st.stop()
+
+comparison = data.load("compare", baseline, candidate, picked_metrics, metrics.load_overrides())
+counts = {side: int(comparison.versions[side]["runs"][0]) for side in ("baseline", "candidate")}
+for side, count in counts.items():
+    if count == 0:
+        st.warning(f"The {side} selection matches no runs.")
+st.subheader(headline(comparison))
+for metric in comparison.metrics:
+    summary = comparison.summaries[metric.name]
+    if summary.series:
+        st.markdown(
+            f"**{metric.label}**: geometric mean over {summary.series} series on both sides "
+            f"{percent(summary.geomean)} {interval(summary.ci_low, summary.ci_high)}"
+        )
+st.plotly_chart(charts.forest(comparison), width="stretch")
+rows = [
+    {
+        "verdict": r.verdict,
+        "series": r.label,
+        "metric": r.metric.name,
+        "change": percent(r.result.ratio),
+        "95% CI": interval(r.result.ci_low, r.result.ci_high),
+        "n baseline": r.result.baseline.n,
+        "n candidate": r.result.candidate.n,
+        "failed": r.failed_baseline + r.failed_candidate,
+        "q": r.result.q_value,
+        "threshold": f"±{r.result.threshold:.0%}",
+        "repro": repro_command(r.series),
+    }
+    for r in comparison.ordered()
+]
+table = pd.DataFrame(rows)
+st.dataframe(table, hide_index=True, width="stretch")
+st.download_button("Download CSV", table.to_csv(index=False), "stepwatch-compare.csv", "text/csv")
+for side in ("baseline", "candidate"):
+    only = comparison.only_on(side)
+    if only:
+        st.caption(f"Only in the {side}: " + "; ".join(r.label for r in only))

@@ -1,0 +1,18 @@
+"""Shown while the store is empty: the exact commands that collect data."""
+
+import streamlit as st
+
+from dashboard import data
+
+st.title("stepwatch")
+st.info(f"No results in {data.store_path()} yet.")
+st.markdown("Collect the CPU smoke suite and load it into the store (a few minutes on 2 cores):")
+st.code("make run", language="bash")
+st.markdown("or, step by step:")
+st.code(".venv/bin/stepwatch run --suite smoke\n.venv/bin/stepwatch ingest", language="bash")
+st.markdown("Then reload this page. To explore without collecting, generate synthetic history:")
+st.code(
+    ".venv/bin/stepwatch synthesize --rows 100000\n"
+    "STEPWATCH_DB=data/stepwatch-synthetic.duckdb streamlit run dashboard/app.py",
+    language="bash",
+)

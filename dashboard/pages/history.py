@@ -1,0 +1,84 @@
+"""History: any metric over nights or versions, per series; version upgrades and change points marked."""
+
+import streamlit as st
+
+from collector import alerts
+from collector.metrics import DEFAULT_METRIC, METRICS
+from collector.queries import SERIES_DIMENSIONS, X_AXES, Selection
+from dashboard import charts, data, state
+
+st.title("History")
+catalog = data.load("catalog")
+models = sorted(catalog["model"].unique())
+accelerators = sorted(catalog["accelerator"].dropna().unique())
+precisions = sorted(catalog["precision"].unique())
+metric_names = list(METRICS)
+
+picked_models = state.many("model", models, models[:1])
+picked_accelerators = state.many("accelerator", accelerators, accelerators[:1])
+picked_precisions = state.many("precision", precisions, precisions)
+picked_xla = state.many("xla", ["off", "on"], ["off", "on"])
+metric_name = state.one("metric", metric_names, DEFAULT_METRIC)
+x = state.one("x", X_AXES, "night")
+color = state.one("color", SERIES_DIMENSIONS, "precision")
+facet = state.one("facet", ["none", *SERIES_DIMENSIONS], "none")
+scale = state.one("scale", ["linear", "log"], "linear")
+baseline = state.text("baseline", "")
+state.notices()
+
+with st.sidebar:
+    picked_models = st.multiselect("Model", models, picked_models)
+    picked_accelerators = st.multiselect("Accelerator", accelerators, picked_accelerators)
+    picked_precisions = st.multiselect("Precision", precisions, picked_precisions)
+    picked_xla = st.multiselect("XLA", ["off", "on"], picked_xla)
+col1, col2, col3, col4, col5 = st.columns(5)
+metric_name = col1.selectbox(
+    "Metric", metric_names, metric_names.index(metric_name), format_func=lambda m: METRICS[m].label
+)
+x = col2.selectbox("X axis", X_AXES, X_AXES.index(x))
+color = col3.selectbox("Series colour", SERIES_DIMENSIONS, SERIES_DIMENSIONS.index(color))
+facets = ["none", *SERIES_DIMENSIONS]
+facet = col4.selectbox("Facet", facets, facets.index(facet))
+scale = col5.radio("Scale", ["linear", "log"], ["linear", "log"].index(scale), horizontal=True)
+
+selection = Selection.of(
+    model=picked_models, accelerator=picked_accelerators, precision=picked_precisions,
+    xla_requested=[v == "on" for v in picked_xla],
+)  # fmt: skip
+metric = METRICS[metric_name]
+points = data.load("history", selection, metric_name)
+versions = sorted(points["tf_version"].dropna().unique()) if len(points) else []
+baseline = st.selectbox(
+    "Normalise to TensorFlow version",
+    ["(none)", *versions],
+    (["(none)", *versions]).index(baseline) if baseline in versions else 0,
+)
+state.keep(
+    model=picked_models, accelerator=picked_accelerators, precision=picked_precisions, xla=picked_xla,
+    metric=metric_name, x=x, color=color, facet=facet if facet != "none" else None, scale=scale,
+    baseline=baseline if baseline != "(none)" else None,
+)  # fmt: skip
+
+measured = points.dropna(subset=["value"])
+failed = points[points["ok"] < points["trials"]]
+if measured.empty:
+    st.warning(f"No {metric.label.lower()} measured for this selection.")
+else:
+    if baseline != "(none)":
+        measured = charts.normalise(measured, "tf_version", baseline)
+    found = data.load("alerts", alerts.STATUSES, metric_name)
+    changes = found[found["series_key"].isin(measured["series_key"])] if len(found) else found
+    figure = charts.history(
+        measured, metric, x, color, None if facet == "none" else facet, scale == "log",
+        baseline if baseline != "(none)" else None, changes,
+    )  # fmt: skip
+    st.plotly_chart(figure, width="stretch")
+    st.caption(
+        f"{measured['series_key'].nunique()} series, {len(measured)} points (median of each suite run's ok trials); "
+        f"failed trials are left out of every point."
+    )
+if len(failed):
+    st.subheader(f"Suite runs with failed trials ({len(failed)})")
+    st.dataframe(
+        failed[["night", "model", "accelerator", "precision", "xla", "ok", "trials", "suite_run_id"]], hide_index=True
+    )

@@ -1,0 +1,50 @@
+"""Run: one trial's environment, step-time distribution, loss curve, error and log tail."""
+
+import pandas as pd
+import streamlit as st
+
+from collector.queries import Selection
+from dashboard import charts, data, state
+
+st.title("Run")
+recent = data.load("recent_runs", Selection(), 200)
+options = list(recent["run_id"])
+labels = {
+    r.run_id: f"{r.started_at:%Y-%m-%d %H:%M} {r.model}/{r.preset} {r.accelerator} {r.precision} "
+    f"{'xla' if r.xla else 'noxla'} trial {r.trial + 1} [{r.status}]"
+    for r in recent.itertuples()
+}
+wanted = state.text("run", options[0])
+row, windows = data.load("run_detail", wanted)
+if row is None:
+    st.session_state.setdefault("_ignored", []).append(f"run={wanted[:60]!r}")
+    wanted = options[0]
+    row, windows = data.load("run_detail", wanted)
+state.notices()
+if wanted not in labels:
+    labels[wanted] = wanted
+    options.insert(0, wanted)
+picked = st.selectbox("Run", options, options.index(wanted), format_func=labels.get)
+if picked != wanted:
+    row, windows = data.load("run_detail", picked)
+state.keep(run=picked)
+
+if row["status"] != "ok":
+    st.error(f"{row['status']}: {row.get('error_type') or ''} {row.get('error_message') or ''}")
+a, b, c, d = st.columns(4)
+unit = row.get("unit") or "examples"
+a.metric("Throughput", f"{row['units_per_sec']:,.1f} {unit}/s" if row.get("units_per_sec") else "-")
+b.metric("Step time p50", f"{row['step_time_p50_s'] * 1000:.2f} ms" if row.get("step_time_p50_s") else "-")
+c.metric("Compile", f"{row['compile_s']:.2f} s" if row.get("compile_s") is not None else "-")
+d.metric("Peak memory", f"{row['peak_memory_bytes'] / 2**30:.2f} GiB" if row.get("peak_memory_bytes") else "-")
+left, right = st.columns(2)
+if windows["step_time_s"].notna().any():
+    left.plotly_chart(charts.step_times(windows.dropna(subset=["step_time_s"])), width="stretch")
+if windows["loss"].notna().any():
+    right.plotly_chart(charts.loss_curve(windows.dropna(subset=["loss"])), width="stretch")
+if row.get("log_tail"):
+    with st.expander("Log tail", expanded=row["status"] != "ok"):
+        st.code(row["log_tail"])
+st.subheader("Environment and configuration")
+fields = {k: v for k, v in row.items() if v is not None and k not in ("log_tail",)}
+st.dataframe(pd.DataFrame({"field": list(fields), "value": [str(v) for v in fields.values()]}), hide_index=True)

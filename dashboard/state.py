@@ -1,0 +1,72 @@
+"""Filters live in the URL, so a copied link reproduces the view. Values read from the URL are checked
+against what the store offers; anything unknown or malformed is dropped with a notice, never used."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import streamlit as st
+
+MAX_VALUE = 200  # longer URL values are not ours
+
+
+def _ignored(key: str, raw: str) -> None:
+    shown = raw if len(raw) <= 60 else raw[:57] + "..."
+    st.session_state.setdefault("_ignored", []).append(f"{key}={shown!r}")
+
+
+def one(key: str, options: Sequence[Any], default: Any) -> Any:
+    """The URL's value for ``key`` if it is one of ``options`` (compared as text), else ``default``."""
+    raw = st.query_params.get(key)
+    if raw is None:
+        return default
+    for option in options:
+        if str(option) == raw:
+            return option
+    _ignored(key, raw)
+    return default
+
+
+def many(key: str, options: Sequence[Any], default: Sequence[Any]) -> list[Any]:
+    """Comma-separated URL values for ``key`` that are among ``options``; unknown ones are dropped."""
+    raw = st.query_params.get(key)
+    if raw is None:
+        return list(default)
+    by_text = {str(o): o for o in options}
+    picked = []
+    for part in raw.split(","):
+        if part in by_text:
+            picked.append(by_text[part])
+        elif part:
+            _ignored(key, part)
+    return picked or list(default)
+
+
+def text(key: str, default: str) -> str:
+    """Free text from the URL (a selection); callers parse it with bound parameters only."""
+    raw = st.query_params.get(key)
+    if raw is None:
+        return default
+    if len(raw) > MAX_VALUE or any(ord(c) < 32 for c in raw):
+        _ignored(key, raw)
+        return default
+    return raw
+
+
+def keep(**values: Any) -> None:
+    """Write the current filters back into the URL."""
+    for key, value in values.items():
+        if value is None or value == [] or value == "":
+            st.query_params.pop(key, None)
+        elif isinstance(value, list | tuple):
+            st.query_params[key] = ",".join(str(v) for v in value)
+        else:
+            st.query_params[key] = str(value)
+
+
+def notices() -> None:
+    """One notice for the URL values that were ignored on this run."""
+    ignored = st.session_state.pop("_ignored", [])
+    if ignored:
+        st.info("Ignored from the link (not known to this store): " + ", ".join(ignored))

@@ -1,0 +1,172 @@
+"""The dashboard under Streamlit's AppTest, against a store of real tiny-config trials collected here, and
+against an empty store: every page renders, the figures carry the store's numbers, and the URL selects
+what it says (hostile values are ignored with a notice)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.conftest import REPO, stepwatch
+
+APP = str(REPO / "dashboard" / "app.py")
+PAGES = {"overview": "Overview", "history": "History", "compare": "Compare", "speedups": "Speedups",
+         "cost": "Cost", "run": "Run"}  # fmt: skip
+SHORT = ("--steps", "20", "--warmup", "20", "--window", "10")
+
+
+@pytest.fixture(scope="session")
+def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real trials: bilstm tiny XLA off/on x fp32/bf16 as 'baseline', fp32 again as 'candidate', and one
+    trial killed by a 2 s timeout (a failure the pages must show and leave out of aggregates)."""
+    root = tmp_path_factory.mktemp("dashboard")
+    results, db = root / "results", root / "store.duckdb"
+    runs = [
+        ("--xla", "off,on", "--precision", "fp32,mixed_bfloat16", "--trials", "2", "--label", "baseline"),
+        ("--xla", "off", "--precision", "fp32", "--trials", "2", "--label", "candidate"),
+        ("--xla", "on", "--precision", "fp32", "--trials", "1", "--label", "broken", "--timeout", "2"),
+    ]
+    for extra in runs:
+        done = stepwatch("run", "--suite", "smoke", "--models", "bilstm", *SHORT, *extra, "--out", str(results))
+        assert done.returncode in (0, 4), done.stderr[-2000:]
+    done = stepwatch("ingest", str(results), "--db", str(db))
+    assert done.returncode == 0, done.stderr
+    return db
+
+
+def render(db: Path, page: str, monkeypatch: pytest.MonkeyPatch, **params: str) -> AppTest:
+    monkeypatch.setenv("STEPWATCH_DB", str(db))
+    at = AppTest.from_file(APP, default_timeout=60)
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    if page != "overview":
+        at.switch_page(f"pages/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def figures(at: AppTest) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def values(array: list | dict) -> list:
+    """A plotly array from the spec: a plain list, or plotly's typed-array form {dtype, bdata}."""
+    if isinstance(array, dict):
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
+    return list(array)
+
+
+def query(db: Path, sql: str, params: list | None = None) -> list[tuple]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_on_real_results(smoke_store: Path, page: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = render(smoke_store, page, monkeypatch)
+    assert [t.value for t in at.title] == [PAGES[page]]
+    # The only error a page may show is a failed trial's own (the Run page opens on the latest, timed-out one).
+    assert all(e.value.startswith("timeout: ") for e in at.error) and (page == "run") == bool(at.error)
+
+
+def test_empty_store_shows_the_first_run_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = render(tmp_path / "none.duckdb", "overview", monkeypatch)
+    assert [t.value for t in at.title] == ["stepwatch"]
+    assert "make run" in [c.value for c in at.code]
+
+
+def test_overview_counts_series_and_shows_the_failed_trial(smoke_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = render(smoke_store, "overview", monkeypatch)
+    series = query(smoke_store, "SELECT count(*) FROM series")[0][0]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Series"] == str(series) == "4"
+    assert metrics["Series with failures"] == "1"  # bilstm XLA fp32: its latest run is the timed-out one
+    table = at.dataframe[0].value
+    failed = table[table["failures"].notna()]
+    assert list(failed["failures"]) == ["timeout"] and list(failed["passing"]) == ["0/1"]
+
+
+def test_history_plots_each_series_medians_and_the_url_narrows_it(
+    smoke_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = render(smoke_store, "history", monkeypatch, precision="mixed_bfloat16", xla="off")
+    [figure] = figures(at)
+    traces = [t for t in figure["data"] if t.get("name") != "change point"]
+    assert len(traces) == 1 and traces[0]["name"] == "mixed_bfloat16"
+    expected = query(
+        smoke_store,
+        "SELECT median(examples_per_sec) FROM runs WHERE precision = 'mixed_bfloat16' AND NOT xla_requested "
+        "AND status = 'ok' GROUP BY suite_run_id",
+    )
+    assert values(traces[0]["y"]) == pytest.approx([v for (v,) in expected])
+    assert at.multiselect[2].value == ["mixed_bfloat16"]  # the sidebar filter shows what the URL chose
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"precision": "<script>alert(1)</script>"},
+        {"metric": "examples_per_sec; DROP TABLE runs"},
+        {"model": "bilstm,../../etc/passwd", "scale": "sideways"},
+        {"baseline": "x" * 500},
+    ],
+)
+def test_hostile_url_values_are_ignored_with_a_notice(
+    smoke_store: Path, params: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = render(smoke_store, "history", monkeypatch, **params)
+    assert any("Ignored from the link" in i.value for i in at.info)
+    assert len(figures(at)) == 1
+    assert query(smoke_store, "SELECT count(*) FROM runs")[0][0] > 0
+
+
+def test_compare_shows_a_forest_plot_and_verdicts_for_two_labels(
+    smoke_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = render(smoke_store, "compare", monkeypatch, baseline="label=baseline", candidate="label=candidate")
+    [forest] = figures(at)
+    points = [(x, y) for trace in forest["data"] for x, y in zip(values(trace["x"]), values(trace["y"]))]
+    assert len(points) == 1 and points[0][1].startswith("bilstm/tiny cpu noxla fp32 b8 fit on ")
+    table = at.dataframe[0].value
+    both = table[table["n candidate"] > 0]
+    assert list(both["n baseline"]) == [2] and list(both["n candidate"]) == [2]
+    assert both["verdict"].iloc[0] in ("regression", "improvement", "no change", "inconclusive")
+    assert points[0][0] == pytest.approx(float(both["change"].iloc[0].rstrip("%")), abs=0.051)
+    assert sorted(table["verdict"]).count("missing") == 3  # run on the baseline only
+    assert both["repro"].iloc[0].startswith("stepwatch run --suite smoke --models bilstm")
+    assert at.get("download_button")
+
+
+def test_compare_reports_a_bad_selection_as_one_error(smoke_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = render(smoke_store, "compare", monkeypatch, baseline="colour=red", candidate="label=candidate")
+    assert [e.value for e in at.error] == ["unknown field 'colour' in selection"]
+
+
+def test_speedups_are_the_stores_median_ratios(smoke_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = render(smoke_store, "speedups", monkeypatch)
+    xla_chart = figures(at)[0]
+    bars = {trace["name"]: values(trace["y"])[0] for trace in xla_chart["data"]}
+    (on, off) = query(
+        smoke_store,
+        "SELECT median(examples_per_sec) FILTER (WHERE xla_requested), median(examples_per_sec) FILTER (WHERE NOT "
+        "xla_requested) FROM runs WHERE precision = 'mixed_bfloat16' AND status = 'ok'",
+    )[0]
+    assert bars["mixed_bfloat16"] == pytest.approx(on / off)
+
+
+def test_run_page_shows_a_failed_runs_error_from_the_url(smoke_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    [(run_id,)] = query(smoke_store, "SELECT run_id FROM runs WHERE status <> 'ok'")
+    at = render(smoke_store, "run", monkeypatch, run=run_id)
+    assert at.error[0].value.startswith("timeout: Timeout trial ran past its timeout of 2 s")
+    environment = at.dataframe[0].value
+    assert dict(zip(environment["field"], environment["value"]))["run_id"] == run_id

@@ -14,19 +14,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` 
 
 from dashboard import data  # noqa: E402
 
-st.set_page_config(page_title="stepwatch", page_icon="⏱", layout="wide")
+st.set_page_config(page_title="stepwatch", page_icon=":material/timer:", layout="wide")
 HERE = Path(__file__).parent / "pages"
 
 if data.has_runs():
     pages = [
-        st.Page(HERE / "overview.py", title="Overview", icon="🏠", default=True),
-        st.Page(HERE / "history.py", title="History", icon="📈"),
-        st.Page(HERE / "compare.py", title="Compare", icon="⚖️"),
-        st.Page(HERE / "speedups.py", title="Speedups", icon="🚀"),
-        st.Page(HERE / "cost.py", title="Cost", icon="💲"),
-        st.Page(HERE / "run.py", title="Run", icon="🔎"),
+        st.Page(HERE / "overview.py", title="Overview", icon=":material/home:", default=True),
+        st.Page(HERE / "history.py", title="History", icon=":material/show_chart:"),
+        st.Page(HERE / "compare.py", title="Compare", icon=":material/compare_arrows:"),
+        st.Page(HERE / "speedups.py", title="Speedups", icon=":material/speed:"),
+        st.Page(HERE / "cost.py", title="Cost", icon=":material/payments:"),
+        st.Page(HERE / "run.py", title="Run", icon=":material/search:"),
     ]
 else:
-    pages = [st.Page(HERE / "first_run.py", title="Get started", icon="👋", default=True)]
+    pages = [st.Page(HERE / "first_run.py", title="Get started", icon=":material/rocket_launch:", default=True)]
 st.sidebar.caption(f"store: {data.store_path()}")
 st.navigation(pages).run()

@@ -87,3 +87,25 @@ def write_results(path: Path, rows: list[dict[str, Any]]) -> Path:
 def write_suite(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+SHORT = ("--steps", "20", "--warmup", "20", "--window", "10")
+
+
+@pytest.fixture(scope="session")
+def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real trials: bilstm tiny XLA off/on x fp32/bf16 as 'baseline', fp32 again as 'candidate', and one
+    trial killed by a 2 s timeout (a failure the pages must show and leave out of aggregates)."""
+    root = tmp_path_factory.mktemp("dashboard")
+    results, db = root / "results", root / "store.duckdb"
+    runs = [
+        ("--xla", "off,on", "--precision", "fp32,mixed_bfloat16", "--trials", "2", "--label", "baseline"),
+        ("--xla", "off", "--precision", "fp32", "--trials", "2", "--label", "candidate"),
+        ("--xla", "on", "--precision", "fp32", "--trials", "1", "--label", "broken", "--timeout", "2"),
+    ]
+    for extra in runs:
+        done = stepwatch("run", "--suite", "smoke", "--models", "bilstm", *SHORT, *extra, "--out", str(results))
+        assert done.returncode in (0, 4), done.stderr[-2000:]
+    done = stepwatch("ingest", str(results), "--db", str(db))
+    assert done.returncode == 0, done.stderr
+    return db

@@ -13,31 +13,11 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest import REPO, stepwatch
+from tests.conftest import REPO
 
 APP = str(REPO / "dashboard" / "app.py")
 PAGES = {"overview": "Overview", "history": "History", "compare": "Compare", "speedups": "Speedups",
          "cost": "Cost", "run": "Run"}  # fmt: skip
-SHORT = ("--steps", "20", "--warmup", "20", "--window", "10")
-
-
-@pytest.fixture(scope="session")
-def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Real trials: bilstm tiny XLA off/on x fp32/bf16 as 'baseline', fp32 again as 'candidate', and one
-    trial killed by a 2 s timeout (a failure the pages must show and leave out of aggregates)."""
-    root = tmp_path_factory.mktemp("dashboard")
-    results, db = root / "results", root / "store.duckdb"
-    runs = [
-        ("--xla", "off,on", "--precision", "fp32,mixed_bfloat16", "--trials", "2", "--label", "baseline"),
-        ("--xla", "off", "--precision", "fp32", "--trials", "2", "--label", "candidate"),
-        ("--xla", "on", "--precision", "fp32", "--trials", "1", "--label", "broken", "--timeout", "2"),
-    ]
-    for extra in runs:
-        done = stepwatch("run", "--suite", "smoke", "--models", "bilstm", *SHORT, *extra, "--out", str(results))
-        assert done.returncode in (0, 4), done.stderr[-2000:]
-    done = stepwatch("ingest", str(results), "--db", str(db))
-    assert done.returncode == 0, done.stderr
-    return db
 
 
 def render(db: Path, page: str, monkeypatch: pytest.MonkeyPatch, **params: str) -> AppTest:

@@ -36,7 +36,7 @@ browser:
 
 test: $(STAMP) browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=8
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -43,6 +43,7 @@ METRICS: dict[str, Metric] = {
         Metric("startup_s", "Startup time", "s", False, 0.15),
         Metric("peak_memory_bytes", "Peak memory", "GiB", False, 0.01, 1 / 2**30),
         Metric("mfu", "Model FLOPs utilisation", "%", True, 0.03, 100.0),
+        Metric("max_per_device_batch", "Largest per-device batch (--find-max-batch)", "examples", True, 0.05),
         Metric("cost_usd", "Cost per run", "USD", False, 0.03),
         Metric("cost_per_1m_examples_usd", "Cost per 1M examples", "USD", False, 0.03),
         Metric("final_loss", "Final loss", "", False, 0.05),

@@ -120,6 +120,7 @@ def test_compare_shows_a_forest_plot_and_verdicts_for_two_labels(
     table = at.dataframe[0].value
     both = table[table["n candidate"] > 0]
     assert list(both["n baseline"]) == [2] and list(both["n candidate"]) == [2]
+    assert sorted(table[table["n candidate"] == 0]["n baseline"]) == [1, 1, 1]
     assert both["verdict"].iloc[0] in ("regression", "improvement", "no change", "inconclusive")
     assert points[0][0] == pytest.approx(float(both["change"].iloc[0].rstrip("%")), abs=0.051)
     assert sorted(table["verdict"]).count("missing") == 3  # run on the baseline only

@@ -38,7 +38,10 @@ except SelectionError as error:
     st.error(str(error))
     st.stop()
 if not baseline_text or not candidate_text or not picked_metrics:
-    st.info("Give two selections and at least one metric. The store has one version and one suite run so far.")
+    st.info(
+        "Give two selections (e.g. tf_version=2.20.0 and tf_version=2.21.0, or label=baseline and label=candidate) "
+        "and at least one metric."
+    )
     st.stop()
 
 comparison = data.load("compare", baseline, candidate, picked_metrics, metrics.load_overrides())

@@ -4,7 +4,7 @@ import streamlit as st
 
 from collector import alerts
 from collector.metrics import DEFAULT_METRIC, METRICS
-from collector.queries import SERIES_DIMENSIONS, X_AXES, Selection
+from collector.queries import SERIES_DIMENSIONS, X_AXES, Selection, version_key
 from dashboard import charts, data, state
 
 st.title("History")
@@ -23,7 +23,6 @@ x = state.one("x", X_AXES, "night")
 color = state.one("color", SERIES_DIMENSIONS, "precision")
 facet = state.one("facet", ["none", *SERIES_DIMENSIONS], "none")
 scale = state.one("scale", ["linear", "log"], "linear")
-baseline = state.text("baseline", "")
 state.notices()
 
 with st.sidebar:
@@ -47,12 +46,10 @@ selection = Selection.of(
 )  # fmt: skip
 metric = METRICS[metric_name]
 points = data.load("history", selection, metric_name)
-versions = sorted(points["tf_version"].dropna().unique()) if len(points) else []
-baseline = st.selectbox(
-    "Normalise to TensorFlow version",
-    ["(none)", *versions],
-    (["(none)", *versions]).index(baseline) if baseline in versions else 0,
-)
+versions = sorted(points["tf_version"].dropna().unique(), key=version_key) if len(points) else []
+baseline = state.one("baseline", ["(none)", *versions], "(none)")  # known only once the points are loaded
+state.notices()
+baseline = st.selectbox("Normalise to TensorFlow version", ["(none)", *versions], ["(none)", *versions].index(baseline))
 state.keep(
     model=picked_models, accelerator=picked_accelerators, precision=picked_precisions, xla=picked_xla,
     metric=metric_name, x=x, color=color, facet=facet if facet != "none" else None, scale=scale,

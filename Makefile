@@ -31,6 +31,7 @@ dashboard: $(STAMP)
 # The browser test drives Debian's chromium; installed here when missing and we are root.
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	command -v google-chrome >/dev/null 2>&1 || \
 	{ [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
 	echo "warning: no chromium (apt-get install chromium); the browser test will be skipped"
 

@@ -26,7 +26,7 @@ from tests.conftest import REPO
 PAGES = ("", "history", "compare", "speedups", "cost", "run")
 TITLES = {"": "Overview", "history": "History", "compare": "Compare", "speedups": "Speedups", "cost": "Cost",
           "run": "Run"}  # fmt: skip
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
 def free_port() -> int:
@@ -63,7 +63,7 @@ def server(smoke_store: Path) -> Iterator[str]:
         proc.wait(timeout=20)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium: `make test` installs it")
+@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (Debian's; `make test` installs it as root) or Chrome")
 def test_every_page_opens_in_a_browser_without_errors(server: str, smoke_store: Path, tmp_path: Path) -> None:
     shots = Path(os.environ.get("STEPWATCH_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)

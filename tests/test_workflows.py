@@ -1,0 +1,104 @@
+"""The GitHub Actions workflows cannot run here, so they are checked: the workflow schema, zizmor's security
+audit (offline), and every command they call: each `stepwatch ...` line parses with the real CLI, each
+`make` target exists."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from collector.cli import build_parser
+from tests.conftest import REPO
+
+WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
+BIN = Path(sys.executable).parent
+# What the workflows' environment variables hold at run time (inputs, matrix values and secrets).
+SAMPLE_ENV = {
+    "SUITE": "smoke",
+    "STEPWATCH_RESULTS_URI": "s3://bucket/stepwatch/results",
+    "BASELINE": "tensorflow==2.20.0",
+    "CANDIDATE": "tensorflow==2.21.0 keras==3.15.1",
+    "TRIALS": "5",
+    "sources": "data/results",
+}
+
+
+def run_blocks(path: Path) -> list[str]:
+    """The shell of every `run:` step, continuation lines joined."""
+    workflow = yaml.safe_load(path.read_text())
+    blocks = [step["run"] for job in workflow["jobs"].values() for step in job["steps"] if "run" in step]
+    return [re.sub(r"\\\n\s*", " ", block) for block in blocks]
+
+
+def commands(prefix: str) -> list[tuple[str, list[str]]]:
+    found = []
+    for path in WORKFLOWS:
+        for block in run_blocks(path):
+            for line in block.splitlines():
+                line = line.split(" # ")[0].strip()
+                if line.startswith(prefix):
+                    for name, value in SAMPLE_ENV.items():
+                        line = line.replace(f'"${name}"', shlex.quote(value))
+                    found.append((path.name, shlex.split(line)))
+    return found
+
+
+def test_there_are_the_three_workflows() -> None:
+    assert [p.name for p in WORKFLOWS] == ["ci.yml", "nightly.yml", "upgrade-check.yml"]
+
+
+def test_workflows_match_the_github_schema() -> None:
+    done = subprocess.run(
+        [str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *map(str, WORKFLOWS)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_zizmor_finds_nothing_of_medium_severity_or_higher() -> None:
+    done = subprocess.run(
+        [str(BIN / "zizmor"), "--offline", "--min-severity", "medium", "--format", "plain", str(REPO / ".github")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "No findings to report" in done.stdout + done.stderr
+
+
+def test_every_action_is_pinned_to_a_commit() -> None:
+    for path in WORKFLOWS:
+        for ref in re.findall(r"uses:\s*(\S+)", path.read_text()):
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref), f"{path.name}: {ref} is not pinned to a commit"
+
+
+def test_no_expression_is_expanded_inside_a_run_line() -> None:
+    for path in WORKFLOWS:
+        for block in run_blocks(path):
+            assert "${{" not in block, f"{path.name}: move the expression into env: {block[:80]}"
+
+
+STEPWATCH = commands(".venv/bin/stepwatch")
+
+
+def test_the_workflows_call_stepwatch() -> None:
+    called = {args[1] for _, args in STEPWATCH}
+    assert called == {"run", "ingest", "detect", "upgrade-check"}
+
+
+@pytest.mark.parametrize(("workflow", "args"), STEPWATCH, ids=[f"{w}:{a[1]}" for w, a in STEPWATCH])
+def test_every_stepwatch_line_parses_with_the_real_cli(workflow: str, args: list[str]) -> None:
+    parsed = build_parser().parse_args(args[1:])
+    assert parsed.command == args[1]
+
+
+@pytest.mark.parametrize("target", sorted({a[1] for _, a in commands("make ")}))
+def test_every_make_target_the_workflows_call_exists(target: str) -> None:
+    done = subprocess.run(["make", "-n", target], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

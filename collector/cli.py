@@ -87,6 +87,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add_matrix_arguments(parser)
     parser.add_argument("--trials", type=int, help="trials per config (default: the suite's)")
     parser.add_argument(
+        "--workers", type=int, default=2,
+        help="worker processes on this host for --strategy multi-worker (without a TF_CONFIG of your own)",
+    )  # fmt: skip
+    parser.add_argument(
         "--out",
         default=str(DEFAULT_OUT),
         help="results folder, or an s3:// or gs:// prefix the file is uploaded to (default data/results)",
@@ -177,8 +181,13 @@ def run_run(args: argparse.Namespace) -> int:
             print(config.label())
         print(f"{len(configs)} configs x {trials} trials")
         return EXIT_OK
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
     options = runner.RunOptions(
-        label=args.label, price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices)
+        label=args.label,
+        price_per_hour=args.price_per_hour,
+        prices=catalog.load_prices(args.prices),
+        workers=args.workers,
     )
     remote = objectstore.is_remote(args.out)
     out = DEFAULT_OUT if remote else Path(args.out)  # remote runs keep their file here too, then upload it

@@ -11,7 +11,7 @@ from typing import Any
 from trainers import get_model
 
 BACKENDS = ("cpu", "gpu", "tpu")
-STRATEGIES = ("default", "mirrored", "tpu")
+STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
 PRECISIONS = ("fp32", "tf32", "mixed_float16", "mixed_bfloat16")
 LOOPS = ("fit", "ctl")
 DATA = ("synthetic", "pipeline")
@@ -112,6 +112,11 @@ def validate(config: BenchmarkConfig) -> BenchmarkConfig:
     _one_of("precision", config.precision, PRECISIONS)
     _one_of("loop", config.loop, LOOPS)
     _one_of("data", config.data, DATA)
+    if config.strategy == "multi-worker" and config.loop != "ctl":
+        raise ConfigError(
+            "strategy multi-worker needs loop ctl: Keras 3's fit does not support MultiWorkerMirroredStrategy "
+            "(keras-team/keras#20585)"
+        )
     for name in ("num_devices", "per_device_batch", "steps_per_execution", "steps", "window_steps"):
         if not isinstance(getattr(config, name), int) or getattr(config, name) < 1:
             raise ConfigError(f"{name} must be a positive integer, got {getattr(config, name)!r}")
@@ -137,8 +142,8 @@ def validate(config: BenchmarkConfig) -> BenchmarkConfig:
         raise ConfigError("strategy 'tpu' needs backend 'tpu'")
     if config.backend == "tpu" and config.strategy != "tpu":
         raise ConfigError("backend 'tpu' runs under strategy 'tpu'")
-    if config.backend == "cpu" and (config.num_devices != 1 or config.strategy != "default"):
-        raise ConfigError("backend 'cpu' runs one device under the default strategy")
+    if config.backend == "cpu" and (config.num_devices != 1 or config.strategy not in ("default", "multi-worker")):
+        raise ConfigError("backend 'cpu' runs one device per process, under the default or multi-worker strategy")
     if config.strategy == "default" and config.num_devices != 1:
         raise ConfigError("num_devices > 1 needs strategy 'mirrored' (GPU) or 'tpu'")
     if config.timeout_s <= 0:

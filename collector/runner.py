@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,7 @@ class RunOptions:
     prices: list[catalog.Price] = field(default_factory=catalog.load_prices)
     peaks: list[catalog.Peak] = field(default_factory=catalog.load_peaks)
     python: str = sys.executable
+    workers: int = 2  # local worker processes of a multi-worker trial (when TF_CONFIG is not set by hand)
     max_batches: dict[str, int | None] = field(default_factory=dict)  # config key -> --find-max-batch result
 
 
@@ -85,7 +87,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def run_child(config: BenchmarkConfig, python: str, workdir: Path) -> tuple[dict[str, Any], float, int | None]:
+def run_child(
+    config: BenchmarkConfig, python: str, workdir: Path, env_extra: dict[str, str] | None = None
+) -> tuple[dict[str, Any], float, int | None]:
     """Start ``collector.trial`` in its own process group, wait up to the timeout, read its result.
 
     Returns the child's fields (or a failure description), the wall time and the exit code.
@@ -93,7 +97,7 @@ def run_child(config: BenchmarkConfig, python: str, workdir: Path) -> tuple[dict
     result_path = workdir / "result.json"
     log_path = workdir / "trial.log"
     result_path.unlink(missing_ok=True)
-    env = {**os.environ, SPAWN_TIME_ENV: repr(time.time()), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, SPAWN_TIME_ENV: repr(time.time()), "PYTHONUNBUFFERED": "1", **(env_extra or {})}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     start = time.perf_counter()
     with open(log_path, "wb") as log:
@@ -134,6 +138,66 @@ def run_child(config: BenchmarkConfig, python: str, workdir: Path) -> tuple[dict
         return failure("killed", name, f"trial process was killed by {name}{hint}")
     last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
     return failure("crash", "ProcessExit", f"trial process exited with code {code}: {last[:300]}")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tf_config_task() -> tuple[int, int] | None:
+    """(this worker's index, worker count) from TF_CONFIG, when a multi-worker cluster is set up by hand."""
+    try:
+        spec = json.loads(os.environ.get("TF_CONFIG") or "null")
+        return int(spec["task"]["index"]), len(spec["cluster"]["worker"])
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def run_local_workers(
+    config: BenchmarkConfig, python: str, workdir: Path, workers: int
+) -> tuple[dict[str, Any], float, int | None]:
+    """A multi-worker trial on this host: ``workers`` processes on 127.0.0.1, each with its TF_CONFIG. The
+    chief (worker 0) measures; the row also lists every worker's address, host and outcome."""
+    addresses = [f"127.0.0.1:{_free_port()}" for _ in range(workers)]
+
+    def tf_config(index: int) -> str:
+        return json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}})
+
+    helpers = []
+    for index in range(1, workers):
+        folder = workdir / f"worker-{index}"
+        folder.mkdir(exist_ok=True)
+        (folder / "result.json").unlink(missing_ok=True)
+        env = {**os.environ, SPAWN_TIME_ENV: repr(time.time()), "TF_CONFIG": tf_config(index)}
+        log = open(folder / "trial.log", "wb")  # noqa: SIM115 - closed after the worker exits
+        proc = subprocess.Popen(
+            [python, "-m", "collector.trial", "--config", config.to_json(), "--result", str(folder / "result.json")],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )  # fmt: skip
+        helpers.append((index, folder, proc, log))
+    try:
+        child, wall_s, code = run_child(config, python, workdir, {"TF_CONFIG": tf_config(0)})
+    finally:
+        for _, _, proc, log in helpers:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+            log.close()
+    members = [{"index": 0, "address": addresses[0], "host": child.get("host"), "status": child.get("status")}]
+    for index, folder, proc, _ in helpers:
+        result = json.loads((folder / "result.json").read_text()) if (folder / "result.json").exists() else {}
+        status = result.get("status") or f"exit {proc.returncode}"
+        members.append({"index": index, "address": addresses[index], "host": result.get("host"), "status": status})
+    child["extras"] = json.dumps({"workers": members})
+    if child.get("status") == "ok" and any(m["status"] != "ok" for m in members):
+        bad = next(m for m in members if m["status"] != "ok")
+        child.update(status="crash", error_type="WorkerFailed", examples_per_sec=None,
+                     error_message=f"worker {bad['index']} at {bad['address']} ended with {bad['status']}")  # fmt: skip
+    return child, wall_s, code
 
 
 @functools.cache
@@ -202,9 +266,14 @@ def run_one(
 ) -> Outcome:
     """One trial in a fresh process; its row is in the parquet file before this returns."""
     started = datetime.now(UTC)
-    child, wall_s, code = run_child(config, options.python, workdir)
+    task = tf_config_task()
+    if config.strategy == "multi-worker" and task is None:
+        child, wall_s, code = run_local_workers(config, options.python, workdir, options.workers)
+    else:
+        child, wall_s, code = run_child(config, options.python, workdir)
     row = make_row(config, trial, child, wall_s, code, started, suite, suite_run_id, options)
-    results.append(row)
+    if task is None or task[0] == 0:  # across hosts, the chief (worker 0) records the row
+        results.append(row)
     return Outcome(config, trial, row)
 
 

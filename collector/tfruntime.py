@@ -57,10 +57,14 @@ def configure(config: BenchmarkConfig) -> Runtime:
 
 
 def make_strategy(config: BenchmarkConfig) -> Any:
-    """default: the current device; mirrored: one replica per visible GPU; tpu: TPUStrategy over the slice."""
+    """default: the current device; mirrored: one replica per visible GPU; multi-worker: one replica per worker
+    process (and its devices) in TF_CONFIG; tpu: TPUStrategy over the slice."""
     if config.strategy == "mirrored":
         devices = [f"/gpu:{i}" for i in range(config.num_devices)] if config.backend == "gpu" else None
         return tf.distribute.MirroredStrategy(devices=devices)
+    if config.strategy == "multi-worker":
+        # The cluster comes from TF_CONFIG (one entry per worker process, on one host or many).
+        return tf.distribute.MultiWorkerMirroredStrategy()
     if config.strategy == "tpu":
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=os.environ.get("TPU_NAME", ""))
         tf.config.experimental_connect_to_cluster(resolver)
@@ -217,7 +221,11 @@ def train_ctl(
             total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         return total / config.steps_per_execution
 
-    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    options = tf.data.Options()
+    # Every worker reads the same synthetic batches and takes its share of each one (file sharding does
+    # not apply to in-memory data).
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    iterator = iter(strategy.experimental_distribute_dataset(dataset.with_options(options)))
     clock.begin()
     steps_done, window_losses = 0, []
     while steps_done < total_steps:

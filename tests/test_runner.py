@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from collector import runner
 from collector.config import BenchmarkConfig
+from collector.results import read_rows
 from collector.schema import COLUMNS, SCHEMA
 from tests.conftest import REPO, stepwatch, write_suite
 
@@ -190,3 +192,24 @@ def test_find_max_batch_is_refused_on_cpu_with_one_line() -> None:
     result = stepwatch("run", "--suite", "smoke", "--models", "bilstm", "--find-max-batch")
     assert result.returncode == 2
     assert result.stderr.strip().startswith("stepwatch: error: --find-max-batch is not supported on CPU")
+
+
+def test_a_multi_worker_trial_spans_two_local_workers(tmp_path: Path) -> None:
+    done = stepwatch(
+        "run", "--suite", "smoke", "--models", "bilstm", "--xla", "off", "--precision", "fp32",
+        "--strategy", "multi-worker", "--loop", "ctl", "--workers", "2", "--trials", "1",
+        "--steps", "20", "--warmup", "20", "--window", "10", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    [path] = tmp_path.glob("*.parquet")
+    [row] = read_rows(path)
+    assert (row["status"], row["strategy"], row["loop"], row["replicas"]) == ("ok", "multi-worker", "ctl", 2)
+    assert row["global_batch"] == row["per_device_batch"] * 2 == 16
+    workers = json.loads(row["extras"])["workers"]
+    assert [w["index"] for w in workers] == [0, 1] and all(w["status"] == "ok" and w["host"] for w in workers)
+    assert len({w["address"] for w in workers}) == 2 and all(w["address"].startswith("127.0.0.1:") for w in workers)
+
+
+def test_multi_worker_with_fit_is_refused_in_one_line() -> None:
+    done = stepwatch("run", "--models", "bilstm", "--strategy", "multi-worker", "--loop", "fit", "--dry-run")
+    assert done.returncode == 2 and "keras-team/keras#20585" in done.stderr

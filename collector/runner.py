@@ -171,7 +171,7 @@ def run_local_workers(
         folder.mkdir(exist_ok=True)
         (folder / "result.json").unlink(missing_ok=True)
         env = {**os.environ, SPAWN_TIME_ENV: repr(time.time()), "TF_CONFIG": tf_config(index)}
-        log = open(folder / "trial.log", "wb")  # noqa: SIM115 - closed after the worker exits
+        log = open(folder / "trial.log", "wb")  # closed below, once the worker has exited
         proc = subprocess.Popen(
             [python, "-m", "collector.trial", "--config", config.to_json(), "--result", str(folder / "result.json")],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,

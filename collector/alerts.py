@@ -74,7 +74,7 @@ def scan(
     nights_limit: int = DEFAULT_NIGHTS,
 ) -> Scan:
     """Run change-point detection on the last ``nights_limit`` nights (since its baseline) of each series."""
-    history = queries.nightly(con, selection, metric.name)
+    history = queries.history_points(con, selection, metric.name)
     starts = baselines(con, metric.name)
     fields = series_fields(con)
     found, seen, outliers = [], {}, 0

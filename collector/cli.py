@@ -339,16 +339,12 @@ def _comparison_table(comparison: report.Comparison) -> Table:
     for name in ("verdict", "series", "metric", "change", "95% CI", "n", "q", "threshold"):
         table.add_column(name, justify="left" if name in ("verdict", "series", "metric") else "right")
     for row in comparison.ordered():
-        r, style = row.result, VERDICT_STYLES.get(row.verdict, "")
-        verdict = f"[{style}]{row.verdict}[/{style}]" if style else row.verdict
-        n = f"{r.baseline.n}/{r.candidate.n}"
-        if row.failed_baseline or row.failed_candidate:
-            n += f" ({row.failed_baseline}/{row.failed_candidate} failed)"
-        q = "" if r.q_value != r.q_value else f"{r.q_value:.3g}"
-        table.add_row(
-            verdict, escape(row.label), row.metric.name, report.percent(r.ratio),
-            report.interval(r.ci_low, r.ci_high), n, q, f"±{r.threshold:.0%}",
-        )  # fmt: skip
+        cells = row.cells()
+        style = VERDICT_STYLES.get(row.verdict, "")
+        if style:
+            cells["verdict"] = f"[{style}]{row.verdict}[/{style}]"
+        cells["series"] = escape(cells["series"])
+        table.add_row(*cells.values())
     return table
 
 
@@ -380,12 +376,9 @@ def _show_comparison(
     stdout = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
     stdout.print(_comparison_table(comparison))
     for metric in comparison.metrics:
-        summary = comparison.summaries[metric.name]
-        if summary.series:
-            stdout.print(
-                f"{metric.name}: geometric mean over {summary.series} series on both sides "
-                f"{report.percent(summary.geomean)} {report.interval(summary.ci_low, summary.ci_high)}"
-            )
+        text = comparison.summary_text(metric)
+        if text:
+            stdout.print(f"{metric.name}: {text}")
     for side in ("baseline", "candidate"):
         only = comparison.only_on(side)
         if only:

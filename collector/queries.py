@@ -268,26 +268,6 @@ def side_versions(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[
     return {"runs": [str(row[0])], **{f: list(v or []) for f, v in zip(VERSION_FIELDS, row[1:])}}
 
 
-def nightly(con: duckdb.DuckDBPyConnection, selection: Selection, metric: str) -> pd.DataFrame:
-    """One row per series and suite run (a night), oldest first: the median of its ok trials' metric
-    (NULL when every trial failed), trial counts and the versions it ran."""
-    if metric not in METRICS:
-        raise SelectionError(f"{metric!r} is not a metric stepwatch tracks (known: {', '.join(METRICS)})")
-    where, params = selection.where()
-    versions = ", ".join(f'any_value("{f}") AS "{f}"' for f in VERSION_FIELDS)
-    return _frame(
-        con,
-        f"""
-        SELECT series_key, suite_run_id, min(started_at) AS night,
-               median("{metric}") FILTER (WHERE status = 'ok' AND "{metric}" > 0) AS value,
-               count(*) FILTER (WHERE status = 'ok') AS ok, count(*) AS trials, {versions}
-        FROM runs WHERE {where}
-        GROUP BY series_key, suite_run_id ORDER BY series_key, night
-        """,
-        params,
-    )
-
-
 SERIES_DIMENSIONS = ("model", "preset", "backend", "accelerator", "precision", "xla", "per_device_batch", "num_devices")
 X_AXES = ("night", *VERSION_FIELDS[:3], "cuda_build_version", "driver_version", "container_image")
 

@@ -41,6 +41,22 @@ class Row:
     def label(self) -> str:
         return series_label(self.series)
 
+    def cells(self) -> dict[str, str]:
+        """The row as display text, shared by the terminal table, the markdown report and the dashboard."""
+        r = self.result
+        failed = self.failed_baseline or self.failed_candidate
+        return {
+            "verdict": self.verdict,
+            "series": self.label,
+            "metric": self.metric.name,
+            "change": percent(r.ratio),
+            "95% CI": interval(r.ci_low, r.ci_high),
+            "n": f"{r.baseline.n}/{r.candidate.n}"
+            + (f" ({self.failed_baseline}/{self.failed_candidate} failed)" if failed else ""),
+            "q": "" if math.isnan(r.q_value) else f"{r.q_value:.3g}",
+            "threshold": f"±{r.threshold:.0%}",
+        }
+
 
 @dataclass
 class Comparison:
@@ -65,6 +81,16 @@ class Comparison:
             and not getattr(r.result, other).n
             and not getattr(r, f"failed_{other}")
         ]
+
+    def summary_text(self, metric: Metric) -> str | None:
+        """'geometric mean over N series on both sides +x% [lo, hi]', or None when no series is on both."""
+        summary = self.summaries[metric.name]
+        if not summary.series:
+            return None
+        return (
+            f"geometric mean over {summary.series} series on both sides "
+            f"{percent(summary.geomean)} {interval(summary.ci_low, summary.ci_high)}"
+        )
 
     def ordered(self) -> list[Row]:
         """Rows worst first: regressions, failures, inconclusive, improvements, no change, missing."""
@@ -177,29 +203,18 @@ def to_markdown(comparison: Comparison, title: str = "stepwatch comparison", pre
             lines.append(f"| {name} | {a} | {b} |")
     lines.append("")
     for metric in comparison.metrics:
-        summary = comparison.summaries[metric.name]
-        if summary.series:
-            lines.append(
-                f"Geometric mean of {metric.label.lower()} ratios over the {summary.series} series on both sides: "
-                f"**{percent(summary.geomean)}** {interval(summary.ci_low, summary.ci_high)}"
-            )
+        text = comparison.summary_text(metric)
+        if text:
+            lines.append(f"**{metric.label}**: {text}")
     lines += [
         "",
         "| | series | metric | change | 95% CI | n (base/cand) | q | threshold |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for row in comparison.ordered():
-        r = row.result
-        q = "" if math.isnan(r.q_value) else f"{r.q_value:.3g}"
-        failed = (
-            f" ({row.failed_baseline}/{row.failed_candidate} failed)"
-            if row.failed_baseline or row.failed_candidate
-            else ""
-        )
-        lines.append(
-            f"| {MARKS[row.verdict]} {row.verdict} | {row.label} | {row.metric.name} | {percent(r.ratio)} | "
-            f"{interval(r.ci_low, r.ci_high)} | {r.baseline.n}/{r.candidate.n}{failed} | {q} | ±{r.threshold:.0%} |"
-        )
+        cells = row.cells()
+        cells["verdict"] = f"{MARKS[row.verdict]} {row.verdict}"
+        lines.append("| " + " | ".join(cells.values()) + " |")
     for side in ("baseline", "candidate"):
         only = comparison.only_on(side)
         if only:
@@ -238,20 +253,17 @@ def alerts_markdown(alerts: list[dict[str, Any]], title: str = "stepwatch alerts
 
 
 def to_json(comparison: Comparison) -> str:
-    def number(x: float) -> float | None:
-        return None if x is None or math.isnan(x) else x
-
     rows = [
         {
             "series": row.series,
             "label": row.label,
             "metric": row.metric.name,
             "verdict": row.verdict,
-            "ratio": number(row.result.ratio),
-            "ci_low": number(row.result.ci_low),
-            "ci_high": number(row.result.ci_high),
-            "p_value": number(row.result.p_value),
-            "q_value": number(row.result.q_value),
+            "ratio": plain(row.result.ratio),
+            "ci_low": plain(row.result.ci_low),
+            "ci_high": plain(row.result.ci_high),
+            "p_value": plain(row.result.p_value),
+            "q_value": plain(row.result.q_value),
             "threshold": row.result.threshold,
             "n_baseline": row.result.baseline.n,
             "n_candidate": row.result.candidate.n,
@@ -264,9 +276,9 @@ def to_json(comparison: Comparison) -> str:
     summaries = {
         name: {
             "series": s.series,
-            "geomean": number(s.geomean),
-            "ci_low": number(s.ci_low),
-            "ci_high": number(s.ci_high),
+            "geomean": plain(s.geomean),
+            "ci_low": plain(s.ci_low),
+            "ci_high": plain(s.ci_high),
         }
         for name, s in comparison.summaries.items()
     }

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -165,33 +166,19 @@ def run_local_workers(
     def tf_config(index: int) -> str:
         return json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}})
 
-    helpers = []
-    for index in range(1, workers):
-        folder = workdir / f"worker-{index}"
-        folder.mkdir(exist_ok=True)
-        (folder / "result.json").unlink(missing_ok=True)
-        env = {**os.environ, SPAWN_TIME_ENV: repr(time.time()), "TF_CONFIG": tf_config(index)}
-        log = open(folder / "trial.log", "wb")  # closed below, once the worker has exited
-        proc = subprocess.Popen(
-            [python, "-m", "collector.trial", "--config", config.to_json(), "--result", str(folder / "result.json")],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-        )  # fmt: skip
-        helpers.append((index, folder, proc, log))
-    try:
+    # Helpers run through the same run_child as any trial (own folder, timeout, kill), on threads.
+    folders = [workdir / f"worker-{index}" for index in range(1, workers)]
+    with ThreadPoolExecutor(max_workers=max(1, workers - 1)) as pool:
+        helpers = []
+        for index, folder in enumerate(folders, 1):
+            folder.mkdir(exist_ok=True)
+            helpers.append(pool.submit(run_child, config, python, folder, {"TF_CONFIG": tf_config(index)}))
         child, wall_s, code = run_child(config, python, workdir, {"TF_CONFIG": tf_config(0)})
-    finally:
-        for _, _, proc, log in helpers:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-            log.close()
-    members = [{"index": 0, "address": addresses[0], "host": child.get("host"), "status": child.get("status")}]
-    for index, folder, proc, _ in helpers:
-        result = json.loads((folder / "result.json").read_text()) if (folder / "result.json").exists() else {}
-        status = result.get("status") or f"exit {proc.returncode}"
-        members.append({"index": index, "address": addresses[index], "host": result.get("host"), "status": status})
+        results = [helper.result()[0] for helper in helpers]
+    members = [
+        {"index": index, "address": addresses[index], "host": result.get("host"), "status": result.get("status")}
+        for index, result in enumerate([child, *results])
+    ]
     child["extras"] = json.dumps({"workers": members})
     if child.get("status") == "ok" and any(m["status"] != "ok" for m in members):
         bad = next(m for m in members if m["status"] != "ok")

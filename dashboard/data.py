@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import streamlit as st
 
 from collector import alerts, queries, report, store
@@ -72,5 +73,5 @@ def has_runs() -> bool:
         return False
     try:
         return len(load("catalog")) > 0
-    except Exception:  # a store without tables yet, or one being written for the first time
+    except (duckdb.Error, store.StoreError):  # a file without stepwatch's tables
         return False

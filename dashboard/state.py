@@ -11,7 +11,8 @@ import streamlit as st
 MAX_VALUE = 200  # longer URL values are not ours
 
 
-def _ignored(key: str, raw: str) -> None:
+def ignore(key: str, raw: str) -> None:
+    """Note a URL value that was not used (shown by ``notices``)."""
     shown = raw if len(raw) <= 60 else raw[:57] + "..."
     st.session_state.setdefault("_ignored", []).append(f"{key}={shown!r}")
 
@@ -24,7 +25,7 @@ def one(key: str, options: Sequence[Any], default: Any) -> Any:
     for option in options:
         if str(option) == raw:
             return option
-    _ignored(key, raw)
+    ignore(key, raw)
     return default
 
 
@@ -39,7 +40,7 @@ def many(key: str, options: Sequence[Any], default: Sequence[Any]) -> list[Any]:
         if part in by_text:
             picked.append(by_text[part])
         elif part:
-            _ignored(key, part)
+            ignore(key, part)
     return picked or list(default)
 
 
@@ -49,7 +50,7 @@ def text(key: str, default: str) -> str:
     if raw is None:
         return default
     if len(raw) > MAX_VALUE or any(ord(c) < 32 for c in raw):
-        _ignored(key, raw)
+        ignore(key, raw)
         return default
     return raw
 

@@ -5,7 +5,7 @@ import streamlit as st
 
 from collector import metrics
 from collector.queries import Selection, SelectionError, version_key
-from collector.report import headline, interval, percent, repro_command
+from collector.report import headline, repro_command
 from dashboard import charts, data, state
 
 st.title("Compare")
@@ -51,25 +51,17 @@ for side, count in counts.items():
         st.warning(f"The {side} selection matches no runs.")
 st.subheader(headline(comparison))
 for metric in comparison.metrics:
-    summary = comparison.summaries[metric.name]
-    if summary.series:
-        st.markdown(
-            f"**{metric.label}**: geometric mean over {summary.series} series on both sides "
-            f"{percent(summary.geomean)} {interval(summary.ci_low, summary.ci_high)}"
-        )
+    text = comparison.summary_text(metric)
+    if text:
+        st.markdown(f"**{metric.label}**: {text}")
 st.plotly_chart(charts.forest(comparison), width="stretch")
 rows = [
     {
-        "verdict": r.verdict,
-        "series": r.label,
-        "metric": r.metric.name,
-        "change": percent(r.result.ratio),
-        "95% CI": interval(r.result.ci_low, r.result.ci_high),
+        **{k: v for k, v in r.cells().items() if k not in ("n", "q")},
         "n baseline": r.result.baseline.n,
         "n candidate": r.result.candidate.n,
         "failed": r.failed_baseline + r.failed_candidate,
         "q": r.result.q_value,
-        "threshold": f"±{r.result.threshold:.0%}",
         "repro": repro_command(r.series),
     }
     for r in comparison.ordered()

@@ -17,7 +17,7 @@ labels = {
 wanted = state.text("run", options[0])
 row, windows = data.load("run_detail", wanted)
 if row is None:
-    st.session_state.setdefault("_ignored", []).append(f"run={wanted[:60]!r}")
+    state.ignore("run", wanted)
     wanted = options[0]
     row, windows = data.load("run_detail", wanted)
 state.notices()

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from collector.analysis import detect_changes
+from collector.analysis.changepoints import detect_changes
 
 STEPS = (0.03, 0.05, 0.10)
 THRESHOLD = 0.03

@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collector import runner  # noqa: E402
+from collector.bench import runner  # noqa: E402
+from collector.bench.results import ResultFile  # noqa: E402
 from collector.config import BenchmarkConfig  # noqa: E402
-from collector.results import ResultFile  # noqa: E402
 
 
 def main() -> None:

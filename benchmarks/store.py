@@ -15,8 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from collector import queries, store
-from collector.synthetic import generate
+from collector.store import database, queries
+from collector.store.ingest import ingest
+from collector.store.selection import Selection
+from collector.store.synthetic import generate
 
 GOAL_MS = 100.0
 
@@ -49,13 +51,13 @@ def main() -> None:
         files = generate(args.rows, files_dir, seed=7)
         print(f"generated {args.rows:,} synthetic rows in {len(files):,} files: {time.perf_counter() - start:.1f} s")
 
-    report = store.ingest([str(files_dir)], db, synthetic=True)
+    report = ingest([str(files_dir)], db, synthetic=True)
     rate = report.rows_added / report.seconds
     print(
         f"ingest:      {report.rows_added:,} rows in {report.seconds:.1f} s = {rate:,.0f} rows/s "
         f"(store {db.stat().st_size / 2**20:,.0f} MiB)"
     )
-    again = store.ingest([str(files_dir)], db, synthetic=True)
+    again = ingest([str(files_dir)], db, synthetic=True)
     assert again.rows_added == 0
     print(f"re-ingest:   {again.files_seen:,} unchanged files in {again.seconds:.2f} s")
 
@@ -63,7 +65,7 @@ def main() -> None:
     shutil.rmtree(extra, ignore_errors=True)
     generate(1000, extra, seed=8)
     one = sorted(extra.glob("*.parquet"))[0]
-    nightly = store.ingest([str(one)], db, synthetic=True)
+    nightly = ingest([str(one)], db, synthetic=True)
     copy_start = time.perf_counter()
     shutil.copyfile(db, work / "copy.duckdb")
     copy_s = time.perf_counter() - copy_start
@@ -73,11 +75,11 @@ def main() -> None:
         f"(of which copying the store for the atomic swap is about {copy_s:.2f} s)"
     )
 
-    reader = store.StoreReader(db)
+    reader = database.StoreReader(db)
     con = reader.connection()
     key = con.execute("SELECT series_key FROM series ORDER BY trials DESC LIMIT 1").fetchall()[0][0]
     versions = [v for (v,) in con.execute("SELECT DISTINCT tf_version FROM runs ORDER BY 1").fetchall()]
-    base, cand = (queries.Selection.parse(f"tf_version={v}") for v in versions[-2:])
+    base, cand = (Selection.parse(f"tf_version={v}") for v in versions[-2:])
     checks = {
         "latest per series": lambda: queries.latest_per_series(con),
         "one series' history": lambda: queries.series_history(con, key),

@@ -1,11 +1,19 @@
-"""One benchmark configuration: a frozen dataclass whose fields are result columns."""
+"""One benchmark configuration: a frozen dataclass whose fields are result columns.
+
+Every field declares what it is through its metadata (``Role``): whether it is a series dimension (part
+of the series key: what must match for two runs to be comparable), the CLI flag that sets it, the result
+column it is stored in, its allowed values and whether a repro command repeats it. Every list of
+dimensions elsewhere (the CLI's matrix flags, the store's series table, the queries' grouping, the
+dashboard's dimension pickers, the repro command) is derived from here, so adding a dimension is one
+field with its role (plus a schema migration for its new column).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import Field, asdict, dataclass, field, fields, replace
 from typing import Any
 
 from trainers import get_model
@@ -18,20 +26,8 @@ DATA = ("synthetic", "pipeline")
 
 ACCELERATOR_MIN_WARMUP = 10
 
-# Fields that decide what is measured; with the accelerator product name they form the series key.
-SERIES_FIELDS = (
-    "model",
-    "preset",
-    "backend",
-    "num_devices",
-    "strategy",
-    "xla",
-    "precision",
-    "per_device_batch",
-    "steps_per_execution",
-    "loop",
-    "data",
-)
+# The one set of words for a boolean, in suite files, on the command line, in selections and in the URL.
+BOOL_WORDS = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
 
 
 class ConfigError(ValueError):
@@ -39,26 +35,44 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class Role:
+    """What a config field is, read by everything that lists fields (see the module docstring)."""
+
+    series: bool = False  # a series dimension: part of the series key
+    flag: str | None = None  # the `stepwatch run` / `upgrade-check` flag that sets it (comma lists are crossed)
+    keeps: bool = False  # the flag keeps the configs that have one of its values instead of setting the field
+    column: str | None = None  # the result column, where it is not the field's own name
+    choices: tuple[Any, ...] = ()  # allowed values (empty: any of the field's type)
+    repro: bool = True  # a repro command sets it (when it has a flag and a value)
+    help: str = ""
+
+
+def _field(default: Any = None, *, required: bool = False, **role: Any) -> Any:
+    metadata = {"role": Role(**role)}
+    return field(metadata=metadata) if required else field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
 class BenchmarkConfig:
     """One point of the benchmark matrix plus how it is measured."""
 
-    model: str
-    preset: str = "tiny"
-    backend: str = "cpu"
-    num_devices: int = 1
-    strategy: str = "default"
-    xla: bool = False
-    precision: str = "fp32"
-    per_device_batch: int = 8
-    steps_per_execution: int = 1
-    loop: str = "fit"
-    data: str = "synthetic"
-    steps: int = 100  # measured steps, after warm-up
-    warmup_steps: int = 20  # excluded from the measurement; the first (compiling) step comes before these
-    window_steps: int = 10  # steps between two device syncs
-    learning_rate: float | None = None  # None: the model's default
-    timeout_s: float = 600.0
-    seed: int = 0
+    model: str = _field(required=True, series=True, flag="--models", keeps=True, help="keep only these models")
+    preset: str = _field("tiny", series=True, flag="--preset", help="size preset(s), e.g. tiny")
+    backend: str = _field("cpu", series=True, flag="--backend", choices=BACKENDS, help="cpu, gpu or tpu")
+    num_devices: int = _field(1, series=True, flag="--devices", help="devices per run")
+    strategy: str = _field("default", series=True, flag="--strategy", choices=STRATEGIES)
+    xla: bool = _field(False, series=True, flag="--xla", column="xla_requested", help="off,on")
+    precision: str = _field("fp32", series=True, flag="--precision", choices=PRECISIONS)
+    per_device_batch: int = _field(8, series=True, flag="--batch", help="per-device batch size(s)")
+    steps_per_execution: int = _field(1, series=True, flag="--steps-per-execution")
+    loop: str = _field("fit", series=True, flag="--loop", choices=LOOPS)
+    data: str = _field("synthetic", series=True, flag="--data", choices=DATA)
+    steps: int = _field(100, flag="--steps", help="measured steps after warm-up")
+    warmup_steps: int = _field(20, flag="--warmup", help="warm-up steps, excluded (>= 2 windows)")
+    window_steps: int = _field(10, flag="--window", help="steps between two device syncs")
+    learning_rate: float | None = _field(None, flag="--learning-rate", repro=False, help="default: the model's")
+    timeout_s: float = _field(600.0, flag="--timeout", repro=False, help="seconds before a trial is killed")
+    seed: int = _field(0)
 
     @property
     def global_batch(self) -> int:
@@ -87,18 +101,64 @@ class BenchmarkConfig:
         return replace(self, **changes)
 
 
-FIELD_NAMES = tuple(f.name for f in fields(BenchmarkConfig))
+FIELDS: tuple[Field, ...] = fields(BenchmarkConfig)
+FIELD_NAMES = tuple(f.name for f in FIELDS)
+ROLES: dict[str, Role] = {f.name: f.metadata["role"] for f in FIELDS}
+_PYTHON_TYPES = {"int": int, "float": float, "bool": bool}
+TYPES: dict[str, type] = {f.name: _PYTHON_TYPES.get(str(f.type).split(" ")[0], str) for f in FIELDS}  # None aside
+# Fields that decide what is measured; with the accelerator product name they form the series key.
+SERIES_FIELDS = tuple(name for name in FIELD_NAMES if ROLES[name].series)
+# The dimensions a series has, as the store's series table and the dashboard name them.
+SERIES_DIMENSIONS = (*SERIES_FIELDS, "accelerator")
+FLAGGED = tuple(name for name in FIELD_NAMES if ROLES[name].flag)
+
+
+def column(name: str) -> str:
+    """The result column a config field is stored in."""
+    return ROLES[name].column or name
+
+
+COLUMN_ALIASES = {name: ROLES[name].column for name in FIELD_NAMES if ROLES[name].column}  # field -> column
+FIELD_OF_COLUMN = {col: name for name, col in COLUMN_ALIASES.items()}  # column -> field
+
+
+def parse_bool(value: Any, name: str = "value") -> bool:
+    """on/off, true/false, yes/no, 1/0 (text or a boolean) to a bool; ConfigError otherwise."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in BOOL_WORDS:
+        return BOOL_WORDS[value.strip().lower()]
+    raise ConfigError(f"{name} {value!r} is not one of off, on")
+
+
+def bool_text(value: bool) -> str:
+    return "on" if value else "off"
+
+
+def config_columns(config: BenchmarkConfig) -> dict[str, Any]:
+    """The config as result columns (``xla`` is stored as ``xla_requested``)."""
+    return {column(name): value for name, value in asdict(config).items()}
 
 
 def config_from_row(row: Mapping[str, Any]) -> BenchmarkConfig:
-    """The config a result row was measured with (rows store ``xla`` as ``xla_requested``)."""
-    values = {name: row[name] for name in FIELD_NAMES if name in row and name != "xla"}
-    return BenchmarkConfig(xla=bool(row["xla_requested"]), **values)
+    """The config of a result row or of a series (fields under their own names or their columns' names)."""
+    values = {}
+    for name in FIELD_NAMES:
+        for key in (name, column(name)):
+            if row.get(key) is not None:
+                values[name] = bool(row[key]) if TYPES[name] is bool else row[key]
+                break
+    return BenchmarkConfig(**values)
 
 
-def _one_of(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{name} {value!r} is not one of {', '.join(allowed)}")
+def repro_flags(config: BenchmarkConfig) -> list[str]:
+    """The flags that set every repro field of ``config`` on `stepwatch run`."""
+    args = []
+    for name in FIELD_NAMES:
+        role, value = ROLES[name], getattr(config, name)
+        if role.flag and role.repro and value is not None:
+            args += [role.flag, bool_text(value) if isinstance(value, bool) else str(value)]
+    return args
 
 
 def validate(config: BenchmarkConfig) -> BenchmarkConfig:
@@ -107,11 +167,10 @@ def validate(config: BenchmarkConfig) -> BenchmarkConfig:
         get_model(config.model).preset(config.preset)
     except KeyError as error:
         raise ConfigError(str(error.args[0])) from None
-    _one_of("backend", config.backend, BACKENDS)
-    _one_of("strategy", config.strategy, STRATEGIES)
-    _one_of("precision", config.precision, PRECISIONS)
-    _one_of("loop", config.loop, LOOPS)
-    _one_of("data", config.data, DATA)
+    for name in FIELD_NAMES:
+        allowed = ROLES[name].choices
+        if allowed and getattr(config, name) not in allowed:
+            raise ConfigError(f"{name} {getattr(config, name)!r} is not one of {', '.join(map(str, allowed))}")
     if config.strategy == "multi-worker" and config.loop != "ctl":
         raise ConfigError(
             "strategy multi-worker needs loop ctl: Keras 3's fit does not support MultiWorkerMirroredStrategy "

@@ -12,6 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, which never mix with real ones
+
 # 1: first release. 2: adds series_key (config_key + accelerator product), computed once here for every tool.
 SCHEMA_VERSION = 2
 
@@ -128,6 +130,19 @@ SCHEMA = pa.schema([pa.field(name, dtype) for name, dtype, _ in COLUMNS]).with_m
     {"stepwatch_schema_version": str(SCHEMA_VERSION)}
 )
 COLUMN_NAMES = frozenset(SCHEMA.names)
+# The software a run was measured with: the axes versions are compared along (never part of the series key).
+VERSION_COLUMNS = (
+    "tf_version",
+    "keras_version",
+    "keras_hub_version",
+    "python_version",
+    "cuda_build_version",
+    "cudnn_build_version",
+    "cuda_runtime_version",
+    "driver_version",
+    "container_image",
+    "stepwatch_git_sha",
+)
 
 
 # A file missing one of these (or with a null in the first five) is not a stepwatch results file.

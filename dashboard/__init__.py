@@ -1,2 +1,2 @@
 """stepwatch dashboard (Streamlit): ``streamlit run dashboard/app.py``. Pages render; the store's questions
-live in collector.queries and the statistics in collector.analysis."""
+live in collector.store.queries and the statistics in collector.analysis."""

@@ -9,8 +9,9 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from collector.analysis.comparison import Comparison
+from collector.analysis.report import series_label
 from collector.metrics import Metric
-from collector.report import Comparison, series_label
 
 VERDICT_COLORS = {
     "regression": "#d62728",
@@ -125,7 +126,7 @@ def history(
 def forest(comparison: Comparison) -> go.Figure:
     """Ratios with their 95% CIs per series, coloured by verdict, with the ± threshold band."""
     rows = [r for r in comparison.ordered() if not math.isnan(r.result.ratio)]
-    labels = [f"{r.label} · {r.metric.name}" for r in rows]
+    labels = [f"{series_label(r.series)} · {r.metric.name}" for r in rows]
     fig = go.Figure()
     for verdict, color in VERDICT_COLORS.items():
         picked = [(label, r) for label, r in zip(labels, rows) if r.verdict == verdict]
@@ -162,7 +163,7 @@ def speedup_bars(frame: pd.DataFrame, column: str, title: str) -> go.Figure:
         data,
         x="config",
         y=column,
-        color="precision" if column == "precision_speedup" else "precision",
+        color="precision",
         barmode="group",
         facet_col="accelerator" if data["accelerator"].nunique() > 1 else None,
         facet_col_wrap=2,

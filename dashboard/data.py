@@ -2,8 +2,8 @@
 
 The store is opened read-only through ``StoreReader``, which follows the file when an ingest replaces it.
 Query results are cached per store version (the file's identity), so a new ingest shows up on the next
-rerun and nothing is ever served from an older store. Every query goes through collector.queries (or the
-report and alert modules built on it), with bound parameters.
+rerun and nothing is ever served from an older store. Every query goes through collector.store.queries (or
+the comparison and alert modules built on it), with bound parameters.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 import duckdb
 import streamlit as st
 
-from collector import alerts, queries, report, store
+from collector.analysis import alerts, comparison
+from collector.store import database, queries
 
 QUERIES = {
     "catalog": queries.series_catalog,
@@ -26,19 +27,19 @@ QUERIES = {
     "recent_runs": queries.recent_runs,
     "run_detail": queries.run_detail,
     "alerts": alerts.list_alerts,
-    "compare": report.build,
+    "compare": comparison.build,
     "versions": queries.side_versions,
 }
 
 
 def store_path() -> Path:
     """``STEPWATCH_DB`` if set, else data/stepwatch.duckdb."""
-    return store.default_db()
+    return database.default_db()
 
 
 @st.cache_resource(show_spinner=False)
-def _reader(db: str) -> tuple[store.StoreReader, threading.Lock]:
-    return store.StoreReader(Path(db)), threading.Lock()
+def _reader(db: str) -> tuple[database.StoreReader, threading.Lock]:
+    return database.StoreReader(Path(db)), threading.Lock()
 
 
 def identity() -> tuple[int, int, int] | None:
@@ -63,7 +64,7 @@ def load(name: str, *args: Any) -> Any:
     """The result of query ``name`` on the current store version (cached until the store changes)."""
     version = identity()
     if version is None:
-        raise store.StoreError(f"no store at {store_path()}")
+        raise database.StoreError(f"no store at {store_path()}")
     return _cached(str(store_path()), version, name, args)
 
 
@@ -73,5 +74,5 @@ def has_runs() -> bool:
         return False
     try:
         return len(load("catalog")) > 0
-    except (duckdb.Error, store.StoreError):  # a file without stepwatch's tables
+    except (duckdb.Error, database.StoreError):  # a file without stepwatch's tables
         return False

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import uuid
-from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from collector.config import BenchmarkConfig
+from collector.config import BenchmarkConfig, config_columns
 from collector.schema import to_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,8 +64,7 @@ def result_rows(count: int, suite_run_id: str | None = None, start: int = 0, **f
             "source": "real",
             "status": "ok",
             "config_key": config.key,
-            "xla_requested": config.xla,
-            **{k: v for k, v in asdict(config).items() if k != "xla"},
+            **config_columns(config),
             "accelerator": "Test CPU",
             "examples_per_sec": 1000.0 + i,
             "window_step_times_s": [0.01, 0.011, 0.012],

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from collector import analysis
-from collector.analysis import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, Side
+from collector.analysis import changepoints, stats
+from collector.analysis.stats import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, Side
 
 SEEDS = range(100)
 
@@ -18,7 +18,7 @@ def trials(rng: np.random.Generator, n: int, noise: float, level: float = 1000.0
 
 
 def verdict_of(baseline: np.ndarray, candidate: np.ndarray, threshold: float = 0.03, higher: bool = True) -> str:
-    return analysis.compare([(Side.of(baseline), Side.of(candidate))], [threshold], [higher])[0].verdict
+    return stats.compare([(Side.of(baseline), Side.of(candidate))], [threshold], [higher])[0].verdict
 
 
 def share(calls: list[str], wanted: str) -> float:
@@ -60,15 +60,15 @@ def test_interval_covers_the_true_ratio_about_95_percent_of_the_time():
     covered = 0
     for seed in range(400):
         rng = np.random.default_rng(seed)
-        result = analysis.welch_ratio(Side.of(trials(rng, 5, 0.03)), Side.of(trials(rng, 7, 0.05, level=950.0)))
+        result = stats.welch_ratio(Side.of(trials(rng, 5, 0.03)), Side.of(trials(rng, 7, 0.05, level=950.0)))
         covered += result.ci_low <= 0.95 <= result.ci_high
     assert 0.92 <= covered / 400 <= 0.98
 
 
 def test_constant_sides_are_exact_and_one_trial_is_inconclusive():
-    same = analysis.welch_ratio(Side.of([2.0, 2.0, 2.0]), Side.of([2.0, 2.0]))
+    same = stats.welch_ratio(Side.of([2.0, 2.0, 2.0]), Side.of([2.0, 2.0]))
     assert (same.ratio, same.ci_low, same.ci_high, same.p_value) == (1.0, 1.0, 1.0, 1.0)
-    grew = analysis.compare([(Side.of([100.0] * 3), Side.of([102.0] * 3))], [0.01], [False])[0]
+    grew = stats.compare([(Side.of([100.0] * 3), Side.of([102.0] * 3))], [0.01], [False])[0]
     assert grew.verdict == REGRESSION and grew.ratio == pytest.approx(1.02)
     assert verdict_of(np.array([1000.0]), np.array([900.0, 905.0])) == INCONCLUSIVE
 
@@ -76,7 +76,7 @@ def test_constant_sides_are_exact_and_one_trial_is_inconclusive():
 def test_benjamini_hochberg_matches_the_textbook_example():
     # Benjamini & Hochberg (1995)-style worked example, checked by hand: q_i = min_{j>=i} p_j * m / j.
     p = [0.01, 0.04, 0.03, 0.005, math.nan]
-    q = analysis.benjamini_hochberg(p)
+    q = stats.benjamini_hochberg(p)
     assert q[:4] == pytest.approx([0.02, 0.04, 0.04, 0.02])
     assert math.isnan(q[4])
 
@@ -84,20 +84,20 @@ def test_benjamini_hochberg_matches_the_textbook_example():
 def test_bh_turns_a_lone_marginal_result_into_inconclusive_among_many_series():
     rng = np.random.default_rng(3)
     marginal = (Side.of([1000, 1010, 990, 1005, 995]), Side.of([960, 950, 975, 940, 970]))
-    alone = analysis.compare([marginal], [0.03], [True])[0]
+    alone = stats.compare([marginal], [0.03], [True])[0]
     crowd = [(Side.of(trials(rng, 5, 0.02)), Side.of(trials(rng, 5, 0.02))) for _ in range(40)]
-    among = analysis.compare([marginal, *crowd], [0.03] * 41, [True] * 41)[0]
+    among = stats.compare([marginal, *crowd], [0.03] * 41, [True] * 41)[0]
     assert alone.p_value < 0.05 and alone.verdict == REGRESSION
     assert among.q_value > alone.q_value and among.verdict == INCONCLUSIVE
 
 
 def test_geomean_summary_is_over_series_on_both_sides():
-    verdicts = analysis.compare(
+    verdicts = stats.compare(
         [(Side.of([100, 101, 99]), Side.of([90, 91, 89])), (Side.of([10, 10.1, 9.9]), Side.of([11, 11.1, 10.9]))],
         [0.03, 0.03],
         [True, True],
     )
-    summary = analysis.geomean_summary(verdicts)
+    summary = stats.geomean_summary(verdicts)
     assert summary.series == 2
     assert summary.geomean == pytest.approx(math.sqrt(0.9 * 1.1), rel=1e-3)
     assert summary.ci_low < summary.geomean < summary.ci_high
@@ -117,7 +117,7 @@ def test_a_five_percent_step_is_found_at_its_night():
         values = nightly(rng, 60)
         values[37:] *= 0.95
         versions = [{"tf_version": "2.20.0" if i < 37 else "2.21.0", "keras_version": "3.15.1"} for i in range(60)]
-        detection = analysis.detect_changes(values, 0.03, True, versions)
+        detection = changepoints.detect_changes(values, 0.03, True, versions)
         found.append([(c.index, c.status, c.regression) for c in detection.changes])
         if [c.index for c in detection.changes] == [37]:
             assert detection.changes[0].versions_changed == {"tf_version": ("2.20.0", "2.21.0")}
@@ -134,7 +134,7 @@ def test_pure_noise_with_outlier_nights_has_no_change():
         bad = rng.random(90) < 0.05
         bad[-3:] = False
         values[bad] *= rng.uniform(0.6, 0.9, bad.sum())
-        detection = analysis.detect_changes(values, 0.03, True)
+        detection = changepoints.detect_changes(values, 0.03, True)
         flagged += bool(detection.changes)
         outliers += set(np.flatnonzero(bad)) <= set(detection.outliers)
     assert flagged == 0
@@ -146,7 +146,7 @@ def test_a_one_night_dip_is_an_outlier_and_a_drop_in_the_last_nights_is_suspecte
     values = nightly(rng, 40)
     values[20] *= 0.8
     values[-2:] *= 0.85
-    detection = analysis.detect_changes(values, 0.03, True)
+    detection = changepoints.detect_changes(values, 0.03, True)
     assert 20 in detection.outliers
     assert [(c.index, c.status) for c in detection.changes] == [(38, "suspected")]
     assert detection.changes[0].ratio == pytest.approx(0.85, abs=0.03)
@@ -154,7 +154,7 @@ def test_a_one_night_dip_is_an_outlier_and_a_drop_in_the_last_nights_is_suspecte
 
 def test_l1_costs_are_sums_of_absolute_deviations_from_the_median():
     x = np.random.default_rng(0).standard_normal(30)
-    cost = analysis.l1_costs(x)
+    cost = changepoints.l1_costs(x)
     for t, s in [(0, 30), (3, 5), (10, 21), (7, 30)]:
         assert cost[t, s] == pytest.approx(np.abs(x[t:s] - np.median(x[t:s])).sum())
     assert np.isinf(cost[4, 5])  # shorter than the minimum segment

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from collector import catalog
+from collector.bench import catalog
+from collector.bench.runner import RunOptions, make_row
 from collector.config import BenchmarkConfig
-from collector.runner import RunOptions, make_row
 
 
 def test_every_price_names_its_source_and_date() -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from collector.environment import host_environment
+from collector.bench.environment import host_environment
 
 
 def test_cpu_environment_is_read_from_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from collector.measure import Mark, NonFiniteLoss, WindowClock, jitter, summarize, window_mean_from_running
+from collector.bench.measure import Mark, NonFiniteLoss, WindowClock, jitter, summarize, window_mean_from_running
 
 
 def clock_with(step_times: list[float], window: int = 2, compile_s: float = 5.0) -> WindowClock:

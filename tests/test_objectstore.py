@@ -12,7 +12,8 @@ import duckdb
 import pytest
 from moto.server import ThreadedMotoServer
 
-from collector import objectstore, store
+from collector.store import objectstore
+from collector.store.ingest import ingest
 from tests.conftest import result_rows, stepwatch, write_results
 
 CREDENTIALS = {
@@ -89,9 +90,9 @@ def test_ingest_from_s3_many_files_and_a_single_object(tmp_path: Path, s3: dict[
         local = write_results(tmp_path / f"r{i}.parquet", result_rows(2, f"run-{i}"))
         objectstore.upload(local, f"s3://{s3['BUCKET']}/results")
     db = tmp_path / "s.duckdb"
-    one = store.ingest([f"s3://{s3['BUCKET']}/results/r0.parquet"], db)
+    one = ingest([f"s3://{s3['BUCKET']}/results/r0.parquet"], db)
     assert (one.files_seen, one.rows_added) == (1, 2)
-    report = store.ingest([f"s3://{s3['BUCKET']}/results"], db)
+    report = ingest([f"s3://{s3['BUCKET']}/results"], db)
     assert (report.files_seen, report.files_unchanged, report.rows_added) == (3, 1, 4)
 
 

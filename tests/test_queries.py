@@ -8,9 +8,10 @@ import duckdb
 import numpy as np
 import pytest
 
-from collector import queries, store
-from collector.queries import Selection, SelectionError
-from collector.synthetic import generate
+from collector.store import database, queries
+from collector.store.ingest import ingest
+from collector.store.selection import Selection, SelectionError
+from collector.store.synthetic import generate
 
 
 @pytest.fixture(scope="module")
@@ -18,8 +19,8 @@ def con(tmp_path_factory: pytest.TempPathFactory) -> duckdb.DuckDBPyConnection:
     folder = tmp_path_factory.mktemp("history")
     generate(12_000, folder / "files", seed=3)
     db = folder / "s.duckdb"
-    store.ingest([str(folder / "files")], db, synthetic=True)
-    reader = store.StoreReader(db)
+    ingest([str(folder / "files")], db, synthetic=True)
+    reader = database.StoreReader(db)
     yield reader.connection()
     reader.close()
 

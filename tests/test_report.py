@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector.report import repro_command
-from collector.suite import load_suite
+from collector.analysis.report import repro_command
+from collector.bench.suite import load_suite
 from tests.conftest import result_rows, stepwatch, write_results
 
 

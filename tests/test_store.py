@@ -17,9 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from collector import store
 from collector.schema import SCHEMA, SCHEMA_VERSION, series_key, to_table
-from collector.synthetic import generate
+from collector.store import database
+from collector.store.ingest import ingest
+from collector.store.synthetic import generate
 from tests.conftest import REPO, result_rows, stepwatch, write_results
 
 
@@ -45,7 +46,7 @@ def test_double_ingest_adds_nothing_and_a_resumed_file_adds_only_its_new_rows(tm
     # by one trial (as --resume does) adds only that trial.
     (results / "copy.parquet").write_bytes((results / "a.parquet").read_bytes())
     write_results(results / "a.parquet", result_rows(4, "run-a"))
-    report = store.ingest([str(results)], db)
+    report = ingest([str(results)], db)
     assert (report.files_unchanged, report.rows_read, report.rows_added) == (1, 4, 1)
     assert (count(db), count(db, "samples")) == (4, 12)
 
@@ -88,7 +89,7 @@ def test_older_schema_is_migrated_and_unknown_columns_go_to_extras(tmp_path: Pat
     pq.write_table(newer, tmp_path / "in" / "v99.parquet")
     db = tmp_path / "s.duckdb"
 
-    report = store.ingest([str(tmp_path / "in")], db)
+    report = ingest([str(tmp_path / "in")], db)
 
     assert report.rows_added == 2
     assert [q[0].rsplit("/", 1)[-1] for q in report.quarantined] == ["v99.parquet"]
@@ -121,7 +122,7 @@ def test_kill_9_during_an_ingest_leaves_the_store_as_before(tmp_path: Path, synt
     folder.mkdir()
     for path in first:
         (folder / path.name).write_bytes(path.read_bytes())
-    assert store.ingest([str(folder)], db, synthetic=True).rows_added > 0
+    assert ingest([str(folder)], db, synthetic=True).rows_added > 0
     before = count(db), count(db, "samples"), count(db, "ingested_files")
 
     proc = _ingest_process([synthetic_files], db)
@@ -134,7 +135,7 @@ def test_kill_9_during_an_ingest_leaves_the_store_as_before(tmp_path: Path, synt
     proc.wait()
 
     assert (count(db), count(db, "samples"), count(db, "ingested_files")) == before
-    report = store.ingest([str(synthetic_files)], db, synthetic=True)  # and the next ingest completes the work
+    report = ingest([str(synthetic_files)], db, synthetic=True)  # and the next ingest completes the work
     assert not list(tmp_path.glob(".s.duckdb.*"))
     assert count(db) == 40_000 and report.rows_added == 40_000 - before[0]
     assert count(db, "samples") == 10 * 40_000
@@ -144,7 +145,7 @@ READER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from collector.store import StoreReader
+    from collector.store.database import StoreReader
     reader, seen, errors = StoreReader(Path(sys.argv[1])), [], 0
     stop = time.monotonic() + float(sys.argv[2])
     while time.monotonic() < stop:
@@ -169,7 +170,7 @@ def test_two_ingests_at_once_and_a_reader_that_never_fails(tmp_path: Path, synth
         half.mkdir()
         for path in chunk:
             (half / path.name).write_bytes(path.read_bytes())
-    store.ingest([str(halves[0] / files[0].name)], db, synthetic=True)
+    ingest([str(halves[0] / files[0].name)], db, synthetic=True)
     reader = subprocess.Popen(
         [sys.executable, "-c", READER, str(db), "25"],
         cwd=REPO,
@@ -196,14 +197,14 @@ def test_two_ingests_at_once_and_a_reader_that_never_fails(tmp_path: Path, synth
 def test_a_synthetic_file_is_refused_by_a_real_store(tmp_path: Path, synthetic_files: Path) -> None:
     db = tmp_path / "real.duckdb"
     write_results(tmp_path / "real" / "a.parquet", result_rows(2))
-    store.ingest([str(tmp_path / "real")], db)
+    ingest([str(tmp_path / "real")], db)
     one = sorted(synthetic_files.glob("*.parquet"))[0]
     result = stepwatch("ingest", str(one), "--db", str(db))
     assert result.returncode == 4
     assert "holds synthetic test data (ingest it with --synthetic)" in result.stderr
     assert count(db) == 2 and one.exists()
-    with pytest.raises(store.StoreError, match="holds real results"):
-        store.ingest([str(one)], db, synthetic=True)
+    with pytest.raises(database.StoreError, match="holds real results"):
+        ingest([str(one)], db, synthetic=True)
 
 
 def test_a_full_disk_during_an_ingest_leaves_the_store_as_before(tmp_path: Path) -> None:
@@ -215,7 +216,7 @@ def test_a_full_disk_during_an_ingest_leaves_the_store_as_before(tmp_path: Path)
     try:
         db = mount / "s.duckdb"
         write_results(tmp_path / "r1" / "a.parquet", result_rows(5, "a"))
-        store.ingest([str(tmp_path / "r1")], db)
+        ingest([str(tmp_path / "r1")], db)
         big = [{**row, "log_tail": os.urandom(1000).hex()} for row in result_rows(4000, "b")]
         write_results(tmp_path / "r2" / "b.parquet", big)
         result = stepwatch("ingest", str(tmp_path / "r2"), "--db", str(db))
@@ -229,9 +230,11 @@ def test_a_full_disk_during_an_ingest_leaves_the_store_as_before(tmp_path: Path)
 
 def test_export_round_trips_through_parquet_and_selects_like_the_queries(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
+    hostile = "x'); DROP TABLE runs; --"
     rows = result_rows(3, "a") + result_rows(2, "b", tf_version="2.20.0", label="baseline")
+    rows += result_rows(1, "c", label=hostile)
     write_results(tmp_path / "r" / "x.parquet", rows)
-    store.ingest([str(tmp_path / "r")], db)
+    ingest([str(tmp_path / "r")], db)
     out = tmp_path / "old.parquet"
     result = stepwatch(
         "export", "--db", str(db), "--where", "tf_version=2.20.0", "--format", "parquet", "--out", str(out)
@@ -242,9 +245,11 @@ def test_export_round_trips_through_parquet_and_selects_like_the_queries(tmp_pat
     assert sorted(exported.column("run_id").to_pylist()) == ["b-0", "b-1"]
     assert exported.column("window_step_times_s").to_pylist() == [[0.01, 0.011, 0.012]] * 2
     other = tmp_path / "other.duckdb"
-    assert store.ingest([str(out)], other).rows_added == 2  # an export is a valid results file
+    assert ingest([str(out)], other).rows_added == 2  # an export is a valid results file
     csv = tmp_path / "all.csv"
     assert stepwatch("export", "--db", str(db), "--format", "csv", "--out", str(csv)).returncode == 0
-    assert len(pd.read_csv(csv)) == 5
-    hostile = stepwatch("export", "--db", str(db), "--where", "label=x'); DROP TABLE runs; --", "--out", str(csv))
-    assert hostile.returncode == 0 and len(pd.read_csv(csv)) == 0 and count(db) == 5
+    assert len(pd.read_csv(csv)) == 6
+    # A value is bound, never formatted into SQL: the hostile text selects the one run labelled with it.
+    done = stepwatch("export", "--db", str(db), "--where", f"label={hostile}", "--out", str(csv))
+    assert done.returncode == 0, done.stderr
+    assert pd.read_csv(csv)["run_id"].tolist() == ["c-0"]

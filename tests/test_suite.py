@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from collector.bench.suite import SuiteError, load_suite, narrow
 from collector.config import BenchmarkConfig, ConfigError, validate
-from collector.suite import SuiteError, load_suite, narrow
 from tests.conftest import stepwatch, write_suite
 
 
@@ -68,11 +68,11 @@ def test_cli_refuses_unknown_suite_name() -> None:
 
 def test_narrow_keeps_models_and_sets_other_dimensions() -> None:
     configs = load_suite("smoke").configs
-    narrowed = narrow(configs, models=["bert"], overrides={"xla": [True], "loop": ["ctl"], "per_device_batch": [4]})
+    narrowed = narrow(configs, {"model": ["bert"], "xla": [True], "loop": ["ctl"], "per_device_batch": [4]})
     assert {(c.model, c.xla, c.loop, c.per_device_batch) for c in narrowed} == {("bert", True, "ctl", 4)}
     assert len(narrowed) == 2  # fp32 and mixed_bfloat16 remain
     with pytest.raises(SuiteError, match="--models: vgg16 not in this suite"):
-        narrow(configs, models=["vgg16"])
+        narrow(configs, {"model": ["vgg16"]})
 
 
 def test_warmup_must_cover_two_windows_and_windows_divide_steps() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from collector import upgrade
+from collector.bench import upgrade
 from collector.config import BenchmarkConfig
 from tests.conftest import stepwatch
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from trainers.spec import Batch, ModelSpec, random_tokens, training_flops
+from trainers.spec import Batch, ModelSpec, encoder_layer_macs, random_tokens, training_flops
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,6 @@ def synthetic_batch(size: BertSize, batch: int, seed: int) -> Batch:
         "mask_positions": positions.astype(np.int32),
     }
     return inputs, random_tokens(rng, (batch, p), size.vocabulary_size)
-
-
-def encoder_layer_macs(tokens: int, keys: int, d: int, intermediate: int) -> float:
-    """One transformer encoder layer: Q/K/V/output projections, attention over ``keys``, feed-forward."""
-    return tokens * (4 * d * d + 2 * d * intermediate) + 2 * tokens * keys * d
 
 
 def forward_macs(size: BertSize) -> float:

@@ -59,3 +59,8 @@ def sparse_ce_loss() -> Any:
 def random_tokens(rng: np.random.Generator, shape: tuple[int, ...], vocab: int) -> np.ndarray:
     """Token ids drawn uniformly, skipping id 0 (padding)."""
     return rng.integers(1, vocab, size=shape, dtype=np.int32)
+
+
+def encoder_layer_macs(tokens: int, keys: int, d: int, intermediate: int) -> float:
+    """One transformer encoder layer: Q/K/V/output projections, attention over ``keys``, feed-forward."""
+    return tokens * (4 * d * d + 2 * d * intermediate) + 2 * tokens * keys * d

@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from trainers.bert import encoder_layer_macs
-from trainers.spec import Batch, ModelSpec, random_tokens, training_flops
+from trainers.spec import Batch, ModelSpec, encoder_layer_macs, random_tokens, training_flops
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,16 @@ import pandas as pd
 import streamlit as st
 
 from collector import metrics
-from collector.queries import Selection, SelectionError, version_key
-from collector.report import headline, repro_command
+from collector.analysis.report import headline, repro_command, row_cells, series_label, summary_text
+from collector.analysis.thresholds import load_overrides
+from collector.store.queries import version_key
+from collector.store.selection import ALL, Selection, SelectionError
 from dashboard import charts, data, state
 
 st.title("Compare")
 catalog = data.load("catalog")
-versions = sorted(data.load("versions", Selection())["tf_version"], key=version_key)
-runs = list(dict.fromkeys(data.load("recent_runs", Selection(), 200)["suite_run_id"]))[::-1]
+versions = sorted(data.load("versions", ALL)["tf_version"], key=version_key)
+runs = list(dict.fromkeys(data.load("recent_runs", ALL, 200)["suite_run_id"]))[::-1]
 if len(versions) >= 2:
     default_a, default_b = f"tf_version={versions[-2]}", f"tf_version={versions[-1]}"
 elif len(runs) >= 2:
@@ -44,20 +46,20 @@ if not baseline_text or not candidate_text or not picked_metrics:
     )
     st.stop()
 
-comparison = data.load("compare", baseline, candidate, picked_metrics, metrics.load_overrides())
+comparison = data.load("compare", baseline, candidate, picked_metrics, load_overrides())
 counts = {side: int(comparison.versions[side]["runs"][0]) for side in ("baseline", "candidate")}
 for side, count in counts.items():
     if count == 0:
         st.warning(f"The {side} selection matches no runs.")
 st.subheader(headline(comparison))
 for metric in comparison.metrics:
-    text = comparison.summary_text(metric)
+    text = summary_text(comparison, metric)
     if text:
         st.markdown(f"**{metric.label}**: {text}")
 st.plotly_chart(charts.forest(comparison), width="stretch")
 rows = [
     {
-        **{k: v for k, v in r.cells().items() if k not in ("n", "q")},
+        **{k: v for k, v in row_cells(r).items() if k not in ("n", "q")},
         "n baseline": r.result.baseline.n,
         "n candidate": r.result.candidate.n,
         "failed": r.failed_baseline + r.failed_candidate,
@@ -72,4 +74,4 @@ st.download_button("Download CSV", table.to_csv(index=False), "stepwatch-compare
 for side in ("baseline", "candidate"):
     only = comparison.only_on(side)
     if only:
-        st.caption(f"Only in the {side}: " + "; ".join(r.label for r in only))
+        st.caption(f"Only in the {side}: " + "; ".join(series_label(r.series) for r in only))

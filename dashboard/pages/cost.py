@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from collector.queries import Selection
+from collector.store.selection import Selection
 from dashboard import charts, data, state
 
 st.title("Cost")

@@ -2,9 +2,11 @@
 
 import streamlit as st
 
-from collector import alerts
+from collector.analysis import alerts
+from collector.config import SERIES_DIMENSIONS
 from collector.metrics import DEFAULT_METRIC, METRICS
-from collector.queries import SERIES_DIMENSIONS, X_AXES, Selection, version_key
+from collector.store.queries import X_AXES, version_key
+from collector.store.selection import Selection
 from dashboard import charts, data, state
 
 st.title("History")
@@ -42,7 +44,7 @@ scale = col5.radio("Scale", ["linear", "log"], ["linear", "log"].index(scale), h
 
 selection = Selection.of(
     model=picked_models, accelerator=picked_accelerators, precision=picked_precisions,
-    xla_requested=[v == "on" for v in picked_xla],
+    xla=[v == "on" for v in picked_xla],
 )  # fmt: skip
 metric = METRICS[metric_name]
 points = data.load("history", selection, metric_name)

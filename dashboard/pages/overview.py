@@ -2,8 +2,8 @@
 
 import streamlit as st
 
-from collector import alerts
-from collector.queries import Selection
+from collector.analysis import alerts
+from collector.store.selection import Selection
 from dashboard import data, state
 
 st.title("Overview")

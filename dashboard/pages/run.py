@@ -3,11 +3,11 @@
 import pandas as pd
 import streamlit as st
 
-from collector.queries import Selection
+from collector.store.selection import ALL
 from dashboard import charts, data, state
 
 st.title("Run")
-recent = data.load("recent_runs", Selection(), 200)
+recent = data.load("recent_runs", ALL, 200)
 options = list(recent["run_id"])
 labels = {
     r.run_id: f"{r.started_at:%Y-%m-%d %H:%M} {r.model}/{r.preset} {r.accelerator} {r.precision} "

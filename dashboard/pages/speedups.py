@@ -2,12 +2,13 @@
 
 import streamlit as st
 
-from collector.queries import Selection, version_key
+from collector.store.queries import version_key
+from collector.store.selection import ALL, Selection
 from dashboard import charts, data, state
 
 st.title("Speedups")
 catalog = data.load("catalog")
-versions = sorted(data.load("versions", Selection())["tf_version"], key=version_key)
+versions = sorted(data.load("versions", ALL)["tf_version"], key=version_key)
 accelerators = sorted(catalog["accelerator"].dropna().unique())
 version = state.one("tf_version", versions, versions[-1] if versions else None)
 picked = state.many("accelerator", accelerators, accelerators[:4])

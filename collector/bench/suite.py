@@ -2,7 +2,7 @@
 
 A suite file has optional ``name``, ``description`` and ``trials``, a ``[defaults]`` table, any
 number of ``[[matrix]]`` tables (every list in one is crossed with the others) and ``[[configs]]``
-tables (one config each). Keys are BenchmarkConfig fields; ``xla`` takes off/on or false/true.
+tables (one config each). Keys are BenchmarkConfig fields; boolean fields (``xla``) take off/on or false/true.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collector.config import FIELD_NAMES, BenchmarkConfig, ConfigError, validate
+from collector.config import FIELD_NAMES, ROLES, TYPES, BenchmarkConfig, ConfigError, parse_bool, validate
 
 SUITES_DIR = Path(__file__).parent / "suites"
 TOP_LEVEL = ("name", "description", "trials", "defaults", "matrix", "configs")
-_BOOLS = {"on": True, "off": False, "true": True, "false": False}
 
 
 class SuiteError(ValueError):
@@ -40,22 +39,13 @@ def _suggest(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def parse_bool(value: Any) -> bool:
-    """off/on/false/true (strings or booleans) to a bool."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in _BOOLS:
-        return _BOOLS[value.lower()]
-    raise ConfigError(f"xla {value!r} is not one of off, on")
-
-
 def _coerce(values: Mapping[str, Any], where: str) -> dict[str, Any]:
     out = {}
     for key, value in values.items():
         if key not in FIELD_NAMES:
             raise SuiteError(f"{where}: unknown field {key!r}{_suggest(key, FIELD_NAMES)}")
         try:
-            out[key] = parse_bool(value) if key == "xla" else value
+            out[key] = parse_bool(value, key) if TYPES[key] is bool else value
         except ConfigError as error:
             raise SuiteError(f"{where}: {error}") from None
     return out
@@ -126,23 +116,22 @@ def build_configs(points: Iterable[Mapping[str, Any]], where: str) -> tuple[Benc
     return tuple(seen)
 
 
-def narrow(
-    configs: Iterable[BenchmarkConfig],
-    models: list[str] | None = None,
-    overrides: Mapping[str, list[Any]] | None = None,
-) -> tuple[BenchmarkConfig, ...]:
-    """Keep the listed models, then set each overridden field to each of its listed values."""
+def narrow(configs: Iterable[BenchmarkConfig], flags: Mapping[str, list[Any] | None]) -> tuple[BenchmarkConfig, ...]:
+    """Apply the matrix flags (field -> listed values): a field whose flag keeps (``--models``) keeps the
+    configs with one of its values; every other field is set to each of its values (lists are crossed)."""
     configs = list(configs)
-    if models:
-        present = {c.model for c in configs}
-        missing = [m for m in models if m not in present]
+    given = {name: values for name, values in flags.items() if values}
+    for name in [n for n in given if ROLES[n].keeps]:
+        present = {getattr(c, name) for c in configs}
+        missing = [v for v in given[name] if v not in present]
         if missing:
-            raise SuiteError(f"--models: {', '.join(missing)} not in this suite (it has {', '.join(sorted(present))})")
-        configs = [c for c in configs if c.model in models]
+            have = ", ".join(sorted(map(str, present)))
+            raise SuiteError(f"{ROLES[name].flag}: {', '.join(map(str, missing))} not in this suite (it has {have})")
+        kept = given.pop(name)
+        configs = [c for c in configs if getattr(c, name) in kept]
+    keys = list(given)
     points = []
-    overrides = {k: v for k, v in (overrides or {}).items() if v}
-    keys = list(overrides)
     for config in configs:
-        for combo in itertools.product(*(overrides[k] for k in keys)):
+        for combo in itertools.product(*(given[k] for k in keys)):
             points.append({**config.__dict__, **dict(zip(keys, combo))})
     return build_configs(points, "command line")

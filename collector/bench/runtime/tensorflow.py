@@ -14,8 +14,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from collector.bench.measure import WindowClock, window_mean_from_running
 from collector.config import BenchmarkConfig, ConfigError
-from collector.measure import WindowClock, window_mean_from_running
 from trainers.spec import ModelSpec, sparse_ce_loss
 
 POLICIES = {"fp32": "float32", "tf32": "float32", "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16"}

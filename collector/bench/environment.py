@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # Environment variables that change what TensorFlow, XLA or the GPU runtime does (TF_ alone would catch
 # unrelated tools' variables, such as Terraform's).
 TF_ENV_PREFIXES = (

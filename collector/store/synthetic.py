@@ -18,10 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collector.config import FIELD_NAMES
-from collector.schema import SCHEMA, SCHEMA_VERSION, series_key
-from collector.store import SYNTHETIC_SOURCE
-from collector.suite import load_suite
+from collector.bench.suite import load_suite
+from collector.config import config_columns
+from collector.schema import SCHEMA, SCHEMA_VERSION, SYNTHETIC_SOURCE, series_key
 from trainers import get_model
 
 WINDOWS = 10
@@ -131,7 +130,6 @@ def _night_file(rng, out_dir, host, chosen, trials, n, started, version, effects
         "status": status,
         "error_type": np.where(failed, "ProcessExit", None),
         "config_key": [p[5] for p in plan],
-        "xla_requested": [c.xla for c in configs],
         "xla_effective": [c.xla for c in configs],
         "global_batch": batch.astype(np.int64),
         "replicas": [c.num_devices for c in configs],
@@ -165,9 +163,9 @@ def _night_file(rng, out_dir, host, chosen, trials, n, started, version, effects
         "accelerator": [host.accelerator] * n,
         "accelerator_count": [c.num_devices for c in configs],
     }
-    for name in FIELD_NAMES:
-        if name != "xla":  # stored as xla_requested
-            columns[name] = [getattr(c, name) for c in configs]
+    as_columns = [config_columns(c) for c in configs]
+    for name in as_columns[0]:
+        columns[name] = [row[name] for row in as_columns]
     arrays = [
         pa.array(columns[f.name], f.type, from_pandas=True) if f.name in columns else pa.nulls(n, f.type)
         for f in SCHEMA

@@ -16,16 +16,16 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from collector import catalog
-from collector.config import BenchmarkConfig
-from collector.environment import host_environment
-from collector.results import ResultFile
-from collector.trial import SPAWN_TIME_ENV
+from collector.bench import catalog
+from collector.bench.environment import host_environment
+from collector.bench.results import ResultFile
+from collector.bench.trial import SPAWN_TIME_ENV
+from collector.config import BenchmarkConfig, config_columns
 
 LOG_TAIL_LINES = 40
 PR_SET_PDEATHSIG = 1
@@ -64,6 +64,26 @@ def pending(plan: list[tuple[BenchmarkConfig, int]], rows: list[dict[str, Any]])
     return [(config, trial) for config, trial in plan if (config.key, trial) not in done]
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """The results file a run appends to, its suite run id, and how many planned trials it already holds."""
+
+    results: ResultFile
+    suite_run_id: str
+    done: int
+    fresh: bool  # --resume found nothing to continue
+
+
+def open_results(out: Path, suite: str, plan: list[tuple[BenchmarkConfig, int]], resume: bool) -> Resumed:
+    """A new results file for ``suite`` in ``out``, or with ``resume`` the latest one and its suite run id."""
+    results = ResultFile.latest(out, suite) if resume else None
+    if results is None:
+        suite_run_id = str(uuid.uuid4())
+        return Resumed(ResultFile.create(out, suite, suite_run_id), suite_run_id, 0, fresh=resume)
+    suite_run_id = results.rows[0]["suite_run_id"] if results.rows else str(uuid.uuid4())
+    return Resumed(results, suite_run_id, len(plan) - len(pending(plan, results.rows)), fresh=False)
+
+
 def _tail(path: Path) -> str:
     try:
         lines = path.read_text(errors="replace").splitlines()
@@ -91,7 +111,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def run_child(
     config: BenchmarkConfig, python: str, workdir: Path, env_extra: dict[str, str] | None = None
 ) -> tuple[dict[str, Any], float, int | None]:
-    """Start ``collector.trial`` in its own process group, wait up to the timeout, read its result.
+    """Start ``collector.bench.trial`` in its own process group, wait up to the timeout, read its result.
 
     Returns the child's fields (or a failure description), the wall time and the exit code.
     """
@@ -103,7 +123,7 @@ def run_child(
     start = time.perf_counter()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [python, "-m", "collector.trial", "--config", config.to_json(), "--result", str(result_path)],
+            [python, "-m", "collector.bench.trial", "--config", config.to_json(), "--result", str(result_path)],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -214,9 +234,8 @@ def make_row(
         "label": options.label,
         "source": "real",
         "config_key": config.key,
-        "xla_requested": config.xla,
         "global_batch": config.global_batch,
-        **{k: v for k, v in asdict(config).items() if k != "xla"},
+        **config_columns(config),
     }
     row.update(_parent_host(config.backend))  # so that a trial that died early still has its host and series
     row.update(child)

@@ -22,20 +22,23 @@ import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from collector import runner
+from collector.bench import runner
+from collector.bench.results import ResultFile
 from collector.config import BenchmarkConfig
-from collector.results import ResultFile
 
 CACHE_ENV = "STEPWATCH_ENV_CACHE"
-SOURCE_ROOT = Path(__file__).resolve().parents[1]
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
 READY = ".stepwatch-ready"
 SIDES = ("baseline", "candidate")
+RESULTS_DIR = Path("data/upgrade-check")  # one folder per check: both sides' parquet and the report
+STORE = Path("data/upgrade-check.duckdb")  # checks are ingested here, never into the nightly history
 
 
 class UpgradeError(RuntimeError):
@@ -188,17 +191,53 @@ def plan(configs: list[BenchmarkConfig], trials: int) -> list[tuple[str, Benchma
     return order
 
 
+def ensure_all(
+    sides: dict[str, tuple[str, ...]],
+    reuse_site_packages: bool = False,
+    pip_args: tuple[str, ...] = (),
+    log: Callable[[str], None] = print,
+) -> dict[str, Environment]:
+    """Every side's environment (built or reused), each logged with the tracked versions it resolved to."""
+    envs = {
+        side: ensure(side, requirements, reuse_site_packages, pip_args, log) for side, requirements in sides.items()
+    }
+    for side, env in envs.items():
+        log(f"{side}: " + ", ".join(f"{k} {v}" for k, v in installed(env).items()))
+    return envs
+
+
+@dataclass(frozen=True)
+class Check:
+    """One upgrade check's trials: where its files are, each side's suite run id and every outcome."""
+
+    out_dir: Path
+    results: dict[str, ResultFile]
+    suite_run_ids: dict[str, str]
+    outcomes: list[runner.Outcome]
+
+    def failed(self) -> list[runner.Outcome]:
+        return [o for o in self.outcomes if o.row["status"] != "ok"]
+
+    def host(self) -> str | None:
+        """The accelerator (or host) the check ran on."""
+        rows = self.results["baseline"].rows
+        return (rows[0].get("accelerator") or rows[0].get("host")) if rows else None
+
+
 def run(
     configs: list[BenchmarkConfig],
     trials: int,
     suite: str,
     envs: dict[str, Environment],
-    out_dir: Path,
+    results_dir: str | Path,
     options: runner.RunOptions,
     on_start: Callable[[str, BenchmarkConfig, int], None] = lambda side, config, trial: None,
     on_done: Callable[[str, runner.Outcome], None] = lambda side, outcome: None,
-) -> tuple[dict[str, ResultFile], list[runner.Outcome]]:
-    """Run the interleaved plan; one parquet file (and suite run id) per side, each row labelled with its side."""
+) -> Check:
+    """Run the interleaved plan into a new folder under ``results_dir``; one parquet file (and suite run id)
+    per side, each row labelled with its side."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = Path(results_dir) / f"{stamp}-{uuid.uuid4().hex[:8]}"
     results, side_options, run_ids = {}, {}, {}
     for side in SIDES:
         run_ids[side] = str(uuid.uuid4())
@@ -213,4 +252,4 @@ def run(
             outcome = runner.run_one(config, trial, results[side], suite, run_ids[side], side_options[side], Path(tmp))
             outcomes.append(outcome)
             on_done(side, outcome)
-    return results, outcomes
+    return Check(out_dir, results, run_ids, outcomes)

@@ -6,9 +6,9 @@ import keras
 import numpy as np
 import pytest
 
-from collector import tfruntime
+from collector.bench.measure import WindowClock
+from collector.bench.runtime import tensorflow as tfruntime
 from collector.config import BenchmarkConfig
-from collector.measure import WindowClock
 from trainers import get_model
 
 STEPS = 6

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+from collector.config import PRECISIONS
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 PRICES_PATH = DATA_DIR / "prices.toml"
 ACCELERATORS_PATH = DATA_DIR / "accelerators.toml"
-PRECISIONS = ("fp32", "tf32", "mixed_float16", "mixed_bfloat16")
 
 
 class CatalogError(ValueError):

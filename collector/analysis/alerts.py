@@ -18,8 +18,12 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from collector import analysis, queries
-from collector.metrics import Metric, Override, threshold_for
+from collector.analysis import changepoints
+from collector.analysis.thresholds import Override, threshold_for
+from collector.metrics import Metric
+from collector.schema import VERSION_COLUMNS
+from collector.store import queries
+from collector.store.selection import Selection
 
 NEW, CONFIRMED, ACKNOWLEDGED, FALSE_POSITIVE, FIXED = "new", "confirmed", "acknowledged", "false positive", "fixed"
 STATUSES = (NEW, CONFIRMED, ACKNOWLEDGED, FALSE_POSITIVE, FIXED)
@@ -39,7 +43,7 @@ class Found:
 
     series_key: str
     metric: str
-    change: analysis.Change
+    change: changepoints.Change
     change_at: datetime
     suite_run_id: str
     nights: list[datetime]
@@ -68,7 +72,7 @@ def series_fields(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
 
 def scan(
     con: duckdb.DuckDBPyConnection,
-    selection: queries.Selection,
+    selection: Selection,
     metric: Metric,
     overrides: list[Override],
     nights_limit: int = DEFAULT_NIGHTS,
@@ -84,10 +88,10 @@ def scan(
         nights = nights.tail(nights_limit)
         times = [t.to_pydatetime() for t in nights["night"]]
         seen[key] = times
-        text = nights[list(queries.VERSION_FIELDS)].astype(object)
+        text = nights[list(VERSION_COLUMNS)].astype(object)
         versions = text.where(text.notna(), None).to_dict("records")
         threshold = threshold_for(metric, fields.get(key, {}), overrides)
-        detection = analysis.detect_changes(
+        detection = changepoints.detect_changes(
             nights["value"].to_numpy(dtype=float), threshold, metric.higher_is_better, versions
         )
         outliers += len(detection.outliers)

@@ -1,6 +1,6 @@
-"""One trial in a fresh process: ``python -m collector.trial --config JSON --result PATH``.
+"""One trial in a fresh process: ``python -m collector.bench.trial --config JSON --result PATH``.
 
-The parent (collector.runner) starts this with a timeout and always writes a row; this side writes
+The parent (collector.bench.runner) starts this with a timeout and always writes a row; this side writes
 what it measured, or why it stopped, to the result file before it exits.
 """
 
@@ -16,9 +16,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from collector.bench.environment import host_environment
+from collector.bench.measure import NonFiniteLoss, WindowClock, summarize
 from collector.config import BenchmarkConfig, validate
-from collector.environment import host_environment
-from collector.measure import NonFiniteLoss, WindowClock, summarize
 from trainers import get_model
 
 SPAWN_TIME_ENV = "STEPWATCH_SPAWN_TIME"  # time.time() at which the parent started this process
@@ -36,7 +36,7 @@ def run_trial(config: BenchmarkConfig, spawn_time: float) -> dict[str, Any]:
     result.update(host_environment(config.backend))
     # Imported here, not at the top: the parent imports this module for SPAWN_TIME_ENV and must stay
     # free of TensorFlow. If the import fails, the parent records the crash with the log tail.
-    from collector import tfruntime
+    from collector.bench.runtime import tensorflow as tfruntime
 
     result.update(tfruntime.software_environment())
     spec = get_model(config.model)
@@ -89,7 +89,7 @@ def _perf_at(wall_time: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m collector.trial", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m collector.bench.trial", description=__doc__)
     parser.add_argument("--config", required=True, help="BenchmarkConfig as JSON")
     parser.add_argument("--result", required=True, type=Path, help="where to write the result JSON")
     args = parser.parse_args(argv)

@@ -1,15 +1,8 @@
-"""The statistics: arrays in, verdicts and change points out. No I/O, no store, no printing, so the CLI, the
-dashboard and the tests call the same functions on the same numbers.
+"""Where did the nightly history change? Arrays in, change points out (no I/O, no store, no printing).
 
-Two questions are answered:
-
-- **Did the candidate change this series?** (``compare``). Throughput and step times are multiplicative, so
-  sides are compared on log values: the ratio of geometric means with a 95% Welch interval, a Welch p-value,
-  Benjamini-Hochberg across the whole matrix, and a verdict against the smallest change that matters.
-- **Where did the nightly history change?** (``detect_changes``). Per-night medians, outlier nights set
-  aside (Hampel), PELT with an L1 cost and a noise-scaled penalty, every change confirmed by a Welch test of
-  the segments either side and a size of at least the threshold; a change too recent to confirm is
-  *suspected*.
+Per-night medians, outlier nights set aside (Hampel), PELT with an L1 cost and a noise-scaled penalty,
+every change confirmed by a Welch test of the segments either side and a size of at least the threshold;
+a change too recent to confirm is *suspected*.
 """
 
 from __future__ import annotations
@@ -21,154 +14,8 @@ from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
-from scipy import stats
 
-REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE, MISSING = (
-    "regression",
-    "improvement",
-    "no change",
-    "inconclusive",
-    "missing",
-)
-VERDICTS = (REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE, MISSING)
-ALPHA = 0.05
-CONFIDENCE = 0.95
-
-
-# --- Baseline vs candidate ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Side:
-    """What the comparison needs of one side's trials: count, mean and sample variance of log(value)."""
-
-    n: int
-    mean_log: float
-    var_log: float
-
-    @classmethod
-    def of(cls, values: Sequence[float] | np.ndarray) -> Side:
-        return cls.of_logs(np.log(np.asarray(values, dtype=float)))
-
-    @classmethod
-    def of_logs(cls, logs: np.ndarray) -> Side:
-        var = float(logs.var(ddof=1)) if len(logs) > 1 else math.nan
-        return cls(len(logs), float(logs.mean()) if len(logs) else math.nan, var)
-
-
-@dataclass(frozen=True)
-class Ratio:
-    """candidate / baseline geometric means, its confidence interval and the two-sided Welch p-value."""
-
-    ratio: float
-    ci_low: float
-    ci_high: float
-    p_value: float
-
-
-def welch_ratio(baseline: Side, candidate: Side, confidence: float = CONFIDENCE) -> Ratio:
-    """Ratio of geometric means with a Welch t interval on the difference of mean logs."""
-    if baseline.n < 2 or candidate.n < 2:
-        ratio = math.exp(candidate.mean_log - baseline.mean_log) if baseline.n and candidate.n else math.nan
-        return Ratio(ratio, math.nan, math.nan, math.nan)
-    diff = candidate.mean_log - baseline.mean_log
-    qa, qb = baseline.var_log / baseline.n, candidate.var_log / candidate.n
-    se = math.sqrt(qa + qb)
-    if se == 0:  # both sides constant (e.g. memory): the difference is exact
-        return Ratio(math.exp(diff), math.exp(diff), math.exp(diff), 1.0 if diff == 0 else 0.0)
-    df = (qa + qb) ** 2 / ((qa**2 / (baseline.n - 1) if qa else 0.0) + (qb**2 / (candidate.n - 1) if qb else 0.0))
-    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
-    p = float(2 * stats.t.sf(abs(diff) / se, df))
-    return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p)
-
-
-def benjamini_hochberg(p_values: Sequence[float]) -> np.ndarray:
-    """BH-adjusted p-values (q-values); NaN stays NaN and is not counted as a test."""
-    p = np.asarray(p_values, dtype=float)
-    q = np.full(p.shape, math.nan)
-    tested = np.flatnonzero(~np.isnan(p))
-    if len(tested) == 0:
-        return q
-    order = tested[np.argsort(p[tested])]
-    ranked = p[order] * len(tested) / np.arange(1, len(tested) + 1)
-    q[order] = np.minimum(np.minimum.accumulate(ranked[::-1])[::-1], 1.0)
-    return q
-
-
-def verdict(result: Ratio, q_value: float, threshold: float, higher_is_better: bool, alpha: float = ALPHA) -> str:
-    """regression / improvement: significant after BH and the estimate is beyond the threshold;
-    no change: the whole interval lies within +-threshold; inconclusive: anything else (too few trials
-    or too much noise to tell a change of ``threshold`` from none)."""
-    if math.isnan(result.ratio):
-        return MISSING
-    if math.isnan(result.ci_low):
-        return INCONCLUSIVE
-    band = math.log1p(threshold)
-    size = math.log(result.ratio)
-    if q_value < alpha and abs(size) >= band:
-        worse = size < 0 if higher_is_better else size > 0
-        return REGRESSION if worse else IMPROVEMENT
-    if -band < math.log(result.ci_low) and math.log(result.ci_high) < band:
-        return NO_CHANGE
-    return INCONCLUSIVE
-
-
-@dataclass(frozen=True)
-class Verdict:
-    baseline: Side
-    candidate: Side
-    threshold: float
-    higher_is_better: bool
-    ratio: float
-    ci_low: float
-    ci_high: float
-    p_value: float
-    q_value: float
-    verdict: str
-
-
-def compare(
-    pairs: Sequence[tuple[Side, Side]], thresholds: Sequence[float], higher_is_better: Sequence[bool]
-) -> list[Verdict]:
-    """One verdict per (baseline, candidate) pair, with Benjamini-Hochberg across all of them."""
-    ratios = [welch_ratio(a, b) for a, b in pairs]
-    q_values = benjamini_hochberg([r.p_value for r in ratios])
-    out = []
-    for (a, b), r, q, threshold, higher in zip(pairs, ratios, q_values, thresholds, higher_is_better):
-        call = verdict(r, float(q), threshold, higher)
-        out.append(Verdict(a, b, threshold, higher, r.ratio, r.ci_low, r.ci_high, r.p_value, float(q), call))
-    return out
-
-
-@dataclass(frozen=True)
-class Summary:
-    """Geometric mean of the ratios over the series present on both sides, with the interval that the
-    measurement noise of those series allows (not a claim about series that were not run)."""
-
-    series: int
-    geomean: float
-    ci_low: float
-    ci_high: float
-
-
-def geomean_summary(verdicts: Sequence[Verdict], confidence: float = CONFIDENCE) -> Summary:
-    both = [v for v in verdicts if v.baseline.n and v.candidate.n and not math.isnan(v.ratio)]
-    if not both:
-        return Summary(0, math.nan, math.nan, math.nan)
-    logs = np.log([v.ratio for v in both])
-    mean = float(logs.mean())
-    terms = [(side.var_log / side.n, side.n) for v in both for side in (v.baseline, v.candidate)]
-    if any(math.isnan(q) for q, _ in terms):
-        return Summary(len(both), math.exp(mean), math.nan, math.nan)
-    total = sum(q for q, _ in terms)
-    if total == 0:
-        return Summary(len(both), math.exp(mean), math.exp(mean), math.exp(mean))
-    df = total**2 / sum(q**2 / (n - 1) for q, n in terms)  # Welch-Satterthwaite over every side of every series
-    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(total) / len(both)
-    return Summary(len(both), math.exp(mean), math.exp(mean - half), math.exp(mean + half))
-
-
-# --- Change points over nightly history --------------------------------------------------------------
+from collector.analysis.stats import Ratio, Side, welch_ratio
 
 MIN_SIZE = 2  # nights in a segment: one night alone is an outlier, never a level
 HAMPEL_HALF = 3  # a night is judged against the median of the 3 nights either side

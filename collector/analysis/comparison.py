@@ -1,0 +1,118 @@
+"""A comparison of two selections: the store's two sides through the statistics, per series and metric, with
+a verdict per row and the exit code it gives. The CLI, the upgrade check and the dashboard build it the same
+way; ``collector.analysis.report`` shows it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from collector.analysis import stats
+from collector.analysis.stats import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
+from collector.analysis.thresholds import Override, threshold_for
+from collector.metrics import Metric, get_metric
+from collector.store import queries
+from collector.store.selection import Selection
+
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_FAILED = 0, 1, 2, 3, 4
+FAILED = "failed"  # every trial of a side failed: nothing to compare, and not a pass
+
+
+@dataclass(frozen=True)
+class Row:
+    series: dict[str, Any]  # series_key, config fields, accelerator, unit, suite
+    metric: Metric
+    failed_baseline: int
+    failed_candidate: int
+    result: stats.Verdict
+
+    @property
+    def verdict(self) -> str:
+        r = self.result
+        if (r.baseline.n == 0 and self.failed_baseline) or (r.candidate.n == 0 and self.failed_candidate):
+            return FAILED
+        return r.verdict
+
+
+@dataclass
+class Comparison:
+    baseline: Selection
+    candidate: Selection
+    metrics: list[Metric]
+    rows: list[Row]
+    summaries: dict[str, stats.Summary]
+    versions: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+
+    def by_verdict(self, verdict: str) -> list[Row]:
+        return [row for row in self.rows if row.verdict == verdict]
+
+    def only_on(self, side: str) -> list[Row]:
+        """Series run on one side only (a side whose trials all failed is a failure, not an absence)."""
+        other = "candidate" if side == "baseline" else "baseline"
+        return [
+            r
+            for r in self.rows
+            if r.metric == self.metrics[0]
+            and getattr(r.result, side).n
+            and not getattr(r.result, other).n
+            and not getattr(r, f"failed_{other}")
+        ]
+
+    def ordered(self) -> list[Row]:
+        """Rows worst first: regressions, failures, inconclusive, improvements, no change, missing."""
+        order = {v: i for i, v in enumerate((REGRESSION, FAILED, INCONCLUSIVE, IMPROVEMENT, NO_CHANGE, MISSING))}
+        return sorted(self.rows, key=lambda r: order[r.verdict])
+
+    def exit_code(self, fail_on_inconclusive: bool = False) -> int:
+        """1 on any regression, else 4 if a series' trials all failed, else 3 on inconclusive when asked, else 0."""
+        if self.by_verdict(REGRESSION):
+            return EXIT_REGRESSION
+        if self.by_verdict(FAILED):
+            return EXIT_FAILED
+        if fail_on_inconclusive and self.by_verdict(INCONCLUSIVE):
+            return EXIT_INCONCLUSIVE
+        return EXIT_OK
+
+
+def build(
+    con: duckdb.DuckDBPyConnection,
+    baseline: Selection,
+    candidate: Selection,
+    metric_names: list[str],
+    overrides: list[Override],
+) -> Comparison:
+    """Every series on either side, for every metric, with BH across the whole series x metric matrix."""
+    metrics = [get_metric(name) for name in metric_names]
+    tables: list[tuple[Metric, pd.DataFrame]] = [
+        (m, queries.compare_sides(con, baseline, candidate, m.name)) for m in metrics
+    ]
+    cells, pairs, thresholds, directions = [], [], [], []
+    for metric, table in tables:
+        for record in table.to_dict("records"):
+            series = {k: plain(record[k]) for k in ("series_key", *queries.SERIES_COLUMNS)}
+            cells.append((metric, series, int(record["failed_baseline"]), int(record["failed_candidate"])))
+            pairs.append((_side(record, "baseline"), _side(record, "candidate")))
+            thresholds.append(threshold_for(metric, series, overrides))
+            directions.append(metric.higher_is_better)
+    results = stats.compare(pairs, thresholds, directions)
+    rows = [Row(series, metric, fb, fc, result) for (metric, series, fb, fc), result in zip(cells, results)]
+    summaries = {m.name: stats.geomean_summary([r.result for r in rows if r.metric == m]) for m in metrics}
+    versions = {"baseline": queries.side_versions(con, baseline), "candidate": queries.side_versions(con, candidate)}
+    return Comparison(baseline, candidate, metrics, rows, summaries, versions)
+
+
+def plain(value: Any) -> Any:
+    """pandas scalars (NaN, numpy ints) as plain Python values."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def _side(record: dict[str, Any], side: str) -> stats.Side:
+    n = int(record[f"n_{side}"])
+    mean, var = plain(record[f"mean_log_{side}"]), plain(record[f"var_log_{side}"])
+    return stats.Side(n, math.nan if mean is None else mean, math.nan if var is None else var)

@@ -1,0 +1,345 @@
+"""How stepwatch shows what it found: comparisons, alerts and a suite run's results as terminal tables
+(rich), markdown (a PR comment, a job summary, an issue body) and JSON, and the files they are written to.
+One formatting of a row serves the terminal, the markdown and the dashboard."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from collector.analysis.comparison import FAILED, Comparison, Row, plain
+from collector.analysis.stats import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
+from collector.config import config_from_row, repro_flags
+from collector.metrics import Metric
+
+
+class ReportError(OSError):
+    """A report that could not be written, in one line."""
+
+
+def series_label(fields: dict[str, Any]) -> str:
+    """'bert/tiny cpu xla fp32 b8 fit on <accelerator>' from a series' fields (or a run's columns)."""
+    return f"{config_from_row(fields).label()} on {fields.get('accelerator') or '?'}"
+
+
+def repro_command(series: dict[str, Any], trials: int = 5) -> str:
+    """The ``stepwatch run`` line that measures this one series again."""
+    config = config_from_row(series)
+    suite = ["--suite", series.get("suite") or "smoke"]
+    return shlex.join(["stepwatch", "run", *suite, *repro_flags(config), "--trials", str(trials)])
+
+
+def row_cells(row: Row) -> dict[str, str]:
+    """The row as display text, shared by the terminal table, the markdown report and the dashboard."""
+    r = row.result
+    failed = row.failed_baseline or row.failed_candidate
+    return {
+        "verdict": row.verdict,
+        "series": series_label(row.series),
+        "metric": row.metric.name,
+        "change": percent(r.ratio),
+        "95% CI": interval(r.ci_low, r.ci_high),
+        "n": f"{r.baseline.n}/{r.candidate.n}"
+        + (f" ({row.failed_baseline}/{row.failed_candidate} failed)" if failed else ""),
+        "q": "" if math.isnan(r.q_value) else f"{r.q_value:.3g}",
+        "threshold": f"±{r.threshold:.0%}",
+    }
+
+
+def summary_text(comparison: Comparison, metric: Metric) -> str | None:
+    """'geometric mean over N series on both sides +x% [lo, hi]', or None when no series is on both."""
+    summary = comparison.summaries[metric.name]
+    if not summary.series:
+        return None
+    return (
+        f"geometric mean over {summary.series} series on both sides "
+        f"{percent(summary.geomean)} {interval(summary.ci_low, summary.ci_high)}"
+    )
+
+
+def percent(ratio: float) -> str:
+    return "n/a" if ratio is None or math.isnan(ratio) else f"{(ratio - 1) * 100:+.1f}%"
+
+
+def interval(low: float, high: float) -> str:
+    if low is None or math.isnan(low):
+        return "n/a"
+    return f"[{percent(low)}, {percent(high)}]"
+
+
+MARKS = {REGRESSION: "🔴", IMPROVEMENT: "🟢", NO_CHANGE: "⚪", INCONCLUSIVE: "🟡", MISSING: "⚫", FAILED: "❌"}
+
+
+def headline(comparison: Comparison) -> str:
+    counts = {v: len(comparison.by_verdict(v)) for v in (REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE, FAILED)}
+    parts = [
+        f"{n} {name}" + ("s" if n != 1 and name in (REGRESSION, IMPROVEMENT) else "") for name, n in counts.items() if n
+    ]
+    return ", ".join(parts) or "nothing to compare"
+
+
+def to_markdown(comparison: Comparison, title: str = "stepwatch comparison", preface: tuple[str, ...] = ()) -> str:
+    """A report for a PR comment or a job summary: headline, sides, geomeans, the verdict table, gaps."""
+    lines = [f"## {title}", "", f"**{headline(comparison)}**", "", *preface]
+    lines += ["| | baseline | candidate |", "|---|---|---|"]
+    lines.append(f"| selection | `{comparison.baseline.describe()}` | `{comparison.candidate.describe()}` |")
+    for name in comparison.versions.get("baseline", {}):
+        a = ", ".join(comparison.versions["baseline"][name]) or "-"
+        b = ", ".join(comparison.versions["candidate"][name]) or "-"
+        if a != "-" or b != "-":
+            lines.append(f"| {name} | {a} | {b} |")
+    lines.append("")
+    for metric in comparison.metrics:
+        text = summary_text(comparison, metric)
+        if text:
+            lines.append(f"**{metric.label}**: {text}")
+    lines += [
+        "",
+        "| | series | metric | change | 95% CI | n (base/cand) | q | threshold |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in comparison.ordered():
+        cells = row_cells(row)
+        cells["verdict"] = f"{MARKS[row.verdict]} {row.verdict}"
+        lines.append("| " + " | ".join(cells.values()) + " |")
+    for side in ("baseline", "candidate"):
+        only = comparison.only_on(side)
+        if only:
+            lines += ["", f"Only in the {side} ({len(only)}): " + "; ".join(series_label(row.series) for row in only)]
+    lines += [
+        "",
+        "Ratio of geometric means (candidate / baseline) with a 95% Welch interval on log values; q is the "
+        "Benjamini-Hochberg adjusted p-value across the table. A regression or improvement is significant "
+        "(q < 0.05) and beyond the threshold; no change means the whole interval is within the threshold.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def versions_text(versions_changed: str | None) -> str:
+    """'tf_version 2.20.0 -> 2.21.0; ...' from the stored JSON, or a hint when nothing changed."""
+    changed = json.loads(versions_changed) if versions_changed else {}
+    if not changed:
+        return "no recorded version changed (hardware, driver or neighbour drift?)"
+    return "; ".join(f"{name} {old} -> {new}" for name, (old, new) in changed.items())
+
+
+def alerts_markdown(alerts: list[dict[str, Any]], title: str = "stepwatch alerts") -> str:
+    """Alerts (rows of ``collector.analysis.alerts.list_alerts``) as a markdown table, e.g. for an issue body."""
+    lines = [f"## {title}", ""]
+    if not alerts:
+        return "\n".join([*lines, "No alerts.", ""])
+    lines += ["| id | status | series | metric | change at | change | 95% CI | versions changed | note |"]
+    lines += ["|---|---|---|---|---|---|---|---|---|"]
+    for a in alerts:
+        when = a["change_at"].strftime("%Y-%m-%d %H:%M") if a.get("change_at") is not None else "?"
+        lines.append(
+            f"| {a['id']} | {a['status']} | {series_label(a)} | {a['metric']} | {when} | {percent(a['ratio'])} | "
+            f"{interval(a['ci_low'], a['ci_high'])} | {versions_text(a['versions_changed'])} | {a.get('note') or ''} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def to_json(comparison: Comparison) -> str:
+    rows = [
+        {
+            "series": row.series,
+            "label": series_label(row.series),
+            "metric": row.metric.name,
+            "verdict": row.verdict,
+            "ratio": plain(row.result.ratio),
+            "ci_low": plain(row.result.ci_low),
+            "ci_high": plain(row.result.ci_high),
+            "p_value": plain(row.result.p_value),
+            "q_value": plain(row.result.q_value),
+            "threshold": row.result.threshold,
+            "n_baseline": row.result.baseline.n,
+            "n_candidate": row.result.candidate.n,
+            "failed_baseline": row.failed_baseline,
+            "failed_candidate": row.failed_candidate,
+            "repro": repro_command(row.series),
+        }
+        for row in comparison.rows
+    ]
+    summaries = {
+        name: {
+            "series": s.series,
+            "geomean": plain(s.geomean),
+            "ci_low": plain(s.ci_low),
+            "ci_high": plain(s.ci_high),
+        }
+        for name, s in comparison.summaries.items()
+    }
+    payload = {
+        "baseline": comparison.baseline.describe(),
+        "candidate": comparison.candidate.describe(),
+        "headline": headline(comparison),
+        "exit_code": comparison.exit_code(),
+        "versions": comparison.versions,
+        "summaries": summaries,
+        "rows": rows,
+    }
+    return json.dumps(payload, indent=2, default=str)
+
+
+# --- The terminal ------------------------------------------------------------------------------------
+
+VERDICT_STYLES = {"regression": "red", "improvement": "green", "inconclusive": "yellow", "failed": "red"}
+
+
+def _stdout() -> Console:
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+
+
+def comparison_table(comparison: Comparison) -> Table:
+    table = Table(title=f"{escape(comparison.baseline.describe())}  ->  {escape(comparison.candidate.describe())}")
+    for name in ("verdict", "series", "metric", "change", "95% CI", "n", "q", "threshold"):
+        table.add_column(name, justify="left" if name in ("verdict", "series", "metric") else "right")
+    for row in comparison.ordered():
+        cells = row_cells(row)
+        style = VERDICT_STYLES.get(row.verdict, "")
+        if style:
+            cells["verdict"] = f"[{style}]{row.verdict}[/{style}]"
+        cells["series"] = escape(cells["series"])
+        table.add_row(*cells.values())
+    return table
+
+
+def show_comparison(
+    comparison: Comparison, fmt: str, out: str | None, title: str, preface: tuple[str, ...] = ()
+) -> None:
+    """Print the comparison as a table, markdown or JSON; with ``out`` also write it (markdown, or JSON)."""
+    if fmt == "json":
+        publish(to_json(comparison), out)
+        return
+    if fmt == "markdown":
+        publish(to_markdown(comparison, title, preface), out)
+        return
+    stdout = _stdout()
+    stdout.print(comparison_table(comparison))
+    for metric in comparison.metrics:
+        text = summary_text(comparison, metric)
+        if text:
+            stdout.print(f"{metric.name}: {text}")
+    for side in ("baseline", "candidate"):
+        only = comparison.only_on(side)
+        if only:
+            labels = "; ".join(escape(series_label(row.series)) for row in only)
+            stdout.print(f"only in the {side} ({len(only)}): {labels}")
+    stdout.print(f"verdict: {headline(comparison)}")
+    if out:
+        write_file(to_markdown(comparison, title, preface), out)
+
+
+def show_alerts(rows: list[dict[str, Any]], fmt: str, out: str | None, title: str) -> None:
+    """Print alerts as a table, markdown or JSON; with ``out`` also write them (markdown, or JSON)."""
+    if fmt == "json":
+        publish(json.dumps(rows, indent=2, default=str), out)
+        return
+    if fmt == "markdown":
+        publish(alerts_markdown(rows, title), out)
+        return
+    table = Table(title=title)
+    for name in ("id", "status", "series", "metric", "change at", "change", "95% CI", "versions changed", "note"):
+        table.add_column(name)
+    for a in rows:
+        table.add_row(
+            str(a["id"]), a["status"], escape(series_label(a)), a["metric"],
+            a["change_at"].strftime("%Y-%m-%d %H:%M"), percent(a["ratio"]),
+            interval(a["ci_low"], a["ci_high"]), escape(versions_text(a["versions_changed"])),
+            escape(a.get("note") or ""),
+        )  # fmt: skip
+    _stdout().print(table)
+    if out:
+        write_file(alerts_markdown(rows, title), out)
+
+
+def records(frame: Any) -> list[dict[str, Any]]:
+    """A data frame's rows as dicts of plain Python values."""
+    return [{k: plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def run_summary(rows: Sequence[dict[str, Any]]) -> Table:
+    """One line per config of a suite run: trials ok, median throughput in the model's unit, CV across trials."""
+    table = Table(title="stepwatch results", show_lines=False)
+    for name in ("config", "ok", "throughput", "cv", "step p50", "compile", "failures"):
+        table.add_column(name, justify="left" if name in ("config", "failures") else "right")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row["config_key"], []).append(row)
+    for group in groups.values():
+        first = group[0]
+        ok = [r for r in group if r["status"] == "ok"]
+        rates = [r["units_per_sec"] for r in ok]
+        unit = first.get("unit") or "examples"
+        throughput = f"{statistics.median(rates):,.1f} {unit}/s" if rates else "-"
+        cv = f"{statistics.stdev(rates) / statistics.mean(rates):.1%}" if len(rates) > 1 else "-"
+        p50 = f"{statistics.median(r['step_time_p50_s'] for r in ok) * 1000:.1f} ms" if ok else "-"
+        compiles = [r["compile_s"] for r in group if r.get("compile_s") is not None]
+        compile_s = f"{statistics.median(compiles):.1f} s" if compiles else "-"
+        failures = ", ".join(sorted({r["status"] for r in group if r["status"] != "ok"}))
+        label = config_from_row(first).label()
+        table.add_row(label, f"{len(ok)}/{len(group)}", throughput, cv, p50, compile_s, failures)
+    return table
+
+
+def trial_line(label: str, row: dict[str, Any], trial: int) -> str:
+    """One finished trial for the progress log (rich markup)."""
+    if row["status"] == "ok":
+        detail = f"{row['units_per_sec']:,.1f} {row.get('unit')}/s, compile {row.get('compile_s') or 0:.1f} s"
+    else:
+        detail = f"[red]{row['status']}[/red]: {escape(str(row.get('error_message')))}"
+    return f"{escape(label)} trial {trial + 1}: {detail}"
+
+
+def upgrade_preface(
+    baseline: Sequence[str],
+    candidate: Sequence[str],
+    configs: int,
+    trials: int,
+    suite: str,
+    host: str | None,
+    failed: int,
+    total: int,
+    changed: Sequence[tuple[str, str, str]],
+) -> tuple[str, ...]:
+    """The lines an upgrade-check report opens with: what ran where, and every package that differs."""
+    lines = (
+        f"Baseline `{' '.join(baseline)}`, candidate `{' '.join(candidate)}`: {configs} config(s) x {trials} "
+        f"trials per side of suite `{suite}`, interleaved on {host}; {failed} of {total} trials failed.",
+        "",
+    )
+    if changed:
+        packages = ", ".join(f"{name} {a} -> {b}" for name, a, b in changed)
+        lines += (f"Packages that differ between the two environments: {packages}.", "")
+    return lines
+
+
+# --- Files -------------------------------------------------------------------------------------------
+
+
+def publish(text: str, out: str | None) -> None:
+    """Print ``text``; with ``out`` also write it to that file (a job summary, a PR comment body)."""
+    print(text, end="" if text.endswith("\n") else "\n")
+    if out:
+        write_file(text, out)
+
+
+def write_file(text: str, out: str | Path) -> None:
+    """Write a report; GitHub's job summary file is appended to, as Actions expects."""
+    try:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "a" if str(out) == os.environ.get("GITHUB_STEP_SUMMARY") else "w") as handle:
+            handle.write(text)
+    except OSError as error:
+        raise ReportError(f"cannot write {out}: {error.strerror or error}") from None

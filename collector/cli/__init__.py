@@ -1,0 +1,58 @@
+"""The ``stepwatch`` command. Each subcommand is a module here: its arguments (``register``) and one ``run``
+function that parses, calls the bench, store or analysis, and prints through ``collector.analysis.report``.
+
+Exit codes: 0 no problem (no regression), 1 regression, 2 usage error (bad flags, suite, catalog,
+selection or metric), 3 inconclusive (with --fail-on-inconclusive), 4 benchmarks failed to run, results
+could not be stored, or a file was quarantined.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from collector.analysis.alerts import AlertError
+from collector.analysis.comparison import EXIT_FAILED, EXIT_USAGE
+from collector.analysis.report import ReportError
+from collector.bench.catalog import CatalogError
+from collector.bench.results import ResultsError
+from collector.bench.runner import MaxBatchError
+from collector.bench.suite import SuiteError
+from collector.bench.upgrade import UpgradeError
+from collector.cli import alerts, compare, export, ingest, run, upgrade
+from collector.cli.arguments import OneLineParser, UsageError
+from collector.metrics import MetricError
+from collector.store.database import NoStoreError, StoreError
+from collector.store.objectstore import StorageError
+from collector.store.selection import SelectionError
+
+COMMANDS = (run, ingest, export, compare, alerts, upgrade)
+USAGE_ERRORS = (SuiteError, UsageError, CatalogError, SelectionError, MetricError, AlertError, NoStoreError)
+FAILURES = (ResultsError, MaxBatchError, StoreError, StorageError, UpgradeError, ReportError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="stepwatch", description="Track deep-learning training performance.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    for command in COMMANDS:
+        command.register(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except USAGE_ERRORS as error:
+        print(f"stepwatch: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except FAILURES as error:
+        print(f"stepwatch: error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("stepwatch: interrupted; finished trials are saved, rerun with --resume to continue", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

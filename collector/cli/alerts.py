@@ -1,0 +1,100 @@
+"""``stepwatch detect`` and ``stepwatch alerts``: change points over nightly history recorded as alerts, and
+moving an alert along its lifecycle."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.markup import escape
+
+from collector import metrics
+from collector.analysis import alerts, changepoints, report
+from collector.analysis.comparison import EXIT_OK, EXIT_REGRESSION
+from collector.cli.arguments import (
+    OneLineParser,
+    UsageError,
+    add_analysis_arguments,
+    add_db_argument,
+    console,
+    db_path,
+    overrides,
+)
+from collector.store import database
+from collector.store.selection import Selection
+
+FORMATS = ("table", "markdown", "json")
+
+
+def register(commands: Any) -> None:
+    detect = commands.add_parser("detect", help="find change points in nightly history and record alerts")
+    detect.add_argument("--where", help="which runs make up the history (default: all in the store)")
+    detect.add_argument("--nights", type=int, default=alerts.DEFAULT_NIGHTS, help="nights per series to look at")
+    add_analysis_arguments(detect, several_metrics=False)
+    detect.set_defaults(handler=run_detect)
+
+    alert = commands.add_parser("alerts", help="list alerts or move one along (ack, false-positive, fixed)")
+    actions = alert.add_subparsers(dest="action", required=True, parser_class=OneLineParser)
+    listing = actions.add_parser("list", help="show alerts")
+    listing.add_argument("--status", default="open", choices=("open", "all", *alerts.STATUSES))
+    listing.add_argument("--metric", help="only this metric")
+    listing.add_argument("--format", choices=FORMATS, default="table")
+    listing.add_argument("--out", help="also write the markdown (or JSON) to this file")
+    add_db_argument(listing)
+    listing.set_defaults(handler=run_list)
+    for name, status, needs_note in (
+        ("ack", alerts.ACKNOWLEDGED, True),
+        ("false-positive", alerts.FALSE_POSITIVE, False),
+        ("fixed", alerts.FIXED, False),
+    ):
+        action = actions.add_parser(name, help=f"mark an alert {status}")
+        action.add_argument("id", type=int, help="alert id (from `stepwatch alerts list`)")
+        action.add_argument("--note", required=needs_note, help="why (kept with the alert)")
+        add_db_argument(action)
+        action.set_defaults(handler=run_set, new_status=status)
+
+
+def run_detect(args: argparse.Namespace) -> int:
+    """Change points over each series' nightly history, recorded as alerts; exit 1 on an open confirmed regression."""
+    selection = Selection.parse(args.where)
+    metric = metrics.get_metric(args.metric)
+    thresholds = overrides(args)
+    if args.nights < 2 * changepoints.MIN_SIZE:
+        raise UsageError(f"--nights must be at least {2 * changepoints.MIN_SIZE}")
+    db = db_path(args)
+    with database.open_store(db) as reader:
+        scanned = alerts.scan(reader.connection(), selection, metric, thresholds, args.nights)
+    with database.update(db) as con:
+        counts = alerts.record(con, scanned, metric.name, datetime.now(UTC))
+        open_alerts = report.records(alerts.list_alerts(con, alerts.OPEN, metric.name))
+    open_alerts = [a for a in open_alerts if a["series_key"] in scanned.nights]
+    console.print(
+        f"{len(scanned.nights)} series, {len(scanned.found)} change(s) found, {scanned.outliers} outlier night(s) "
+        f"set aside; alerts: {counts['created']} new, {counts['confirmed']} confirmed, {counts['updated']} updated, "
+        f"{counts['withdrawn']} withdrawn"
+    )
+    report.show_alerts(open_alerts, args.format, args.out, f"stepwatch: open {metric.name} alerts")
+    regressions = [a for a in open_alerts if a["status"] == alerts.CONFIRMED and metric.worse(a["ratio"])]
+    if regressions:
+        console.print(f"[red]{len(regressions)} confirmed regression(s)[/red]: triage with `stepwatch alerts ack ID`")
+        return EXIT_REGRESSION
+    return EXIT_OK
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """Show alerts: open ones by default, or a given status, or all."""
+    statuses = {"open": alerts.OPEN, "all": alerts.STATUSES}.get(args.status, (args.status,))
+    with database.open_store(db_path(args)) as reader:
+        rows = report.records(alerts.list_alerts(reader.connection(), statuses, args.metric))
+    report.show_alerts(rows, args.format, args.out, f"stepwatch alerts ({args.status})")
+    return EXIT_OK
+
+
+def run_set(args: argparse.Namespace) -> int:
+    """Move one alert along its lifecycle (acknowledged, false positive, fixed)."""
+    with database.update(db_path(args)) as con:
+        before = alerts.set_status(con, args.id, args.new_status, args.note, datetime.now(UTC))
+    note = f" ({escape(args.note)})" if args.note else ""
+    console.print(f"alert {args.id}: {before} -> {args.new_status}{note}")
+    return EXIT_OK

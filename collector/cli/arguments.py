@@ -1,0 +1,113 @@
+"""What the commands share: the console, the one-line usage error, the matrix flags (derived from the config
+fields' roles), the store and analysis flags, and where a command's store is."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from rich.console import Console
+
+from collector import metrics
+from collector.analysis.comparison import EXIT_USAGE
+from collector.analysis.thresholds import THRESHOLDS_PATH, Override, load_overrides
+from collector.bench import catalog
+from collector.config import FLAGGED, ROLES, TYPES, ConfigError, parse_bool
+from collector.store import database
+
+DEFAULT_OUT = Path("data/results")
+
+console = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 150)
+
+
+class UsageError(ValueError):
+    """Something the user can fix on the command line, in one line."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line (and exit code 2), like every other stepwatch error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def comma_list(cast: Callable[[str], Any] = str, choices: Sequence[Any] | None = None) -> Callable[[str], list[Any]]:
+    """An argparse type for comma-separated values, each cast and checked against ``choices``."""
+
+    def parse(text: str) -> list[Any]:
+        values = [v.strip() for v in text.split(",") if v.strip()]
+        try:
+            values = [cast(v) for v in values]
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        if choices is not None:
+            for value in values:
+                if value not in choices:
+                    raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(map(str, choices))}")
+        return values
+
+    return parse
+
+
+def _bool_word(name: str) -> Callable[[str], bool]:
+    def parse(text: str) -> bool:
+        try:
+            return parse_bool(text, name)
+        except ConfigError:
+            raise ValueError(f"{text!r} is not one of off, on") from None
+
+    return parse
+
+
+def add_matrix_arguments(parser: argparse.ArgumentParser) -> None:
+    """The suite and one flag per flagged config field (collector.config), shared by run and upgrade-check."""
+    parser.add_argument("--suite", default="smoke", help="bundled suite name (smoke, gpu-nightly, ...) or a TOML path")
+    for name in FLAGGED:
+        role, kind = ROLES[name], TYPES[name]
+        cast = _bool_word(name) if kind is bool else kind
+        described = role.help or (", ".join(map(str, role.choices)) if role.choices else None)
+        parser.add_argument(role.flag, type=comma_list(cast, role.choices or None), dest=name, help=described)
+    parser.add_argument("--price-per-hour", type=float, help="USD per hour for the whole run, overriding the catalog")
+    parser.add_argument("--prices", type=Path, default=catalog.PRICES_PATH, help="price catalog TOML")
+
+
+def matrix_values(args: argparse.Namespace) -> dict[str, list[Any] | None]:
+    """Field -> the values its flag listed (None where the flag was not given)."""
+    return {name: getattr(args, name) for name in FLAGGED}
+
+
+def add_db_argument(parser: argparse.ArgumentParser, default: Path | None = None) -> None:
+    where = default or f"${database.DB_ENV} or {database.DEFAULT_DB}"
+    parser.add_argument("--db", type=Path, default=default, help=f"store file (default {where})")
+
+
+def db_path(args: argparse.Namespace, synthetic: bool = False) -> Path:
+    """The store a command works on: --db, else $STEPWATCH_DB, else the default store."""
+    return args.db or database.default_db(synthetic)
+
+
+def add_analysis_arguments(
+    parser: argparse.ArgumentParser, several_metrics: bool, default_db: Path | None = None
+) -> None:
+    names = ", ".join(metrics.METRICS)
+    if several_metrics:
+        parser.add_argument(
+            "--metric", type=comma_list(choices=tuple(metrics.METRICS)), default=[metrics.DEFAULT_METRIC],
+            help=f"comma-separated metrics (default {metrics.DEFAULT_METRIC}): {names}",
+        )  # fmt: skip
+    else:
+        parser.add_argument(
+            "--metric", default=metrics.DEFAULT_METRIC, choices=tuple(metrics.METRICS), metavar="METRIC",
+            help=f"default {metrics.DEFAULT_METRIC}: {names}",
+        )  # fmt: skip
+    parser.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    parser.add_argument("--out", help="also write the report (markdown, or JSON with --format json) to this file")
+    parser.add_argument("--thresholds", type=Path, help=f"per-series threshold overrides (default {THRESHOLDS_PATH})")
+    add_db_argument(parser, default_db)
+
+
+def overrides(args: argparse.Namespace) -> list[Override]:
+    return load_overrides(args.thresholds)

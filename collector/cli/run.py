@@ -1,0 +1,120 @@
+"""``stepwatch run``: collect. Run the (narrowed) suite, one fresh process a trial, into one parquet file."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from collector.analysis import report
+from collector.analysis.comparison import EXIT_FAILED, EXIT_OK
+from collector.bench import catalog, runner
+from collector.bench.results import ResultsError
+from collector.bench.suite import load_suite, narrow
+from collector.cli.arguments import DEFAULT_OUT, UsageError, add_matrix_arguments, console, matrix_values
+from collector.store import objectstore
+
+PROGRESS_COLUMNS = (
+    TextColumn("{task.description}"),
+    BarColumn(),
+    MofNCompleteColumn(),
+    TimeElapsedColumn(),
+    TextColumn("ETA"),
+    TimeRemainingColumn(),
+)
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("run", help="run a benchmark suite and write parquet")
+    add_matrix_arguments(parser)
+    parser.add_argument("--trials", type=int, help="trials per config (default: the suite's)")
+    parser.add_argument(
+        "--workers", type=int, default=2,
+        help="worker processes on this host for --strategy multi-worker (without a TF_CONFIG of your own)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--out",
+        default=str(DEFAULT_OUT),
+        help="results folder, or an s3:// or gs:// prefix the file is uploaded to (default data/results)",
+    )
+    parser.add_argument("--resume", action="store_true", help="continue the latest file of this suite in --out")
+    parser.add_argument("--label", help="free text stored with every row, e.g. candidate")
+    parser.add_argument("--find-max-batch", action="store_true", help="binary-search the largest per-device batch")
+    parser.add_argument("--dry-run", action="store_true", help="list the configs and exit")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Collect: run the (narrowed) suite and write one parquet file."""
+    suite = load_suite(args.suite)
+    configs = list(narrow(suite.configs, matrix_values(args)))
+    trials = args.trials if args.trials is not None else suite.trials
+    if trials < 1:
+        raise UsageError("--trials must be at least 1")
+    if args.find_max_batch and any(c.backend == "cpu" for c in configs):
+        raise UsageError(
+            "--find-max-batch is not supported on CPU: host memory swaps or the kernel kills the process "
+            "instead of raising out-of-memory; use it on GPU or TPU hosts"
+        )
+    if args.dry_run:
+        for config in configs:
+            print(config.label())
+        print(f"{len(configs)} configs x {trials} trials")
+        return EXIT_OK
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    options = runner.RunOptions(
+        label=args.label,
+        price_per_hour=args.price_per_hour,
+        prices=catalog.load_prices(args.prices),
+        workers=args.workers,
+    )
+    remote = objectstore.is_remote(args.out)
+    out = DEFAULT_OUT if remote else Path(args.out)  # remote runs keep their file here too, then upload it
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"cannot create the results folder {out}: {error.strerror or error}") from None
+    plan = runner.interleave(configs, trials)
+    opened = runner.open_results(out, suite.name, plan, args.resume)
+    results = opened.results
+    if opened.fresh:
+        console.print(f"nothing to resume for suite {suite.name} in {out}: starting a new run")
+    if opened.done:
+        console.print(f"resuming {results.path}: {opened.done} of {len(plan)} trials already recorded")
+    todo = runner.pending(plan, results.rows)
+
+    if args.find_max_batch:
+        for config in configs:
+            console.print(f"finding the largest per-device batch for {config.label()} ...")
+            options.max_batches[config.key] = runner.find_max_batch(config, options.python)
+            console.print(f"  largest per-device batch: {options.max_batches[config.key]}")
+
+    with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:
+        task = progress.add_task("starting", total=len(todo))
+
+        def on_start(config: Any, trial: int) -> None:
+            progress.update(task, description=f"{config.label()} trial {trial + 1}/{trials}")
+
+        def on_done(outcome: runner.Outcome) -> None:
+            progress.console.print(report.trial_line(outcome.config.label(), outcome.row, outcome.trial))
+            progress.advance(task)
+
+        outcomes = runner.run_plan(todo, results, suite.name, opened.suite_run_id, options, on_start, on_done)
+    console.print(report.run_summary(results.rows))
+    failed = [o for o in outcomes if o.row["status"] != "ok"]
+    print(f"results: {results.path}")
+    if remote:
+        try:
+            uploaded = objectstore.upload(results.path, args.out)
+        except objectstore.StorageError as error:
+            raise ResultsError(
+                f"{error}; the results are kept in {results.path}; rerun the same command with --resume to upload them"
+            ) from None
+        print(f"uploaded: {uploaded}")
+    if failed:
+        console.print(f"[red]{len(failed)} of {len(outcomes)} trials failed[/red]")
+        return EXIT_FAILED
+    return EXIT_OK

@@ -1,0 +1,99 @@
+"""``stepwatch upgrade-check``: the suite under two package sets, interleaved on this machine, compared."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.progress import Progress
+
+from collector.analysis import comparison, report
+from collector.analysis.comparison import EXIT_FAILED, EXIT_OK
+from collector.bench import catalog, runner, upgrade
+from collector.bench.suite import load_suite, narrow
+from collector.cli.arguments import (
+    UsageError,
+    add_analysis_arguments,
+    add_matrix_arguments,
+    console,
+    db_path,
+    matrix_values,
+    overrides,
+)
+from collector.cli.ingest import ingest_and_report
+from collector.cli.run import PROGRESS_COLUMNS
+from collector.store import database
+from collector.store.selection import Selection
+
+
+def register(commands: Any) -> None:
+    check = commands.add_parser(
+        "upgrade-check", help="the suite under two package sets, interleaved on this machine, compared"
+    )
+    check.add_argument("--baseline", required=True, help="pip requirements, e.g. 'tensorflow==2.20.0'")
+    check.add_argument("--candidate", required=True, help="pip requirements, e.g. 'tensorflow==2.21.0 keras==3.15.1'")
+    add_matrix_arguments(check)
+    check.add_argument("--trials", type=int, default=5, help="trials per config and side (default 5)")
+    check.add_argument(
+        "--results", default=str(upgrade.RESULTS_DIR), help=f"folder for the parquet (default {upgrade.RESULTS_DIR})"
+    )
+    check.add_argument("--reuse-site-packages", action="store_true",
+                       help="build the side environments on top of this interpreter's packages (faster; the "
+                       "pinned requirements still win)")  # fmt: skip
+    check.add_argument("--pip-arg", action="append", default=[], help="extra pip install argument (repeatable)")
+    check.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when any verdict is inconclusive")
+    check.add_argument("--dry-run", action="store_true", help="print the interleaved plan and exit")
+    add_analysis_arguments(check, several_metrics=True, default_db=upgrade.STORE)
+    check.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build (or reuse) an environment per side, run the suite interleaved, ingest, compare, report."""
+    try:
+        sides = {side: upgrade.parse_side(getattr(args, side), side) for side in upgrade.SIDES}
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    suite = load_suite(args.suite)
+    configs = list(narrow(suite.configs, matrix_values(args)))
+    if args.trials < 2:
+        raise UsageError("--trials must be at least 2: a side needs two trials for a confidence interval")
+    if args.dry_run:
+        for side, config, trial in upgrade.plan(configs, args.trials):
+            print(f"{side} {config.label()} trial {trial + 1}")
+        return EXIT_OK
+    thresholds = overrides(args)
+    envs = upgrade.ensure_all(sides, args.reuse_site_packages, tuple(args.pip_arg), console.print)
+    options = runner.RunOptions(price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices))
+    with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:
+        task = progress.add_task("starting", total=len(configs) * args.trials * 2)
+
+        def on_start(side: str, config: Any, trial: int) -> None:
+            progress.update(task, description=f"{side}: {config.label()} trial {trial + 1}/{args.trials}")
+
+        def on_done(side: str, outcome: runner.Outcome) -> None:
+            label = f"{side}: {outcome.config.label()}"
+            progress.console.print(report.trial_line(label, outcome.row, outcome.trial))
+            progress.advance(task)
+
+        check = upgrade.run(configs, args.trials, suite.name, envs, args.results, options, on_start, on_done)
+    db = db_path(args)
+    ingest_and_report([str(check.out_dir)], db, synthetic=False)
+    selections = {side: Selection.of(suite_run_id=check.suite_run_ids[side]) for side in upgrade.SIDES}
+    with database.open_store(db) as reader:
+        result = comparison.build(
+            reader.connection(), selections["baseline"], selections["candidate"], args.metric, thresholds
+        )
+    failed = check.failed()
+    preface = report.upgrade_preface(
+        sides["baseline"], sides["candidate"], len(configs), args.trials, suite.name, check.host(),
+        len(failed), len(check.outcomes), upgrade.package_diff(envs["baseline"], envs["candidate"]),
+    )  # fmt: skip
+    title = f"stepwatch upgrade check: {' '.join(sides['baseline'])} -> {' '.join(sides['candidate'])}"
+    report.write_file(report.to_markdown(result, title, preface), check.out_dir / "report.md")
+    report.show_comparison(result, args.format, args.out, title, preface)
+    console.print(f"report: {check.out_dir / 'report.md'}")
+    code = result.exit_code(args.fail_on_inconclusive)
+    if code == EXIT_OK and failed:
+        console.print(f"[red]{len(failed)} of {len(check.outcomes)} trials failed[/red]")
+        return EXIT_FAILED
+    return code

@@ -1,0 +1,234 @@
+"""Ingest: result parquet from folders, files or object storage into the store, validated, idempotent and
+in one transaction (see ``collector.store.database`` for how readers never see half of it).
+
+Files already ingested unchanged are skipped without being read; rows whose run_id is present are
+skipped; a file that fails validation is quarantined beside where it was, and the rest goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from collector.schema import SYNTHETIC_SOURCE, SchemaError, conform
+from collector.store import objectstore
+from collector.store.database import (
+    DERIVED,
+    WINDOW_COLUMNS,
+    StoreError,
+    ensure_schema,
+    new_version,
+    store_kind,
+    writer_lock,
+)
+
+BATCH_ROWS = 200_000
+READ_THREADS = 4
+READ_AHEAD = 64  # files decoded ahead of the inserting thread
+CLUSTER_TAIL = 0.1
+
+
+def _known_files(db: Path) -> tuple[dict[str, tuple[int, int]], set[str], str | None]:
+    """(uri -> (size, mtime_ns), digests, kind) of what the live store has ingested."""
+    if not db.exists():
+        return {}, set(), None
+    try:
+        con = duckdb.connect(str(db), read_only=True)
+    except duckdb.Error as error:
+        raise StoreError(f"cannot open the store {db}: {str(error).splitlines()[0]}") from None
+    try:
+        rows = con.execute("SELECT uri, size, mtime_ns, digest FROM ingested_files").fetchall()
+        files = {uri: (size, mtime) for uri, size, mtime, _ in rows}
+        digests = {digest for *_, digest in rows}
+        return files, digests, store_kind(con)
+    except duckdb.Error as error:
+        raise StoreError(f"{db} is not a stepwatch store: {str(error).splitlines()[0]}") from None
+    finally:
+        con.close()
+
+
+@dataclass
+class IngestReport:
+    files_seen: int = 0
+    files_unchanged: int = 0
+    files_ingested: int = 0
+    rows_read: int = 0
+    rows_added: int = 0
+    quarantined: list[tuple[str, str, str]] = field(default_factory=list)  # (uri, reason, moved to)
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (uri, reason): left where they are
+    seconds: float = 0.0
+
+
+class _Batch:
+    """Conformed tables waiting to be inserted together, and their manifest rows."""
+
+    def __init__(self) -> None:
+        self.tables: list[pa.Table] = []
+        self.rows = 0
+        self.manifest: list[dict] = []
+
+    def add(self, table: pa.Table, uri: str) -> None:
+        self.tables.append(table.append_column("source_uri", pa.array([uri] * table.num_rows, pa.string())))
+        self.rows += table.num_rows
+
+
+def _insert(con: duckdb.DuckDBPyConnection, batch: _Batch, now: datetime) -> int:
+    """Insert the batch's rows whose run_id the store has not seen; returns how many were added."""
+    added = 0
+    if batch.tables:
+        staged = pa.concat_tables(batch.tables)
+        con.register("staged", staged)
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM staged s "
+            "WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = s.run_id) "
+            "QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY finished_at DESC NULLS LAST) = 1"
+        )
+        con.unregister("staged")
+        added = con.execute("SELECT count(*) FROM fresh").fetchall()[0][0]
+        excluded = ", ".join(WINDOW_COLUMNS)
+        con.execute(f"INSERT INTO runs BY NAME SELECT * EXCLUDE ({excluded}), ? AS ingested_at FROM fresh", [now])
+        con.execute(
+            "INSERT INTO samples SELECT run_id, unnest(range(greatest(len(window_step_times_s), "
+            "len(window_losses)))) AS window_index, unnest(window_step_times_s), unnest(window_losses) FROM fresh"
+        )
+        con.execute("DROP TABLE fresh")
+    if batch.manifest:
+        for entry in batch.manifest:
+            entry["ingested_at"] = now
+        con.register("manifest", pa.Table.from_pylist(batch.manifest))
+        con.execute("DELETE FROM ingested_files WHERE uri IN (SELECT uri FROM manifest)")
+        con.execute("INSERT INTO ingested_files BY NAME SELECT * FROM manifest")
+        con.unregister("manifest")
+    return added
+
+
+def _cluster(con: duckdb.DuckDBPyConnection) -> None:
+    """Keep ``runs`` ordered by series, so one series' history reads a few row groups instead of all of
+    them (at 1M rows: about 10 ms instead of 40). Rewriting the table costs seconds at that size, so it
+    is re-sorted only once rows appended since the last sort exceed a tenth of it; the unsorted tail
+    in between is small and still found by the scan."""
+    total = con.execute("SELECT count(*) FROM runs").fetchall()[0][0]
+    row = con.execute("SELECT value FROM store_meta WHERE key = 'sorted_rows'").fetchall()
+    sorted_rows = int(row[0][0]) if row else 0
+    if total - sorted_rows <= CLUSTER_TAIL * total:
+        return
+    con.execute("CREATE TABLE runs_sorted AS SELECT * FROM runs ORDER BY series_key, started_at, trial")
+    con.execute("DROP TABLE runs")
+    con.execute("ALTER TABLE runs_sorted RENAME TO runs")
+    con.execute("INSERT OR REPLACE INTO store_meta VALUES ('sorted_rows', ?)", [str(total)])
+
+
+def _read(loc: objectstore.Location, entry: objectstore.Entry) -> tuple[bytes, pa.Table | str]:
+    """The file's bytes and its conformed table, or the reason it cannot be ingested."""
+    data = objectstore.read_bytes(loc, entry.path)
+    try:
+        table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+    except (pa.ArrowException, OSError) as error:
+        return data, f"not a readable parquet file ({' '.join(str(error).split())[:200]})"
+    try:
+        return data, conform(table)
+    except SchemaError as error:
+        return data, str(error)
+
+
+def _read_ahead(todo: list[tuple[objectstore.Location, objectstore.Entry]]) -> Iterator[tuple[bytes, pa.Table | str]]:
+    """``_read`` of each file in order, a few files ahead on worker threads (parquet decoding frees the GIL)."""
+    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+        for start in range(0, len(todo), READ_AHEAD):
+            yield from pool.map(lambda item: _read(*item), todo[start : start + READ_AHEAD])
+
+
+def ingest(
+    sources: list[str],
+    db: Path,
+    synthetic: bool = False,
+    on_file: Callable[[str, str], None] = lambda uri, outcome: None,
+    on_wait: Callable[[], None] = lambda: None,
+) -> IngestReport:
+    """Ingest every *.parquet under ``sources`` (folders, files, s3:// or gs:// prefixes) into ``db``.
+
+    Files already ingested unchanged are skipped without being read; rows whose run_id is present are
+    skipped; a file that fails validation is quarantined beside where it was, and the rest goes on.
+    """
+    start = time.perf_counter()
+    report = IngestReport()
+    listed = []
+    for source in sources:
+        try:
+            listed.append(objectstore.list_parquet(source))
+        except FileNotFoundError:
+            raise StoreError(f"{source} does not exist") from None
+    with writer_lock(db, on_wait):
+        known, digests, kind = _known_files(db)
+        if kind == "synthetic" and not synthetic:
+            raise StoreError(f"{db} holds synthetic test data; pass --synthetic to add to it, or pick another --db")
+        if kind == "real" and synthetic:
+            raise StoreError(f"{db} holds real results; synthetic test data goes into a store of its own")
+        todo = []
+        for loc, entries in listed:
+            for entry in entries:
+                report.files_seen += 1
+                if known.get(entry.uri) == (entry.size, entry.mtime_ns):
+                    report.files_unchanged += 1
+                else:
+                    todo.append((loc, entry))
+        if todo:
+            _write(db, todo, digests, kind or ("synthetic" if synthetic else "real"), report, on_file)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _write(
+    db: Path,
+    todo: list[tuple[objectstore.Location, objectstore.Entry]],
+    digests: set[str],
+    kind: str,
+    report: IngestReport,
+    on_file: Callable[[str, str], None],
+) -> None:
+    with new_version(db) as con:
+        now = datetime.now(UTC)
+        ensure_schema(con, kind)
+        batch = _Batch()
+        for (loc, entry), (data, table) in zip(todo, _read_ahead(todo)):
+            digest = hashlib.sha256(data).hexdigest()
+            manifest = {"uri": entry.uri, "size": entry.size, "mtime_ns": entry.mtime_ns, "digest": digest}
+            if digest in digests:
+                batch.manifest.append({**manifest, "rows_read": 0})
+                report.files_unchanged += 1
+                on_file(entry.uri, "unchanged")
+                continue
+            if isinstance(table, str):
+                moved = objectstore.quarantine(loc, entry, table)
+                report.quarantined.append((entry.uri, table, moved))
+                on_file(entry.uri, "quarantined")
+                continue
+            synthetic_rows = bool(pc.any(pc.equal(table.column("source"), SYNTHETIC_SOURCE)).as_py())
+            if synthetic_rows != (kind == "synthetic"):
+                why = "synthetic test data (ingest it with --synthetic)" if synthetic_rows else "real results"
+                report.refused.append((entry.uri, f"holds {why}, which does not belong in a {kind} store"))
+                on_file(entry.uri, "refused")
+                continue
+            digests.add(digest)
+            batch.add(table, entry.uri)
+            batch.manifest.append({**manifest, "rows_read": table.num_rows})
+            report.files_ingested += 1
+            report.rows_read += table.num_rows
+            on_file(entry.uri, "read")
+            if batch.rows >= BATCH_ROWS:
+                report.rows_added += _insert(con, batch, now)
+                batch = _Batch()
+        report.rows_added += _insert(con, batch, now)
+        _cluster(con)
+        for statement in DERIVED:
+            con.execute(statement)

@@ -1,0 +1,238 @@
+"""The questions asked of the store, in one place for the CLI, the analysis and the dashboard. Runs are
+picked with a ``Selection`` (collector.store.selection), whose values are always bound parameters. Config
+fields come back under their own names (``xla``), grouped by the dimensions ``collector.config`` declares.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from collector.config import FIELD_NAMES, SERIES_DIMENSIONS
+from collector.metrics import METRICS
+from collector.schema import VERSION_COLUMNS
+from collector.store.selection import ALL, Selection, SelectionError, as_fields, named
+
+SERIES_ORDER = ", ".join(f'"{name}"' for name in SERIES_DIMENSIONS)
+# The dimensions that stay equal between the two points of a speedup (XLA on/off, a precision vs fp32).
+SPEEDUP_KEYS = tuple(d for d in SERIES_DIMENSIONS if d not in ("xla", "precision", "per_device_batch"))
+
+
+def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> pd.DataFrame:
+    """Run a bound query into pandas through Arrow (faster than DuckDB's own DataFrame conversion)."""
+    return con.sql(sql, params=params).to_arrow_table().to_pandas()
+
+
+def latest_per_series(con: duckdb.DuckDBPyConnection, selection: Selection = ALL) -> pd.DataFrame:
+    """Per series, its most recent suite run: trials passing n/N, median throughput, the versions it ran."""
+    where, params = selection.where()
+    return _frame(
+        con,
+        f"""
+        SELECT series_key, {as_fields(SERIES_DIMENSIONS)},
+               any_value(suite_run_id) AS suite_run_id, max(started_at) AS started_at,
+               count(*) AS trials, count(*) FILTER (WHERE status = 'ok') AS ok,
+               median(examples_per_sec) FILTER (WHERE status = 'ok') AS examples_per_sec,
+               median(units_per_sec) FILTER (WHERE status = 'ok') AS units_per_sec, any_value(unit) AS unit,
+               any_value(tf_version) AS tf_version, any_value(label) AS label,
+               string_agg(DISTINCT status, ', ') FILTER (WHERE status <> 'ok') AS failures
+        FROM latest_runs WHERE {where}
+        GROUP BY series_key ORDER BY {SERIES_ORDER}
+        """,
+        params,
+    )
+
+
+HISTORY_COLUMNS = (
+    "run_id",
+    "suite_run_id",
+    "trial",
+    "started_at",
+    "status",
+    "label",
+    "examples_per_sec",
+    "units_per_sec",
+    "step_time_p50_s",
+    "compile_s",
+    "peak_memory_bytes",
+    "per_device_batch",
+    "global_batch",
+    "cost_usd",
+    "cost_per_1m_examples_usd",
+    *VERSION_COLUMNS,
+    "host",
+)
+
+
+def series_history(con: duckdb.DuckDBPyConnection, series_key: str, selection: Selection = ALL) -> pd.DataFrame:
+    """Every trial of one series in time order, with the metrics plotted and the versions compared along."""
+    where, params = selection.where()
+    columns = ", ".join(HISTORY_COLUMNS)
+    return _frame(
+        con,
+        f"SELECT {columns} FROM runs WHERE series_key = ? AND {where} ORDER BY started_at, trial",
+        [series_key, *params],
+    )
+
+
+# What a comparison row knows of its series: every config field (to repeat the run), the accelerator, the unit.
+SERIES_COLUMNS = (*FIELD_NAMES, "accelerator", "unit", "suite")
+
+
+def compare_sides(
+    con: duckdb.DuckDBPyConnection,
+    baseline: Selection,
+    candidate: Selection,
+    metric: str = "examples_per_sec",
+) -> pd.DataFrame:
+    """Per series present on either side: ok-trial count, mean and variance of log(metric) for each side
+    (what a ratio of geometric means and its Welch interval need), failed trials per side, and the
+    series' config fields. Failed trials never enter the statistics."""
+    if metric not in METRICS:
+        raise SelectionError(f"{metric!r} is not a metric stepwatch compares (known: {', '.join(METRICS)})")
+    where_a, params_a = baseline.where()
+    where_b, params_b = candidate.where()
+    return _frame(
+        con,
+        f"""
+        WITH sides AS (
+            SELECT 'baseline' AS side, *, CASE WHEN status = 'ok' AND "{metric}" > 0 THEN ln("{metric}") END AS v
+            FROM runs WHERE {where_a}
+            UNION ALL BY NAME
+            SELECT 'candidate' AS side, *, CASE WHEN status = 'ok' AND "{metric}" > 0 THEN ln("{metric}") END AS v
+            FROM runs WHERE {where_b}
+        )
+        SELECT series_key, {as_fields(SERIES_COLUMNS)},
+               count(v) FILTER (WHERE side = 'baseline') AS n_baseline,
+               avg(v) FILTER (WHERE side = 'baseline') AS mean_log_baseline,
+               var_samp(v) FILTER (WHERE side = 'baseline') AS var_log_baseline,
+               count(*) FILTER (WHERE side = 'baseline' AND status <> 'ok') AS failed_baseline,
+               count(v) FILTER (WHERE side = 'candidate') AS n_candidate,
+               avg(v) FILTER (WHERE side = 'candidate') AS mean_log_candidate,
+               var_samp(v) FILTER (WHERE side = 'candidate') AS var_log_candidate,
+               count(*) FILTER (WHERE side = 'candidate' AND status <> 'ok') AS failed_candidate,
+               exp(avg(v) FILTER (WHERE side = 'candidate') - avg(v) FILTER (WHERE side = 'baseline')) AS ratio
+        FROM sides GROUP BY series_key
+        ORDER BY {SERIES_ORDER}, series_key
+        """,
+        [*params_a, *params_b],
+    )
+
+
+def version_key(version: str) -> list[Any]:
+    """Sort key for version strings: 2.9.0 before 2.10.0."""
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in version.replace("-", ".").split(".")]
+
+
+def side_versions(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, list[str]]:
+    """The distinct software versions among the selected runs, per version field (what a side *is*)."""
+    where, params = selection.where()
+    lists = ", ".join(f'list(DISTINCT "{f}" ORDER BY "{f}") FILTER (WHERE "{f}" IS NOT NULL)' for f in VERSION_COLUMNS)
+    row = con.sql(f"SELECT count(*), {lists} FROM runs WHERE {where}", params=params).fetchall()[0]
+    return {"runs": [str(row[0])], **{f: list(v or []) for f, v in zip(VERSION_COLUMNS, row[1:])}}
+
+
+X_AXES = ("night", *VERSION_COLUMNS[:3], "cuda_build_version", "driver_version", "container_image")
+
+
+def series_catalog(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Every series with its config fields and history span (the filters' choices)."""
+    return _frame(con, f"SELECT * FROM series ORDER BY {SERIES_ORDER}", [])
+
+
+def history_points(con: duckdb.DuckDBPyConnection, selection: Selection, metric: str) -> pd.DataFrame:
+    """One point per series and suite run: the median of its ok trials' metric (failed trials left out),
+    the trial counts, the versions it ran and the series' dimensions, oldest first."""
+    if metric not in METRICS:
+        raise SelectionError(f"{metric!r} is not a metric stepwatch tracks (known: {', '.join(METRICS)})")
+    where, params = selection.where("r")
+    versions = ", ".join(f'any_value(r."{f}") AS "{f}"' for f in VERSION_COLUMNS)
+    dims = ", ".join(f's."{d}"' for d in SERIES_DIMENSIONS)
+    return _frame(
+        con,
+        f"""
+        SELECT r.series_key, r.suite_run_id, min(r.started_at) AS night,
+               median(r."{metric}") FILTER (WHERE r.status = 'ok') AS value,
+               count(*) FILTER (WHERE r.status = 'ok') AS ok, count(*) AS trials,
+               any_value(r.label) AS label, {versions}, {dims}
+        FROM runs r JOIN series s USING (series_key) WHERE {where}
+        GROUP BY r.series_key, r.suite_run_id, {dims} ORDER BY night
+        """,
+        params,
+    )
+
+
+def speedups(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFrame:
+    """Median throughput of the selected ok runs per config point, with its speedup over XLA off (same
+    everything else) and over fp32 (the fastest fp32 point of the same model, device and XLA setting,
+    since mixed precision usually runs a larger batch): the seeds' two charts."""
+    where, params = selection.where()
+    keys = ", ".join(f'"{k}"' for k in SPEEDUP_KEYS)
+
+    def same(alias: str, *extra: str) -> str:
+        return " AND ".join([*(f'{alias}."{k}" IS NOT DISTINCT FROM p."{k}"' for k in SPEEDUP_KEYS), *extra])
+
+    return _frame(
+        con,
+        f"""
+        WITH points AS (
+            SELECT {named(SERIES_DIMENSIONS)}, median(examples_per_sec) AS examples_per_sec, count(*) AS trials
+            FROM runs WHERE status = 'ok' AND {where}
+            GROUP BY ALL
+        ), fp32 AS (
+            SELECT {keys}, xla, max(examples_per_sec) AS examples_per_sec
+            FROM points WHERE precision = 'fp32' GROUP BY ALL
+        )
+        SELECT p.*,
+               p.examples_per_sec / x.examples_per_sec AS xla_speedup,
+               p.examples_per_sec / f.examples_per_sec AS precision_speedup
+        FROM points p
+        LEFT JOIN points x ON {
+            same("x", "x.precision = p.precision", "x.per_device_batch = p.per_device_batch", "NOT x.xla")
+        }
+        LEFT JOIN fp32 f ON {same("f", "f.xla = p.xla")}
+        ORDER BY {SERIES_ORDER}
+        """,
+        params,
+    )
+
+
+def costs(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFrame:
+    """Per accelerator and config: median cost per run and per 1M examples of the selected ok runs, with
+    the price used, its source and its date."""
+    where, params = selection.where()
+    return _frame(
+        con,
+        f"""
+        SELECT {named(SERIES_DIMENSIONS)},
+               median(cost_usd) AS cost_usd, median(cost_per_1m_examples_usd) AS cost_per_1m_examples_usd,
+               median(examples_per_sec) AS examples_per_sec, any_value(price_per_device_hour) AS price_per_device_hour,
+               any_value(price_source) AS price_source, any_value(price_date) AS price_date, count(*) AS trials
+        FROM runs WHERE status = 'ok' AND cost_usd IS NOT NULL AND {where}
+        GROUP BY ALL ORDER BY model, preset, cost_per_1m_examples_usd
+        """,
+        params,
+    )
+
+
+def recent_runs(con: duckdb.DuckDBPyConnection, selection: Selection, limit: int = 200) -> pd.DataFrame:
+    """The latest trials (newest first) for picking one run to inspect."""
+    where, params = selection.where()
+    return _frame(
+        con,
+        f"SELECT run_id, suite_run_id, started_at, status, model, preset, backend, accelerator, precision, "
+        f"{named(['xla'])}, per_device_batch, trial, tf_version, label FROM runs WHERE {where} "
+        "ORDER BY started_at DESC, trial LIMIT ?",
+        [*params, limit],
+    )
+
+
+def run_detail(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[dict[str, Any] | None, pd.DataFrame]:
+    """One run's row and its per-window step times and losses."""
+    row = con.sql("SELECT * FROM runs WHERE run_id = ?", params=[run_id]).to_arrow_table().to_pylist()
+    windows = _frame(
+        con, "SELECT window_index, step_time_s, loss FROM samples WHERE run_id = ? ORDER BY window_index", [run_id]
+    )
+    return (row[0] if row else None), windows

@@ -1,0 +1,150 @@
+"""The selection language, one parser for every place that picks runs or series: the CLI's ``--where``,
+``--baseline`` and ``--candidate``, the dashboard's Compare page and the per-series thresholds file.
+
+``tf_version=2.20.0,label=candidate``, ``since=2026-11-01``, ``model=resnet50|bert``: a comma separates
+conditions that must all hold, ``|`` separates alternatives of one field. Field names are result columns
+or config fields (``xla`` is the column ``xla_requested``); values are typed by their column, booleans
+take the words of ``collector.config.BOOL_WORDS``. A selection becomes a WHERE clause over known column
+names with every value bound as a parameter: nothing a user types is ever formatted into SQL.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from collector.config import COLUMN_ALIASES, FIELD_OF_COLUMN, ConfigError, parse_bool
+from collector.schema import SCHEMA
+
+TYPES = {f.name: f.type for f in SCHEMA}
+SELECTABLE = tuple(
+    name
+    for name, dtype in TYPES.items()
+    if not pa.types.is_floating(dtype)
+    and not pa.types.is_timestamp(dtype)
+    and not pa.types.is_list(dtype)
+    and name not in ("extras", "log_tail")
+)
+ALIASES = {**COLUMN_ALIASES, "series": "series_key", "version": "tf_version"}
+RANGE_KEYS = ("since", "until")
+
+
+class SelectionError(ValueError):
+    """A selection that names an unknown field or a value of the wrong kind, in one line."""
+
+
+def named(names: Iterable[str], alias: str = "", aggregate: str = "") -> str:
+    """``column AS field`` for config fields (``xla_requested AS xla``), optionally inside an aggregate."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(f'{aggregate}({prefix}"{ALIASES.get(n, n)}") AS "{n}"' for n in names)
+
+
+def as_fields(names: Iterable[str], alias: str = "") -> str:
+    """``any_value(column) AS field``, for a query that groups runs into series."""
+    return named(names, alias, "any_value")
+
+
+def _value(name: str, text: str) -> Any:
+    dtype = TYPES[name]
+    if pa.types.is_boolean(dtype):
+        try:
+            return parse_bool(text, name)
+        except ConfigError:
+            raise SelectionError(f"{name}={text!r}: expected on or off") from None
+    if pa.types.is_integer(dtype):
+        try:
+            return int(text)
+        except ValueError:
+            raise SelectionError(f"{name}={text!r}: expected a whole number") from None
+    return text
+
+
+def _instant(key: str, text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise SelectionError(f"{key}={text!r}: expected a date such as 2026-11-01 or 2026-11-01T12:00") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Equality filters (several values of one field are alternatives) and a started_at range."""
+
+    equals: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    since: datetime | None = None
+    until: datetime | None = None
+
+    @classmethod
+    def parse(cls, text: str | None) -> Selection:
+        """``key=value[|value...][,key=value...]``; raises SelectionError naming the bad part."""
+        equals: dict[str, tuple[Any, ...]] = {}
+        since = until = None
+        for part in (text or "").split(","):
+            part = part.strip()
+            if not part:
+                continue
+            key, sep, raw = part.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise SelectionError(f"{part!r} is not key=value (e.g. tf_version=2.20.0)")
+            key = ALIASES.get(key, key)
+            raw = raw.strip()
+            if key in RANGE_KEYS:
+                moment = _instant(key, raw)
+                since, until = (moment, until) if key == "since" else (since, moment)
+                continue
+            if key not in SELECTABLE:
+                close = difflib.get_close_matches(key, SELECTABLE + RANGE_KEYS + tuple(ALIASES), n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise SelectionError(f"unknown field {key!r} in selection{hint}")
+            equals[key] = equals.get(key, ()) + tuple(_value(key, v.strip()) for v in raw.split("|"))
+        return cls(tuple(sorted(equals.items())), since, until)
+
+    @classmethod
+    def of(cls, **fields: Any) -> Selection:
+        """Equality filters from keyword arguments (a list is alternatives; None or empty means any)."""
+        equals = []
+        for name, values in sorted(fields.items()):
+            values = values if isinstance(values, list | tuple) else [values]
+            values = tuple(v for v in values if v is not None)
+            if values:
+                equals.append((ALIASES.get(name, name), values))
+        return cls(tuple(sorted(equals)))
+
+    def where(self, alias: str = "") -> tuple[str, list[Any]]:
+        """SQL condition and its parameters; column names come from the schema, values are bound."""
+        prefix = f"{alias}." if alias else ""
+        clauses, params = ["TRUE"], []
+        for name, values in self.equals:
+            clauses.append(f'{prefix}"{name}" IN ({", ".join("?" for _ in values)})')
+            params.extend(values)
+        if self.since is not None:
+            clauses.append(f"{prefix}started_at >= ?")
+            params.append(self.since)
+        if self.until is not None:
+            clauses.append(f"{prefix}started_at < ?")
+            params.append(self.until)
+        return " AND ".join(clauses), params
+
+    def matches(self, row: Mapping[str, Any]) -> bool:
+        """Whether a row or a series (columns or config fields as keys) passes the equality filters."""
+        for name, values in self.equals:
+            value = row[name] if name in row else row.get(FIELD_OF_COLUMN.get(name, name))
+            if value not in values:
+                return False
+        return True
+
+    def describe(self) -> str:
+        parts = [f"{k}={'|'.join(map(str, v))}" for k, v in self.equals]
+        parts += [f"since={self.since.isoformat()}"] if self.since else []
+        parts += [f"until={self.until.isoformat()}"] if self.until else []
+        return ",".join(parts) or "all runs"
+
+
+ALL = Selection()  # every run

@@ -20,7 +20,7 @@ SCHEMA_VERSION = 2
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 _TS = pa.timestamp("us", tz="UTC")
 
-# (column, type, group). Groups follow DESIGN.md: identity, status, config, metrics, cost, software, hardware.
+# (column, type, group). Groups: identity, status, config, metrics, cost, software, hardware, extras.
 COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("schema_version", _I64, "identity"),
     ("run_id", _STR, "identity"),

@@ -253,3 +253,18 @@ def test_export_round_trips_through_parquet_and_selects_like_the_queries(tmp_pat
     done = stepwatch("export", "--db", str(db), "--where", f"label={hostile}", "--out", str(csv))
     assert done.returncode == 0, done.stderr
     assert pd.read_csv(csv)["run_id"].tolist() == ["c-0"]
+
+
+def test_a_store_of_a_newer_layout_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    write_results(results / "a.parquet", result_rows(2, "a"))
+    ingest([str(results)], db)
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE store_meta SET value = ? WHERE key = 'store_version'", [str(database.STORE_VERSION + 1)])
+    con.close()
+    before = db.read_bytes()
+    write_results(results / "b.parquet", result_rows(2, "b"))
+    done = stepwatch("ingest", str(results), "--db", str(db))
+    assert done.returncode == 4
+    assert done.stderr.strip().splitlines()[-1].startswith("stepwatch: error: the store was written by a newer")
+    assert db.read_bytes() == before

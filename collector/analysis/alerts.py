@@ -13,7 +13,6 @@ import bisect
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import duckdb
 import pandas as pd
@@ -65,11 +64,6 @@ def baselines(con: duckdb.DuckDBPyConnection, metric: str) -> dict[str, datetime
     return dict(rows)
 
 
-def series_fields(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, Any]]:
-    frame = con.sql("SELECT * FROM series").to_arrow_table().to_pylist()
-    return {row["series_key"]: row for row in frame}
-
-
 def scan(
     con: duckdb.DuckDBPyConnection,
     selection: Selection,
@@ -80,7 +74,7 @@ def scan(
     """Run change-point detection on the last ``nights_limit`` nights (since its baseline) of each series."""
     history = queries.history_points(con, selection, metric.name)
     starts = baselines(con, metric.name)
-    fields = series_fields(con)
+    fields = {row["series_key"]: row for row in queries.series_catalog(con).to_dict("records")}
     found, seen, outliers = [], {}, 0
     for key, nights in history.groupby("series_key", sort=False):
         if key in starts:

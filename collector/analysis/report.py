@@ -1,6 +1,6 @@
-"""How stepwatch shows what it found: comparisons, alerts and a suite run's results as terminal tables
-(rich), markdown (a PR comment, a job summary, an issue body) and JSON, and the files they are written to.
-One formatting of a row serves the terminal, the markdown and the dashboard."""
+"""How stepwatch shows what it found: comparisons, alerts, a suite run's results and an ingest, as terminal
+tables and lines (rich), markdown (a PR comment, a job summary, an issue body) and JSON, and the files they
+are written to. One formatting of a row serves the terminal, the markdown and the dashboard."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from collector.analysis.comparison import FAILED, Comparison, Row, plain
 from collector.analysis.stats import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
 from collector.config import config_from_row, repro_flags
 from collector.metrics import Metric
+from collector.store.ingest import IngestReport
 
 
 class ReportError(OSError):
@@ -300,6 +301,26 @@ def trial_line(label: str, row: dict[str, Any], trial: int) -> str:
     else:
         detail = f"[red]{row['status']}[/red]: {escape(str(row.get('error_message')))}"
     return f"{escape(label)} trial {trial + 1}: {detail}"
+
+
+def ingest_lines(done: IngestReport, db: Path) -> list[str]:
+    """What an ingest did, for the terminal (rich markup): quarantined and refused files, then the counts."""
+    lines = [
+        f"quarantined {escape(uri)}: {escape(reason)} (moved to {escape(moved)})"
+        for uri, reason, moved in done.quarantined
+    ]
+    refused: dict[str, list[str]] = {}
+    for uri, reason in done.refused:
+        refused.setdefault(reason, []).append(uri)
+    for reason, uris in refused.items():
+        more = f" and {len(uris) - 1} more" if len(uris) > 1 else ""
+        lines.append(f"skipped {escape(uris[0])}{more}: {escape(reason)}")
+    lines.append(
+        f"{done.files_seen} file(s): {done.files_ingested} ingested ({done.rows_added:,} new rows of "
+        f"{done.rows_read:,} read), {done.files_unchanged} already in the store, {len(done.quarantined)} "
+        f"quarantined; {db} in {done.seconds:.2f} s"
+    )
+    return lines
 
 
 def upgrade_preface(

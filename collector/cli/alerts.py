@@ -13,6 +13,7 @@ from collector import metrics
 from collector.analysis import alerts, changepoints, report
 from collector.analysis.comparison import EXIT_OK, EXIT_REGRESSION
 from collector.cli.arguments import (
+    FORMATS,
     OneLineParser,
     UsageError,
     add_analysis_arguments,
@@ -23,8 +24,6 @@ from collector.cli.arguments import (
 )
 from collector.store import database
 from collector.store.selection import Selection
-
-FORMATS = ("table", "markdown", "json")
 
 
 def register(commands: Any) -> None:

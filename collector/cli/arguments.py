@@ -19,6 +19,7 @@ from collector.config import FLAGGED, ROLES, TYPES, ConfigError, parse_bool
 from collector.store import database
 
 DEFAULT_OUT = Path("data/results")
+FORMATS = ("table", "markdown", "json")  # how a report is printed
 
 console = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 150)
 
@@ -103,7 +104,7 @@ def add_analysis_arguments(
             "--metric", default=metrics.DEFAULT_METRIC, choices=tuple(metrics.METRICS), metavar="METRIC",
             help=f"default {metrics.DEFAULT_METRIC}: {names}",
         )  # fmt: skip
-    parser.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    parser.add_argument("--format", choices=FORMATS, default="table")
     parser.add_argument("--out", help="also write the report (markdown, or JSON with --format json) to this file")
     parser.add_argument("--thresholds", type=Path, help=f"per-series threshold overrides (default {THRESHOLDS_PATH})")
     add_db_argument(parser, default_db)

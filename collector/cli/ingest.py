@@ -7,9 +7,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
 from rich.progress import MofNCompleteColumn, Progress, TextColumn
 
+from collector.analysis import report
 from collector.analysis.comparison import EXIT_FAILED, EXIT_OK
 from collector.cli.arguments import DEFAULT_OUT, UsageError, add_db_argument, console, db_path
 from collector.store import database, objectstore
@@ -55,19 +55,8 @@ def ingest_and_report(sources: list[str], db: Path, synthetic: bool) -> int:
             bar.console.print(f"waiting for another ingest into {db} to finish ...")
 
         done = ingest(sources, db, synthetic, on_file, on_wait)
-    for uri, reason, moved in done.quarantined:
-        console.print(f"quarantined {escape(uri)}: {escape(reason)} (moved to {escape(moved)})")
-    refused: dict[str, list[str]] = {}
-    for uri, reason in done.refused:
-        refused.setdefault(reason, []).append(uri)
-    for reason, uris in refused.items():
-        more = f" and {len(uris) - 1} more" if len(uris) > 1 else ""
-        console.print(f"skipped {escape(uris[0])}{more}: {escape(reason)}")
-    console.print(
-        f"{done.files_seen} file(s): {done.files_ingested} ingested ({done.rows_added:,} new rows of "
-        f"{done.rows_read:,} read), {done.files_unchanged} already in the store, {len(done.quarantined)} "
-        f"quarantined; {db} in {done.seconds:.2f} s"
-    )
+    for line in report.ingest_lines(done, db):
+        console.print(line)
     return EXIT_FAILED if done.quarantined or done.refused else EXIT_OK
 
 

@@ -85,10 +85,13 @@ class BenchmarkConfig:
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def label(self) -> str:
-        """Human-readable one-liner for progress and tables."""
+        """Human-readable one-liner for progress and tables; any other series field off its default is added as
+        ``field=value``, so two series never share a label."""
         devices = f"{self.backend}x{self.num_devices}" if self.num_devices > 1 else self.backend
         xla = "xla" if self.xla else "noxla"
-        return f"{self.model}/{self.preset} {devices} {xla} {self.precision} b{self.per_device_batch} {self.loop}"
+        text = f"{self.model}/{self.preset} {devices} {xla} {self.precision} b{self.per_device_batch} {self.loop}"
+        extra = [f"{name}={getattr(self, name)}" for name in UNLABELLED if getattr(self, name) != DEFAULTS[name]]
+        return " ".join([text, *extra])
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -111,6 +114,10 @@ SERIES_FIELDS = tuple(name for name in FIELD_NAMES if ROLES[name].series)
 # The dimensions a series has, as the store's series table and the dashboard name them.
 SERIES_DIMENSIONS = (*SERIES_FIELDS, "accelerator")
 FLAGGED = tuple(name for name in FIELD_NAMES if ROLES[name].flag)
+DEFAULTS = {f.name: f.default for f in FIELDS}
+# The series fields a label spells out in its own words; the others appear as field=value when not default.
+LABELLED = ("model", "preset", "backend", "num_devices", "xla", "precision", "per_device_batch", "loop")
+UNLABELLED = tuple(name for name in SERIES_FIELDS if name not in LABELLED)
 
 
 def column(name: str) -> str:

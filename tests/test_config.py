@@ -105,6 +105,21 @@ def test_field_roles_derive_the_dimension_lists() -> None:
     assert "--timeout" not in flags and "--learning-rate" not in flags  # how long, not what
 
 
+def test_labels_tell_every_series_apart() -> None:
+    plain = BenchmarkConfig(model="bert")
+    assert plain.label() == "bert/tiny cpu noxla fp32 b8 fit"
+    variants = [
+        plain.with_changes(strategy="multi-worker", loop="ctl"),
+        plain.with_changes(loop="ctl"),
+        plain.with_changes(data="pipeline"),
+        plain.with_changes(steps_per_execution=2),
+        plain.with_changes(steps=200),  # not a series field: the same series, the same label
+    ]
+    labels = [c.label() for c in variants]
+    assert labels[0] == "bert/tiny cpu noxla fp32 b8 ctl strategy=multi-worker"
+    assert len({plain.label(), *labels[:4]}) == 5 and labels[4] == plain.label()
+
+
 @pytest.mark.parametrize(("word", "value"), [("on", True), ("OFF", False), ("yes", True), ("0", False)])
 def test_one_set_of_boolean_words(word: str, value: bool) -> None:
     assert parse_bool(word) is value

@@ -71,7 +71,7 @@ class Resumed:
     results: ResultFile
     suite_run_id: str
     done: int
-    fresh: bool  # --resume found nothing to continue
+    nothing_to_resume: bool  # --resume was asked for and found no file of this suite
 
 
 def open_results(out: Path, suite: str, plan: list[tuple[BenchmarkConfig, int]], resume: bool) -> Resumed:
@@ -79,9 +79,9 @@ def open_results(out: Path, suite: str, plan: list[tuple[BenchmarkConfig, int]],
     results = ResultFile.latest(out, suite) if resume else None
     if results is None:
         suite_run_id = str(uuid.uuid4())
-        return Resumed(ResultFile.create(out, suite, suite_run_id), suite_run_id, 0, fresh=resume)
+        return Resumed(ResultFile.create(out, suite, suite_run_id), suite_run_id, 0, nothing_to_resume=resume)
     suite_run_id = results.rows[0]["suite_run_id"] if results.rows else str(uuid.uuid4())
-    return Resumed(results, suite_run_id, len(plan) - len(pending(plan, results.rows)), fresh=False)
+    return Resumed(results, suite_run_id, len(plan) - len(pending(plan, results.rows)), nothing_to_resume=False)
 
 
 def _tail(path: Path) -> str:

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     plan = runner.interleave(configs, trials)
     opened = runner.open_results(out, suite.name, plan, args.resume)
     results = opened.results
-    if opened.fresh:
+    if opened.nothing_to_resume:
         console.print(f"nothing to resume for suite {suite.name} in {out}: starting a new run")
     if opened.done:
         console.print(f"resuming {results.path}: {opened.done} of {len(plan)} trials already recorded")

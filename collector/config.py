@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import Field, asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
 from trainers import get_model
 
@@ -107,8 +107,11 @@ class BenchmarkConfig:
 FIELDS: tuple[Field, ...] = fields(BenchmarkConfig)
 FIELD_NAMES = tuple(f.name for f in FIELDS)
 ROLES: dict[str, Role] = {f.name: f.metadata["role"] for f in FIELDS}
-_PYTHON_TYPES = {"int": int, "float": float, "bool": bool}
-TYPES: dict[str, type] = {f.name: _PYTHON_TYPES.get(str(f.type).split(" ")[0], str) for f in FIELDS}  # None aside
+# Each field's value type (``float`` for ``float | None``).
+TYPES: dict[str, type] = {
+    name: next((a for a in get_args(hint) if a is not type(None)), hint)
+    for name, hint in get_type_hints(BenchmarkConfig).items()
+}
 # Fields that decide what is measured; with the accelerator product name they form the series key.
 SERIES_FIELDS = tuple(name for name in FIELD_NAMES if ROLES[name].series)
 # The dimensions a series has, as the store's series table and the dashboard name them.

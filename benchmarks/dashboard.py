@@ -44,7 +44,7 @@ def main() -> None:
         for _ in range(args.repeat):
             st.cache_data.clear()
             start = time.perf_counter()
-            at.switch_page(f"pages/{page}.py").run()
+            at.switch_page(f"views/{page}.py").run()
             cold.append(time.perf_counter() - start)
             start = time.perf_counter()
             at.run()

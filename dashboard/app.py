@@ -1,6 +1,8 @@
 """stepwatch dashboard: ``streamlit run dashboard/app.py`` (the store is $STEPWATCH_DB or data/stepwatch.duckdb).
 
-This file only declares the navigation; each page is its own file under pages/.
+This file only declares the navigation; each page is its own file under views/. (Not pages/: Streamlit
+takes a folder of that name for its older multipage mode and serves it to a link that opens a page before
+this file has run, with the wrong navigation.)
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` 
 from dashboard import data  # noqa: E402
 
 st.set_page_config(page_title="stepwatch", page_icon=":material/timer:", layout="wide")
-HERE = Path(__file__).parent / "pages"
+HERE = Path(__file__).parent / "views"
 
 if data.has_runs():
     pages = [

@@ -75,7 +75,7 @@ PROBE = textwrap.dedent(
     os.environ["STEPWATCH_DB"] = str(db)
     at = AppTest.from_file(str(Path(collector.__file__).parents[1] / "dashboard" / "app.py"), default_timeout=60)
     at.run()
-    at.switch_page("pages/history.py").run()
+    at.switch_page("views/history.py").run()
     colours = next(box.options for box in at.selectbox if box.label == "Series colour")
     print(json.dumps({
         "source": collector.__file__,

@@ -27,7 +27,7 @@ def render(db: Path, page: str, monkeypatch: pytest.MonkeyPatch, **params: str) 
         at.query_params[key] = value
     at.run()
     if page != "overview":
-        at.switch_page(f"pages/{page}.py").run()
+        at.switch_page(f"views/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 

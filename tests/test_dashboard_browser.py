@@ -7,6 +7,7 @@ Screenshots go to the test's temporary folder, or to $STEPWATCH_SCREENSHOTS (the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -35,15 +36,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(smoke_store: Path) -> Iterator[str]:
+@contextlib.contextmanager
+def serve(db: Path) -> Iterator[str]:
+    """``streamlit run dashboard/app.py`` on a free port of 127.0.0.1, on the store ``db``; yields its URL."""
     port = free_port()
     command = [
         sys.executable, "-m", "streamlit", "run", str(REPO / "dashboard" / "app.py"), "--server.headless=true",
         "--server.address=127.0.0.1", f"--server.port={port}", "--browser.gatherUsageStats=false",
     ]  # fmt: skip
     proc = subprocess.Popen(
-        command, env={**os.environ, "STEPWATCH_DB": str(smoke_store)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        command, env={**os.environ, "STEPWATCH_DB": str(db)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -61,6 +63,12 @@ def server(smoke_store: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def server(smoke_store: Path) -> Iterator[str]:
+    with serve(smoke_store) as url:
+        yield url
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (Debian's; `make test` installs it as root) or Chrome")
@@ -88,3 +96,18 @@ def test_every_page_opens_in_a_browser_without_errors(server: str, smoke_store: 
             page.screenshot(path=str(shots / f"dashboard-{path or 'overview'}.png"), full_page=True)
         browser.close()
     assert len(list(shots.glob("dashboard-*.png"))) == len(PAGES)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (Debian's; `make test` installs it as root) or Chrome")
+def test_a_copied_link_opened_first_on_a_fresh_server_gets_the_app_navigation(smoke_store: Path) -> None:
+    with serve(smoke_store) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{url}/history?precision=fp32")  # nothing has opened the app before this link
+        page.get_by_role("heading", name="History").first.wait_for(timeout=60_000)
+        page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+        nav = page.locator('[data-testid="stSidebarNav"]').inner_text()
+        caption = page.get_by_text(f"store: {smoke_store}").count()
+        browser.close()
+    assert [name for name in TITLES.values() if name in nav] == list(TITLES.values())
+    assert "first run" not in nav and caption == 1

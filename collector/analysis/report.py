@@ -195,7 +195,7 @@ def to_json(comparison: Comparison) -> str:
 
 # --- The terminal ------------------------------------------------------------------------------------
 
-VERDICT_STYLES = {"regression": "red", "improvement": "green", "inconclusive": "yellow", "failed": "red"}
+VERDICT_STYLES = {REGRESSION: "red", IMPROVEMENT: "green", INCONCLUSIVE: "yellow", FAILED: "red"}
 
 
 def _stdout() -> Console:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from collector import metrics
 from collector.analysis.comparison import EXIT_USAGE
@@ -20,6 +21,15 @@ from collector.store import database
 
 DEFAULT_OUT = Path("data/results")
 FORMATS = ("table", "markdown", "json")  # how a report is printed
+# The progress bar of commands that run trials (run, upgrade-check).
+PROGRESS_COLUMNS = (
+    TextColumn("{task.description}"),
+    BarColumn(),
+    MofNCompleteColumn(),
+    TimeElapsedColumn(),
+    TextColumn("ETA"),
+    TimeRemainingColumn(),
+)
 
 console = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 150)
 

@@ -6,24 +6,22 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress
 
 from collector.analysis import report
 from collector.analysis.comparison import EXIT_FAILED, EXIT_OK
 from collector.bench import catalog, runner
 from collector.bench.results import ResultsError
 from collector.bench.suite import load_suite, narrow
-from collector.cli.arguments import DEFAULT_OUT, UsageError, add_matrix_arguments, console, matrix_values
-from collector.store import objectstore
-
-PROGRESS_COLUMNS = (
-    TextColumn("{task.description}"),
-    BarColumn(),
-    MofNCompleteColumn(),
-    TimeElapsedColumn(),
-    TextColumn("ETA"),
-    TimeRemainingColumn(),
+from collector.cli.arguments import (
+    DEFAULT_OUT,
+    PROGRESS_COLUMNS,
+    UsageError,
+    add_matrix_arguments,
+    console,
+    matrix_values,
 )
+from collector.store import objectstore
 
 
 def register(commands: Any) -> None:

@@ -12,6 +12,7 @@ from collector.analysis.comparison import EXIT_FAILED, EXIT_OK
 from collector.bench import catalog, runner, upgrade
 from collector.bench.suite import load_suite, narrow
 from collector.cli.arguments import (
+    PROGRESS_COLUMNS,
     UsageError,
     add_analysis_arguments,
     add_matrix_arguments,
@@ -21,7 +22,6 @@ from collector.cli.arguments import (
     overrides,
 )
 from collector.cli.ingest import ingest_and_report
-from collector.cli.run import PROGRESS_COLUMNS
 from collector.store import database
 from collector.store.selection import Selection
 

@@ -6,6 +6,10 @@ DASHBOARD_PORT ?= 8501
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BACKENDS_STAMP := $(VENV)/.backends
+# The tests run every Keras backend on the CPU: JAX, and torch's CPU-only build (a fraction of the size of the
+# default CUDA build; from https://download.pytorch.org/whl/cpu where the package index lacks it).
+TORCH ?= torch==2.13.0+cpu
 
 .PHONY: run dashboard test browser lint setup clean
 
@@ -14,6 +18,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+$(BACKENDS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[jax]' '$(TORCH)'
+	touch $(BACKENDS_STAMP)
 
 setup: $(STAMP)
 
@@ -35,7 +43,7 @@ browser:
 	{ [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
 	echo "warning: no chromium (apt-get install chromium); the browser test will be skipped"
 
-test: $(STAMP) browser
+test: $(BACKENDS_STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q --durations=8
 

@@ -18,7 +18,8 @@ from typing import Any, get_args, get_type_hints
 
 from trainers import get_model
 
-BACKENDS = ("cpu", "gpu", "tpu")
+DEVICES = ("cpu", "gpu", "tpu")
+KERAS_BACKENDS = ("tensorflow", "jax", "torch")
 STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
 PRECISIONS = ("fp32", "tf32", "mixed_float16", "mixed_bfloat16")
 LOOPS = ("fit", "ctl")
@@ -45,6 +46,11 @@ class Role:
     choices: tuple[Any, ...] = ()  # allowed values (empty: any of the field's type)
     repro: bool = True  # a repro command sets it (when it has a flag and a value)
     help: str = ""
+    # Series-key stability: a field renamed since history was first recorded keeps its old name in the key
+    # (``key_name``), and a dimension added later is left out of the key at its default (``added``), so every
+    # series recorded before the change keeps its key.
+    key_name: str | None = None
+    added: bool = False
 
 
 def _field(default: Any = None, *, required: bool = False, **role: Any) -> Any:
@@ -58,7 +64,13 @@ class BenchmarkConfig:
 
     model: str = _field(required=True, series=True, flag="--models", keeps=True, help="keep only these models")
     preset: str = _field("tiny", series=True, flag="--preset", help="size preset(s), e.g. tiny")
-    backend: str = _field("cpu", series=True, flag="--backend", choices=BACKENDS, help="cpu, gpu or tpu")
+    keras_backend: str = _field(
+        "tensorflow", series=True, flag="--keras-backend", choices=KERAS_BACKENDS, added=True,
+        help="Keras backend(s): tensorflow, jax, torch",
+    )  # fmt: skip
+    device: str = _field(
+        "cpu", series=True, flag="--device", choices=DEVICES, key_name="backend", help="cpu, gpu or tpu"
+    )
     num_devices: int = _field(1, series=True, flag="--devices", help="devices per run")
     strategy: str = _field("default", series=True, flag="--strategy", choices=STRATEGIES)
     xla: bool = _field(False, series=True, flag="--xla", column="xla_requested", help="off,on")
@@ -75,21 +87,34 @@ class BenchmarkConfig:
     seed: int = _field(0)
 
     @property
+    def compile_word(self) -> str:
+        """What ``xla`` asks of this backend, in a label: jit_compile is XLA on TensorFlow and JAX, torch.compile
+        on torch."""
+        if self.keras_backend == "torch":
+            return "compile" if self.xla else "eager"
+        return "xla" if self.xla else "noxla"
+
+    @property
     def global_batch(self) -> int:
         return self.per_device_batch * self.num_devices
 
     @property
     def key(self) -> str:
-        """Short stable hash of the series fields (the accelerator name is added by the store)."""
-        payload = json.dumps({name: getattr(self, name) for name in SERIES_FIELDS}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        """Short stable hash of the series fields (the accelerator name is added by the store). Renamed fields
+        hash under their first name and later dimensions only off their default (see ``Role``)."""
+        payload = {
+            ROLES[name].key_name or name: getattr(self, name)
+            for name in SERIES_FIELDS
+            if not (ROLES[name].added and getattr(self, name) == DEFAULTS[name])
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def label(self) -> str:
         """Human-readable one-liner for progress and tables; any other series field off its default is added as
         ``field=value``, so two series never share a label."""
-        devices = f"{self.backend}x{self.num_devices}" if self.num_devices > 1 else self.backend
-        xla = "xla" if self.xla else "noxla"
-        text = f"{self.model}/{self.preset} {devices} {xla} {self.precision} b{self.per_device_batch} {self.loop}"
+        devices = f"{self.device}x{self.num_devices}" if self.num_devices > 1 else self.device
+        words = (devices, self.compile_word, self.precision, f"b{self.per_device_batch}", self.loop)
+        text = " ".join([f"{self.model}/{self.preset}", *words])
         extra = [f"{name}={getattr(self, name)}" for name in UNLABELLED if getattr(self, name) != DEFAULTS[name]]
         return " ".join([text, *extra])
 
@@ -119,7 +144,7 @@ SERIES_DIMENSIONS = (*SERIES_FIELDS, "accelerator")
 FLAGGED = tuple(name for name in FIELD_NAMES if ROLES[name].flag)
 DEFAULTS = {f.name: f.default for f in FIELDS}
 # The series fields a label spells out in its own words; the others appear as field=value when not default.
-LABELLED = ("model", "preset", "backend", "num_devices", "xla", "precision", "per_device_batch", "loop")
+LABELLED = ("model", "preset", "device", "num_devices", "xla", "precision", "per_device_batch", "loop")
 UNLABELLED = tuple(name for name in SERIES_FIELDS if name not in LABELLED)
 
 
@@ -130,6 +155,8 @@ def column(name: str) -> str:
 
 COLUMN_ALIASES = {name: ROLES[name].column for name in FIELD_NAMES if ROLES[name].column}  # field -> column
 FIELD_OF_COLUMN = {col: name for name, col in COLUMN_ALIASES.items()}  # column -> field
+# Former names of renamed fields (suite files, selections, dashboard links and results files still use them).
+FORMER_NAMES = {ROLES[name].key_name: name for name in FIELD_NAMES if ROLES[name].key_name}  # old -> field
 
 
 def parse_bool(value: Any, name: str = "value") -> bool:
@@ -171,6 +198,28 @@ def repro_flags(config: BenchmarkConfig) -> list[str]:
     return args
 
 
+def _validate_keras_backend(config: BenchmarkConfig) -> None:
+    """What JAX and torch cannot run under Keras, refused before a process starts. TensorFlow runs everything."""
+    name = config.keras_backend
+    if name == "tensorflow":
+        return
+    if config.loop != "fit":
+        raise ConfigError(
+            f"loop {config.loop!r} is a TensorFlow custom loop (tf.function); keras_backend {name} runs fit"
+        )
+    if config.data != "synthetic":
+        raise ConfigError(
+            f"data {config.data!r} is a tf.data host pipeline; keras_backend {name} feeds synthetic device arrays"
+        )
+    if config.strategy == "multi-worker":
+        raise ConfigError(f"strategy multi-worker is TensorFlow's MultiWorkerMirroredStrategy; not on {name}")
+    if name == "torch" and (config.num_devices != 1 or config.device == "tpu"):
+        raise ConfigError(
+            "keras_backend torch runs one CPU or GPU: released Keras has no multi-device torch training "
+            "(keras.distribution is JAX-only) and no torch TPU support"
+        )
+
+
 def validate(config: BenchmarkConfig) -> BenchmarkConfig:
     """Raise ConfigError naming the first thing wrong with ``config``; return it unchanged otherwise."""
     try:
@@ -193,9 +242,9 @@ def validate(config: BenchmarkConfig) -> BenchmarkConfig:
         raise ConfigError(
             f"warmup_steps ({config.warmup_steps}) must cover at least 2 windows of {config.window_steps} steps"
         )
-    if config.backend != "cpu" and config.warmup_steps < ACCELERATOR_MIN_WARMUP:
+    if config.device != "cpu" and config.warmup_steps < ACCELERATOR_MIN_WARMUP:
         raise ConfigError(
-            f"warmup_steps ({config.warmup_steps}) must be at least {ACCELERATOR_MIN_WARMUP} on {config.backend}: "
+            f"warmup_steps ({config.warmup_steps}) must be at least {ACCELERATOR_MIN_WARMUP} on {config.device}: "
             "accelerators need steps to reach a steady clock and memory state"
         )
     if config.window_steps % config.steps_per_execution:
@@ -207,14 +256,15 @@ def validate(config: BenchmarkConfig) -> BenchmarkConfig:
         if getattr(config, name) % config.window_steps:
             value = getattr(config, name)
             raise ConfigError(f"{name} ({value}) must be a multiple of window_steps ({config.window_steps})")
-    if config.strategy == "tpu" and config.backend != "tpu":
-        raise ConfigError("strategy 'tpu' needs backend 'tpu'")
-    if config.backend == "tpu" and config.strategy != "tpu":
-        raise ConfigError("backend 'tpu' runs under strategy 'tpu'")
-    if config.backend == "cpu" and (config.num_devices != 1 or config.strategy not in ("default", "multi-worker")):
-        raise ConfigError("backend 'cpu' runs one device per process, under the default or multi-worker strategy")
+    if config.strategy == "tpu" and config.device != "tpu":
+        raise ConfigError("strategy 'tpu' needs device 'tpu'")
+    if config.device == "tpu" and config.strategy != "tpu":
+        raise ConfigError("device 'tpu' runs under strategy 'tpu'")
+    if config.device == "cpu" and (config.num_devices != 1 or config.strategy not in ("default", "multi-worker")):
+        raise ConfigError("device 'cpu' runs one device per process, under the default or multi-worker strategy")
     if config.strategy == "default" and config.num_devices != 1:
         raise ConfigError("num_devices > 1 needs strategy 'mirrored' (GPU) or 'tpu'")
+    _validate_keras_backend(config)
     if config.timeout_s <= 0:
         raise ConfigError(f"timeout_s must be positive, got {config.timeout_s!r}")
     return config

@@ -15,7 +15,10 @@ import pyarrow.compute as pc
 SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, which never mix with real ones
 
 # 1: first release. 2: adds series_key (config_key + accelerator product), computed once here for every tool.
-SCHEMA_VERSION = 2
+# 3: Keras backends: ``backend`` (cpu/gpu/tpu) becomes ``device``; adds keras_backend (earlier rows are
+# TensorFlow rows), compiler (what jit_compile ran: xla, inductor or none), matmul_precision and the JAX and
+# torch versions. Series keys are unchanged (see collector.config.Role).
+SCHEMA_VERSION = 3
 
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 _TS = pa.timestamp("us", tz="UTC")
@@ -41,11 +44,14 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("config_key", _STR, "config"),
     ("model", _STR, "config"),
     ("preset", _STR, "config"),
-    ("backend", _STR, "config"),
+    ("keras_backend", _STR, "config"),
+    ("device", _STR, "config"),
     ("num_devices", _I64, "config"),
     ("strategy", _STR, "config"),
     ("xla_requested", _BOOL, "config"),
     ("xla_effective", _BOOL, "config"),
+    ("compiler", _STR, "config"),
+    ("matmul_precision", _STR, "config"),
     ("precision", _STR, "config"),
     ("compute_dtype", _STR, "config"),
     ("variable_dtype", _STR, "config"),
@@ -103,11 +109,15 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("tf_git_version", _STR, "software"),
     ("keras_version", _STR, "software"),
     ("keras_hub_version", _STR, "software"),
+    ("jax_version", _STR, "software"),
+    ("jaxlib_version", _STR, "software"),
+    ("torch_version", _STR, "software"),
     ("numpy_version", _STR, "software"),
     ("python_version", _STR, "software"),
     ("cuda_build_version", _STR, "software"),
     ("cudnn_build_version", _STR, "software"),
     ("cuda_runtime_version", _STR, "software"),
+    ("cudnn_runtime_version", _STR, "software"),
     ("driver_version", _STR, "software"),
     ("xla_flags", _STR, "software"),
     ("tf_env", _STR, "software"),
@@ -135,10 +145,13 @@ VERSION_COLUMNS = (
     "tf_version",
     "keras_version",
     "keras_hub_version",
+    "jax_version",
+    "torch_version",
     "python_version",
     "cuda_build_version",
     "cudnn_build_version",
     "cuda_runtime_version",
+    "cudnn_runtime_version",
     "driver_version",
     "container_image",
     "stepwatch_git_sha",
@@ -146,8 +159,10 @@ VERSION_COLUMNS = (
 
 
 # A file missing one of these (or with a null in the first five) is not a stepwatch results file.
-REQUIRED = ("run_id", "suite_run_id", "config_key", "status", "model", "trial", "started_at", "backend")
+REQUIRED = ("run_id", "suite_run_id", "config_key", "status", "model", "trial", "started_at", "device")
 NOT_NULL = REQUIRED[:5]
+# Columns renamed by a migration: former name -> (name, the first schema version with the new name).
+RENAMED = {"backend": ("device", 3)}
 
 
 class SchemaError(ValueError):
@@ -189,8 +204,20 @@ def _add_series_key(table: pa.Table) -> pa.Table:
     return table.append_column("series_key", pa.array(values, _STR))
 
 
+def _keras_backends(table: pa.Table) -> pa.Table:
+    """Before Keras backends every run was a TensorFlow run on a ``backend`` (now ``device``), and jit_compile
+    was XLA when it took effect."""
+    table = table.rename_columns([RENAMED[n][0] if n in RENAMED else n for n in table.column_names])
+    if "keras_backend" not in table.column_names:
+        table = table.append_column("keras_backend", pa.array(["tensorflow"] * table.num_rows, _STR))
+    if "compiler" not in table.column_names and "xla_effective" in table.column_names:
+        effective = table.column("xla_effective").cast(_BOOL)
+        table = table.append_column("compiler", pc.if_else(effective, "xla", "none"))
+    return table
+
+
 # MIGRATIONS[v] turns a table of schema version v into version v + 1.
-MIGRATIONS: dict[int, Callable[[pa.Table], pa.Table]] = {1: _add_series_key}
+MIGRATIONS: dict[int, Callable[[pa.Table], pa.Table]] = {1: _add_series_key, 2: _keras_backends}
 
 
 def _compatible(actual: pa.DataType, wanted: pa.DataType) -> bool:
@@ -228,10 +255,12 @@ def conform(table: pa.Table) -> pa.Table:
         raise SchemaError("not a stepwatch results file (no schema_version column)")
     if not pa.types.is_integer(table.schema.field("schema_version").type):
         raise SchemaError(f"column schema_version has type {table.schema.field('schema_version').type}, expected int64")
-    missing = [name for name in REQUIRED if name not in table.column_names]
+    written = (table.schema.metadata or {}).get(b"stepwatch_schema_version", str(SCHEMA_VERSION).encode())
+    version = _file_version(table) if table.num_rows else int(written)
+    former = {new: old for old, (new, since) in RENAMED.items() if version < since}
+    missing = [former.get(name, name) for name in REQUIRED if former.get(name, name) not in table.column_names]
     if missing:
         raise SchemaError(f"required column(s) missing: {', '.join(missing)}")
-    version = _file_version(table) if table.num_rows else SCHEMA_VERSION
     if version > SCHEMA_VERSION:
         raise SchemaError(f"written by a newer stepwatch (schema {version}, this one reads up to {SCHEMA_VERSION})")
     if version < 1:

@@ -155,20 +155,24 @@ def forest(comparison: Comparison) -> go.Figure:
     return fig
 
 
-def speedup_bars(frame: pd.DataFrame, column: str, title: str) -> go.Figure:
+def speedup_bars(
+    frame: pd.DataFrame, column: str, title: str, color: str = "precision", pattern: str | None = None
+) -> go.Figure:
     data = frame.dropna(subset=[column]).copy()
     data["config"] = data["model"] + "/" + data["preset"]
-    data["xla"] = data["xla"].map({True: "XLA on", False: "XLA off"})
+    data["xla"] = data["xla"].map({True: "jit_compile on", False: "jit_compile off"})
+    if data["keras_backend"].nunique() > 1 and color != "keras_backend":
+        data["config"] += " " + data["keras_backend"]
     fig = px.bar(
         data,
         x="config",
         y=column,
-        color="precision",
+        color=color,
         barmode="group",
         facet_col="accelerator" if data["accelerator"].nunique() > 1 else None,
         facet_col_wrap=2,
-        pattern_shape="xla" if column == "precision_speedup" else None,
-        hover_data=["per_device_batch", "examples_per_sec", "trials"],
+        pattern_shape=pattern,
+        hover_data=["precision", "per_device_batch", "examples_per_sec", "trials"],
         title=title,
     )
     fig.add_hline(y=1, line_dash="dot")

@@ -8,7 +8,18 @@ from typing import Any
 
 import streamlit as st
 
+from collector.config import FORMER_NAMES
+
 MAX_VALUE = 200  # longer URL values are not ours
+FORMER_KEYS = {name: old for old, name in FORMER_NAMES.items()}  # links made before a field was renamed
+
+
+def _raw(key: str) -> str | None:
+    """The URL's value for ``key``, or under its former name (``backend`` for ``device``)."""
+    raw = st.query_params.get(key)
+    if raw is None and key in FORMER_KEYS:
+        raw = st.query_params.get(FORMER_KEYS[key])
+    return raw
 
 
 def ignore(key: str, raw: str) -> None:
@@ -19,7 +30,7 @@ def ignore(key: str, raw: str) -> None:
 
 def one(key: str, options: Sequence[Any], default: Any) -> Any:
     """The URL's value for ``key`` if it is one of ``options`` (compared as text), else ``default``."""
-    raw = st.query_params.get(key)
+    raw = _raw(key)
     if raw is None:
         return default
     for option in options:
@@ -31,7 +42,7 @@ def one(key: str, options: Sequence[Any], default: Any) -> Any:
 
 def many(key: str, options: Sequence[Any], default: Sequence[Any]) -> list[Any]:
     """Comma-separated URL values for ``key`` that are among ``options``; unknown ones are dropped."""
-    raw = st.query_params.get(key)
+    raw = _raw(key)
     if raw is None:
         return list(default)
     by_text = {str(o): o for o in options}
@@ -46,7 +57,7 @@ def many(key: str, options: Sequence[Any], default: Sequence[Any]) -> list[Any]:
 
 def text(key: str, default: str) -> str:
     """Free text from the URL (a selection); callers parse it with bound parameters only."""
-    raw = st.query_params.get(key)
+    raw = _raw(key)
     if raw is None:
         return default
     if len(raw) > MAX_VALUE or any(ord(c) < 32 for c in raw):
@@ -56,8 +67,10 @@ def text(key: str, default: str) -> str:
 
 
 def keep(**values: Any) -> None:
-    """Write the current filters back into the URL."""
+    """Write the current filters back into the URL (under current names: a former name is dropped)."""
     for key, value in values.items():
+        if key in FORMER_KEYS:
+            st.query_params.pop(FORMER_KEYS[key], None)
         if value is None or value == [] or value == "":
             st.query_params.pop(key, None)
         elif isinstance(value, list | tuple):

@@ -18,6 +18,7 @@ from collector.schema import to_table
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ["KERAS_BACKEND"] = "tensorflow"  # the in-process runtime tests are TensorFlow's; trials set their own
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

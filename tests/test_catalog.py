@@ -19,11 +19,11 @@ def test_every_price_names_its_source_and_date() -> None:
         assert price.source and len(price.date) >= 7 and price.usd_per_hour > 0
 
 
-def test_price_lookup_by_backend_and_accelerator_name() -> None:
+def test_price_lookup_by_device_and_accelerator_name() -> None:
     prices = catalog.load_prices()
     assert catalog.find_price(prices, "gpu", "NVIDIA H100 80GB HBM3").key == "aws-p5.48xlarge-h100"
     assert catalog.find_price(prices, "gpu", "NVIDIA A100-SXM4-40GB").key == "gcp-a2-highgpu-a100-40gb"
-    assert catalog.find_price(prices, "cpu", "AMD EPYC").backend == "cpu"
+    assert catalog.find_price(prices, "cpu", "AMD EPYC").device == "cpu"
     assert catalog.find_price(prices, "gpu", "NVIDIA GeForce RTX 4090") is None
 
 
@@ -49,7 +49,7 @@ def test_cost_of_a_run_and_of_a_million_examples() -> None:
 
 
 def test_make_row_computes_mfu_from_flops_throughput_and_peak() -> None:
-    config = BenchmarkConfig(model="resnet50", preset="224", backend="gpu", precision="mixed_bfloat16", warmup_steps=20)
+    config = BenchmarkConfig(model="resnet50", preset="224", device="gpu", precision="mixed_bfloat16", warmup_steps=20)
     child = {
         "status": "ok",
         "examples_per_sec": 2000.0,

@@ -67,12 +67,12 @@ def test_latest_per_series_is_each_series_most_recent_suite_run(con: duckdb.Duck
     row = latest.iloc[0]
     assert (row["suite_run_id"], row["trials"], row["ok"]) == last[:3]
     assert row["examples_per_sec"] == pytest.approx(last[3])
-    tpu = queries.latest_per_series(con, Selection.parse("backend=tpu"))
-    assert set(tpu["backend"]) == {"tpu"} and 0 < len(tpu) < len(latest)
+    tpu = queries.latest_per_series(con, Selection.parse("device=tpu"))
+    assert set(tpu["device"]) == {"tpu"} and 0 < len(tpu) < len(latest)
 
 
 def test_series_history_is_in_time_order_with_versions(con: duckdb.DuckDBPyConnection) -> None:
-    key = con.execute("SELECT series_key FROM runs WHERE backend = 'gpu' LIMIT 1").fetchall()[0][0]
+    key = con.execute("SELECT series_key FROM runs WHERE device = 'gpu' LIMIT 1").fetchall()[0][0]
     history = queries.series_history(con, key)
     assert len(history) == con.execute("SELECT count(*) FROM runs WHERE series_key = ?", [key]).fetchall()[0][0]
     assert history["started_at"].is_monotonic_increasing

@@ -23,7 +23,7 @@ def row(i: int, log: str = "") -> dict:
         "suite_run_id": "s",
         "config_key": "k",
         "model": "bilstm",
-        "backend": "cpu",
+        "device": "cpu",
         "started_at": datetime(2026, 11, 1, tzinfo=UTC),
         "trial": i,
         "status": "ok",

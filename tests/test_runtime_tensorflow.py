@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from collector.bench.measure import WindowClock
+from collector.bench.runtime import common
 from collector.bench.runtime import tensorflow as tfruntime
 from collector.config import BenchmarkConfig
 from trainers import get_model
@@ -21,10 +22,10 @@ def losses_of(loop: str, model_name: str) -> tuple[list[float], list[np.ndarray]
     runtime = tfruntime.configure(config)
     model, optimizer = tfruntime.build_model(spec, config, runtime)
     initial = [np.array(w) for w in model.get_weights()]
-    dataset = tfruntime.make_dataset(spec, config, config.global_batch)
+    dataset = tfruntime.make_data(spec, config, runtime)
     clock = WindowClock(first_steps=1, window_steps=1)
     if loop == "fit":
-        tfruntime.train_fit(model, dataset, clock, STEPS)
+        common.train_fit(model, dataset, clock, STEPS)
     else:
         tfruntime.train_ctl(model, optimizer, dataset, clock, STEPS, config, runtime)
     return [m.loss for m in clock.marks], initial
@@ -52,11 +53,11 @@ def test_fp32_turns_tf32_off_and_tf32_turns_it_on() -> None:
 
 
 @pytest.mark.parametrize("xla", [False, True])
-def test_xla_effective_is_the_models_jit_compile(xla: bool) -> None:
+def test_the_compiler_is_read_from_the_models_jit_compile(xla: bool) -> None:
     config = BenchmarkConfig(model="bilstm", xla=xla)
     runtime = tfruntime.configure(config)
     model, _ = tfruntime.build_model(get_model("bilstm"), config, runtime)
-    assert tfruntime.xla_effective(model, config) is xla
+    assert tfruntime.compiler(model, config) == ("xla" if xla else "none")
 
 
 @pytest.mark.parametrize("loop", ["fit", "ctl"])
@@ -67,14 +68,11 @@ def test_windows_close_on_execution_boundaries_with_a_pipeline(loop: str) -> Non
     spec = get_model(config.model)
     runtime = tfruntime.configure(config)
     model, optimizer = tfruntime.build_model(spec, config, runtime)
-    dataset = tfruntime.make_dataset(spec, config, config.global_batch)
+    dataset = tfruntime.make_data(spec, config, runtime)
     images, labels = next(iter(dataset))
     assert images.shape == (8, 32, 32, 3) and float(images.numpy().min()) >= -1.0  # decoded, cropped, scaled
     clock = WindowClock(first_steps=5, window_steps=10)
     total = 5 + 20 + 20
-    if loop == "fit":
-        tfruntime.train_fit(model, dataset, clock, total)
-    else:
-        tfruntime.train_ctl(model, optimizer, dataset, clock, total, config, runtime)
+    tfruntime.train(model, optimizer, dataset, clock, total, config, runtime)
     assert [m.steps for m in clock.marks] == [5, 15, 25, 35, 45]
     assert all(b.time > a.time for a, b in zip(clock.marks, clock.marks[1:]))

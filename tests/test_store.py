@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,11 +19,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from collector.config import BenchmarkConfig
 from collector.schema import SCHEMA, SCHEMA_VERSION, series_key, to_table
 from collector.store import database
+from collector.store.database import StoreError, StoreReader
 from collector.store.ingest import ingest
 from collector.store.synthetic import generate
 from tests.conftest import REPO, result_rows, stepwatch, write_results
+
+FIXTURES = REPO / "tests" / "data"  # real files written by earlier versions of stepwatch
 
 
 def count(db: Path, table: str = "runs") -> int:
@@ -80,7 +86,18 @@ def test_bad_files_are_quarantined_with_a_reason_and_the_good_ones_land(tmp_path
 
 def test_older_schema_is_migrated_and_unknown_columns_go_to_extras(tmp_path: Path) -> None:
     rows = result_rows(2, "old")
-    table = to_table(rows).drop_columns(["series_key"])
+    # A version 1 file: no series_key, no Keras backend columns, the device under its former name.
+    table = (
+        to_table(rows)
+        .drop_columns(["series_key", "keras_backend", "compiler"])
+        .rename_columns(
+            [
+                "backend" if name == "device" else name
+                for name in SCHEMA.names
+                if name not in ("series_key", "keras_backend", "compiler")
+            ]
+        )
+    )
     table = table.set_column(0, "schema_version", pa.array([1, 1], pa.int64()))
     table = table.append_column("gpu_temperature_c", pa.array([61.0, 64.5]))
     (tmp_path / "in").mkdir()
@@ -100,6 +117,60 @@ def test_older_schema_is_migrated_and_unknown_columns_go_to_extras(tmp_path: Pat
     assert {g[0] for g in got} == {series_key(rows[0]["config_key"], "Test CPU")}
     assert [g[1] for g in got] == [SCHEMA_VERSION] * 2
     assert [json.loads(g[2])["gpu_temperature_c"] for g in got] == [61.0, 64.5]
+
+
+def test_results_written_before_keras_backends_keep_their_series(tmp_path: Path) -> None:
+    """A real results file written by stepwatch before Keras backends (schema 2: ``backend`` column, no
+    keras_backend) ingests as TensorFlow runs, with the series keys it was written with."""
+    source = FIXTURES / "results-schema-v2.parquet"
+    written = pq.read_table(source)
+    assert written.schema.metadata[b"stepwatch_schema_version"] == b"2" and "backend" in written.column_names
+    (tmp_path / "in").mkdir()
+    shutil.copy(source, tmp_path / "in")
+    db = tmp_path / "s.duckdb"
+
+    report = ingest([str(tmp_path / "in")], db)
+
+    assert report.rows_added == written.num_rows and not report.quarantined
+    with StoreReader(db) as reader:
+        con = reader.connection()
+        got = con.execute(
+            "SELECT run_id, series_key, config_key, device, keras_backend, compiler, xla_effective FROM runs"
+        ).fetchall()
+        series = con.execute("SELECT series_key, model, keras_backend, device FROM series ORDER BY model").fetchall()
+    before = dict(zip(written.column("run_id").to_pylist(), written.column("series_key").to_pylist()))
+    assert {run_id: key for run_id, key, *_ in got} == before
+    assert {(d, k, c, x) for *_, d, k, c, x in got} == {("cpu", "tensorflow", "none", False)}
+    # Today's code computes the same config key for the same config: new runs join the old series.
+    for run_id, _, config_key, *_ in got:
+        row = written.filter(pa.compute.equal(written.column("run_id"), run_id)).to_pylist()[0]
+        assert BenchmarkConfig(model=row["model"], preset=row["preset"]).key == config_key
+    assert [(m, k, d) for _, m, k, d in series] == [("bilstm", "tensorflow", "cpu"), ("resnet50", "tensorflow", "cpu")]
+
+
+def test_a_store_written_before_keras_backends_is_upgraded_by_the_next_ingest(tmp_path: Path) -> None:
+    """A real store of layout 1 (written before Keras backends): readers say how to upgrade it, the next ingest
+    (even with nothing new) upgrades it in place, and every run keeps its series."""
+    db = tmp_path / "old.duckdb"
+    db.write_bytes(gzip.decompress((FIXTURES / "store-v1.duckdb.gz").read_bytes()))
+    old = duckdb.connect(str(db), read_only=True)
+    before = old.execute("SELECT run_id, series_key, backend FROM runs ORDER BY run_id").fetchall()
+    old.close()
+    with pytest.raises(StoreError, match="run `stepwatch ingest` once to upgrade it"):
+        StoreReader(db).connection()
+    (tmp_path / "empty").mkdir()
+
+    ingest([str(tmp_path / "empty")], db)
+
+    with StoreReader(db) as reader:
+        con = reader.connection()
+        after = con.execute("SELECT run_id, series_key, device FROM runs ORDER BY run_id").fetchall()
+        columns = {
+            r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name='runs'").fetchall()
+        }
+        backends = con.execute("SELECT DISTINCT keras_backend FROM latest_runs").fetchall()
+    assert after == before and len(after) == 4
+    assert "backend" not in columns and backends == [("tensorflow",)]
 
 
 @pytest.fixture(scope="module")

@@ -17,16 +17,16 @@ def test_smoke_crosses_all_models_xla_and_two_precisions() -> None:
     assert {c.model for c in suite.configs} == {"resnet50", "bert", "transformer", "bilstm"}
     assert {c.xla for c in suite.configs} == {False, True}
     assert {c.precision for c in suite.configs} == {"fp32", "mixed_bfloat16"}
-    assert {(c.backend, c.preset) for c in suite.configs} == {("cpu", "tiny")}
+    assert {(c.device, c.preset) for c in suite.configs} == {("cpu", "tiny")}
 
 
 def test_gpu_and_tpu_nightly_use_published_sizes_and_all_precisions() -> None:
     gpu = load_suite("gpu-nightly")
     assert {c.precision for c in gpu.configs} == {"fp32", "tf32", "mixed_float16", "mixed_bfloat16"}
     assert "tiny" not in {c.preset for c in gpu.configs}
-    assert {c.backend for c in gpu.configs} == {"gpu"}
+    assert {c.device for c in gpu.configs} == {"gpu"}
     tpu = load_suite("tpu-nightly")
-    assert {(c.backend, c.strategy, c.xla) for c in tpu.configs} == {("tpu", "tpu", True)}
+    assert {(c.device, c.strategy, c.xla) for c in tpu.configs} == {("tpu", "tpu", True)}
 
 
 @pytest.mark.parametrize(
@@ -93,8 +93,8 @@ def test_series_key_ignores_measurement_length_but_not_dimensions() -> None:
 
 def test_accelerators_need_ten_warmup_steps() -> None:
     with pytest.raises(ConfigError, match="at least 10 on gpu"):
-        validate(BenchmarkConfig(model="bert", backend="gpu", warmup_steps=4, window_steps=2))
-    validate(BenchmarkConfig(model="bert", backend="cpu", warmup_steps=4, window_steps=2))
+        validate(BenchmarkConfig(model="bert", device="gpu", warmup_steps=4, window_steps=2))
+    validate(BenchmarkConfig(model="bert", device="cpu", warmup_steps=4, window_steps=2))
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""BERT pre-training with the masked-LM objective: keras-hub BertBackbone + BertMaskedLM head."""
+"""BERT pre-training with the masked-LM objective: keras-hub BertBackbone + its masked-LM head."""
 
 from __future__ import annotations
 
@@ -36,7 +36,10 @@ PRESETS = {
 
 
 def build(size: BertSize) -> Any:
-    """BertMaskedLM over a BertBackbone of explicit sizes, random weights, logits for masked positions."""
+    """A BertBackbone of explicit sizes and a masked-LM head tied to its token embedding, random weights, logits
+    for the masked positions: keras-hub's BertMaskedLM graph, built as a plain Keras model so that ``fit`` trains
+    it on every backend (the keras-hub task's own input handling needs TensorFlow or grain)."""
+    import keras
     import keras_hub
 
     backbone = keras_hub.models.BertBackbone(
@@ -48,7 +51,19 @@ def build(size: BertSize) -> Any:
         dropout=size.dropout,
         max_sequence_length=size.sequence_length,
     )
-    return keras_hub.models.BertMaskedLM(backbone=backbone, preprocessor=None)
+    # The same layers, in the same order, as BertMaskedLM builds (so weights from one seed are the same).
+    head = keras_hub.layers.MaskedLMHead(
+        vocabulary_size=backbone.vocabulary_size,
+        token_embedding=backbone.token_embedding,
+        intermediate_activation="gelu",
+        kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+        dtype=backbone.dtype_policy,
+        name="mlm_head",
+    )
+    mask_positions = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
+    inputs = {**backbone.input, "mask_positions": mask_positions}
+    outputs = head(backbone(backbone.input)["sequence_output"], mask_positions)
+    return keras.Model(inputs=inputs, outputs=outputs, name="bert_masked_lm")
 
 
 def synthetic_batch(size: BertSize, batch: int, seed: int) -> Batch:

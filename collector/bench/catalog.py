@@ -22,7 +22,7 @@ class CatalogError(ValueError):
 @dataclass(frozen=True)
 class Price:
     key: str
-    backend: str
+    device: str  # cpu, gpu or tpu (``backend`` in catalogs written before Keras backends)
     match: str
     per: str  # "device" or "host"
     usd_per_hour: float
@@ -55,6 +55,8 @@ def load_prices(path: Path = PRICES_PATH) -> list[Price]:
     """Every price entry; each must name its source and date."""
     prices = []
     for i, entry in enumerate(_read(path, "price")):
+        if "backend" in entry and "device" not in entry:
+            entry = {("device" if k == "backend" else k): v for k, v in entry.items()}
         try:
             price = Price(**entry)
         except TypeError as error:
@@ -76,10 +78,10 @@ def load_peaks(path: Path = ACCELERATORS_PATH) -> list[Peak]:
     return peaks
 
 
-def find_price(prices: list[Price], backend: str, accelerator: str | None) -> Price | None:
-    """The first price for this backend whose pattern is found in the accelerator name."""
+def find_price(prices: list[Price], device: str, accelerator: str | None) -> Price | None:
+    """The first price for this device kind whose pattern is found in the accelerator name."""
     for price in prices:
-        if price.backend == backend and re.search(price.match, accelerator or ""):
+        if price.device == device and re.search(price.match, accelerator or ""):
             return price
     return None
 

@@ -1,4 +1,4 @@
-"""Host, driver and process environment of a trial, read without TensorFlow. Unknown is None, never a guess."""
+"""Host, driver and process environment of a trial, read without any framework. Unknown is None, never a guess."""
 
 from __future__ import annotations
 
@@ -36,6 +36,10 @@ TF_ENV_PREFIXES = (
     "NVIDIA_TF32",
     "TPU_",
     "KERAS_",
+    "JAX_",
+    "TORCH_",
+    "TORCHINDUCTOR_",
+    "PYTORCH_",
     "OMP_NUM_THREADS",
 )
 
@@ -102,8 +106,8 @@ def git_sha() -> str | None:
     return out.stdout.strip() or None
 
 
-def host_environment(backend: str) -> dict[str, Any]:
-    """Every software and hardware column that can be read without TensorFlow."""
+def host_environment(device: str) -> dict[str, Any]:
+    """Every software and hardware column that can be read without a framework."""
     tf_env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(TF_ENV_PREFIXES)}
     env: dict[str, Any] = {
         "host": socket.gethostname(),
@@ -124,7 +128,7 @@ def host_environment(backend: str) -> dict[str, Any]:
         "cuda_runtime_version": None,
         "accelerator_memory_bytes": None,
     }
-    if backend == "gpu":
+    if device == "gpu":
         drivers = _nvidia_smi("driver_version")
         memory = _nvidia_smi("memory.total")
         names = _nvidia_smi("name")
@@ -132,7 +136,7 @@ def host_environment(backend: str) -> dict[str, Any]:
         env["driver_version"] = drivers[0] if drivers else None
         env["accelerator_memory_bytes"] = int(float(memory[0]) * 2**20) if memory else None
         env["cuda_runtime_version"] = cuda_runtime_version()
-    if backend == "cpu":
+    if device == "cpu":
         env["accelerator"] = env["cpu_model"]
         env["accelerator_count"] = 1
     return env

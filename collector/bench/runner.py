@@ -208,8 +208,8 @@ def run_local_workers(
 
 
 @functools.cache
-def _parent_host(backend: str) -> dict[str, Any]:
-    return host_environment(backend)
+def _parent_host(device: str) -> dict[str, Any]:
+    return host_environment(device)
 
 
 def make_row(
@@ -237,7 +237,7 @@ def make_row(
         "global_batch": config.global_batch,
         **config_columns(config),
     }
-    row.update(_parent_host(config.backend))  # so that a trial that died early still has its host and series
+    row.update(_parent_host(config.device))  # so that a trial that died early still has its host and series
     row.update(child)
     row.update(wall_s=wall_s, exit_code=code, max_per_device_batch=options.max_batches.get(config.key))
     if row["status"] != "ok":
@@ -247,7 +247,7 @@ def make_row(
         row["examples_per_sec_per_device"] = eps / max(row.get("replicas") or config.num_devices, 1)
         row["units_per_sec"] = eps * (row.get("units_per_example") or 1)
     accelerator = row.get("accelerator")
-    price = catalog.find_price(options.prices, config.backend, accelerator)
+    price = catalog.find_price(options.prices, config.device, accelerator)
     row.update(catalog.cost_columns(price, options.price_per_hour, config.num_devices, wall_s, eps))
     peak, source = catalog.peak_tflops(options.peaks, accelerator, config.precision, config.num_devices)
     flops = row.get("flops_per_example")

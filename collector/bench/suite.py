@@ -2,7 +2,8 @@
 
 A suite file has optional ``name``, ``description`` and ``trials``, a ``[defaults]`` table, any
 number of ``[[matrix]]`` tables (every list in one is crossed with the others) and ``[[configs]]``
-tables (one config each). Keys are BenchmarkConfig fields; boolean fields (``xla``) take off/on or false/true.
+tables (one config each). Keys are BenchmarkConfig fields (or their former names: ``backend`` for
+``device``); boolean fields (``xla``) take off/on or false/true.
 """
 
 from __future__ import annotations
@@ -15,7 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collector.config import FIELD_NAMES, ROLES, TYPES, BenchmarkConfig, ConfigError, parse_bool, validate
+from collector.config import (
+    FIELD_NAMES,
+    FORMER_NAMES,
+    ROLES,
+    TYPES,
+    BenchmarkConfig,
+    ConfigError,
+    parse_bool,
+    validate,
+)
 
 SUITES_DIR = Path(__file__).parent / "suites"
 TOP_LEVEL = ("name", "description", "trials", "defaults", "matrix", "configs")
@@ -42,6 +52,7 @@ def _suggest(word: str, choices: Iterable[str]) -> str:
 def _coerce(values: Mapping[str, Any], where: str) -> dict[str, Any]:
     out = {}
     for key, value in values.items():
+        key = FORMER_NAMES.get(key, key)  # a suite written before a field was renamed
         if key not in FIELD_NAMES:
             raise SuiteError(f"{where}: unknown field {key!r}{_suggest(key, FIELD_NAMES)}")
         try:

@@ -16,12 +16,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from collector.bench import runtime
 from collector.bench.environment import host_environment
 from collector.bench.measure import NonFiniteLoss, WindowClock, summarize
 from collector.config import BenchmarkConfig, validate
 from trainers import get_model
 
 SPAWN_TIME_ENV = "STEPWATCH_SPAWN_TIME"  # time.time() at which the parent started this process
+FRAMEWORKS = ("tensorflow", "jax", "torch")
 
 
 def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
@@ -31,56 +33,69 @@ def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
 
 
 def run_trial(config: BenchmarkConfig, spawn_time: float) -> dict[str, Any]:
-    """Set up TensorFlow, train for the configured steps and return the child's part of the row."""
+    """Set up the config's Keras backend, train for the configured steps and return the child's part of the row."""
     result: dict[str, Any] = {"status": "crash"}
-    result.update(host_environment(config.backend))
-    # Imported here, not at the top: the parent imports this module for SPAWN_TIME_ENV and must stay
-    # free of TensorFlow. If the import fails, the parent records the crash with the log tail.
-    from collector.bench.runtime import tensorflow as tfruntime
+    result.update(host_environment(config.device))
+    # Imported here, not at the top: the parent imports this module for SPAWN_TIME_ENV and must stay free of
+    # every framework; and the backend must be chosen before Keras is imported. If an import fails, the parent
+    # records the crash with the log tail.
+    runtime.prepare(config)
+    backend = runtime.load(config)
+    from collector.bench.runtime import common
 
-    result.update(tfruntime.software_environment())
+    result.update(backend.software_environment())
     spec = get_model(config.model)
     preset = spec.preset(config.preset)
     clock = WindowClock(first_steps=config.steps_per_execution, window_steps=config.window_steps)
     total_steps = config.steps_per_execution + config.warmup_steps + config.steps
+    model = optimizer = None
     try:
-        runtime = tfruntime.configure(config)
-        result.update(tfruntime.accelerator_details(config))
-        global_batch = config.per_device_batch * runtime.replicas
+        setup = backend.configure(config)
+        result.update(backend.accelerator_details(config))
+        global_batch = config.per_device_batch * setup.replicas
         result.update(
-            replicas=runtime.replicas,
+            replicas=setup.replicas,
             global_batch=global_batch,
-            tf32_enabled=runtime.tf32_enabled,
-            compute_dtype=runtime.compute_dtype,
-            variable_dtype=runtime.variable_dtype,
-            loss_scaling=config.precision == "mixed_float16",
+            tf32_enabled=setup.tf32_enabled,
+            matmul_precision=setup.matmul_precision,
+            compute_dtype=setup.compute_dtype,
+            variable_dtype=setup.variable_dtype,
             unit=spec.unit,
             units_per_example=spec.units_per_example(preset),
             flops_per_example=spec.flops_per_example(preset),
             learning_rate=spec.learning_rate(config.learning_rate),
         )
-        model, optimizer = tfruntime.build_model(spec, config, runtime)
-        result["xla_effective"] = tfruntime.xla_effective(model, config)
-        dataset = tfruntime.make_dataset(spec, config, global_batch)
-        if config.loop == "fit":
-            tfruntime.train_fit(model, dataset, clock, total_steps)
-        else:
-            tfruntime.train_ctl(model, optimizer, dataset, clock, total_steps, config, runtime)
+        model, optimizer = backend.build_model(spec, config, setup)
+        data = backend.make_data(spec, config, setup)
+        backend.train(model, optimizer, data, clock, total_steps, config, setup)
         result["status"] = "ok"
     except NonFiniteLoss as error:
         result.update(status="nonfinite_loss", error_type="NonFiniteLoss", error_message=str(error))
     except Exception as error:  # noqa: BLE001 - every failure becomes a row, with its traceback in the log
         traceback.print_exc()
-        oom = tfruntime.is_out_of_memory(error)
+        oom = backend.is_out_of_memory(error)
         message = str(error).strip().splitlines()[0][:500] if str(error).strip() else repr(error)
         result.update(status="oom" if oom else "crash", error_type=type(error).__name__, error_message=message)
     finally:
+        if model is not None:  # what really ran, read back once training has built the step function
+            compiler = backend.compiler(model, config)
+            result.update(
+                compiler=compiler,
+                xla_effective=compiler == "xla",
+                loss_scaling=common.loss_scaling(model, optimizer),
+            )
         if clock.marks:
             result["startup_s"] = clock.marks[0].time - _perf_at(spawn_time)
         stats = summarize(clock, config.warmup_steps, result.get("global_batch", config.per_device_batch))
         result.update(asdict(stats))
-        result["peak_memory_bytes"], result["peak_memory_kind"] = tfruntime.peak_memory(config)
+        result["peak_memory_bytes"], result["peak_memory_kind"] = backend.peak_memory(config)
+        result["frameworks_loaded"] = loaded_frameworks()  # kept in extras: what this process really imported
     return result
+
+
+def loaded_frameworks() -> list[str]:
+    """The deep-learning frameworks this process has imported (a JAX or torch trial must not load TensorFlow)."""
+    return sorted(name for name in FRAMEWORKS if sys.modules.get(name) is not None)
 
 
 def _perf_at(wall_time: float) -> float:

@@ -80,7 +80,11 @@ def add_matrix_arguments(parser: argparse.ArgumentParser) -> None:
         role, kind = ROLES[name], TYPES[name]
         cast = _bool_word(name) if kind is bool else kind
         described = role.help or (", ".join(map(str, role.choices)) if role.choices else None)
-        parser.add_argument(role.flag, type=comma_list(cast, role.choices or None), dest=name, help=described)
+        # A renamed field keeps its former flag (--backend for --device), so existing scripts still run.
+        former = [f"--{role.key_name.replace('_', '-')}"] if role.key_name else []
+        if former:
+            described = f"{described} ({former[0]}: its former name)"
+        parser.add_argument(role.flag, *former, type=comma_list(cast, role.choices or None), dest=name, help=described)
     parser.add_argument("--price-per-hour", type=float, help="USD per hour for the whole run, overriding the catalog")
     parser.add_argument("--prices", type=Path, default=catalog.PRICES_PATH, help="price catalog TOML")
 

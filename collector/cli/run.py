@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     trials = args.trials if args.trials is not None else suite.trials
     if trials < 1:
         raise UsageError("--trials must be at least 1")
-    if args.find_max_batch and any(c.backend == "cpu" for c in configs):
+    if args.find_max_batch and any(c.device == "cpu" for c in configs):
         raise UsageError(
             "--find-max-batch is not supported on CPU: host memory swaps or the kernel kills the process "
             "instead of raising out-of-memory; use it on GPU or TPU hosts"

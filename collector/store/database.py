@@ -30,7 +30,9 @@ from collector.store.selection import as_fields
 DEFAULT_DB = Path("data/stepwatch.duckdb")
 SYNTHETIC_DB = Path("data/stepwatch-synthetic.duckdb")
 DB_ENV = "STEPWATCH_DB"
-STORE_VERSION = 1  # the tables' layout; a store written by a newer layout is refused, never rewritten
+# The tables' layout; a store written by a newer layout is refused, never rewritten. 2: Keras backends (runs'
+# ``backend`` column becomes ``device``; earlier runs are TensorFlow runs; compiler from xla_effective).
+STORE_VERSION = 2
 WINDOW_COLUMNS = ("window_step_times_s", "window_losses")
 
 _DUCK_TYPES = {"int64": "BIGINT", "double": "DOUBLE", "string": "VARCHAR", "bool": "BOOLEAN"}
@@ -91,6 +93,19 @@ DERIVED = (
 )
 
 
+# STORE_MIGRATIONS[v] brings the tables of store version v to v + 1 (new columns are already added). The
+# same change as the results schema's migration (collector.schema), for rows ingested before it.
+STORE_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "UPDATE runs SET device = backend WHERE device IS NULL",
+        "UPDATE runs SET keras_backend = 'tensorflow' WHERE keras_backend IS NULL",
+        "UPDATE runs SET compiler = CASE WHEN xla_effective THEN 'xla' ELSE 'none' END "
+        "WHERE compiler IS NULL AND xla_effective IS NOT NULL",
+        "ALTER TABLE runs DROP COLUMN backend",
+    )
+}
+
+
 def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -119,10 +134,10 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, kind: str) -> None:
     """Create missing tables and columns in a writable store; refuse one of a newer layout."""
     for statement in DDL:
         con.execute(statement)
-    rows = con.execute("SELECT value FROM store_meta WHERE key = 'store_version'").fetchall()
-    if rows and int(rows[0][0]) > STORE_VERSION:
+    version = store_version(con)
+    if version is not None and version > STORE_VERSION:
         raise StoreError(
-            f"the store was written by a newer stepwatch (store version {rows[0][0]}, this one writes up to "
+            f"the store was written by a newer stepwatch (store version {version}, this one writes up to "
             f"{STORE_VERSION}); upgrade stepwatch or pick another --db"
         )
     present = {
@@ -131,7 +146,17 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, kind: str) -> None:
     for column in RUN_COLUMNS:
         if column.name not in present:
             con.execute(f'ALTER TABLE runs ADD COLUMN "{column.name}" {_duck_type(column.type)}')
-    con.execute("INSERT OR IGNORE INTO store_meta VALUES ('kind', ?), ('store_version', ?)", [kind, str(STORE_VERSION)])
+    for step in range(version or STORE_VERSION, STORE_VERSION):
+        for statement in (*STORE_MIGRATIONS[step], *DERIVED):
+            con.execute(statement)
+    con.execute("INSERT OR IGNORE INTO store_meta VALUES ('kind', ?)", [kind])
+    con.execute("INSERT OR REPLACE INTO store_meta VALUES ('store_version', ?)", [str(STORE_VERSION)])
+
+
+def store_version(con: duckdb.DuckDBPyConnection) -> int | None:
+    """The layout version a store was written with (None for a store being created)."""
+    rows = con.execute("SELECT value FROM store_meta WHERE key = 'store_version'").fetchall()
+    return int(rows[0][0]) if rows else None
 
 
 def store_kind(con: duckdb.DuckDBPyConnection) -> str:
@@ -215,10 +240,18 @@ class StoreReader:
             if identity is None:
                 return None
             try:
-                self._con = duckdb.connect(str(self.db), read_only=True)
+                con = duckdb.connect(str(self.db), read_only=True)
+                version = store_version(con)
             except duckdb.Error as error:
                 raise StoreError(f"cannot open the store {self.db}: {str(error).splitlines()[0]}") from None
-            self._identity = identity
+            if version is not None and version != STORE_VERSION:
+                con.close()
+                newer = version > STORE_VERSION
+                raise StoreError(
+                    f"the store {self.db} has layout version {version}, this stepwatch reads {STORE_VERSION}: "
+                    + ("upgrade stepwatch" if newer else "run `stepwatch ingest` once to upgrade it")
+                )
+            self._con, self._identity = con, identity
         return self._con
 
     def close(self) -> None:

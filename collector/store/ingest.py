@@ -24,11 +24,13 @@ from collector.schema import SYNTHETIC_SOURCE, SchemaError, conform
 from collector.store import objectstore
 from collector.store.database import (
     DERIVED,
+    STORE_VERSION,
     WINDOW_COLUMNS,
     StoreError,
     ensure_schema,
     new_version,
     store_kind,
+    store_version,
     writer_lock,
 )
 
@@ -38,10 +40,11 @@ READ_AHEAD = 64  # files decoded ahead of the inserting thread
 CLUSTER_TAIL = 0.1
 
 
-def _known_files(db: Path) -> tuple[dict[str, tuple[int, int]], set[str], str | None]:
-    """(uri -> (size, mtime_ns), digests, kind) of what the live store has ingested."""
+def _known_files(db: Path) -> tuple[dict[str, tuple[int, int]], set[str], str | None, bool]:
+    """(uri -> (size, mtime_ns), digests, kind, whether its layout is older than this stepwatch's) of the live
+    store."""
     if not db.exists():
-        return {}, set(), None
+        return {}, set(), None, False
     try:
         con = duckdb.connect(str(db), read_only=True)
     except duckdb.Error as error:
@@ -50,7 +53,8 @@ def _known_files(db: Path) -> tuple[dict[str, tuple[int, int]], set[str], str | 
         rows = con.execute("SELECT uri, size, mtime_ns, digest FROM ingested_files").fetchall()
         files = {uri: (size, mtime) for uri, size, mtime, _ in rows}
         digests = {digest for *_, digest in rows}
-        return files, digests, store_kind(con)
+        version = store_version(con)
+        return files, digests, store_kind(con), version is not None and version < STORE_VERSION
     except duckdb.Error as error:
         raise StoreError(f"{db} is not a stepwatch store: {str(error).splitlines()[0]}") from None
     finally:
@@ -169,7 +173,7 @@ def ingest(
         except FileNotFoundError:
             raise StoreError(f"{source} does not exist") from None
     with writer_lock(db, on_wait):
-        known, digests, kind = _known_files(db)
+        known, digests, kind, outdated = _known_files(db)
         if kind == "synthetic" and not synthetic:
             raise StoreError(f"{db} holds synthetic test data; pass --synthetic to add to it, or pick another --db")
         if kind == "real" and synthetic:
@@ -182,7 +186,7 @@ def ingest(
                     report.files_unchanged += 1
                 else:
                     todo.append((loc, entry))
-        if todo:
+        if todo or outdated:  # an older store is upgraded even when nothing is new
             _write(db, todo, digests, kind or ("synthetic" if synthetic else "real"), report, on_file)
     report.seconds = time.perf_counter() - start
     return report

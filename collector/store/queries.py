@@ -18,6 +18,8 @@ from collector.store.selection import ALL, Selection, SelectionError, as_fields,
 SERIES_ORDER = ", ".join(f'"{name}"' for name in SERIES_DIMENSIONS)
 # The dimensions that stay equal between the two points of a speedup (XLA on/off, a precision vs fp32).
 SPEEDUP_KEYS = tuple(d for d in SERIES_DIMENSIONS if d not in ("xla", "precision", "per_device_batch"))
+# A backend is compared with TensorFlow on the same everything else (jit_compile setting, precision, batch).
+BACKEND_KEYS = tuple(d for d in SERIES_DIMENSIONS if d != "keras_backend")
 
 
 def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> pd.DataFrame:
@@ -36,7 +38,7 @@ def latest_per_series(con: duckdb.DuckDBPyConnection, selection: Selection = ALL
                count(*) AS trials, count(*) FILTER (WHERE status = 'ok') AS ok,
                median(examples_per_sec) FILTER (WHERE status = 'ok') AS examples_per_sec,
                median(units_per_sec) FILTER (WHERE status = 'ok') AS units_per_sec, any_value(unit) AS unit,
-               any_value(tf_version) AS tf_version, any_value(label) AS label,
+               {", ".join(f'any_value("{v}") AS "{v}"' for v in VERSION_COLUMNS)}, any_value(label) AS label,
                string_agg(DISTINCT status, ', ') FILTER (WHERE status <> 'ok') AS failures
         FROM latest_runs WHERE {where}
         GROUP BY series_key ORDER BY {SERIES_ORDER}
@@ -134,7 +136,7 @@ def side_versions(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[
     return {"runs": [str(row[0])], **{f: list(v or []) for f, v in zip(VERSION_COLUMNS, row[1:])}}
 
 
-X_AXES = ("night", *VERSION_COLUMNS[:3], "cuda_build_version", "driver_version", "container_image")
+X_AXES = ("night", *VERSION_COLUMNS[:5], "cuda_build_version", "driver_version", "container_image")
 
 
 def series_catalog(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
@@ -166,13 +168,13 @@ def history_points(con: duckdb.DuckDBPyConnection, selection: Selection, metric:
 
 def speedups(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFrame:
     """Median throughput of the selected ok runs per config point, with its speedup over XLA off (same
-    everything else) and over fp32 (the fastest fp32 point of the same model, device and XLA setting,
-    since mixed precision usually runs a larger batch): the seeds' two charts."""
+    everything else), over fp32 (the fastest fp32 point of the same model, device, backend and XLA setting,
+    since mixed precision usually runs a larger batch) and over the TensorFlow backend (same everything else)."""
     where, params = selection.where()
     keys = ", ".join(f'"{k}"' for k in SPEEDUP_KEYS)
 
-    def same(alias: str, *extra: str) -> str:
-        return " AND ".join([*(f'{alias}."{k}" IS NOT DISTINCT FROM p."{k}"' for k in SPEEDUP_KEYS), *extra])
+    def same(alias: str, *extra: str, keys: tuple[str, ...] = SPEEDUP_KEYS) -> str:
+        return " AND ".join([*(f'{alias}."{k}" IS NOT DISTINCT FROM p."{k}"' for k in keys), *extra])
 
     return _frame(
         con,
@@ -187,12 +189,14 @@ def speedups(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFra
         )
         SELECT p.*,
                p.examples_per_sec / x.examples_per_sec AS xla_speedup,
-               p.examples_per_sec / f.examples_per_sec AS precision_speedup
+               p.examples_per_sec / f.examples_per_sec AS precision_speedup,
+               p.examples_per_sec / t.examples_per_sec AS backend_speedup
         FROM points p
         LEFT JOIN points x ON {
             same("x", "x.precision = p.precision", "x.per_device_batch = p.per_device_batch", "NOT x.xla")
         }
         LEFT JOIN fp32 f ON {same("f", "f.xla = p.xla")}
+        LEFT JOIN points t ON {same("t", "t.keras_backend = 'tensorflow'", keys=BACKEND_KEYS)}
         ORDER BY {SERIES_ORDER}
         """,
         params,
@@ -222,7 +226,8 @@ def recent_runs(con: duckdb.DuckDBPyConnection, selection: Selection, limit: int
     where, params = selection.where()
     return _frame(
         con,
-        f"SELECT run_id, suite_run_id, started_at, status, model, preset, backend, accelerator, precision, "
+        f"SELECT run_id, suite_run_id, started_at, status, model, preset, keras_backend, device, accelerator, "
+        f"precision, compiler, "
         f"{named(['xla'])}, per_device_batch, trial, tf_version, label FROM runs WHERE {where} "
         "ORDER BY started_at DESC, trial LIMIT ?",
         [*params, limit],

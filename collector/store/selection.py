@@ -18,7 +18,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from collector.config import COLUMN_ALIASES, FIELD_OF_COLUMN, ConfigError, parse_bool
+from collector.config import (
+    COLUMN_ALIASES,
+    FIELD_NAMES,
+    FIELD_OF_COLUMN,
+    FORMER_NAMES,
+    ROLES,
+    ConfigError,
+    column,
+    parse_bool,
+)
 from collector.schema import SCHEMA
 
 TYPES = {f.name: f.type for f in SCHEMA}
@@ -30,7 +39,16 @@ SELECTABLE = tuple(
     and not pa.types.is_list(dtype)
     and name not in ("extras", "log_tail")
 )
-ALIASES = {**COLUMN_ALIASES, "series": "series_key", "version": "tf_version"}
+# Other names a selection may use: config fields stored under another column, fields' former names (old links
+# and threshold files keep working: ``backend=cpu`` is ``device=cpu``), and two shorthands.
+ALIASES = {
+    **COLUMN_ALIASES,
+    **{old: column(name) for old, name in FORMER_NAMES.items()},
+    "series": "series_key",
+    "version": "tf_version",
+}
+# Allowed values of the columns that hold a config field with a fixed set of choices.
+CHOICES = {column(name): ROLES[name].choices for name in FIELD_NAMES if ROLES[name].choices}
 RANGE_KEYS = ("since", "until")
 
 
@@ -51,6 +69,10 @@ def as_fields(names: Iterable[str], alias: str = "") -> str:
 
 def _value(name: str, text: str) -> Any:
     dtype = TYPES[name]
+    if name in CHOICES and text not in CHOICES[name]:
+        elsewhere = [other for other, allowed in CHOICES.items() if text in allowed]
+        hint = f" (did you mean {elsewhere[0]}={text}?)" if elsewhere else ""
+        raise SelectionError(f"{name}={text!r}: expected one of {', '.join(CHOICES[name])}{hint}")
     if pa.types.is_boolean(dtype):
         try:
             return parse_bool(text, name)

@@ -32,7 +32,7 @@ CUDA_VERSIONS = ("12.3", "12.3", "12.5.1", "12.5.1", "12.5.1", "12.8")
 @dataclass(frozen=True)
 class Host:
     accelerator: str
-    backend: str
+    device: str
     suite: str
     price_per_device_hour: float
     relative_speed: float  # throughput relative to an A100 on the same config
@@ -124,7 +124,7 @@ def _night_file(rng, out_dir, host, chosen, trials, n, started, version, effects
         "trial": trial,
         "started_at": pa.array([moment] * n, pa.timestamp("us", tz="UTC")),
         "finished_at": pa.array([moment + timedelta(seconds=float(w)) for w in wall], pa.timestamp("us", tz="UTC")),
-        "host": [f"synthetic-{host.backend}-{host.accelerator.split()[-1].lower()}"] * n,
+        "host": [f"synthetic-{host.device}-{host.accelerator.split()[-1].lower()}"] * n,
         "label": ["nightly"] * n,
         "source": [SYNTHETIC_SOURCE] * n,
         "status": status,

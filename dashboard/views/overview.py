@@ -8,20 +8,24 @@ from dashboard import data, state
 
 st.title("Overview")
 catalog = data.load("catalog")
-backends = sorted(catalog["backend"].unique())
+devices = sorted(catalog["device"].unique())
+keras_backends = sorted(catalog["keras_backend"].unique())
 accelerators = sorted(catalog["accelerator"].dropna().unique())
-picked_backends = state.many("backend", backends, backends)
+picked_devices = state.many("device", devices, devices)
+picked_keras = state.many("keras_backend", keras_backends, keras_backends)
 picked_accelerators = state.many("accelerator", accelerators, accelerators)
 state.notices()
-col1, col2 = st.columns(2)
-picked_backends = col1.multiselect("Backend", backends, picked_backends)
-picked_accelerators = col2.multiselect("Accelerator", accelerators, picked_accelerators)
+col1, col2, col3 = st.columns(3)
+picked_devices = col1.multiselect("Device", devices, picked_devices)
+picked_keras = col2.multiselect("Keras backend", keras_backends, picked_keras)
+picked_accelerators = col3.multiselect("Accelerator", accelerators, picked_accelerators)
 state.keep(
-    backend=picked_backends if picked_backends != backends else None,
+    device=picked_devices if picked_devices != devices else None,
+    keras_backend=picked_keras if picked_keras != keras_backends else None,
     accelerator=picked_accelerators if picked_accelerators != accelerators else None,
 )
 
-selection = Selection.of(accelerator=picked_accelerators, backend=picked_backends)
+selection = Selection.of(accelerator=picked_accelerators, device=picked_devices, keras_backend=picked_keras)
 latest = data.load("latest", selection)
 open_alerts = data.load("alerts", alerts.OPEN, None)
 open_by_series = open_alerts.groupby("series_key").size() if len(open_alerts) else {}
@@ -42,8 +46,9 @@ table = latest.assign(
 st.subheader("Latest suite run per series")
 st.dataframe(
     table[
-        ["model", "preset", "backend", "accelerator", "precision", "xla", "per_device_batch", "passing",
-         "throughput", "failures", "open_alerts", "tf_version", "label", "started_at", "series_key"]
+        ["model", "preset", "keras_backend", "device", "accelerator", "precision", "xla", "per_device_batch",
+         "passing", "throughput", "failures", "open_alerts", "keras_version", "tf_version", "jax_version",
+         "torch_version", "label", "started_at", "series_key"]
     ],
     hide_index=True,
     width="stretch",

@@ -10,8 +10,8 @@ st.title("Run")
 recent = data.load("recent_runs", ALL, 200)
 options = list(recent["run_id"])
 labels = {
-    r.run_id: f"{r.started_at:%Y-%m-%d %H:%M} {r.model}/{r.preset} {r.accelerator} {r.precision} "
-    f"{'xla' if r.xla else 'noxla'} trial {r.trial + 1} [{r.status}]"
+    r.run_id: f"{r.started_at:%Y-%m-%d %H:%M} {r.model}/{r.preset} {r.keras_backend} {r.accelerator} {r.precision} "
+    f"jit_compile {'on' if r.xla else 'off'} ({r.compiler or '?'}) trial {r.trial + 1} [{r.status}]"
     for r in recent.itertuples()
 }
 wanted = state.text("run", options[0])

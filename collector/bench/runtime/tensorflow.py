@@ -1,58 +1,47 @@
-"""Everything TensorFlow-specific: devices, strategies, precision and TF32, XLA, tf.data, the two loops.
+"""The TensorFlow backend: devices, tf.distribute strategies, precision and TF32, XLA, tf.data, and the
+custom training loop (TensorFlow only) beside the shared ``fit``.
 
-Only the trial child process imports this module; the parent stays free of TensorFlow.
+Only a trial process with KERAS_BACKEND=tensorflow imports this module; the parent stays free of TensorFlow.
 """
 
 from __future__ import annotations
 
 import os
-import resource
-from dataclasses import dataclass
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from collector.bench.measure import WindowClock, window_mean_from_running
+from collector.bench.measure import WindowClock
+from collector.bench.runtime import common
+from collector.bench.runtime.common import Runtime
 from collector.config import BenchmarkConfig, ConfigError
-from trainers.spec import ModelSpec, sparse_ce_loss
+from trainers.spec import ModelSpec
 
-POLICIES = {"fp32": "float32", "tf32": "float32", "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16"}
 PIPELINE_EXAMPLES = 256  # distinct host examples a data=pipeline run cycles through
-
-
-@dataclass
-class Runtime:
-    """What was set up for one trial, read back from TensorFlow rather than assumed."""
-
-    strategy: Any
-    replicas: int
-    tf32_enabled: bool
-    compute_dtype: str
-    variable_dtype: str
 
 
 def configure(config: BenchmarkConfig) -> Runtime:
     """Pick devices, build the strategy, set TF32 and the Keras dtype policy (before any model is built)."""
     gpus = tf.config.list_physical_devices("GPU")
-    if config.backend == "gpu":
+    if config.device == "gpu":
         if len(gpus) < config.num_devices:
-            raise ConfigError(f"backend gpu asks for {config.num_devices} GPU(s), {len(gpus)} visible")
+            raise ConfigError(f"device gpu asks for {config.num_devices} GPU(s), {len(gpus)} visible")
         tf.config.set_visible_devices(gpus[: config.num_devices], "GPU")
     elif gpus:
         tf.config.set_visible_devices([], "GPU")
     # fp32 means true fp32: TF32 tensor-core math is off unless asked for. Mixed modes keep TF's default.
     tf.config.experimental.enable_tensor_float_32_execution(config.precision not in ("fp32",))
-    keras.mixed_precision.set_global_policy(POLICIES[config.precision])
+    compute_dtype, variable_dtype = common.set_policy(config.precision)
     strategy = make_strategy(config)
-    policy = keras.mixed_precision.global_policy()
     return Runtime(
-        strategy=strategy,
         replicas=strategy.num_replicas_in_sync,
         tf32_enabled=bool(tf.config.experimental.tensor_float_32_execution_enabled()),
-        compute_dtype=policy.compute_dtype,
-        variable_dtype=policy.variable_dtype,
+        matmul_precision=None,  # TensorFlow's one switch is tf32_enabled
+        compute_dtype=compute_dtype,
+        variable_dtype=variable_dtype,
+        strategy=strategy,
     )
 
 
@@ -60,7 +49,7 @@ def make_strategy(config: BenchmarkConfig) -> Any:
     """default: the current device; mirrored: one replica per visible GPU; multi-worker: one replica per worker
     process (and its devices) in TF_CONFIG; tpu: TPUStrategy over the slice."""
     if config.strategy == "mirrored":
-        devices = [f"/gpu:{i}" for i in range(config.num_devices)] if config.backend == "gpu" else None
+        devices = [f"/gpu:{i}" for i in range(config.num_devices)] if config.device == "gpu" else None
         return tf.distribute.MirroredStrategy(devices=devices)
     if config.strategy == "multi-worker":
         # The cluster comes from TF_CONFIG (one entry per worker process, on one host or many).
@@ -74,27 +63,14 @@ def make_strategy(config: BenchmarkConfig) -> Any:
 
 
 def build_model(spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> tuple[Any, Any]:
-    """Model and optimizer under the strategy scope, seeded so both loops start from the same weights."""
-    with runtime.strategy.scope():
-        keras.utils.set_random_seed(config.seed)
-        model = spec.build(spec.preset(config.preset))
-        optimizer = spec.optimizer(spec.learning_rate(config.learning_rate))
-        if config.loop == "fit":
-            # Keras wraps the optimizer in a LossScaleOptimizer itself under mixed_float16.
-            model.compile(
-                optimizer=optimizer,
-                loss=sparse_ce_loss(),
-                jit_compile=config.xla,
-                steps_per_execution=config.steps_per_execution,
-            )
-        elif config.precision == "mixed_float16":
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    return model, optimizer
+    """Model and optimizer under the strategy scope."""
+    return common.build_model(spec, config, runtime.strategy.scope())
 
 
-def make_dataset(spec: ModelSpec, config: BenchmarkConfig, global_batch: int) -> Any:
+def make_data(spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
     """synthetic: one fixed batch repeated; pipeline: a host tf.data pipeline (JPEG decode + augment for images)."""
     preset = spec.preset(config.preset)
+    global_batch = config.per_device_batch * runtime.replicas
     if config.data == "synthetic":
         x, y = spec.synthetic_batch(preset, global_batch, config.seed)
         return tf.data.Dataset.from_tensors((x, y)).repeat()
@@ -119,51 +95,20 @@ def make_dataset(spec: ModelSpec, config: BenchmarkConfig, global_batch: int) ->
     return dataset.batch(global_batch, drop_remainder=True).prefetch(autotune)
 
 
-class _FitWindows(keras.callbacks.Callback):
-    """Closes windows at the start of the execution that follows them, so Keras keeps async dispatch.
-
-    The loss tracker's running mean is read at the boundary: reading it waits for the previous
-    step, and two running means give the exact mean loss of the window.
-    """
-
-    async_safe = True  # our batch-end hook is the default one; only batch-begin does work
-
-    def __init__(self, clock: WindowClock, total_steps: int) -> None:
-        super().__init__()
-        self.clock = clock
-        self.total_steps = total_steps
-        self.prev = (0, 0.0)
-
-    def _running_loss(self) -> float:
-        return float(next(m for m in self.model.metrics if m.name == "loss").result())
-
-    def _close(self, steps_done: int) -> None:
-        prev_steps, prev_mean = self.prev
-        mean = self._running_loss()
-        self.prev = (steps_done, mean)
-        self.clock.close(steps_done, lambda: window_mean_from_running(prev_steps, prev_mean, steps_done, mean))
-
-    def on_train_begin(self, logs: Any = None) -> None:
-        self.clock.begin()
-
-    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        if batch > 0 and self.clock.due(batch):
-            self._close(batch)
-
-    def on_train_end(self, logs: Any = None) -> None:
-        self._close(self.total_steps)
-
-
-def train_fit(model: Any, dataset: Any, clock: WindowClock, total_steps: int) -> None:
-    """model.fit over ``total_steps`` steps with window marks, what most users run."""
-    model.fit(
-        dataset,
-        epochs=1,
-        steps_per_epoch=total_steps,
-        verbose=0,
-        shuffle=False,
-        callbacks=[_FitWindows(clock, total_steps)],
-    )
+def train(
+    model: Any,
+    optimizer: Any,
+    data: Any,
+    clock: WindowClock,
+    total_steps: int,
+    config: BenchmarkConfig,
+    runtime: Runtime,
+) -> None:
+    """fit (shared by every backend) or the TensorFlow custom loop."""
+    if config.loop == "fit":
+        common.train_fit(model, data, clock, total_steps)
+    else:
+        train_ctl(model, optimizer, data, clock, total_steps, config, runtime)
 
 
 def train_ctl(
@@ -236,16 +181,16 @@ def train_ctl(
             window_losses = []
 
 
-def xla_effective(model: Any, config: BenchmarkConfig) -> bool:
-    """fit: the model's jit_compile after compile (Keras may turn it off); ctl: what the loop compiled with."""
-    return bool(model.jit_compile) if config.loop == "fit" else config.xla
+def compiler(model: Any, config: BenchmarkConfig) -> str:
+    """fit: XLA when the model's jit_compile is still on (Keras may turn it off); ctl: what the loop compiled with."""
+    return common.compiler_of(model, config, "xla")
 
 
 def peak_memory(config: BenchmarkConfig) -> tuple[int | None, str | None]:
     """Peak device memory summed over the devices used, or the peak host RSS on CPU."""
-    if config.backend == "cpu":
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "host_rss"
-    kind = "GPU" if config.backend == "gpu" else "TPU"
+    if config.device == "cpu":
+        return common.host_peak_memory()
+    kind = "GPU" if config.device == "gpu" else "TPU"
     try:
         total = sum(tf.config.experimental.get_memory_info(f"{kind}:{i}")["peak"] for i in range(config.num_devices))
     except (ValueError, tf.errors.OpError):
@@ -267,7 +212,7 @@ def software_environment() -> dict[str, Any]:
 
 def accelerator_details(config: BenchmarkConfig) -> dict[str, Any]:
     """Product name, count and compute capability of the devices the trial runs on (GPU/TPU)."""
-    if config.backend == "gpu":
+    if config.device == "gpu":
         gpus = tf.config.list_physical_devices("GPU")
         details = tf.config.experimental.get_device_details(gpus[0]) if gpus else {}
         capability = details.get("compute_capability")
@@ -276,7 +221,7 @@ def accelerator_details(config: BenchmarkConfig) -> dict[str, Any]:
             "accelerator_count": config.num_devices,
             "compute_capability": ".".join(map(str, capability)) if capability else None,
         }
-    if config.backend == "tpu":
+    if config.device == "tpu":
         name = os.environ.get("TPU_ACCELERATOR_TYPE") or os.environ.get("ACCELERATOR_TYPE")
         return {"accelerator": f"TPU {name}" if name else None, "accelerator_count": config.num_devices}
     return {}

@@ -1,0 +1,148 @@
+"""What every Keras backend shares: the dtype policy, building and compiling for ``fit``, synthetic batches
+placed once on the device, the ``fit`` timing callback and the host's peak memory. Imported after
+``collector.bench.runtime.prepare`` has set KERAS_BACKEND."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+
+from collector.bench.measure import WindowClock, window_mean_from_running
+from collector.config import BenchmarkConfig
+from trainers.spec import ModelSpec, sparse_ce_loss
+
+POLICIES = {"fp32": "float32", "tf32": "float32", "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16"}
+
+
+@dataclass
+class Runtime:
+    """What was set up for one trial, read back from the framework rather than assumed."""
+
+    replicas: int
+    tf32_enabled: bool | None
+    matmul_precision: str | None  # the framework's own word for its float32 matmul setting
+    compute_dtype: str
+    variable_dtype: str
+    strategy: Any = None  # TensorFlow: the tf.distribute strategy; JAX: the keras.distribution, if any
+
+
+def set_policy(precision: str) -> tuple[str, str]:
+    """Set the global Keras dtype policy of a precision mode; its compute and variable dtypes, read back."""
+    keras.mixed_precision.set_global_policy(POLICIES[precision])
+    policy = keras.mixed_precision.global_policy()
+    return policy.compute_dtype, policy.variable_dtype
+
+
+def build_model(spec: ModelSpec, config: BenchmarkConfig, scope: Any = None) -> tuple[Any, Any]:
+    """Model and optimizer (inside ``scope``: a TF strategy's), seeded so every loop and backend starts from the
+    same weights; compiled for fit with ``jit_compile`` = the config's ``xla`` (XLA on TensorFlow and JAX,
+    torch.compile on torch). Keras wraps the optimizer in a LossScaleOptimizer itself under mixed_float16."""
+    with scope or contextlib.nullcontext():
+        keras.utils.set_random_seed(config.seed)
+        model = spec.build(spec.preset(config.preset))
+        optimizer = spec.optimizer(spec.learning_rate(config.learning_rate))
+        if config.loop == "fit":
+            model.compile(
+                optimizer=optimizer,
+                loss=sparse_ce_loss(),
+                jit_compile=config.xla,
+                steps_per_execution=config.steps_per_execution,
+            )
+        elif config.precision == "mixed_float16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return model, optimizer
+
+
+def loss_scaling(model: Any, optimizer: Any) -> bool:
+    """Whether the optimizer that trained scales the loss (read back, not inferred from the precision)."""
+    used = getattr(model, "optimizer", None) or optimizer
+    return isinstance(used, keras.optimizers.LossScaleOptimizer)
+
+
+def device_batches(spec: ModelSpec, config: BenchmarkConfig, global_batch: int, place: Callable[[Any], Any]) -> Any:
+    """One synthetic batch, placed on the device once by ``place`` (array -> device tensor), repeated forever:
+    what ``fit`` consumes on JAX and torch, so no step pays a host-to-device copy."""
+    preset = spec.preset(config.preset)
+    x, y = spec.synthetic_batch(preset, global_batch, config.seed)
+    batch = keras.tree.map_structure(place, (x, y))
+
+    def repeat() -> Iterator[Any]:
+        while True:
+            yield batch
+
+    return repeat()
+
+
+class FitWindows(keras.callbacks.Callback):
+    """Closes windows at the start of the execution that follows them, so Keras keeps async dispatch.
+
+    The loss tracker's running mean is read at the boundary: reading it waits for the previous step, and two
+    running means give the exact mean loss of the window. Only batch-begin does work, so the callback is
+    ``async_safe``: Keras does not add a sync per step for it (an overridden ``on_train_batch_end`` would). On
+    JAX, reading ``self.model`` syncs the trainer's state into the variables, once per window.
+    """
+
+    async_safe = True
+
+    def __init__(self, clock: WindowClock, total_steps: int) -> None:
+        super().__init__()
+        self.clock = clock
+        self.total_steps = total_steps
+        self.prev = (0, 0.0)
+
+    def _running_loss(self) -> float:
+        return float(next(m for m in self.model.metrics if m.name == "loss").result())
+
+    def _close(self, steps_done: int) -> None:
+        prev_steps, prev_mean = self.prev
+        mean = self._running_loss()
+        self.prev = (steps_done, mean)
+        self.clock.close(steps_done, lambda: window_mean_from_running(prev_steps, prev_mean, steps_done, mean))
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self.clock.begin()
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if batch > 0 and self.clock.due(batch):
+            self._close(batch)
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self._close(self.total_steps)
+
+
+def train_fit(model: Any, data: Any, clock: WindowClock, total_steps: int) -> None:
+    """model.fit over ``total_steps`` steps with window marks, what most users run."""
+    model.fit(
+        data,
+        epochs=1,
+        steps_per_epoch=total_steps,
+        verbose=0,
+        shuffle=False,
+        callbacks=[FitWindows(clock, total_steps)],
+    )
+
+
+def compiler_of(model: Any, config: BenchmarkConfig, compiled_by: str) -> str:
+    """``compiled_by`` (xla, inductor) when jit_compile is still on after training (Keras turns it off where a
+    model cannot compile), else ``none``."""
+    effective = bool(model.jit_compile) if config.loop == "fit" else config.xla
+    return compiled_by if effective else "none"
+
+
+def cudnn_text(version: int | None) -> str | None:
+    """cuDNN's integer version as text: 90800 -> '9.8.0' (cuDNN 9+), 8906 -> '8.9.6' (cuDNN 8)."""
+    if not version:
+        return None
+    if version >= 10000:
+        return f"{version // 10000}.{version % 10000 // 100}.{version % 100}"
+    return f"{version // 1000}.{version % 1000 // 100}.{version % 100}"
+
+
+def host_peak_memory() -> tuple[int, str]:
+    """The process's peak resident memory: a CPU trial's peak memory on every backend."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "host_rss"

@@ -94,15 +94,16 @@ SHORT = ("--steps", "20", "--warmup", "20", "--window", "10")
 @pytest.fixture(scope="session")
 def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Real trials: bilstm tiny XLA off/on x fp32/bf16 as 'baseline' (fp32 without XLA twice), fp32 twice as
-    'candidate', and one trial killed by a 2 s timeout (a failure the pages must show and leave out of
-    aggregates)."""
+    'candidate', one trial killed by a 2 s timeout (a failure the pages must show and leave out of
+    aggregates), and the fp32 config on the torch backend (eager), against TensorFlow's."""
     root = tmp_path_factory.mktemp("dashboard")
     results, db = root / "results", root / "store.duckdb"
     runs = [
         ("--xla", "off,on", "--precision", "fp32,mixed_bfloat16", "--trials", "1", "--label", "baseline"),
         ("--xla", "off", "--precision", "fp32", "--trials", "1", "--label", "baseline"),  # a second baseline trial
         ("--xla", "off", "--precision", "fp32", "--trials", "2", "--label", "candidate"),
-        ("--xla", "on", "--precision", "fp32", "--trials", "1", "--label", "broken", "--timeout", "2"),
+        ("--keras-backend", "torch", "--xla", "off", "--precision", "fp32", "--trials", "1", "--label", "torch"),
+        ("--xla", "on", "--precision", "fp32", "--trials", "1", "--label", "broken", "--timeout", "2"),  # the latest
     ]
     for extra in runs:
         done = stepwatch("run", "--suite", "smoke", "--models", "bilstm", *SHORT, *extra, "--out", str(results))

@@ -69,7 +69,7 @@ def test_overview_counts_series_and_shows_the_failed_trial(smoke_store: Path, mo
     at = render(smoke_store, "overview", monkeypatch)
     series = query(smoke_store, "SELECT count(*) FROM series")[0][0]
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Series"] == str(series) == "4"
+    assert metrics["Series"] == str(series) == "5"  # four TensorFlow configs and one on torch
     assert metrics["Series with failures"] == "1"  # bilstm XLA fp32: its latest run is the timed-out one
     table = at.dataframe[0].value
     failed = table[table["failures"].notna()]
@@ -148,6 +148,39 @@ def test_speedups_are_the_stores_median_ratios(smoke_store: Path, monkeypatch: p
         "xla_requested) FROM runs WHERE precision = 'mixed_bfloat16' AND status = 'ok'",
     )[0]
     assert bars["mixed_bfloat16"] == pytest.approx(on / off)
+
+
+def test_speedups_compare_each_keras_backend_with_tensorflow(
+    smoke_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = render(smoke_store, "speedups", monkeypatch)
+    backend_chart = figures(at)[2]
+    bars = {trace["name"]: values(trace["y"]) for trace in backend_chart["data"]}
+    (torch, tf) = query(
+        smoke_store,
+        "SELECT median(examples_per_sec) FILTER (WHERE keras_backend = 'torch'), median(examples_per_sec) FILTER "
+        "(WHERE keras_backend = 'tensorflow') FROM runs "
+        "WHERE precision = 'fp32' AND NOT xla_requested AND status = 'ok'",
+    )[0]
+    assert list(bars) == ["torch, jit_compile off"] and bars["torch, jit_compile off"] == [pytest.approx(torch / tf)]
+
+
+def test_compare_pairs_series_across_keras_backends(smoke_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = render(
+        smoke_store, "compare", monkeypatch, baseline="keras_backend=tensorflow", candidate="keras_backend=torch"
+    )
+    table = at.dataframe[0].value
+    both = table[(table["n candidate"] > 0) & (table["n baseline"] > 0)]
+    assert len(both) == 1 and list(both["n candidate"]) == [1] and list(both["n baseline"]) == [4]
+    assert both["series"].iloc[0].startswith("bilstm/tiny cpu eager fp32 b8 fit keras_backend=torch")
+
+
+def test_a_link_made_before_the_device_rename_still_filters(smoke_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = render(smoke_store, "overview", monkeypatch, backend="cpu")
+    assert not any("Ignored from the link" in i.value for i in at.info)
+    assert at.multiselect[0].label == "Device" and at.multiselect[0].value == ["cpu"]
+    gone = render(smoke_store, "overview", monkeypatch, backend="gpu")
+    assert any("device='gpu'" in i.value for i in gone.info)
 
 
 def test_run_page_shows_a_failed_runs_error_from_the_url(smoke_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:

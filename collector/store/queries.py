@@ -13,7 +13,7 @@ import pandas as pd
 from collector.config import FIELD_NAMES, SERIES_DIMENSIONS
 from collector.metrics import METRICS
 from collector.schema import VERSION_COLUMNS
-from collector.store.selection import ALL, Selection, SelectionError, as_fields, named
+from collector.store.selection import ALIASES, ALL, Selection, SelectionError, as_fields, named
 
 SERIES_ORDER = ", ".join(f'"{name}"' for name in SERIES_DIMENSIONS)
 # The dimensions that stay equal between the two points of a speedup (XLA on/off, a precision vs fp32).
@@ -83,6 +83,18 @@ def series_history(con: duckdb.DuckDBPyConnection, series_key: str, selection: S
 SERIES_COLUMNS = (*FIELD_NAMES, "accelerator", "unit", "suite")
 
 
+def contrast(baseline: Selection, candidate: Selection) -> tuple[str, ...]:
+    """The series dimensions the two sides select differently (``keras_backend=tensorflow`` against
+    ``keras_backend=jax``): a comparison pairs series that match on every other dimension."""
+    sides = [dict(baseline.equals), dict(candidate.equals)]
+    names = []
+    for dimension in SERIES_DIMENSIONS:
+        col = ALIASES.get(dimension, dimension)
+        if col in sides[0] and col in sides[1] and set(sides[0][col]) != set(sides[1][col]):
+            names.append(dimension)
+    return tuple(names)
+
+
 def compare_sides(
     con: duckdb.DuckDBPyConnection,
     baseline: Selection,
@@ -91,11 +103,22 @@ def compare_sides(
 ) -> pd.DataFrame:
     """Per series present on either side: ok-trial count, mean and variance of log(metric) for each side
     (what a ratio of geometric means and its Welch interval need), failed trials per side, and the
-    series' config fields. Failed trials never enter the statistics."""
+    series' config fields. Failed trials never enter the statistics. Where the sides differ in a series
+    dimension (see ``contrast``), a row pairs the series that match on the others, and shows the candidate's
+    series (its key and fields)."""
     if metric not in METRICS:
         raise SelectionError(f"{metric!r} is not a metric stepwatch compares (known: {', '.join(METRICS)})")
     where_a, params_a = baseline.where()
     where_b, params_b = candidate.where()
+    differ = contrast(baseline, candidate)
+    if differ:
+        group = ", ".join(f'"{ALIASES.get(d, d)}"' for d in SERIES_DIMENSIONS if d not in differ)
+        pick = "coalesce(any_value({0}) FILTER (WHERE side = 'candidate'), any_value({0}))"
+        fields = ", ".join(
+            pick.format(f'"{ALIASES.get(n, n)}"') + f' AS "{n}"' for n in ("series_key", *SERIES_COLUMNS)
+        )
+    else:
+        group, fields = "series_key", f"series_key, {as_fields(SERIES_COLUMNS)}"
     return _frame(
         con,
         f"""
@@ -106,7 +129,7 @@ def compare_sides(
             SELECT 'candidate' AS side, *, CASE WHEN status = 'ok' AND "{metric}" > 0 THEN ln("{metric}") END AS v
             FROM runs WHERE {where_b}
         )
-        SELECT series_key, {as_fields(SERIES_COLUMNS)},
+        SELECT {fields},
                count(v) FILTER (WHERE side = 'baseline') AS n_baseline,
                avg(v) FILTER (WHERE side = 'baseline') AS mean_log_baseline,
                var_samp(v) FILTER (WHERE side = 'baseline') AS var_log_baseline,
@@ -116,7 +139,7 @@ def compare_sides(
                var_samp(v) FILTER (WHERE side = 'candidate') AS var_log_candidate,
                count(*) FILTER (WHERE side = 'candidate' AND status <> 'ok') AS failed_candidate,
                exp(avg(v) FILTER (WHERE side = 'candidate') - avg(v) FILTER (WHERE side = 'baseline')) AS ratio
-        FROM sides GROUP BY series_key
+        FROM sides GROUP BY {group}
         ORDER BY {SERIES_ORDER}, series_key
         """,
         [*params_a, *params_b],

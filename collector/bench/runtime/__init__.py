@@ -26,9 +26,14 @@ from types import ModuleType
 
 from collector.config import BenchmarkConfig
 
-# Modules a JAX or torch trial must never import: hidden so that such a trial runs as on a host without them
-# (keras-hub imports TensorFlow whenever it is installed).
-TENSORFLOW_MODULES = ("tensorflow", "tensorflow_text", "tf_keras")
+# Each backend's top-level modules. A trial hides the other backends' (``import`` raises ImportError, as on a
+# host without them): keras-hub imports TensorFlow and TensorFlow imports JAX whenever they are installed,
+# which would load a second framework into the trial and into its peak memory.
+FRAMEWORK_MODULES = {
+    "tensorflow": ("tensorflow", "tensorflow_text", "tf_keras"),
+    "jax": ("jax", "jaxlib", "flax"),
+    "torch": ("torch", "torchvision"),
+}
 JAX_PLATFORMS = {"cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}
 
 
@@ -38,10 +43,12 @@ def prepare(config: BenchmarkConfig) -> None:
     if "keras" in sys.modules and os.environ.get("KERAS_BACKEND") != config.keras_backend:
         raise RuntimeError(f"Keras was imported before its backend was set to {config.keras_backend}")
     os.environ["KERAS_BACKEND"] = config.keras_backend
-    if config.keras_backend != "tensorflow":
-        for name in TENSORFLOW_MODULES:
+    for backend, modules in FRAMEWORK_MODULES.items():
+        if backend == config.keras_backend:
+            continue
+        for name in modules:
             if sys.modules.get(name) is None:
-                sys.modules[name] = None  # type: ignore[assignment]  # `import tensorflow` raises ImportError
+                sys.modules[name] = None  # type: ignore[assignment]  # `import name` raises ImportError
     if config.keras_backend == "jax":
         os.environ["JAX_PLATFORMS"] = JAX_PLATFORMS[config.device]
     if config.keras_backend == "torch":

@@ -1,0 +1,170 @@
+"""Every Keras backend on this CPU for real: trials on TensorFlow, JAX and torch with what ran read back,
+the same model giving the same loss on each from the same weights, combinations a backend cannot run refused
+in one line, and the parent processes free of every framework."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import REPO, SHORT, stepwatch, write_suite
+
+# (keras_backend, model, precision, xla) -> what the trial must read back.
+TRIALS = {
+    ("tensorflow", "bilstm", "fp32", False): dict(
+        compiler="none", tf32_enabled=False, matmul_precision=None, compute_dtype="float32", loss_scaling=False
+    ),
+    ("jax", "bilstm", "fp32", True): dict(
+        compiler="xla", tf32_enabled=False, matmul_precision="highest", compute_dtype="float32", loss_scaling=False
+    ),
+    ("jax", "bert", "mixed_bfloat16", True): dict(
+        compiler="xla", tf32_enabled=True, matmul_precision="default", compute_dtype="bfloat16", loss_scaling=False
+    ),
+    ("torch", "bilstm", "fp32", False): dict(
+        compiler="none", tf32_enabled=False, matmul_precision="highest", compute_dtype="float32", loss_scaling=False
+    ),
+    ("torch", "resnet50", "mixed_float16", False): dict(
+        compiler="none", tf32_enabled=True, matmul_precision="high", compute_dtype="float16", loss_scaling=True
+    ),
+}
+VERSION_OF = {"tensorflow": "tf_version", "jax": "jax_version", "torch": "torch_version"}
+
+
+@pytest.fixture(scope="module")
+def backend_rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    root = tmp_path_factory.mktemp("backends")
+    configs = "".join(
+        f'[[configs]]\nkeras_backend = "{b}"\nmodel = "{m}"\nprecision = "{p}"\nxla = {str(x).lower()}\n\n'
+        for b, m, p, x in TRIALS
+    )
+    suite = write_suite(root / "backends.toml", f'name = "backends"\n[defaults]\npreset = "tiny"\n\n{configs}')
+    done = stepwatch("run", "--suite", str(suite), *SHORT, "--out", str(root / "results"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (path,) = (root / "results").glob("*.parquet")
+    return pq.read_table(path).to_pylist()
+
+
+def test_every_backend_trains_and_records_what_really_ran(backend_rows: list[dict]) -> None:
+    assert len(backend_rows) == len(TRIALS)
+    for row in backend_rows:
+        key = (row["keras_backend"], row["model"], row["precision"], row["xla_requested"])
+        expected = TRIALS[key]
+        assert row["status"] == "ok", (key, row["error_message"])
+        assert {name: row[name] for name in expected} == expected, key
+        assert row["xla_effective"] is (row["compiler"] == "xla")
+        assert row["variable_dtype"] == "float32" and row["device"] == "cpu"
+        assert row["examples_per_sec"] > 0 and row["first_loss"] > 0 and row["peak_memory_kind"] == "host_rss"
+        # The trial imported its own framework and no other (a JAX or torch trial never loads TensorFlow, and
+        # a TensorFlow trial does not load the JAX that TensorFlow imports whenever it is installed).
+        assert json.loads(row["extras"])["frameworks_loaded"] == [row["keras_backend"]], key
+        assert row[VERSION_OF[row["keras_backend"]]], key
+        assert all(row[v] is None for b, v in VERSION_OF.items() if b != row["keras_backend"]), key
+
+
+def test_a_backend_has_its_own_series_and_tensorflow_keeps_its_key(backend_rows: list[dict]) -> None:
+    from collector.config import BenchmarkConfig
+
+    by_backend = {(r["keras_backend"], r["model"], r["precision"]): r for r in backend_rows}
+    tf = by_backend["tensorflow", "bilstm", "fp32"]
+    torch = by_backend["torch", "bilstm", "fp32"]
+    assert tf["config_key"] == BenchmarkConfig(model="bilstm").key  # the key TensorFlow rows always had
+    assert torch["config_key"] != tf["config_key"]
+    assert "keras_backend=torch" in BenchmarkConfig(model="bilstm", keras_backend="torch").label()
+
+
+PARITY = textwrap.dedent(
+    """
+    import json, os, sys
+    os.environ["KERAS_BACKEND"] = sys.argv[1]
+    from collector.bench import runtime
+    from collector.config import BenchmarkConfig
+    runtime.prepare(BenchmarkConfig(model="bert", keras_backend=sys.argv[1]))
+    import keras
+    from trainers import get_model
+    from trainers.spec import sparse_ce_loss
+
+    weights, losses = sys.argv[2], {}
+    for name in ("bert", "transformer", "resnet50", "bilstm"):
+        spec = get_model(name)
+        keras.utils.set_random_seed(0)
+        model = spec.build(spec.preset("tiny"))
+        path = f"{weights}/{name}.weights.h5"
+        if sys.argv[1] == "tensorflow":
+            model.save_weights(path)
+        else:
+            model.load_weights(path)
+        x, y = spec.synthetic_batch(spec.preset("tiny"), 8, 0)
+        losses[name] = float(sparse_ce_loss()(y, model(x, training=False)))
+    print(json.dumps(losses))
+    """
+)
+
+
+def test_the_same_weights_give_the_same_first_loss_on_every_backend(tmp_path: Path) -> None:
+    """Keras' initializers draw from each backend's own generator, so one seed gives different weights per
+    backend; from the same weights (saved on TensorFlow, loaded on the others) each model's loss on the
+    synthetic batch agrees: the four trainers are the same model on every backend."""
+    losses = {}
+    for backend in ("tensorflow", "jax", "torch"):
+        done = subprocess.run(
+            [sys.executable, "-c", PARITY, backend, str(tmp_path)], cwd=REPO, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        losses[backend] = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, reference in losses["tensorflow"].items():
+        for backend in ("jax", "torch"):
+            assert losses[backend][name] == pytest.approx(reference, rel=1e-4), (name, backend)
+
+
+@pytest.mark.parametrize(
+    ("flags", "why"),
+    [
+        (("--keras-backend", "torch", "--loop", "ctl"), "loop 'ctl' is a TensorFlow custom loop"),
+        (("--keras-backend", "jax", "--data", "pipeline"), "data 'pipeline' is a tf.data host pipeline"),
+        (
+            ("--keras-backend", "torch", "--device", "gpu", "--devices", "2", "--strategy", "mirrored"),
+            "keras_backend torch runs one CPU or GPU",
+        ),
+        (
+            (
+                "--keras-backend",
+                "mxnet",
+            ),
+            "mxnet",
+        ),
+    ],
+)
+def test_what_a_backend_cannot_run_is_refused_in_one_line(flags: tuple[str, ...], why: str) -> None:
+    done = stepwatch("run", "--suite", "smoke", "--models", "bilstm", *flags, "--dry-run")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and why in lines[0], done.stderr
+
+
+def test_the_former_backend_flag_still_sets_the_device() -> None:
+    done = stepwatch("run", "--suite", "smoke", "--models", "bilstm", "--backend", "cpu", "--xla", "off", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "bilstm/tiny cpu noxla" in done.stdout
+
+
+def test_the_parent_store_analysis_and_dashboard_import_no_framework() -> None:
+    probe = textwrap.dedent(
+        """
+        import sys
+        import collector.cli, collector.bench.runner, collector.bench.upgrade, collector.bench.runtime
+        import collector.store.ingest, collector.store.queries, collector.analysis.report, collector.analysis.alerts
+        import dashboard.data, dashboard.charts
+        from collector.cli import build_parser
+        build_parser()
+        print(sorted(m for m in ("tensorflow", "jax", "torch", "keras", "keras_hub") if m in sys.modules))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -31,7 +31,8 @@ def losses_of(loop: str, model_name: str) -> tuple[list[float], list[np.ndarray]
     return [m.loss for m in clock.marks], initial
 
 
-@pytest.mark.parametrize("model_name", ["resnet50", "bert"])
+# BERT through both loops takes about 25 s here: opt-in (--run-large); ResNet-50 runs by default.
+@pytest.mark.parametrize("model_name", ["resnet50", pytest.param("bert", marks=pytest.mark.large)])
 def test_fit_and_ctl_train_the_same_thing(model_name: str) -> None:
     fit_losses, fit_weights = losses_of("fit", model_name)
     ctl_losses, ctl_weights = losses_of("ctl", model_name)

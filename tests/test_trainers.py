@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+import keras_hub
 import numpy as np
 import pytest
 
@@ -64,7 +65,7 @@ def test_tiny_resnet_is_the_same_bottleneck_code_as_keras_resnet50() -> None:
 def test_bert_flops_match_6n_plus_attention_rule() -> None:
     size = bert.PRESETS["base-128"]
     model = bert.build(size)
-    backbone = model.backbone
+    (backbone,) = [layer for layer in model.layers if isinstance(layer, keras_hub.models.BertBackbone)]
     embedding_params = sum(
         int(np.prod(w.shape)) for w in backbone.weights if "embedding" in w.path and "layer_norm" not in w.path
     )

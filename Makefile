@@ -19,9 +19,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-$(BACKENDS_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[jax]' '$(TORCH)'
-	touch $(BACKENDS_STAMP)
+# The test setup installs everything in one pip run (one dependency resolution).
+$(BACKENDS_STAMP): pyproject.toml
+	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,jax]' '$(TORCH)'
+	touch $(STAMP) $(BACKENDS_STAMP)
 
 setup: $(STAMP)
 

@@ -103,7 +103,12 @@ def _closed_port() -> int:
 
 
 def test_unreachable_storage_is_retried_then_one_error_and_local_results_are_kept(tmp_path: Path) -> None:
-    env = {**CREDENTIALS, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{_closed_port()}", "STEPWATCH_STORAGE_ATTEMPTS": "3"}
+    env = {
+        **CREDENTIALS,
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{_closed_port()}",
+        "STEPWATCH_STORAGE_ATTEMPTS": "3",
+        "STEPWATCH_STORAGE_BACKOFF_S": "0.2",
+    }
     uri = "s3://nowhere/results"
     start = time.monotonic()
     run = stepwatch(

@@ -61,7 +61,7 @@ def test_the_compiler_is_read_from_the_models_jit_compile(xla: bool) -> None:
     assert tfruntime.compiler(model, config) == ("xla" if xla else "none")
 
 
-@pytest.mark.parametrize("loop", ["fit", "ctl"])
+@pytest.mark.parametrize("loop", ["fit", pytest.param("ctl", marks=pytest.mark.large)])
 def test_windows_close_on_execution_boundaries_with_a_pipeline(loop: str) -> None:
     config = BenchmarkConfig(
         model="resnet50", loop=loop, data="pipeline", steps_per_execution=5, window_steps=10, warmup_steps=20, steps=20

@@ -12,6 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from collector.metrics import METRICS
+
 SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, which never mix with real ones
 
 # 1: first release. 2: adds series_key (config_key + accelerator product), computed once here for every tool.
@@ -295,3 +297,51 @@ def conform(table: pa.Table) -> pa.Table:
         extras = [_merge_extras(current, extra) for current, extra in zip(out.column("extras").to_pylist(), extra_rows)]
         out = out.set_column(SCHEMA.get_field_index("extras"), "extras", pa.array(extras, _STR))
     return out
+
+
+# What an "ok" row must hold: these throughput, step-time and duration columns positive and finite (a null is
+# allowed where the measurement does not exist, except in the first), every judged metric finite.
+POSITIVE_WHEN_OK = (
+    "examples_per_sec",
+    "wall_s",
+    "examples_per_sec_per_device",
+    "units_per_sec",
+    "step_time_mean_s",
+    "step_time_p10_s",
+    "step_time_p50_s",
+    "step_time_p90_s",
+    "compile_s",
+    "startup_s",
+)
+PRESENT_WHEN_OK = POSITIVE_WHEN_OK[:1]
+# Two rows with one run_id are the same measurement when these agree; anything else about a run (extras, derived
+# and environment columns) may be filled differently by a migration and is not compared.
+IDENTITY_COLUMNS = (
+    "suite_run_id", "config_key", "trial", "label", "status", "started_at", "finished_at", "wall_s",
+    "examples_per_sec", "step_time_p50_s", "first_loss", "final_loss", "peak_memory_bytes",
+)  # fmt: skip
+
+
+def hostile_values(table: pa.Table) -> list[str | None]:
+    """Per row of a conformed table: why its values cannot be a measurement (an ok row with a non-finite, zero,
+    negative or missing throughput, step time or duration, or a non-finite metric), or None."""
+    ok = pc.fill_null(pc.equal(table.column("status"), "ok"), False)
+    judged = [m for m in METRICS if pa.types.is_floating(SCHEMA.field(m).type)]
+    bad_any = pa.array(np.zeros(table.num_rows, dtype=bool))
+    checks = {}
+    for name in dict.fromkeys((*POSITIVE_WHEN_OK, *judged)):
+        values = table.column(name)
+        bad = pc.invert(pc.fill_null(pc.is_finite(values), True))
+        if name in POSITIVE_WHEN_OK:
+            bad = pc.or_(bad, pc.fill_null(pc.less_equal(values, 0), False))
+        if name in PRESENT_WHEN_OK:
+            bad = pc.or_(bad, pc.is_null(values))
+        checks[name] = pc.and_(ok, bad)
+        bad_any = pc.or_(bad_any, checks[name])
+    reasons: list[str | None] = [None] * table.num_rows
+    for i in np.flatnonzero(bad_any.to_numpy(zero_copy_only=False)):
+        found = [name for name, bad in checks.items() if bad[i].as_py()]
+        reasons[i] = "; ".join(f"{name} is {table.column(name)[i].as_py()!r}" for name in found).replace(
+            "is None", "is missing"
+        )
+    return reasons

@@ -84,6 +84,60 @@ def test_bad_files_are_quarantined_with_a_reason_and_the_good_ones_land(tmp_path
     assert len(quarantine_lines) == 4
 
 
+def test_hostile_values_are_quarantined_with_their_reason_and_the_rest_lands(tmp_path: Path) -> None:
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    rows = result_rows(6, "h")
+    rows[1]["examples_per_sec"] = float("nan")
+    rows[2]["step_time_p50_s"] = 0.0
+    rows[3]["wall_s"] = -4.0
+    rows[4]["examples_per_sec"] = float("inf")
+    rows[5].update(status="timeout", examples_per_sec=None)  # a failure without a throughput is a real row
+    write_results(results / "mixed.parquet", rows)
+
+    done = stepwatch("ingest", str(results), "--db", str(db))
+
+    assert done.returncode == 4, done.stderr
+    assert "quarantined" in done.stderr and "4 row(s) with values that cannot be a measurement" in done.stderr
+    stored = duckdb.connect(str(db), read_only=True).execute("SELECT run_id FROM runs ORDER BY 1").fetchall()
+    assert [r[0] for r in stored] == ["h-0", "h-5"]
+    kept = pq.read_table(results / "quarantine" / "mixed.rows.parquet")
+    assert kept.column("run_id").to_pylist() == ["h-1", "h-2", "h-3", "h-4"]
+    reasons = (results / "quarantine" / "mixed.rows.parquet.reason").read_text().splitlines()
+    assert reasons == [
+        "run h-1: examples_per_sec is nan",
+        "run h-2: step_time_p50_s is 0.0",
+        "run h-3: wall_s is -4.0",
+        "run h-4: examples_per_sec is inf",
+    ]
+    assert (results / "mixed.parquet").exists()  # the file itself stays where it was
+
+
+def test_a_run_id_stored_with_other_content_is_a_conflict_and_the_store_is_unchanged(tmp_path: Path) -> None:
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    write_results(results / "a.parquet", result_rows(3, "c"))
+    assert stepwatch("ingest", str(results), "--db", str(db)).returncode == 0
+    before = duckdb.connect(str(db), read_only=True).execute("SELECT * FROM runs ORDER BY run_id").fetchall()
+
+    forged = result_rows(3, "c")
+    forged[1]["examples_per_sec"] = 9999.0  # the same run, another number
+    write_results(results / "b.parquet", forged + result_rows(1, "new"))
+    for _ in range(2):  # reported on every ingest until it is resolved, never dropped quietly
+        done = stepwatch("ingest", str(results), "--db", str(db))
+        assert done.returncode == 4, done.stderr
+        assert "conflict: run_id c-1 is already in the store with a different examples_per_sec" in done.stderr
+        after = duckdb.connect(str(db), read_only=True).execute("SELECT * FROM runs ORDER BY run_id").fetchall()
+        assert after == before
+
+    # Two new files that disagree about one run: both refused.
+    fresh = tmp_path / "fresh"
+    write_results(fresh / "x.parquet", result_rows(1, "d"))
+    write_results(fresh / "y.parquet", result_rows(1, "d", label="other"))
+    report = ingest([str(fresh)], tmp_path / "t.duckdb")
+    assert sorted(uri.rsplit("/", 1)[-1] for uri, _ in report.refused) == ["x.parquet", "y.parquet"]
+    assert all("with a different label" in why for _, why in report.refused)
+    assert report.rows_added == 0
+
+
 def test_older_schema_is_migrated_and_unknown_columns_go_to_extras(tmp_path: Path) -> None:
     rows = result_rows(2, "old")
     # A version 1 file: no series_key, no Keras backend columns, the device under its former name.
@@ -171,6 +225,12 @@ def test_a_store_written_before_keras_backends_is_upgraded_by_the_next_ingest(tm
         backends = con.execute("SELECT DISTINCT keras_backend FROM latest_runs").fetchall()
     assert after == before and len(after) == 4
     assert "backend" not in columns and backends == [("tensorflow",)]
+    # The results file those runs came from, rewritten (other bytes, so it is read) and ingested again into the
+    # upgraded store: the same runs, no conflict.
+    table = pq.read_table(FIXTURES / "results-schema-v2.parquet")
+    pq.write_table(table, tmp_path / "empty" / "again.parquet", compression="gzip")
+    again = ingest([str(tmp_path / "empty")], db)
+    assert (again.rows_read, again.rows_added, again.refused, again.quarantined) == (4, 0, [], [])
 
 
 @pytest.fixture(scope="module")

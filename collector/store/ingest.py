@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from collector.schema import SYNTHETIC_SOURCE, SchemaError, conform
+from collector.schema import IDENTITY_COLUMNS, SYNTHETIC_SOURCE, SchemaError, conform, hostile_values
 from collector.store import objectstore
 from collector.store.database import (
     DERIVED,
@@ -86,12 +86,40 @@ class _Batch:
         self.rows += table.num_rows
 
 
-def _insert(con: duckdb.DuckDBPyConnection, batch: _Batch, now: datetime) -> int:
-    """Insert the batch's rows whose run_id the store has not seen; returns how many were added."""
+def _conflicts(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """Files of ``staged`` holding a run_id that the store, or another file of the batch, holds with different
+    content (IDENTITY_COLUMNS): {uri: why}. The same rows again (a copy, a resumed file) are no conflict."""
+    differs = " OR ".join(f'a."{c}" IS DISTINCT FROM b."{c}"' for c in IDENTITY_COLUMNS)
+    named = ", ".join(f'CASE WHEN a."{c}" IS DISTINCT FROM b."{c}" THEN \'{c}\' END' for c in IDENTITY_COLUMNS)
+    found = con.execute(
+        f"SELECT a.source_uri, a.run_id, 'the store', [{named}] FROM staged a JOIN runs b USING (run_id) "
+        f"WHERE {differs} UNION ALL "
+        f"SELECT a.source_uri, a.run_id, b.source_uri, [{named}] FROM staged a JOIN staged b USING (run_id) "
+        f"WHERE a.source_uri <> b.source_uri AND ({differs}) ORDER BY 1, 2"
+    ).fetchall()
+    out: dict[str, str] = {}
+    for uri, run_id, where, columns in found:
+        differing = ", ".join(c for c in columns if c)
+        out.setdefault(uri, f"run_id {run_id} is already in {where} with a different {differing}")
+    return out
+
+
+def _insert(con: duckdb.DuckDBPyConnection, batch: _Batch, now: datetime, report: IngestReport) -> int:
+    """Insert the batch's rows whose run_id the store has not seen; returns how many were added. A file with a
+    run_id the store (or another file) holds with different content is refused whole, and says so."""
     added = 0
     if batch.tables:
         staged = pa.concat_tables(batch.tables)
         con.register("staged", staged)
+        conflicts = _conflicts(con)
+        for uri, why in conflicts.items():
+            report.refused.append((uri, f"conflict: {why}; nothing of it was stored"))
+            report.files_ingested -= 1
+        batch.manifest = [entry for entry in batch.manifest if entry["uri"] not in conflicts]
+        if conflicts:
+            con.unregister("staged")
+            keep = pc.invert(pc.is_in(staged.column("source_uri"), pa.array(list(conflicts), pa.string())))
+            con.register("staged", staged.filter(keep))
         con.execute(
             "CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM staged s "
             "WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = s.run_id) "
@@ -132,20 +160,33 @@ def _cluster(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("INSERT OR REPLACE INTO store_meta VALUES ('sorted_rows', ?)", [str(total)])
 
 
-def _read(loc: objectstore.Location, entry: objectstore.Entry) -> tuple[bytes, pa.Table | str]:
-    """The file's bytes and its conformed table, or the reason it cannot be ingested."""
+@dataclass
+class _Read:
+    data: bytes
+    table: pa.Table | str  # the conformed rows that can be stored, or why the file cannot be ingested
+    hostile: pa.Table | None = None  # rows whose values cannot be a measurement
+    reasons: list[str] = field(default_factory=list)  # why, per hostile row
+
+
+def _read(loc: objectstore.Location, entry: objectstore.Entry) -> _Read:
+    """The file's bytes and its conformed table (rows with hostile values apart), or why it cannot be ingested."""
     data = objectstore.read_bytes(loc, entry.path)
     try:
         table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
     except (pa.ArrowException, OSError) as error:
-        return data, f"not a readable parquet file ({' '.join(str(error).split())[:200]})"
+        return _Read(data, f"not a readable parquet file ({' '.join(str(error).split())[:200]})")
     try:
-        return data, conform(table)
+        table = conform(table)
     except SchemaError as error:
-        return data, str(error)
+        return _Read(data, str(error))
+    reasons = hostile_values(table)
+    if not any(reasons):
+        return _Read(data, table)
+    bad = pa.array([r is not None for r in reasons])
+    return _Read(data, table.filter(pc.invert(bad)), table.filter(bad), [r for r in reasons if r is not None])
 
 
-def _read_ahead(todo: list[tuple[objectstore.Location, objectstore.Entry]]) -> Iterator[tuple[bytes, pa.Table | str]]:
+def _read_ahead(todo: list[tuple[objectstore.Location, objectstore.Entry]]) -> Iterator[_Read]:
     """``_read`` of each file in order, a few files ahead on worker threads (parquet decoding frees the GIL)."""
     with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
         for start in range(0, len(todo), READ_AHEAD):
@@ -204,7 +245,8 @@ def _write(
         now = datetime.now(UTC)
         ensure_schema(con, kind)
         batch = _Batch()
-        for (loc, entry), (data, table) in zip(todo, _read_ahead(todo)):
+        for (loc, entry), read in zip(todo, _read_ahead(todo)):
+            data, table = read.data, read.table
             digest = hashlib.sha256(data).hexdigest()
             manifest = {"uri": entry.uri, "size": entry.size, "mtime_ns": entry.mtime_ns, "digest": digest}
             if digest in digests:
@@ -223,6 +265,11 @@ def _write(
                 report.refused.append((entry.uri, f"holds {why}, which does not belong in a {kind} store"))
                 on_file(entry.uri, "refused")
                 continue
+            if read.hostile is not None:
+                moved = objectstore.quarantine_rows(loc, entry, read.hostile, read.reasons)
+                rows = f"{read.hostile.num_rows} row(s) with values that cannot be a measurement"
+                report.quarantined.append((entry.uri, f"{rows} ({read.reasons[0]}; the rest ingested)", moved))
+                on_file(entry.uri, "quarantined rows")
             digests.add(digest)
             batch.add(table, entry.uri)
             batch.manifest.append({**manifest, "rows_read": table.num_rows})
@@ -230,9 +277,9 @@ def _write(
             report.rows_read += table.num_rows
             on_file(entry.uri, "read")
             if batch.rows >= BATCH_ROWS:
-                report.rows_added += _insert(con, batch, now)
+                report.rows_added += _insert(con, batch, now, report)
                 batch = _Batch()
-        report.rows_added += _insert(con, batch, now)
+        report.rows_added += _insert(con, batch, now, report)
         _cluster(con)
         for statement in DERIVED:
             con.execute(statement)

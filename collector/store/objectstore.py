@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 REMOTE_SCHEMES = ("s3://", "gs://")
 QUARANTINE = "quarantine"
@@ -144,6 +146,25 @@ def quarantine(loc: Location, entry: Entry, reason: str) -> str:
         loc.fs.move(entry.path, target)
 
     with_retries(move, f"moving {entry.uri} to quarantine")
+    return loc.uri_of(target)
+
+
+def quarantine_rows(loc: Location, entry: Entry, rows: pa.Table, reasons: list[str]) -> str:
+    """Write the rows of a file that cannot be stored to quarantine/ beside it (``<name>.rows.parquet``, with a
+    .reason file naming each run and why); the file itself stays where it is. Returns where."""
+    name = entry.path.rsplit("/", 1)[-1].removesuffix(".parquet")
+    folder = loc.child(QUARANTINE)
+    target = f"{folder}/{name}.rows.parquet"
+    why = "".join(f"run {run_id}: {reason}\n" for run_id, reason in zip(rows.column("run_id").to_pylist(), reasons))
+
+    def write() -> None:
+        loc.fs.create_dir(folder, recursive=True)
+        with loc.fs.open_output_stream(f"{target}.reason") as out:
+            out.write(why.encode())
+        with loc.fs.open_output_stream(target) as out:
+            pq.write_table(rows, out)
+
+    with_retries(write, f"writing quarantined rows of {entry.uri}")
     return loc.uri_of(target)
 
 

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 from collector.analysis import changepoints, stats
 from collector.analysis.stats import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, Side
@@ -63,6 +64,40 @@ def test_interval_covers_the_true_ratio_about_95_percent_of_the_time():
         result = stats.welch_ratio(Side.of(trials(rng, 5, 0.03)), Side.of(trials(rng, 7, 0.05, level=950.0)))
         covered += result.ci_low <= 0.95 <= result.ci_high
     assert 0.92 <= covered / 400 <= 0.98
+
+
+def simulated_detectable_change(n: int, noise: float, power: float = stats.POWER) -> float:
+    """The change that a Welch test at alpha 0.05 finds in ``power`` of simulated comparisons of ``n`` trials a
+    side with log-normal noise, found by bisection on common random draws."""
+    rng = np.random.default_rng(7)
+    base, cand = noise * rng.standard_normal((2, 4000, n))
+    se = np.sqrt(base.var(axis=1, ddof=1) / n + cand.var(axis=1, ddof=1) / n)
+
+    def found(change: float) -> float:
+        diff = cand.mean(axis=1) + math.log1p(change) - base.mean(axis=1)
+        df = se**4 / ((base.var(axis=1, ddof=1) / n) ** 2 / (n - 1) + (cand.var(axis=1, ddof=1) / n) ** 2 / (n - 1))
+        p = 2 * scipy_stats.t.sf(np.abs(diff) / se, df)
+        return float((p < stats.ALPHA).mean())
+
+    low, high = 0.0, 1.0
+    for _ in range(40):
+        mid = (low + high) / 2
+        low, high = (mid, high) if found(mid) < power else (low, mid)
+    return high
+
+
+@pytest.mark.parametrize(("n", "noise"), [(3, 0.05), (5, 0.05), (10, 0.02), (4, 0.10)])
+def test_the_minimum_detectable_effect_matches_a_simulation_within_20_percent(n: int, noise: float):
+    side = Side(n, 0.0, noise**2)
+    formula = stats.detectable_change(side, side)
+    assert formula == pytest.approx(simulated_detectable_change(n, noise), rel=0.2)
+    # More trials: the change becomes detectable at the trials per side the function names, not one fewer.
+    needed = stats.trials_to_detect(side, side, 0.03)
+    at = Side(needed, 0.0, noise**2)
+    assert stats.detectable_change(at, at) <= 0.03 * 1.001
+    if needed > 2:
+        fewer = Side(needed - 1, 0.0, noise**2)
+        assert stats.detectable_change(fewer, fewer) > 0.03 or needed > 20  # exact below 20, a few % over above
 
 
 def test_constant_sides_are_exact_and_one_trial_is_inconclusive():

@@ -64,6 +64,14 @@ def test_json_report_has_a_verdict_per_series_and_exit_code_1_on_regression(db: 
     assert verdicts["CPU A"]["ci_low"] < verdicts["CPU A"]["ratio"] < verdicts["CPU A"]["ci_high"] < 0.97
     assert verdicts["CPU B"]["verdict"] == "no change"
     assert verdicts["CPU C"]["verdict"] == "inconclusive"
+    # The smallest change C could have called, and the trials that would call 3%, from its own noise.
+    c = verdicts["CPU C"]
+    assert c["detectable_change"] > 0.03 and c["trials_per_side_for_threshold"] > 3
+    assert c["resolution"] == (
+        f"this run can see changes of {c['detectable_change']:.1%} or more; about "
+        f"{c['trials_per_side_for_threshold']} trials per side would see 3%"
+    )
+    assert verdicts["CPU A"]["detectable_change"] < 0.1  # 5 trials at 2% noise see its 10% step
     assert verdicts["CPU D"]["verdict"] == "missing" and verdicts["CPU D"]["n_candidate"] == 0
     assert verdicts["CPU E"]["verdict"] == "failed" and verdicts["CPU E"]["failed_candidate"] == 3
     assert report["summaries"]["examples_per_sec"]["series"] == 3  # A, B, C: on both sides with ok trials
@@ -96,6 +104,9 @@ def test_exit_codes_follow_the_verdicts(db: Path, narrow: str, extra: tuple[str,
     done = compare(db, *extra, baseline=f"tf_version=2.20.0,{narrow}", candidate=f"tf_version=2.21.0,{narrow}")
     assert done.returncode == code, done.stdout + done.stderr
     assert f"verdict: 1 {verdict}" in done.stdout
+    if verdict == "inconclusive":
+        line = "inconclusive: bilstm/tiny cpu noxla fp32 b8 fit on CPU C examples_per_sec: this run can see changes"
+        assert line in done.stdout
 
 
 def test_a_series_threshold_override_changes_the_verdict(db: Path, tmp_path: Path) -> None:

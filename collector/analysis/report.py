@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from collector.analysis import stats
 from collector.analysis.comparison import FAILED, Comparison, Row, plain
 from collector.analysis.stats import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
 from collector.config import config_from_row, repro_flags
@@ -55,7 +56,29 @@ def row_cells(row: Row) -> dict[str, str]:
         + (f" ({row.failed_baseline}/{row.failed_candidate} failed)" if failed else ""),
         "q": "" if math.isnan(r.q_value) else f"{r.q_value:.3g}",
         "threshold": f"±{r.threshold:.0%}",
+        "can see": can_see(r),
     }
+
+
+def can_see(r: stats.Verdict) -> str:
+    """'≥9.0% (14/side for ±3%)': the minimum detectable effect, and the trials per side that would detect the
+    threshold when this comparison cannot."""
+    if math.isnan(r.detectable):
+        return "n/a (n < 2)"
+    more = f" ({r.trials_needed}/side for ±{r.threshold:.0%})" if r.detectable > r.threshold else ""
+    return f"≥{r.detectable:.1%}{more}"
+
+
+def resolution(r: stats.Verdict) -> str:
+    """The same in words: 'this run can see changes of 9.0% or more; about 14 trials per side would see 3%'."""
+    if math.isnan(r.detectable):
+        return "fewer than 2 trials on a side: this run cannot tell noise from a change; run at least 2 per side"
+    if r.detectable <= r.threshold:
+        return f"this run can see changes of {r.detectable:.1%} or more (its threshold is {r.threshold:.0%})"
+    return (
+        f"this run can see changes of {r.detectable:.1%} or more; about {r.trials_needed} trials per side "
+        f"would see {r.threshold:.0%}"
+    )
 
 
 def summary_text(comparison: Comparison, metric: Metric) -> str | None:
@@ -107,13 +130,17 @@ def to_markdown(comparison: Comparison, title: str = "stepwatch comparison", pre
             lines.append(f"**{metric.label}**: {text}")
     lines += [
         "",
-        "| | series | metric | change | 95% CI | n (base/cand) | q | threshold |",
-        "|---|---|---|---|---|---|---|---|",
+        "| | series | metric | change | 95% CI | n (base/cand) | q | threshold | can see |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in comparison.ordered():
         cells = row_cells(row)
         cells["verdict"] = f"{MARKS[row.verdict]} {row.verdict}"
         lines.append("| " + " | ".join(cells.values()) + " |")
+    inconclusive = comparison.by_verdict(INCONCLUSIVE)
+    if inconclusive:
+        lines += ["", "Inconclusive:", ""]
+        lines += [f"- {series_label(r.series)} {r.metric.name}: {resolution(r.result)}" for r in inconclusive]
     for side in ("baseline", "candidate"):
         only = comparison.only_on(side)
         if only:
@@ -122,7 +149,9 @@ def to_markdown(comparison: Comparison, title: str = "stepwatch comparison", pre
         "",
         "Ratio of geometric means (candidate / baseline) with a 95% Welch interval on log values; q is the "
         "Benjamini-Hochberg adjusted p-value across the table. A regression or improvement is significant "
-        "(q < 0.05) and beyond the threshold; no change means the whole interval is within the threshold.",
+        "(q < 0.05) and beyond the threshold; no change means the whole interval is within the threshold. "
+        '"can see" is the minimum detectable effect: the change this many trials with this much noise find '
+        "80% of the time, and, where that exceeds the threshold, the trials per side that would see the threshold.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -164,6 +193,9 @@ def to_json(comparison: Comparison) -> str:
             "p_value": plain(row.result.p_value),
             "q_value": plain(row.result.q_value),
             "threshold": row.result.threshold,
+            "detectable_change": plain(row.result.detectable),
+            "trials_per_side_for_threshold": row.result.trials_needed,
+            "resolution": resolution(row.result),
             "n_baseline": row.result.baseline.n,
             "n_candidate": row.result.candidate.n,
             "failed_baseline": row.failed_baseline,
@@ -204,7 +236,7 @@ def _stdout() -> Console:
 
 def comparison_table(comparison: Comparison) -> Table:
     table = Table(title=f"{escape(comparison.baseline.describe())}  ->  {escape(comparison.candidate.describe())}")
-    for name in ("verdict", "series", "metric", "change", "95% CI", "n", "q", "threshold"):
+    for name in ("verdict", "series", "metric", "change", "95% CI", "n", "q", "threshold", "can see"):
         table.add_column(name, justify="left" if name in ("verdict", "series", "metric") else "right")
     for row in comparison.ordered():
         cells = row_cells(row)
@@ -228,6 +260,8 @@ def show_comparison(
         return
     stdout = _stdout()
     stdout.print(comparison_table(comparison))
+    for row in comparison.by_verdict(INCONCLUSIVE):
+        stdout.print(f"inconclusive: {escape(series_label(row.series))} {row.metric.name}: {resolution(row.result)}")
     for metric in comparison.metrics:
         text = summary_text(comparison, metric)
         if text:

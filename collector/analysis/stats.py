@@ -24,6 +24,8 @@ REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE, MISSING = (
 )
 ALPHA = 0.05
 CONFIDENCE = 0.95
+POWER = 0.8  # the minimum detectable effect is the change a comparison finds 80% of the time
+MAX_TRIALS = 10_000
 
 
 @dataclass(frozen=True)
@@ -60,14 +62,54 @@ def welch_ratio(baseline: Side, candidate: Side, confidence: float = CONFIDENCE)
         ratio = math.exp(candidate.mean_log - baseline.mean_log) if baseline.n and candidate.n else math.nan
         return Ratio(ratio, math.nan, math.nan, math.nan)
     diff = candidate.mean_log - baseline.mean_log
-    qa, qb = baseline.var_log / baseline.n, candidate.var_log / candidate.n
-    se = math.sqrt(qa + qb)
+    se, df = _welch_se_df(baseline, candidate)
     if se == 0:  # both sides constant (e.g. memory): the difference is exact
         return Ratio(math.exp(diff), math.exp(diff), math.exp(diff), 1.0 if diff == 0 else 0.0)
-    df = (qa + qb) ** 2 / ((qa**2 / (baseline.n - 1) if qa else 0.0) + (qb**2 / (candidate.n - 1) if qb else 0.0))
     half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
     p = float(2 * stats.t.sf(abs(diff) / se, df))
     return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p)
+
+
+def _welch_se_df(baseline: Side, candidate: Side) -> tuple[float, float]:
+    qa, qb = baseline.var_log / baseline.n, candidate.var_log / candidate.n
+    if qa + qb == 0:
+        return 0.0, math.inf
+    df = (qa + qb) ** 2 / ((qa**2 / (baseline.n - 1) if qa else 0.0) + (qb**2 / (candidate.n - 1) if qb else 0.0))
+    return math.sqrt(qa + qb), df
+
+
+def _z(se: float, df: float, alpha: float, power: float) -> float:
+    """How many standard errors a change must be for a two-sided Welch test at ``alpha`` to find it with
+    probability ``power`` (the usual t approximation of the noncentral t)."""
+    return float(stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se
+
+
+def detectable_change(baseline: Side, candidate: Side, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The minimum detectable effect: the smallest relative change (0.09 = 9%) that a comparison with these
+    trial counts and this observed noise finds with probability ``power`` at ``alpha``; NaN with fewer than two
+    trials a side. (Per series: the Benjamini-Hochberg correction across a table makes it somewhat larger.)"""
+    if baseline.n < 2 or candidate.n < 2 or math.isnan(baseline.var_log) or math.isnan(candidate.var_log):
+        return math.nan
+    se, df = _welch_se_df(baseline, candidate)
+    return math.expm1(_z(se, df, alpha, power)) if se else 0.0
+
+
+def trials_to_detect(
+    baseline: Side, candidate: Side, change: float, alpha: float = ALPHA, power: float = POWER
+) -> int | None:
+    """Trials per side (the same on both) for ``change`` to be detectable with the noise observed on the two
+    sides (their mean variance); None when the noise is unknown, ``MAX_TRIALS`` when out of reach."""
+    variances = [s.var_log for s in (baseline, candidate) if s.n >= 2 and not math.isnan(s.var_log)]
+    if not variances:
+        return None
+    var = sum(variances) / len(variances)
+    band = math.log1p(change)
+    if var == 0:
+        return 2
+    n = 2
+    while n < MAX_TRIALS and _z(math.sqrt(2 * var / n), 2 * n - 2, alpha, power) > band:
+        n = max(n + 1, int(n * 1.05))  # exact near small n, a few percent too many at most far out
+    return min(n, MAX_TRIALS)
 
 
 def benjamini_hochberg(p_values: Sequence[float]) -> np.ndarray:
@@ -113,6 +155,8 @@ class Verdict:
     p_value: float
     q_value: float
     verdict: str
+    detectable: float  # the minimum detectable effect at these n and this noise (see detectable_change)
+    trials_needed: int | None  # trials per side for the threshold to be detectable
 
 
 def compare(
@@ -124,7 +168,10 @@ def compare(
     out = []
     for (a, b), r, q, threshold, higher in zip(pairs, ratios, q_values, thresholds, higher_is_better):
         call = verdict(r, float(q), threshold, higher)
-        out.append(Verdict(a, b, threshold, higher, r.ratio, r.ci_low, r.ci_high, r.p_value, float(q), call))
+        mde, needed = detectable_change(a, b), trials_to_detect(a, b, threshold)
+        out.append(
+            Verdict(a, b, threshold, higher, r.ratio, r.ci_low, r.ci_high, r.p_value, float(q), call, mde, needed)
+        )
     return out
 
 

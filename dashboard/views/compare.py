@@ -4,7 +4,8 @@ import pandas as pd
 import streamlit as st
 
 from collector import metrics
-from collector.analysis.report import headline, repro_command, row_cells, series_label, summary_text
+from collector.analysis.report import headline, repro_command, resolution, row_cells, series_label, summary_text
+from collector.analysis.stats import INCONCLUSIVE
 from collector.analysis.thresholds import load_overrides
 from collector.store.queries import version_key
 from collector.store.selection import ALL, Selection, SelectionError
@@ -71,6 +72,8 @@ rows = [
 table = pd.DataFrame(rows)
 st.dataframe(table, hide_index=True, width="stretch")
 st.download_button("Download CSV", table.to_csv(index=False), "stepwatch-compare.csv", "text/csv")
+for r in comparison.by_verdict(INCONCLUSIVE):
+    st.caption(f"Inconclusive, {series_label(r.series)} {r.metric.name}: {resolution(r.result)}")
 for side in ("baseline", "candidate"):
     only = comparison.only_on(side)
     if only:

@@ -29,6 +29,7 @@ QUERIES = {
     "alerts": alerts.list_alerts,
     "compare": comparison.build,
     "versions": queries.side_versions,
+    "trial_values": queries.trial_values,
 }
 
 

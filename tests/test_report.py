@@ -141,3 +141,38 @@ def test_repro_command_narrows_a_bundled_suite_to_exactly_that_series() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == config.label()
     assert "1 configs x 5 trials" in done.stdout
+
+
+def test_a_bimodal_series_is_flagged_in_compare_and_detect(tmp_path: Path) -> None:
+    """Processes that land on one of two speeds (the 625 vs 1,150 examples/s seen on 2-core runners): the noise
+    column and a warning say so in compare and in detect; a unimodal series at 5% noise is not flagged."""
+    files = []
+    for night in range(4):
+        version = "2.20.0" if night < 2 else "2.21.0"
+        bimodal = side(version, "CPU M", 1000, 0.01, 4, night)
+        for i, row in enumerate(bimodal):
+            row["examples_per_sec"] *= 0.625 if (i + night) % 2 else 1.15
+        files.append(bimodal + side(version, "CPU U", 1000, 0.05, 4, 100 + night))
+    for night, rows in enumerate(files):
+        for row in rows:
+            row["started_at"] = row["started_at"].replace(day=1 + night)
+        write_results(tmp_path / "results" / f"night-{night}.parquet", rows)
+    db = tmp_path / "store.duckdb"
+    assert stepwatch("ingest", str(tmp_path / "results"), "--db", str(db)).returncode == 0
+
+    done = compare(db, "--format", "json")
+    rows = {row["series"]["accelerator"]: row for row in json.loads(done.stdout)["rows"]}
+    assert rows["CPU M"]["bimodal"] is True and rows["CPU M"]["noise_trials"] == 16
+    low, high = rows["CPU M"]["modes"]
+    assert low == pytest.approx(625, rel=0.03) and high == pytest.approx(1150, rel=0.03)
+    assert rows["CPU U"]["bimodal"] is False and 0.02 < rows["CPU U"]["noise_cv"] < 0.09
+    table = compare(db)
+    assert "warning: bilstm/tiny cpu noxla fp32 b8 fit on CPU M examples_per_sec is bimodal across processes" in (
+        table.stdout
+    )
+    assert "on CPU U examples_per_sec is bimodal" not in table.stdout
+
+    detect = stepwatch("detect", "--db", str(db))
+    assert detect.returncode == 0, detect.stderr
+    assert "on CPU M examples_per_sec is bimodal across processes: its last 16 trials cluster near" in detect.stderr
+    assert "CPU U examples_per_sec is bimodal" not in detect.stderr

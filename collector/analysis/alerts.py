@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import bisect
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import duckdb
 import pandas as pd
 
-from collector.analysis import changepoints
+from collector.analysis import changepoints, stats
 from collector.analysis.thresholds import Override, threshold_for
 from collector.metrics import Metric
 from collector.schema import VERSION_COLUMNS
@@ -53,6 +53,8 @@ class Scan:
     found: list[Found]
     nights: dict[str, list[datetime]]  # per series scanned: the nights the analysis saw
     outliers: int
+    noise: dict[str, stats.Noise] = field(default_factory=dict)  # per series scanned, from its last trials
+    fields: dict[str, dict] = field(default_factory=dict)  # per series scanned, its config fields
 
 
 def baselines(con: duckdb.DuckDBPyConnection, metric: str) -> dict[str, datetime]:
@@ -92,7 +94,9 @@ def scan(
         runs = nights["suite_run_id"].tolist()
         for change in detection.changes:
             found.append(Found(key, metric.name, change, times[change.index], runs[change.index], times))
-    return Scan(found, seen, outliers)
+    values = queries.trial_values(con, list(seen), metric.name, stats.NOISE_TRIALS)
+    noise = {key: stats.noise_of(v) for key, v in values.items()}
+    return Scan(found, seen, outliers, noise, {key: fields.get(key, {}) for key in seen})
 
 
 def record(con: duckdb.DuckDBPyConnection, result: Scan, metric: str, now: datetime) -> dict[str, int]:

@@ -29,6 +29,7 @@ class Row:
     failed_baseline: int
     failed_candidate: int
     result: stats.Verdict
+    noise: stats.Noise | None = None  # the series' own trial-to-trial noise, from its history in the store
 
     @property
     def verdict(self) -> str:
@@ -99,10 +100,19 @@ def build(
             thresholds.append(threshold_for(metric, series, overrides))
             directions.append(metric.higher_is_better)
     results = stats.compare(pairs, thresholds, directions)
-    rows = [Row(series, metric, fb, fc, result) for (metric, series, fb, fc), result in zip(cells, results)]
+    keys = sorted({series["series_key"] for _, series, _, _ in cells})
+    values = {m.name: queries.trial_values(con, keys, m.name, stats.NOISE_TRIALS) for m in metrics}
+    rows = [
+        Row(series, metric, fb, fc, result, _noise(values[metric.name].get(series["series_key"])))
+        for (metric, series, fb, fc), result in zip(cells, results)
+    ]
     summaries = {m.name: stats.geomean_summary([r.result for r in rows if r.metric == m]) for m in metrics}
     versions = {"baseline": queries.side_versions(con, baseline), "candidate": queries.side_versions(con, candidate)}
     return Comparison(baseline, candidate, metrics, rows, summaries, versions)
+
+
+def _noise(values: list[float] | None) -> stats.Noise | None:
+    return stats.noise_of(values) if values else None
 
 
 def plain(value: Any) -> Any:

@@ -57,7 +57,25 @@ def row_cells(row: Row) -> dict[str, str]:
         "q": "" if math.isnan(r.q_value) else f"{r.q_value:.3g}",
         "threshold": f"±{r.threshold:.0%}",
         "can see": can_see(r),
+        "noise": stats.noise_text(row.noise),
     }
+
+
+def bimodal_warning(label: str, metric: str, noise: stats.Noise | None) -> str | None:
+    """One line for a series whose trials fall into two clusters, or None."""
+    if not noise or not noise.bimodal or not noise.modes:
+        return None
+    low, high = noise.modes
+    return (
+        f"warning: {label} {metric} is bimodal across processes: its last {noise.n} trials cluster near "
+        f"{low:,.4g} and {high:,.4g} ({high / low - 1:.0%} apart); a verdict can flip with the cluster a trial "
+        "lands in"
+    )
+
+
+def bimodal_warnings(comparison: Comparison) -> list[str]:
+    lines = (bimodal_warning(series_label(r.series), r.metric.name, r.noise) for r in comparison.rows)
+    return sorted({line for line in lines if line})
 
 
 def can_see(r: stats.Verdict) -> str:
@@ -130,13 +148,16 @@ def to_markdown(comparison: Comparison, title: str = "stepwatch comparison", pre
             lines.append(f"**{metric.label}**: {text}")
     lines += [
         "",
-        "| | series | metric | change | 95% CI | n (base/cand) | q | threshold | can see |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| | series | metric | change | 95% CI | n (base/cand) | q | threshold | can see | noise |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in comparison.ordered():
         cells = row_cells(row)
         cells["verdict"] = f"{MARKS[row.verdict]} {row.verdict}"
         lines.append("| " + " | ".join(cells.values()) + " |")
+    warnings = bimodal_warnings(comparison)
+    if warnings:
+        lines += ["", *(f"⚠️ {line}" for line in warnings)]
     inconclusive = comparison.by_verdict(INCONCLUSIVE)
     if inconclusive:
         lines += ["", "Inconclusive:", ""]
@@ -151,7 +172,9 @@ def to_markdown(comparison: Comparison, title: str = "stepwatch comparison", pre
         "Benjamini-Hochberg adjusted p-value across the table. A regression or improvement is significant "
         "(q < 0.05) and beyond the threshold; no change means the whole interval is within the threshold. "
         '"can see" is the minimum detectable effect: the change this many trials with this much noise find '
-        "80% of the time, and, where that exceeds the threshold, the trials per side that would see the threshold.",
+        "80% of the time, and, where that exceeds the threshold, the trials per side that would see the threshold. "
+        f"Noise is the series' trial-to-trial CV over its last {stats.NOISE_TRIALS} ok trials in the store, and "
+        '"bimodal" where those fall into two separate clusters (processes landing on one of two speeds).',
     ]
     return "\n".join(lines) + "\n"
 
@@ -196,6 +219,10 @@ def to_json(comparison: Comparison) -> str:
             "detectable_change": plain(row.result.detectable),
             "trials_per_side_for_threshold": row.result.trials_needed,
             "resolution": resolution(row.result),
+            "noise_cv": plain(row.noise.cv) if row.noise else None,
+            "noise_trials": row.noise.n if row.noise else 0,
+            "bimodal": bool(row.noise and row.noise.bimodal),
+            "modes": list(row.noise.modes) if row.noise and row.noise.modes else None,
             "n_baseline": row.result.baseline.n,
             "n_candidate": row.result.candidate.n,
             "failed_baseline": row.failed_baseline,
@@ -236,7 +263,7 @@ def _stdout() -> Console:
 
 def comparison_table(comparison: Comparison) -> Table:
     table = Table(title=f"{escape(comparison.baseline.describe())}  ->  {escape(comparison.candidate.describe())}")
-    for name in ("verdict", "series", "metric", "change", "95% CI", "n", "q", "threshold", "can see"):
+    for name in ("verdict", "series", "metric", "change", "95% CI", "n", "q", "threshold", "can see", "noise"):
         table.add_column(name, justify="left" if name in ("verdict", "series", "metric") else "right")
     for row in comparison.ordered():
         cells = row_cells(row)
@@ -262,6 +289,8 @@ def show_comparison(
     stdout.print(comparison_table(comparison))
     for row in comparison.by_verdict(INCONCLUSIVE):
         stdout.print(f"inconclusive: {escape(series_label(row.series))} {row.metric.name}: {resolution(row.result)}")
+    for line in bimodal_warnings(comparison):
+        stdout.print(f"[yellow]{escape(line)}[/yellow]")
     for metric in comparison.metrics:
         text = summary_text(comparison, metric)
         if text:

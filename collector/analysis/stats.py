@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 from scipy import stats
@@ -201,3 +202,77 @@ def geomean_summary(verdicts: Sequence[Verdict], confidence: float = CONFIDENCE)
     df = total**2 / sum(q**2 / (n - 1) for q, n in terms)  # Welch-Satterthwaite over every side of every series
     half = float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(total) / len(both)
     return Summary(len(both), math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+
+
+# --- Noise: a property of a series ------------------------------------------------------------------------------
+
+NOISE_TRIALS = 30  # a series' noise is judged on its last 30 ok trials
+BIMODAL_MIN_TRIALS = 8  # fewer cannot tell two clusters from chance
+BIMODAL_FALSE_RATE = 0.01  # how often one Gaussian cluster of the same size is called bimodal
+MIN_CLUSTER_SHARE = 0.2
+
+
+@dataclass(frozen=True)
+class Noise:
+    """A series' trial-to-trial noise: the standard deviation of log values (about the coefficient of variation)
+    and, where its trials fall into two separate clusters (processes that land on one of two speeds), those."""
+
+    n: int
+    cv: float
+    bimodal: bool
+    modes: tuple[float, float] | None  # the two clusters' geometric means, lower first, when bimodal
+
+
+def _best_split(logs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's (sorted) best split into two clusters (least within-cluster sum of squares, each cluster at
+    least MIN_CLUSTER_SHARE of the trials) as (index of the first of the upper cluster, Ashman's D of it)."""
+    n = logs.shape[1]
+    low = max(2, math.ceil(MIN_CLUSTER_SHARE * n))
+    ks = np.arange(low, n - low + 1)
+    csum, csq = np.cumsum(logs, axis=1), np.cumsum(logs**2, axis=1)
+    total, total_sq = csum[:, -1:], csq[:, -1:]
+    left, left_sq = csum[:, ks - 1], csq[:, ks - 1]
+    right, right_sq = total - left, total_sq - left_sq
+    ss_left, ss_right = left_sq - left**2 / ks, right_sq - right**2 / (n - ks)
+    best = np.argmin(ss_left + ss_right, axis=1)
+    rows = np.arange(len(logs))
+    k = ks[best]
+    mean_a, mean_b = left[rows, best] / k, right[rows, best] / (n - k)
+    var_a = np.maximum(ss_left[rows, best], 0) / (k - 1)
+    var_b = np.maximum(ss_right[rows, best], 0) / (n - k - 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = math.sqrt(2) * np.abs(mean_b - mean_a) / np.sqrt(var_a + var_b)
+    return k, np.nan_to_num(d, nan=0.0, posinf=np.inf)
+
+
+@cache
+def bimodal_cutoff(n: int) -> float:
+    """The Ashman's D of a best two-cluster split that one Gaussian cluster of ``n`` trials exceeds only
+    BIMODAL_FALSE_RATE of the time (a seeded simulation: splitting a sample always finds some separation, and
+    the fewer the trials, the more)."""
+    draws = np.sort(np.random.default_rng(n).standard_normal((4000, n)), axis=1)
+    return float(np.quantile(_best_split(draws)[1], 1 - BIMODAL_FALSE_RATE))
+
+
+def noise_of(values: Sequence[float] | np.ndarray) -> Noise:
+    """The noise of a series from its trials' values (positive; order does not matter)."""
+    logs = np.sort(np.log(np.asarray(values, dtype=float)))
+    n = len(logs)
+    cv = float(logs.std(ddof=1)) if n > 1 else math.nan
+    if n < BIMODAL_MIN_TRIALS or not cv:
+        return Noise(n, cv, False, None)
+    k, d = _best_split(logs[None, :])
+    if d[0] <= bimodal_cutoff(n):
+        return Noise(n, cv, False, None)
+    split = int(k[0])
+    return Noise(n, cv, True, (math.exp(logs[:split].mean()), math.exp(logs[split:].mean())))
+
+
+def noise_text(noise: Noise | None) -> str:
+    """'CV 4.2%' or 'CV 21.0%, bimodal: 625 / 1,180' for tables; '' when unknown."""
+    if noise is None or math.isnan(noise.cv):
+        return ""
+    text = f"CV {noise.cv:.1%}"
+    if noise.bimodal and noise.modes:
+        text += f", bimodal: {noise.modes[0]:,.4g} / {noise.modes[1]:,.4g}"
+    return text

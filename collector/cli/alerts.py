@@ -74,6 +74,10 @@ def run_detect(args: argparse.Namespace) -> int:
         f"{counts['withdrawn']} withdrawn"
     )
     report.show_alerts(open_alerts, args.format, args.out, f"stepwatch: open {metric.name} alerts")
+    for key, noise in scanned.noise.items():
+        warning = report.bimodal_warning(report.series_label(scanned.fields[key]), metric.name, noise)
+        if warning:
+            console.print(f"[yellow]{escape(warning)}[/yellow]")
     regressions = [a for a in open_alerts if a["status"] == alerts.CONFIRMED and metric.worse(a["ratio"])]
     if regressions:
         console.print(f"[red]{len(regressions)} confirmed regression(s)[/red]: triage with `stepwatch alerts ack ID`")

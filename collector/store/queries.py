@@ -5,6 +5,7 @@ fields come back under their own names (``xla``), grouped by the dimensions ``co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
@@ -144,6 +145,28 @@ def compare_sides(
         """,
         [*params_a, *params_b],
     )
+
+
+def trial_values(
+    con: duckdb.DuckDBPyConnection, series_keys: Sequence[str], metric: str, last: int
+) -> dict[str, list[float]]:
+    """The metric of each series' last ``last`` ok trials (positive values only), from all of its history: what
+    its noise is judged on."""
+    if metric not in METRICS:
+        raise SelectionError(f"{metric!r} is not a metric stepwatch tracks (known: {', '.join(METRICS)})")
+    if not series_keys:
+        return {}
+    rows = con.sql(
+        f"""
+        SELECT series_key, list(v) FROM (
+            SELECT series_key, "{metric}" AS v,
+                   row_number() OVER (PARTITION BY series_key ORDER BY started_at DESC) AS recent
+            FROM runs WHERE status = 'ok' AND "{metric}" > 0 AND list_contains(?, series_key)
+        ) WHERE recent <= ? GROUP BY series_key
+        """,
+        params=[list(series_keys), last],
+    ).fetchall()
+    return {key: values for key, values in rows}
 
 
 def version_key(version: str) -> list[Any]:

@@ -2,7 +2,9 @@
 
 import streamlit as st
 
-from collector.analysis import alerts
+from collector.analysis import alerts, stats
+from collector.analysis.report import series_label
+from collector.metrics import DEFAULT_METRIC
 from collector.store.selection import Selection
 from dashboard import data, state
 
@@ -38,21 +40,32 @@ b.metric("All trials passing", f"{passing}/{len(latest)}")
 c.metric("Series with failures", int((latest["ok"] < latest["trials"]).sum()))
 d.metric("Open alerts", len(open_alerts), help=f"{len(confirmed)} confirmed")
 
+# Each series' trial-to-trial noise over its last trials, and whether its processes land on two speeds.
+values = data.load("trial_values", tuple(latest["series_key"]), DEFAULT_METRIC, stats.NOISE_TRIALS)
+noise = {key: stats.noise_of(v) for key, v in values.items()}
 table = latest.assign(
     passing=latest["ok"].astype(str) + "/" + latest["trials"].astype(str),
     throughput=latest["units_per_sec"].round(1).astype(str) + " " + latest["unit"].fillna("") + "/s",
     open_alerts=latest["series_key"].map(open_by_series).fillna(0).astype(int) if len(open_alerts) else 0,
+    noise=[stats.noise_text(noise.get(key)) for key in latest["series_key"]],
 )
 st.subheader("Latest suite run per series")
 st.dataframe(
     table[
         ["model", "preset", "keras_backend", "device", "accelerator", "precision", "xla", "per_device_batch",
-         "passing", "throughput", "failures", "open_alerts", "keras_version", "tf_version", "jax_version",
+         "passing", "throughput", "noise", "failures", "open_alerts", "keras_version", "tf_version", "jax_version",
          "torch_version", "label", "started_at", "series_key"]
     ],
     hide_index=True,
     width="stretch",
 )  # fmt: skip
+bimodal = [key for key, n in noise.items() if n.bimodal]
+if bimodal:
+    rows = latest[latest["series_key"].isin(bimodal)].to_dict("records")
+    st.warning(
+        f"{len(bimodal)} series bimodal across processes (trials land on one of two speeds; see the noise column): "
+        + "; ".join(series_label(r) for r in rows)
+    )
 if len(confirmed):
     st.subheader("Confirmed regressions")
     st.dataframe(

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from collector.config import ADDED_DIMENSIONS
 from collector.metrics import METRICS
 
 SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, which never mix with real ones
@@ -19,7 +20,8 @@ SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, wh
 # 1: first release. 2: adds series_key (config_key + accelerator product), computed once here for every tool.
 # 3: Keras backends: ``backend`` (cpu/gpu/tpu) becomes ``device``; adds keras_backend (earlier rows are
 # TensorFlow rows), compiler (what jit_compile ran: xla, inductor or none), matmul_precision and the JAX and
-# torch versions. Series keys are unchanged (see collector.config.Role).
+# torch versions; threads (the host thread setting, a series dimension) and the intra-/inter-op threads read
+# back. Series keys are unchanged (see collector.config.Role).
 SCHEMA_VERSION = 3
 
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
@@ -65,6 +67,9 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("steps_per_execution", _I64, "config"),
     ("loop", _STR, "config"),
     ("data", _STR, "config"),
+    ("threads", _STR, "config"),
+    ("intra_op_threads", _I64, "config"),
+    ("inter_op_threads", _I64, "config"),
     ("steps", _I64, "config"),
     ("warmup_steps", _I64, "config"),
     ("window_steps", _I64, "config"),
@@ -277,6 +282,12 @@ def conform(table: pa.Table) -> pa.Table:
             raise SchemaError(f"column {name} has {nulls} empty value(s)")
     for step in range(version, SCHEMA_VERSION):
         table = MIGRATIONS[step](table)
+    for name, default in ADDED_DIMENSIONS.items():  # rows from before a dimension existed had its default
+        if name in table.column_names:
+            filled = pc.fill_null(table.column(name).cast(types[name]), default)
+            table = table.set_column(table.column_names.index(name), name, filled)
+        else:
+            table = table.append_column(name, pa.array([default] * table.num_rows, types[name]))
     present = {name: i for i, name in enumerate(table.column_names)}
     unknown = [name for name in present if name not in types]
     columns = []

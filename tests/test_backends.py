@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from collector.config import auto_threads, resolve, thread_counts, usable_cores
 from tests.conftest import REPO, SHORT, stepwatch, write_suite
 
 # (keras_backend, model, precision, xla) -> what the trial must read back.
@@ -40,7 +41,8 @@ def backend_rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
         f'[[configs]]\nkeras_backend = "{b}"\nmodel = "{m}"\nprecision = "{p}"\nxla = {str(x).lower()}\n\n'
         for b, m, p, x in TRIALS
     )
-    suite = write_suite(root / "backends.toml", f'name = "backends"\n[defaults]\npreset = "tiny"\n\n{configs}')
+    defaults = '[defaults]\npreset = "tiny"\nthreads = "auto"\n'
+    suite = write_suite(root / "backends.toml", f'name = "backends"\n{defaults}\n{configs}')
     done = stepwatch("run", "--suite", str(suite), *SHORT, "--out", str(root / "results"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (path,) = (root / "results").glob("*.parquet")
@@ -61,6 +63,12 @@ def test_every_backend_trains_and_records_what_really_ran(backend_rows: list[dic
         # (test_runner checks that a TensorFlow trial does not load the JAX TensorFlow imports when installed).
         assert json.loads(row["extras"])["frameworks_loaded"] == [row["keras_backend"]], key
         assert row[VERSION_OF[row["keras_backend"]]], key
+        # Host threads: torch's are set and read back; JAX has no supported setting, so auto leaves its default.
+        if row["keras_backend"] == "torch":
+            assert row["threads"] == auto_threads("cpu", "torch", usable_cores()), key
+            assert (row["intra_op_threads"], row["inter_op_threads"]) == thread_counts(row["threads"]), key
+        else:
+            assert (row["threads"], row["intra_op_threads"], row["inter_op_threads"]) == ("default", None, None)
         assert all(row[v] is None for b, v in VERSION_OF.items() if b != row["keras_backend"]), key
 
 
@@ -71,7 +79,8 @@ def test_a_backend_has_its_own_series_and_tensorflow_keeps_its_key(backend_rows:
     torch = by_backend["torch", "bilstm", "fp32"]
     tf = BenchmarkConfig(model="bilstm")
     assert tf.key == "66ea00715b05e398"  # the key bilstm tiny's TensorFlow rows had before backends existed
-    assert torch["config_key"] == BenchmarkConfig(model="bilstm", keras_backend="torch").key != tf.key
+    ran = resolve(BenchmarkConfig(model="bilstm", keras_backend="torch", threads="auto"))
+    assert torch["config_key"] == ran.key != tf.key
     assert "keras_backend=torch" in BenchmarkConfig(model="bilstm", keras_backend="torch").label()
 
 

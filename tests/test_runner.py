@@ -15,7 +15,15 @@ import pytest
 
 from collector.bench import runner
 from collector.bench.results import read_rows
-from collector.config import FIELD_NAMES, BenchmarkConfig, column, config_from_row
+from collector.config import (
+    FIELD_NAMES,
+    BenchmarkConfig,
+    auto_threads,
+    column,
+    config_from_row,
+    thread_counts,
+    usable_cores,
+)
 from collector.schema import COLUMNS, SCHEMA
 from tests.conftest import REPO, stepwatch, write_suite
 
@@ -59,6 +67,7 @@ def test_ok_nan_and_hang_each_give_a_row_and_the_suite_goes_on(tmp_path: Path) -
 [[configs]]
 loop = "ctl"
 xla = "on"
+threads = "2/1"
 
 [[configs]]
 learning_rate = nan  # every update is NaN by IEEE arithmetic, on any CPU
@@ -70,6 +79,7 @@ timeout_s = 14
 
 [[configs]]
 precision = "mixed_bfloat16"
+threads = "auto"
 """,
     )
     out = tmp_path / "out"
@@ -98,6 +108,13 @@ precision = "mixed_bfloat16"
         # TensorFlow imports JAX whenever it is installed; the trial hides it and records what it loaded.
         assert json.loads(row["extras"])["frameworks_loaded"] == ["tensorflow"]
     assert ok_ctl["loop"] == "ctl" and ok_ctl["xla_effective"] is True and ok_ctl["tf32_enabled"] is False
+    # Host threads: set as asked, read back from TensorFlow; auto is what it picks for this host, recorded.
+    assert (ok_ctl["threads"], ok_ctl["intra_op_threads"], ok_ctl["inter_op_threads"]) == ("2/1", 2, 1)
+    picked = auto_threads("cpu", "tensorflow", usable_cores())
+    assert ok_bf16["threads"] == picked and (ok_bf16["intra_op_threads"], ok_bf16["inter_op_threads"]) == (
+        thread_counts(picked)
+    )
+    assert json.loads(ok_bf16["extras"])["usable_cores"] == usable_cores()
     assert ok_bf16["compute_dtype"] == "bfloat16" and ok_bf16["xla_effective"] is False
 
     schema = pq.read_schema(sorted(out.glob("*.parquet"))[0])

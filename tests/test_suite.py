@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from collector.bench.suite import SuiteError, load_suite, narrow
-from collector.config import BenchmarkConfig, ConfigError, validate
+from collector.config import BenchmarkConfig, ConfigError, auto_threads, usable_cores, validate
 from tests.conftest import stepwatch, write_suite
 
 
@@ -111,3 +111,22 @@ def test_bad_flags_are_one_line_and_exit_2(args: list[str], message: str) -> Non
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert message in result.stderr
+
+
+def test_threads_auto_is_resolved_for_the_host_and_is_part_of_the_series() -> None:
+    smoke = load_suite("smoke")
+    assert {c.threads for c in smoke.configs} == {"auto"}  # the suite file asks for auto ...
+    ran = narrow(smoke.configs, {})
+    picked = auto_threads("cpu", "tensorflow", usable_cores())
+    assert {c.threads for c in ran} == {picked}  # ... and what runs (and is keyed and recorded) is its pick
+    assert auto_threads("cpu", "tensorflow", 2) == "1/1" and auto_threads("cpu", "torch", 16) == "8/1"
+    assert auto_threads("gpu", "tensorflow", 16) == auto_threads("cpu", "jax", 2) == "default"
+    bilstm = BenchmarkConfig(model="bilstm")
+    assert bilstm.key == bilstm.with_changes(threads="default").key == "66ea00715b05e398"  # history keeps its key
+    assert bilstm.with_changes(threads="1/1").key != bilstm.key
+    assert "threads=1/1" in bilstm.with_changes(threads="1/1").label()
+    for bad, why in (("2", "not default, auto or INTRA/INTER"), ("0/1", "not default, auto or INTRA/INTER")):
+        with pytest.raises(ConfigError, match=why):
+            validate(bilstm.with_changes(threads=bad))
+    with pytest.raises(ConfigError, match="JAX has no supported setting"):
+        validate(bilstm.with_changes(keras_backend="jax", threads="1/1"))

@@ -24,6 +24,7 @@ from collector.config import (
     BenchmarkConfig,
     ConfigError,
     parse_bool,
+    resolve,
     validate,
 )
 
@@ -129,7 +130,8 @@ def build_configs(points: Iterable[Mapping[str, Any]], where: str) -> tuple[Benc
 
 def narrow(configs: Iterable[BenchmarkConfig], flags: Mapping[str, list[Any] | None]) -> tuple[BenchmarkConfig, ...]:
     """Apply the matrix flags (field -> listed values): a field whose flag keeps (``--models``) keeps the
-    configs with one of its values; every other field is set to each of its values (lists are crossed)."""
+    configs with one of its values; every other field is set to each of its values (lists are crossed). Host
+    dependent settings (``threads = "auto"``) are resolved for this host."""
     configs = list(configs)
     given = {name: values for name, values in flags.items() if values}
     for name in [n for n in given if ROLES[n].keeps]:
@@ -145,4 +147,5 @@ def narrow(configs: Iterable[BenchmarkConfig], flags: Mapping[str, list[Any] | N
     for config in configs:
         for combo in itertools.product(*(given[k] for k in keys)):
             points.append({**config.__dict__, **dict(zip(keys, combo))})
-    return build_configs(points, "command line")
+    # What runs, on this host: ``threads = "auto"`` becomes the setting it picks (and the series key holds it).
+    return tuple(dict.fromkeys(resolve(c) for c in build_configs(points, "command line")))

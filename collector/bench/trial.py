@@ -19,7 +19,7 @@ from typing import Any
 from collector.bench import runtime
 from collector.bench.environment import host_environment
 from collector.bench.measure import NonFiniteLoss, WindowClock, summarize
-from collector.config import BenchmarkConfig, validate
+from collector.config import BenchmarkConfig, usable_cores, validate
 from trainers import get_model
 
 SPAWN_TIME_ENV = "STEPWATCH_SPAWN_TIME"  # time.time() at which the parent started this process
@@ -60,6 +60,9 @@ def run_trial(config: BenchmarkConfig, spawn_time: float) -> dict[str, Any]:
             matmul_precision=setup.matmul_precision,
             compute_dtype=setup.compute_dtype,
             variable_dtype=setup.variable_dtype,
+            intra_op_threads=setup.intra_op_threads,
+            inter_op_threads=setup.inter_op_threads,
+            usable_cores=usable_cores(),  # kept in extras: the cores this process may run on (its affinity)
             unit=spec.unit,
             units_per_example=spec.units_per_example(preset),
             flops_per_example=spec.flops_per_example(preset),

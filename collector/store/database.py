@@ -22,7 +22,7 @@ from types import TracebackType
 import duckdb
 import pyarrow as pa
 
-from collector.config import SERIES_FIELDS
+from collector.config import ADDED_DIMENSIONS, SERIES_FIELDS
 from collector.schema import SCHEMA
 from collector.store import objectstore
 from collector.store.selection import as_fields
@@ -146,6 +146,8 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, kind: str) -> None:
     for column in RUN_COLUMNS:
         if column.name not in present:
             con.execute(f'ALTER TABLE runs ADD COLUMN "{column.name}" {_duck_type(column.type)}')
+            if column.name in ADDED_DIMENSIONS:  # every run before this dimension existed had its default
+                con.execute(f'UPDATE runs SET "{column.name}" = ?', [ADDED_DIMENSIONS[column.name]])
     for step in range(version or STORE_VERSION, STORE_VERSION):
         for statement in (*STORE_MIGRATIONS[step], *DERIVED):
             con.execute(statement)

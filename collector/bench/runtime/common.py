@@ -29,6 +29,8 @@ class Runtime:
     compute_dtype: str
     variable_dtype: str
     strategy: Any = None  # TensorFlow: the tf.distribute strategy; JAX: the keras.distribution, if any
+    intra_op_threads: int | None = None  # host threads, read back (0: TensorFlow picks; None: not readable)
+    inter_op_threads: int | None = None
 
 
 def set_policy(precision: str) -> tuple[str, str]:

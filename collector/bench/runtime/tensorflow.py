@@ -16,14 +16,19 @@ import tensorflow as tf
 from collector.bench.measure import WindowClock
 from collector.bench.runtime import common
 from collector.bench.runtime.common import Runtime
-from collector.config import BenchmarkConfig, ConfigError
+from collector.config import BenchmarkConfig, ConfigError, thread_counts
 from trainers.spec import ModelSpec
 
 PIPELINE_EXAMPLES = 256  # distinct host examples a data=pipeline run cycles through
 
 
 def configure(config: BenchmarkConfig) -> Runtime:
-    """Pick devices, build the strategy, set TF32 and the Keras dtype policy (before any model is built)."""
+    """Set host threads, pick devices, build the strategy, set TF32 and the Keras dtype policy (before any model
+    is built)."""
+    counts = thread_counts(config.threads)
+    if counts:  # before TensorFlow's runtime starts: it sizes its pools once
+        tf.config.threading.set_intra_op_parallelism_threads(counts[0])
+        tf.config.threading.set_inter_op_parallelism_threads(counts[1])
     gpus = tf.config.list_physical_devices("GPU")
     if config.device == "gpu":
         if len(gpus) < config.num_devices:
@@ -42,6 +47,8 @@ def configure(config: BenchmarkConfig) -> Runtime:
         compute_dtype=compute_dtype,
         variable_dtype=variable_dtype,
         strategy=strategy,
+        intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),
+        inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads(),
     )
 
 

@@ -14,7 +14,7 @@ import torch
 from collector.bench.measure import WindowClock
 from collector.bench.runtime import common
 from collector.bench.runtime.common import Runtime
-from collector.config import BenchmarkConfig, ConfigError
+from collector.config import BenchmarkConfig, ConfigError, thread_counts
 from trainers.spec import ModelSpec
 
 
@@ -22,6 +22,10 @@ def configure(config: BenchmarkConfig) -> Runtime:
     """fp32 is true fp32 (TF32 off for matmuls and cuDNN); every other mode allows TF32, as TensorFlow does."""
     if config.device == "gpu" and not torch.cuda.is_available():
         raise ConfigError("device gpu: torch sees no CUDA device")
+    counts = thread_counts(config.threads)
+    if counts:
+        torch.set_num_threads(counts[0])
+        torch.set_num_interop_threads(counts[1])  # before any inter-op work, or torch refuses
     tf32 = config.precision != "fp32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
@@ -33,6 +37,8 @@ def configure(config: BenchmarkConfig) -> Runtime:
         matmul_precision=torch.get_float32_matmul_precision(),
         compute_dtype=compute_dtype,
         variable_dtype=variable_dtype,
+        intra_op_threads=torch.get_num_threads(),
+        inter_op_threads=torch.get_num_interop_threads(),
     )
 
 

@@ -215,8 +215,7 @@ def _keras_backends(table: pa.Table) -> pa.Table:
     """Before Keras backends every run was a TensorFlow run on a ``backend`` (now ``device``), and jit_compile
     was XLA when it took effect."""
     table = table.rename_columns([RENAMED[n][0] if n in RENAMED else n for n in table.column_names])
-    if "keras_backend" not in table.column_names:
-        table = table.append_column("keras_backend", pa.array(["tensorflow"] * table.num_rows, _STR))
+    # keras_backend (tensorflow) is filled in conform, like every added dimension (config.ADDED_DIMENSIONS).
     if "compiler" not in table.column_names and "xla_effective" in table.column_names:
         effective = table.column("xla_effective").cast(_BOOL)
         table = table.append_column("compiler", pc.if_else(effective, "xla", "none"))

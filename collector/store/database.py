@@ -98,7 +98,7 @@ DERIVED = (
 STORE_MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "UPDATE runs SET device = backend WHERE device IS NULL",
-        "UPDATE runs SET keras_backend = 'tensorflow' WHERE keras_backend IS NULL",
+        # keras_backend is filled with its default like every added dimension (ensure_schema, ADDED_DIMENSIONS).
         "UPDATE runs SET compiler = CASE WHEN xla_effective THEN 'xla' ELSE 'none' END "
         "WHERE compiler IS NULL AND xla_effective IS NOT NULL",
         "ALTER TABLE runs DROP COLUMN backend",

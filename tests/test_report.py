@@ -11,6 +11,7 @@ import pytest
 
 from collector.analysis.report import repro_command
 from collector.bench.suite import load_suite
+from collector.config import resolve
 from tests.conftest import result_rows, stepwatch, write_results
 
 
@@ -135,7 +136,7 @@ def test_bad_selections_are_one_line_and_exit_2(db: Path, args: tuple[str, ...],
 
 
 def test_repro_command_narrows_a_bundled_suite_to_exactly_that_series() -> None:
-    config = load_suite("smoke").configs[0]
+    config = resolve(load_suite("smoke").configs[0])  # a row records the threads that auto picked
     fields = {**config.__dict__, "xla_requested": config.xla, "suite": "smoke"}
     done = stepwatch(*repro_command(fields).split()[1:], "--dry-run")
     assert done.returncode == 0, done.stderr

@@ -1,50 +1,128 @@
-"""Recall and false alarms of ``stepwatch detect`` against two naive rules, on simulated nightly history.
+"""Recall and false alarms of ``stepwatch detect`` on simulated nightly history with the noise shapes real
+runners produce, side by side with Apache Otava's change-point detection and two naive rules.
 
-Each series is N nights of the median of 3 trials at 2% log-normal noise, with 5% of nights outliers
-(a 8-25% dip, or a spike one time in five) and, in the step series, one step of 3, 5 or 10% (down or up)
-placed at least 10 nights from the end. A rule *finds* a step if it flags a night within 2 nights of it;
-a *false alarm* is a series without a step where the rule flags anything.
+Every series is N nights of 3 trials. Each shape sets a trial's noise; on every shape 5% of nights are
+outlier nights (all trials of the night 8-25% down, or up one time in five). The step series carry one step
+of 3, 5 or 10% (down or up) at least 10 nights from the end. Shapes:
 
-    .venv/bin/python benchmarks/detection.py [--series 1000] [--nights 90] [--seed 0]
+- ``2% noise``: log-normal trial noise, 2% (a quiet runner).
+- ``5% noise``: log-normal trial noise, 5% (a busy shared runner).
+- ``heavy tails``: Student-t (3 degrees of freedom) log noise at scale 2%: now and then a trial far out.
+- ``bimodal processes``: each trial lands on a fast or a slow mode 6% apart (even odds) plus 2% noise,
+  as processes on a 2-core runner do.
+- ``bimodal hosts``: each night runs on a fast or a slow host 6% apart (30% slow), all of its trials alike,
+  plus 2% noise, as pools of cloud runners do.
+
+A rule *finds* a step if it flags a night within 2 nights of it; a *false alarm* is a series without a step
+where the rule flags anything. ``stepwatch detect`` runs as ``detect`` does, on every trial of each night;
+``(medians)`` gives it the nights' medians alone. Otava (``compute_change_points``, the E-divisive means
+and t-test of Hunter) runs on the nights' medians, at its defaults (window 50, p < 0.001) and with its
+``min_magnitude`` set to the 3% threshold stepwatch uses.
+
+    .venv/bin/pip install --no-deps apache-otava==0.8.0   # its analysis needs only numpy and scipy
+    .venv/bin/python benchmarks/detection.py [--series 1000] [--nights 90] [--seed 0] [--shapes ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
-from collector.analysis.changepoints import detect_changes
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from collector.analysis.changepoints import detect_changes  # noqa: E402
 
 STEPS = (0.03, 0.05, 0.10)
 THRESHOLD = 0.03
 TOLERANCE = 2
+TRIALS = 3
 
 
-def simulate(rng: np.random.Generator, nights: int, step: float) -> tuple[np.ndarray, int | None]:
-    values = np.median(np.exp(0.02 * rng.standard_normal((nights, 3))), axis=1) * 1000
+def _lognormal(sigma: float) -> Callable[[np.random.Generator, int], np.ndarray]:
+    return lambda rng, nights: sigma * rng.standard_normal((nights, TRIALS))
+
+
+def _heavy(rng: np.random.Generator, nights: int) -> np.ndarray:
+    return 0.02 * rng.standard_t(3, (nights, TRIALS))
+
+
+def _bimodal_processes(rng: np.random.Generator, nights: int) -> np.ndarray:
+    return np.log(np.where(rng.random((nights, TRIALS)) < 0.5, 0.94, 1.0)) + 0.02 * rng.standard_normal(
+        (nights, TRIALS)
+    )
+
+
+def _bimodal_hosts(rng: np.random.Generator, nights: int) -> np.ndarray:
+    host = np.log(np.where(rng.random((nights, 1)) < 0.3, 0.94, 1.0))
+    return host + 0.02 * rng.standard_normal((nights, TRIALS))
+
+
+SHAPES: dict[str, Callable[[np.random.Generator, int], np.ndarray]] = {
+    "2% noise": _lognormal(0.02),
+    "5% noise": _lognormal(0.05),
+    "heavy tails": _heavy,
+    "bimodal processes": _bimodal_processes,
+    "bimodal hosts": _bimodal_hosts,
+}
+
+
+def simulate(rng: np.random.Generator, shape: str, nights: int, step: float) -> tuple[np.ndarray, int | None]:
+    """Trials (nights x 3) of one series, and the night its step starts (None without a step)."""
+    trials = np.exp(SHAPES[shape](rng, nights)) * 1000
     bad = rng.random(nights) < 0.05
     sizes = rng.uniform(0.08, 0.25, bad.sum()) * np.where(rng.random(bad.sum()) < 0.8, -1, 1)
-    values[bad] *= 1 + sizes
+    trials[bad] *= (1 + sizes)[:, None]
     if not step:
-        return values, None
+        return trials, None
     at = int(rng.integers(30, nights - 10))
-    values[at:] *= 1 + step * rng.choice([-1, 1])
-    return values, at
+    trials[at:] *= 1 + step * rng.choice([-1, 1])
+    return trials, at
 
 
-def rule_detect(values: np.ndarray) -> list[int]:
-    return [c.index for c in detect_changes(values, THRESHOLD, True).changes if c.status == "confirmed"]
+def _confirmed(trials: np.ndarray, all_trials: bool) -> list[int]:
+    detection = detect_changes(np.median(trials, axis=1), THRESHOLD, True, trials=trials if all_trials else None)
+    return [c.index for c in detection.changes if c.status == "confirmed"]
 
 
-def rule_previous(values: np.ndarray) -> list[int]:
-    """Flag a night more than 5% away from the night before."""
+def rule_detect(trials: np.ndarray) -> list[int]:
+    return _confirmed(trials, True)
+
+
+def rule_detect_medians(trials: np.ndarray) -> list[int]:
+    return _confirmed(trials, False)
+
+
+def _otava(trials: np.ndarray, min_magnitude: float) -> list[int]:
+    from otava.analysis import compute_change_points  # noqa: PLC0415 (optional: installed for this benchmark)
+
+    series = [float(v) for v in np.median(trials, axis=1)]  # Otava wants a list: an array raises ValueError
+    points, _ = compute_change_points(series, window_len=50, max_pvalue=0.001, min_magnitude=min_magnitude)
+    return [int(p.index) for p in points]
+
+
+def rule_otava(trials: np.ndarray) -> list[int]:
+    return _otava(trials, 0.0)
+
+
+def rule_otava_magnitude(trials: np.ndarray) -> list[int]:
+    return _otava(trials, THRESHOLD)
+
+
+def rule_previous(trials: np.ndarray) -> list[int]:
+    """Flag a night whose median is more than 5% away from the night before."""
+    values = np.median(trials, axis=1)
     return [i for i in range(1, len(values)) if abs(values[i] / values[i - 1] - 1) > 0.05]
 
 
-def rule_zscore(values: np.ndarray) -> list[int]:
-    """Flag a night more than 5 standard deviations from the mean of the 30 nights before it."""
+def rule_zscore(trials: np.ndarray) -> list[int]:
+    """Flag a night whose median is more than 5 standard deviations from the mean of the 30 nights before it."""
+    values = np.median(trials, axis=1)
     flags = []
     for i in range(30, len(values)):
         window = values[i - 30 : i]
@@ -54,43 +132,64 @@ def rule_zscore(values: np.ndarray) -> list[int]:
     return flags
 
 
-RULES = {"stepwatch detect": rule_detect, "previous night +-5%": rule_previous, "z > 5 over 30 nights": rule_zscore}
+RULES: dict[str, Callable[[np.ndarray], list[int]]] = {
+    "stepwatch detect": rule_detect,
+    "stepwatch (medians)": rule_detect_medians,
+    "otava": rule_otava,
+    "otava, min 3%": rule_otava_magnitude,
+    "previous night +-5%": rule_previous,
+    "z > 5 over 30 nights": rule_zscore,
+}
+
+
+def score(job: tuple[str, str, dict[float, list[tuple[np.ndarray, int | None]]]]) -> str:
+    shape, name, conditions = job
+    rule = RULES[name]
+    cells, stray, start = [], 0, time.perf_counter()
+    for step in STEPS:
+        found = 0
+        for trials, at in conditions[step]:
+            flags = rule(trials)
+            found += any(abs(f - at) <= TOLERANCE for f in flags)
+            stray += any(abs(f - at) > TOLERANCE for f in flags)
+        cells.append(found / len(conditions[step]))
+    alarms = sum(bool(rule(trials)) for trials, _ in conditions[0.0]) / len(conditions[0.0])
+    count = sum(len(c) for c in conditions.values())
+    elapsed = (time.perf_counter() - start) / count * 1000
+    row = f"{shape:<19}{name:<22}" + "".join(f"{c:>10.1%}" for c in cells)
+    return row + f"{alarms:>14.1%}{stray / sum(len(conditions[s]) for s in STEPS):>8.1%}{elapsed:>11.1f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--series", type=int, default=1000, help="series per condition")
+    parser.add_argument("--series", type=int, default=1000, help="series per shape and condition")
     parser.add_argument("--nights", type=int, default=90)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES), metavar="SHAPE")
+    parser.add_argument("--rules", nargs="+", default=list(RULES), choices=list(RULES), metavar="RULE")
     args = parser.parse_args()
 
     rng = np.random.default_rng(args.seed)
-    conditions = {step: [simulate(rng, args.nights, step) for _ in range(args.series)] for step in (0.0, *STEPS)}
+    jobs = []
+    for shape in args.shapes:
+        conditions = {s: [simulate(rng, shape, args.nights, s) for _ in range(args.series)] for s in (0.0, *STEPS)}
+        jobs += [(shape, name, conditions) for name in args.rules]
     print(
-        f"{args.series} series per condition, {args.nights} nights, 3 trials a night at 2% noise, 5% outlier nights, "
+        f"{args.series} series per shape and condition, {args.nights} nights of {TRIALS} trials, 5% outlier nights; "
         f"found = flagged within {TOLERANCE} nights of the step\n"
     )
-    header = f"{'rule':<24}" + "".join(f"{f'recall {s:.0%} step':>18}" for s in STEPS)
-    header += f"{'false alarms':>15}{'stray flags':>14}{'ms/series':>11}"
-    print(header)
-    print("-" * len(header))
-    for name, rule in RULES.items():
-        cells, stray, start = [], 0, time.perf_counter()
-        for step in STEPS:
-            found = 0
-            for values, at in conditions[step]:
-                flags = rule(values)
-                found += any(abs(f - at) <= TOLERANCE for f in flags)
-                stray += any(abs(f - at) > TOLERANCE for f in flags)
-            cells.append(found / args.series)
-        alarms = sum(bool(rule(values)) for values, _ in conditions[0.0]) / args.series
-        elapsed = (time.perf_counter() - start) / (args.series * (len(STEPS) + 1)) * 1000
-        stray_share = stray / (args.series * len(STEPS))
-        row = f"{name:<24}" + "".join(f"{c:>18.1%}" for c in cells)
-        print(row + f"{alarms:>15.1%}{stray_share:>14.1%}{elapsed:>11.1f}")
+    header = f"{'shape':<19}{'rule':<22}" + "".join(f"{f'{s:.0%} step':>10}" for s in STEPS)
+    header += f"{'false alarms':>14}{'stray':>8}{'ms/series':>11}"
+    print(header + "\n" + "-" * len(header))
+    with multiprocessing.Pool() as pool:
+        for i, row in enumerate(pool.imap(score, jobs)):
+            print(row, flush=True)
+            if (i + 1) % len(args.rules) == 0 and i + 1 < len(jobs):
+                print()
     print(
-        "\nstray flags: step series where the rule also flagged a night away from the step. "
-        "Goal for stepwatch detect: recall >= 95% on 5% steps with false alarms on <= 1% of series."
+        "\nColumns n% step: recall of steps of that size. stray: step series where the rule also flagged a night "
+        "away from the step.\nGoals for stepwatch detect on every shape: false alarms <= 1%, recall of 10% steps "
+        ">= 95%."
     )
 
 

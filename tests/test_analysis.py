@@ -187,6 +187,33 @@ def test_a_one_night_dip_is_an_outlier_and_a_drop_in_the_last_nights_is_suspecte
     assert detection.changes[0].ratio == pytest.approx(0.85, abs=0.03)
 
 
+def test_the_design_effect_counts_trials_that_move_together_as_one():
+    rng = np.random.default_rng(5)
+    independent = [0.03 * rng.standard_normal(4) for _ in range(60)]
+    together = [np.full(4, 0.03 * rng.standard_normal()) + 0.001 * rng.standard_normal(4) for _ in range(60)]
+    assert changepoints.design_effect(independent) == pytest.approx(1.0, abs=0.5)
+    assert changepoints.design_effect(together) == pytest.approx(4.0, abs=0.2)
+
+
+def test_every_trial_confirms_a_recent_step_that_the_medians_cannot_yet_and_adds_no_false_alarm():
+    """Exchangeable trials: with 4 nights after a 5% step, all 12 trials confirm it more often than the
+    4 medians; trials of a night that move together (a host per night) give the same false-alarm count as
+    the medians do, none."""
+    by = {"trials": 0, "medians": 0}
+    alarms = 0
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        trials = 1000 * np.exp(0.02 * rng.standard_normal((40, 3)))
+        trials[36:] *= 0.95
+        for name, given in (("trials", trials), ("medians", None)):
+            found = changepoints.detect_changes(np.median(trials, axis=1), 0.03, True, trials=given).changes
+            by[name] += any(c.status == "confirmed" and abs(c.index - 36) <= 1 for c in found)
+        hosts = 1000 * np.exp(0.03 * rng.standard_normal((60, 1)) + 0.005 * rng.standard_normal((60, 3)))
+        alarms += bool(changepoints.detect_changes(np.median(hosts, axis=1), 0.03, True, trials=hosts).changes)
+    assert by["trials"] >= by["medians"] + 5, by
+    assert alarms == 0
+
+
 def test_l1_costs_are_sums_of_absolute_deviations_from_the_median():
     x = np.random.default_rng(0).standard_normal(30)
     cost = changepoints.l1_costs(x)

@@ -119,7 +119,8 @@ def test_threads_auto_is_resolved_for_the_host_and_is_part_of_the_series() -> No
     ran = narrow(smoke.configs, {})
     picked = auto_threads("cpu", "tensorflow", usable_cores())
     assert {c.threads for c in ran} == {picked}  # ... and what runs (and is keyed and recorded) is its pick
-    assert auto_threads("cpu", "tensorflow", 2) == "1/1" and auto_threads("cpu", "torch", 16) == "8/1"
+    assert auto_threads("cpu", "tensorflow", 2) == "1/2" and auto_threads("cpu", "torch", 16) == "8/2"
+    assert auto_threads("cpu", "tensorflow", 1) == "1/1"
     assert auto_threads("gpu", "tensorflow", 16) == auto_threads("cpu", "jax", 2) == "default"
     bilstm = BenchmarkConfig(model="bilstm")
     assert bilstm.key == bilstm.with_changes(threads="default").key == "66ea00715b05e398"  # history keeps its key

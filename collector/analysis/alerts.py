@@ -88,7 +88,11 @@ def scan(
         versions = text.where(text.notna(), None).to_dict("records")
         threshold = threshold_for(metric, fields.get(key, {}), overrides)
         detection = changepoints.detect_changes(
-            nights["value"].to_numpy(dtype=float), threshold, metric.higher_is_better, versions
+            nights["value"].to_numpy(dtype=float),
+            threshold,
+            metric.higher_is_better,
+            versions,
+            trials=[v if v is not None else [] for v in nights["trial_values"]],
         )
         outliers += len(detection.outliers)
         runs = nights["suite_run_id"].tolist()

@@ -3,6 +3,13 @@
 Per-night medians, outlier nights set aside (Hampel), PELT with an L1 cost and a noise-scaled penalty,
 every change confirmed by a Welch test of the segments either side and a size of at least the threshold;
 a change too recent to confirm is *suspected*.
+
+Given every trial of each night, the confirming test uses them all: a night's trials are not independent
+(a host, a container, a machine state shared by them all), so each segment's trial count is discounted by
+the design effect 1 + (k - 1) x ICC, the intraclass correlation measured on the series itself (between-night
+noise from successive nights, so a step does not count as noise). Where nights are exchangeable this gives
+the test the degrees of freedom of all the trials (a change confirmed with fewer nights after it); where
+trials of a night move together it falls back to what the nights alone say.
 """
 
 from __future__ import annotations
@@ -110,8 +117,42 @@ def versions_between(before: Mapping[str, Any], after: Mapping[str, Any]) -> dic
     return {k: (before.get(k), after.get(k)) for k in after if before.get(k) != after.get(k)}
 
 
-def _segment_test(before: np.ndarray, after: np.ndarray) -> Ratio:
-    ratio = welch_ratio(Side.of_logs(before), Side.of_logs(after))
+def design_effect(nights: Sequence[np.ndarray]) -> float:
+    """How many trials count as one, per trial of a night: ``1 + (k - 1) x ICC``, with the within-night variance
+    pooled over the nights that have two trials or more and the between-night variance from the robust spread
+    of successive nights' mean logs (a step or an outlier night barely moves it). 1.0 when the trials of a
+    night are as independent as trials of different nights; ``k`` when they move together."""
+    counts = np.array([len(n) for n in nights])
+    multi = [n for n in nights if len(n) >= 2]
+    if len(multi) < 2 or len(nights) < 3:
+        return float(counts.mean()) if len(counts) else 1.0  # nothing to tell them apart: nights alone
+    within = sum(float(n.var(ddof=1)) * (len(n) - 1) for n in multi) / sum(len(n) - 1 for n in multi)
+    k = float(counts.mean())
+    night_mean = robust_sigma(np.array([float(n.mean()) for n in nights])) ** 2  # between + within / k
+    between = max(0.0, night_mean - within / k)
+    icc = between / (between + within) if between + within > 0 else 0.0
+    return 1.0 + (k - 1.0) * icc
+
+
+def _side(logs: np.ndarray, trials: Sequence[np.ndarray] | None, deff: float) -> Side:
+    if trials is None:
+        return Side.of_logs(logs)
+    pooled = np.concatenate(trials)
+    side = Side.of_logs(pooled)
+    return Side(max(len(pooled) / deff, min(len(trials), len(pooled))), side.mean_log, side.var_log)
+
+
+def _segment_test(
+    before: np.ndarray,
+    after: np.ndarray,
+    trials: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None,
+    deff: float = 1.0,
+) -> Ratio:
+    sides = [
+        _side(logs, None if trials is None else part, deff)
+        for logs, part in zip((before, after), trials or (None, None))
+    ]
+    ratio = welch_ratio(*sides)
     level = math.exp(float(np.median(after)) - float(np.median(before)))
     return Ratio(level, ratio.ci_low, ratio.ci_high, ratio.p_value)
 
@@ -122,13 +163,19 @@ def detect_changes(
     higher_is_better: bool,
     versions: Sequence[Mapping[str, Any]] | None = None,
     penalty: float = PENALTY,
+    trials: Sequence[Sequence[float]] | None = None,
 ) -> Detection:
     """Change points in one series of per-night values (oldest first). Each change is at least
     ``threshold`` in size and either confirmed (Welch p < 0.001 between the segments, at least
     ``CONFIRM_NIGHTS`` nights after it) or suspected (too recent to test, but beyond the threshold and
-    3 sigmas of the night-to-night noise)."""
+    3 sigmas of the night-to-night noise). ``trials``, when given, holds every trial's value of each night
+    (``values`` being their medians): the confirming test then uses them all (see the module's note)."""
     raw = np.asarray(values, dtype=float)
     valid = np.flatnonzero(np.isfinite(raw) & (raw > 0))
+    if trials is not None:
+        night_trials = [np.log(t[np.isfinite(t) & (t > 0)]) for t in (np.asarray(trials[i], float) for i in valid)]
+        keep = np.array([len(t) > 0 for t in night_trials], dtype=bool)
+        valid, night_trials = valid[keep], [t for t, k in zip(night_trials, keep) if k]
     logs_all = np.log(raw[valid])
     sigma = robust_sigma(logs_all)
     if math.isnan(sigma) or len(logs_all) < 2 * MIN_SIZE:
@@ -137,6 +184,8 @@ def detect_changes(
     outliers = outlier_nights(logs_all, threshold, floor)
     kept = valid[~outliers]
     logs = logs_all[~outliers]
+    kept_trials = [t for t, out in zip(night_trials, outliers) if not out] if trials is not None else None
+    deff = design_effect(kept_trials) if kept_trials is not None else 1.0
     starts = pelt_l1(logs, penalty * floor * math.log(len(logs)))
     band = math.log1p(threshold)
     # Drop the weakest unconfirmed change and re-test its neighbours, until every change stands.
@@ -145,7 +194,10 @@ def detect_changes(
         tested = []
         for i, start in enumerate(starts):
             before, after = logs[bounds[i] : start], logs[start : bounds[i + 2]]
-            test = _segment_test(before, after)
+            parts = (
+                None if kept_trials is None else (kept_trials[bounds[i] : start], kept_trials[start : bounds[i + 2]])
+            )
+            test = _segment_test(before, after, parts, deff)
             size = abs(math.log(test.ratio))
             recent = len(logs) - start < CONFIRM_NIGHTS
             if recent:

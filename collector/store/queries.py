@@ -191,8 +191,8 @@ def series_catalog(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 
 
 def history_points(con: duckdb.DuckDBPyConnection, selection: Selection, metric: str) -> pd.DataFrame:
-    """One point per series and suite run: the median of its ok trials' metric (failed trials left out),
-    the trial counts, the versions it ran and the series' dimensions, oldest first."""
+    """One point per series and suite run: the median of its ok trials' metric (failed trials left out), the
+    values of those trials, the trial counts, the versions it ran and the series' dimensions, oldest first."""
     if metric not in METRICS:
         raise SelectionError(f"{metric!r} is not a metric stepwatch tracks (known: {', '.join(METRICS)})")
     where, params = selection.where("r")
@@ -203,6 +203,7 @@ def history_points(con: duckdb.DuckDBPyConnection, selection: Selection, metric:
         f"""
         SELECT r.series_key, r.suite_run_id, min(r.started_at) AS night,
                median(r."{metric}") FILTER (WHERE r.status = 'ok') AS value,
+               list(r."{metric}") FILTER (WHERE r.status = 'ok' AND r."{metric}" > 0) AS trial_values,
                count(*) FILTER (WHERE r.status = 'ok') AS ok, count(*) AS trials,
                any_value(r.label) AS label, {versions}, {dims}
         FROM runs r JOIN series s USING (series_key) WHERE {where}

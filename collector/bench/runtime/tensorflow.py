@@ -80,7 +80,13 @@ def make_data(spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any
     global_batch = config.per_device_batch * runtime.replicas
     if config.data == "synthetic":
         x, y = spec.synthetic_batch(preset, global_batch, config.seed)
-        return tf.data.Dataset.from_tensors((x, y)).repeat()
+        # One constant batch has nothing to tune, and tf.data's autotuner costs a trial seconds: in about half
+        # of the processes the iterator's teardown at the end of fit waits for the tuner's next wake-up (its
+        # period doubles from 10 ms, so fit returns at 2.55 s, 5.11 s, 10.23 s ... after the iterator was
+        # made; measured with benchmarks/step_floor.py, see the README's "Threads").
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        return tf.data.Dataset.from_tensors((x, y)).repeat().with_options(options)
     x, y = spec.synthetic_batch(preset, PIPELINE_EXAMPLES, config.seed)
     autotune = tf.data.AUTOTUNE
     if spec.unit == "images":

@@ -4,7 +4,8 @@ Keras backend.
 Both sides run the same tiny config in fresh processes, alternating (stepwatch, bare, stepwatch, ...) and
 backend after backend, so machine drift hits all alike. The bare side sets KERAS_BACKEND, builds the same
 model with the same seed, warms up with one fit call, then times a second fit call of the same number of
-steps with perf_counter. It feeds what a user would: a repeated tf.data batch on TensorFlow, a Python
+steps with perf_counter. It feeds what a user would: a repeated tf.data batch on TensorFlow (autotuner off, as
+stepwatch's trials), a Python
 generator repeating one device batch on JAX and torch. JAX compiles (jit_compile on; without it Keras runs JAX
 op by op), the others run without it, as stepwatch's defaults.
 
@@ -56,7 +57,12 @@ def bare_fit(backend: str, model_name: str, batch: int, warmup: int, steps: int)
         import tensorflow as tf
 
         tf.config.experimental.enable_tensor_float_32_execution(False)
-        data = tf.data.Dataset.from_tensors((x, y)).repeat()
+        # As stepwatch's trials: tf.data's autotuner off for the one constant batch. With it on, about a third
+        # of the fit calls end with a 0.6-2.4 s wait for the tuner's thread after the last step (README,
+        # "Threads"), which a timing around the call would count as training.
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        data = tf.data.Dataset.from_tensors((x, y)).repeat().with_options(options)
     else:
         batch_on_device = keras.tree.map_structure(keras.ops.convert_to_tensor, (x, y))
 

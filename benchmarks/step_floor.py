@@ -9,7 +9,8 @@ has more runnable threads than cores; *steal* is time the host took from the VM.
 - ``fit-noautotune``: the same with tf.data's autotuning off (what stepwatch's TF trials do since).
 - ``train_on_batch``: ``model.train_on_batch`` on constant tensors, a host sync each step.
 
-Threads: ``default`` (the framework's pools) or ``INTRA/INTER``.
+Threads: ``default`` (the framework's pools) or ``INTRA/INTER``. ``--aslr off`` runs the children under
+``setarch -R`` (no address-space randomisation: the same memory layout in every process).
 
     .venv/bin/python benchmarks/step_floor.py [--model bert] [--processes 6] [--steps 300] \
         [--variants fit fit-noautotune train_on_batch] [--threads default 1/1 1/2]
@@ -124,34 +125,37 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--variants", nargs="+", default=["fit", "fit-noautotune", "train_on_batch"])
     parser.add_argument("--threads", nargs="+", default=["default", "1/1", "1/2"])
+    parser.add_argument(
+        "--aslr", nargs="+", default=["on"], choices=["on", "off"], help="off: children under setarch -R"
+    )
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "STEPS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.model, args.child[0], int(args.child[1]))
         return
-    cells = [(v, t) for v in args.variants for t in args.threads]
-    rows: dict[tuple[str, str], list[dict[str, float]]] = {c: [] for c in cells}
+    cells = [(v, t, a) for v in args.variants for t in args.threads for a in args.aslr]
     print(f"{args.model} tiny, batch 8, {args.steps} steps, {args.processes} processes per cell, interleaved")
     columns = ("step_ms", "first_ms", "tail_ms", "median_step_ms", "p90_step_ms", "cpu_per_step_ms")
     columns += ("runqueue_per_step_ms",)
     columns += ("voluntary_per_step", "involuntary_per_step", "steal_per_step_ms", "threads")
-    print(f"{'variant':16s}{'threads':9s}" + "".join(f"{c.replace('_per_step', '/step'):>15s}" for c in columns))
+    names = "".join(f"{c.replace('_per_step', '/step'):>15s}" for c in columns)
+    print(f"{'variant':16s}{'threads':9s}{'aslr':6s}" + names)
     for _ in range(args.processes):
-        for variant, threads in cells:
+        for variant, threads, aslr in cells:
             env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
             if threads != "default":
                 intra, inter = threads.split("/")
                 env |= {"TF_NUM_INTRAOP_THREADS": intra, "TF_NUM_INTEROP_THREADS": inter}
+            prefix = ["setarch", os.uname().machine, "-R"] if aslr == "off" else []
             done = subprocess.run(
-                [sys.executable, __file__, "--model", args.model, "--child", variant, str(args.steps)],
+                [*prefix, sys.executable, __file__, "--model", args.model, "--child", variant, str(args.steps)],
                 env=env,
                 capture_output=True,
                 text=True,
                 check=True,
             )
             row = json.loads(done.stdout.strip().splitlines()[-1])
-            rows[(variant, threads)].append(row)
-            print(f"{variant:16s}{threads:9s}" + "".join(f"{row[c]:15.2f}" for c in columns), flush=True)
+            print(f"{variant:16s}{threads:9s}{aslr:6s}" + "".join(f"{row[c]:15.2f}" for c in columns), flush=True)
 
 
 if __name__ == "__main__":

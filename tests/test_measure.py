@@ -7,7 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from collector.bench.measure import Mark, NonFiniteLoss, WindowClock, jitter, summarize, window_mean_from_running
+from collector.bench.measure import (
+    Mark,
+    NonFiniteLoss,
+    WindowClock,
+    host_load,
+    jitter,
+    summarize,
+    window_mean_from_running,
+)
 
 
 def clock_with(step_times: list[float], window: int = 2, compile_s: float = 5.0) -> WindowClock:
@@ -69,3 +77,13 @@ def test_clock_raises_on_nan_after_recording_the_window() -> None:
 def test_jitter_is_scaled_mad() -> None:
     assert jitter(np.array([1.0, 1.0, 1.0])) == 0.0
     assert jitter(np.array([1.0, 2.0, 3.0])) == pytest.approx(1.4826)
+
+
+def test_host_load_is_per_measured_second_and_skips_the_warmup() -> None:
+    clock = WindowClock(first_steps=1, window_steps=2, start=0.0)
+    # (time, process cpu, host steal) at each mark: warm-up windows burn CPU, measured ones 1.5 cores
+    for i, (t, cpu, steal) in enumerate([(1, 1, 10), (2, 5, 10), (3, 9, 10), (5, 12, 10.5), (7, 15, 11)]):
+        clock.marks.append(Mark(1 + 2 * i, t, 1.0, cpu, steal))
+    assert host_load(clock, warmup_steps=4) == {"process_cpu_per_s": 1.5, "host_steal_per_s": 0.25}
+    clock.marks[-1] = Mark(9, 7, 1.0)  # the OS did not say: nothing is made up
+    assert host_load(clock, warmup_steps=4) == {}

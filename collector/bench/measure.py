@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,20 @@ class Mark:
     steps: int  # steps done when the window closed
     time: float  # time.perf_counter() after the loss of the window reached the host
     loss: float  # mean loss over the window's steps
+    cpu: float = math.nan  # this process's CPU seconds (all threads, user + system) at the mark
+    steal: float = math.nan  # seconds the hypervisor held back this machine's CPUs (all of them) since boot
+
+
+def host_steal_s() -> float:
+    """Steal time of all CPUs since boot (/proc/stat), in seconds; NaN where the OS does not say."""
+    try:
+        with open("/proc/stat") as stat:
+            return int(stat.readline().split()[8]) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return math.nan
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @dataclass
@@ -45,7 +60,9 @@ class WindowClock:
 
     def close(self, steps_done: int, fetch_loss: Callable[[], float]) -> Mark:
         loss = float(fetch_loss())
-        mark = Mark(steps_done, time.perf_counter(), loss)
+        now = time.perf_counter()
+        cpu = time.process_time()
+        mark = Mark(steps_done, now, loss, cpu, host_steal_s())
         self.marks.append(mark)
         if not math.isfinite(loss):
             raise NonFiniteLoss(f"loss became {loss} after {steps_done} steps")
@@ -134,3 +151,20 @@ def summarize(clock: WindowClock, warmup_steps: int, global_batch: int) -> Trial
         window_step_times_s=[float(v) for v in per_step],
         window_losses=[m.loss for m in measured[1:]],
     )
+
+
+def host_load(clock: WindowClock, warmup_steps: int) -> dict[str, float]:
+    """What the machine did during the measured windows, per measured second: the cores this process kept busy
+    (``process_cpu_per_s``; 1.3 = one core and a third) and the CPU time the hypervisor took from the machine
+    (``host_steal_per_s``, all CPUs together). A trial that is slow while steal is high was held back by its
+    host, not by its code. Empty when no measured window closed or the OS does not say."""
+    measured = clock.marks[warmup_steps // clock.window_steps :]
+    if len(measured) < 2:
+        return {}
+    first, last = measured[0], measured[-1]
+    seconds = last.time - first.time
+    load = {
+        "process_cpu_per_s": (last.cpu - first.cpu) / seconds,
+        "host_steal_per_s": (last.steal - first.steal) / seconds,
+    }
+    return {k: round(v, 4) for k, v in load.items() if math.isfinite(v)}

@@ -18,7 +18,7 @@ from typing import Any
 
 from collector.bench import runtime
 from collector.bench.environment import host_environment
-from collector.bench.measure import NonFiniteLoss, WindowClock, summarize
+from collector.bench.measure import NonFiniteLoss, WindowClock, host_load, summarize
 from collector.config import BenchmarkConfig, usable_cores, validate
 from trainers import get_model
 
@@ -91,6 +91,7 @@ def run_trial(config: BenchmarkConfig, spawn_time: float) -> dict[str, Any]:
             result["startup_s"] = clock.marks[0].time - _perf_at(spawn_time)
         stats = summarize(clock, config.warmup_steps, result.get("global_batch", config.per_device_batch))
         result.update(asdict(stats))
+        result.update(host_load(clock, config.warmup_steps))  # kept in extras: how busy the host was
         result["peak_memory_bytes"], result["peak_memory_kind"] = backend.peak_memory(config)
         result["frameworks_loaded"] = loaded_frameworks()  # kept in extras: what this process really imported
     return result

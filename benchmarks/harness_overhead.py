@@ -57,12 +57,11 @@ def bare_fit(backend: str, model_name: str, batch: int, warmup: int, steps: int)
         import tensorflow as tf
 
         tf.config.experimental.enable_tensor_float_32_execution(False)
-        # As stepwatch's trials: tf.data's autotuner off for the one constant batch. With it on, about a third
-        # of the fit calls end with a 0.6-2.4 s wait for the tuner's thread after the last step (README,
-        # "Threads"), which a timing around the call would count as training.
-        options = tf.data.Options()
-        options.autotune.enabled = False
-        data = tf.data.Dataset.from_tensors((x, y)).repeat().with_options(options)
+        from collector.bench.runtime.tensorflow import constant_dataset
+
+        # The trials' dataset: with tf.data's autotuner on, about a third of the fit calls end with a 0.6-2.4 s
+        # wait for its thread after the last step, which a timing around the call would count as training.
+        data = constant_dataset((x, y))
     else:
         batch_on_device = keras.tree.map_structure(keras.ops.convert_to_tensor, (x, y))
 

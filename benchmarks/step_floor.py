@@ -51,16 +51,13 @@ def _task_stats() -> dict[str, float]:
     return {"run_ns": run, "wait_ns": wait, "voluntary": vol, "involuntary": invol, "threads": threads}
 
 
-def _steal() -> int:
-    """Steal jiffies of all CPUs since boot (/proc/stat, the 8th field)."""
-    return int(Path("/proc/stat").read_text().splitlines()[0].split()[8])
-
-
 def child(model: str, variant: str, steps: int) -> None:
     import keras  # noqa: PLC0415 (after the thread settings are in the environment)
     import tensorflow as tf  # noqa: PLC0415
 
     sys.path.insert(0, str(ROOT))
+    from collector.bench.measure import host_steal_s  # noqa: PLC0415
+    from collector.bench.runtime.tensorflow import constant_dataset  # noqa: PLC0415
     from trainers import get_model  # noqa: PLC0415
     from trainers.spec import sparse_ce_loss  # noqa: PLC0415
 
@@ -80,23 +77,22 @@ def child(model: str, variant: str, steps: int) -> None:
         xs, ys = tf.nest.map_structure(tf.constant, x), tf.constant(y)
         for _ in range(warmup):
             net.train_on_batch(xs, ys)
-        before, steal0 = _task_stats(), _steal()
+        before, steal0 = _task_stats(), host_steal_s()
         start = time.perf_counter()
         for _ in range(steps):
             float(net.train_on_batch(xs, ys, return_dict=True)["loss"])  # host sync each step
             stamps.append(time.perf_counter())
     else:
-        dataset = tf.data.Dataset.from_tensors((x, y)).repeat()
         if variant == "fit-noautotune":
-            options = tf.data.Options()
-            options.autotune.enabled = False
-            dataset = dataset.with_options(options)
+            dataset = constant_dataset((x, y))  # what stepwatch's trials feed
+        else:
+            dataset = tf.data.Dataset.from_tensors((x, y)).repeat()
         net.fit(dataset, steps_per_epoch=warmup, epochs=1, verbose=0)
-        before, steal0 = _task_stats(), _steal()
+        before, steal0 = _task_stats(), host_steal_s()
         start = time.perf_counter()
         net.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[Stamp()])
     elapsed = time.perf_counter() - start
-    after, steal1 = _task_stats(), _steal()
+    after, steal1 = _task_stats(), host_steal_s()
     gaps = [b - a for a, b in zip(stamps, stamps[1:])]  # between steps: what a window of the harness sees
     delta = {k: after[k] - before[k] for k in ("run_ns", "wait_ns", "voluntary", "involuntary")}
     print(
@@ -111,7 +107,7 @@ def child(model: str, variant: str, steps: int) -> None:
                 "runqueue_per_step_ms": delta["wait_ns"] / 1e6 / steps,
                 "voluntary_per_step": delta["voluntary"] / steps,
                 "involuntary_per_step": delta["involuntary"] / steps,
-                "steal_per_step_ms": (steal1 - steal0) * 1000 / os.sysconf("SC_CLK_TCK") / steps,
+                "steal_per_step_ms": (steal1 - steal0) * 1000 / steps,
                 "threads": after["threads"],
             }
         )

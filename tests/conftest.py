@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,6 +48,13 @@ def stepwatch(
         timeout=timeout,
         env={**os.environ, **(env or {})},
     )
+
+
+def two_at_a_time(run: Callable[[Any], None], items: Iterable[Any]) -> None:
+    """``run`` on every item, two at once: for fixtures whose trials' speed is not what their tests check (a
+    trial spends most of its time importing and compiling on one core)."""
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(run, items))
 
 
 def result_rows(count: int, suite_run_id: str | None = None, start: int = 0, **fields: Any) -> list[dict[str, Any]]:
@@ -115,11 +123,8 @@ def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )  # fmt: skip
         assert done.returncode in (0, 4), done.stderr[-2000:]
 
-    # Two runs at a time (their throughput is not what these tests look at; a trial spends most of its time
-    # importing and compiling on one core), then the timed-out one alone, so that it is the latest.
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(run, runs[:-1]))
-    run(runs[-1])
+    two_at_a_time(run, runs[:-1])
+    run(runs[-1])  # alone and last: the timed-out run is the latest
     done = stepwatch("ingest", str(results), "--db", str(db))
     assert done.returncode == 0, done.stderr
     return db

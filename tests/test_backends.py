@@ -8,14 +8,13 @@ import json
 import subprocess
 import sys
 import textwrap
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from collector.config import auto_threads, resolve, thread_counts, usable_cores
-from tests.conftest import REPO, SHORT, stepwatch, write_suite
+from tests.conftest import REPO, SHORT, stepwatch, two_at_a_time, write_suite
 
 # (keras_backend, model, precision, xla) -> what the trial must read back.
 TRIALS = {
@@ -50,8 +49,7 @@ def backend_rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
         done = stepwatch("run", "--suite", str(suite), *SHORT, "--out", str(root / "results"))
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(run, sorted({b for b, *_ in TRIALS})))
+    two_at_a_time(run, sorted({b for b, *_ in TRIALS}))
     return [row for path in sorted((root / "results").glob("*.parquet")) for row in pq.read_table(path).to_pylist()]
 
 
@@ -144,16 +142,12 @@ def test_the_same_weights_give_the_same_first_loss_on_every_backend(tmp_path: Pa
     with --run-large). And the timing callback
     keeps Keras' asynchronous batch-end dispatch on JAX and torch."""
     losses = {}
-
-    def parity(backend: str) -> dict:
+    for backend in ("tensorflow", "jax", "torch"):  # TensorFlow first: it saves the weights the others load
         done = subprocess.run(
             [sys.executable, "-c", PARITY, backend, str(tmp_path), models], cwd=REPO, capture_output=True, text=True
         )
         assert done.returncode == 0, done.stderr[-3000:]
-        return json.loads(done.stdout.strip().splitlines()[-1])
-
-    runs = {backend: parity(backend) for backend in ("tensorflow", "jax", "torch")}  # TF saves what they load
-    for backend, out in runs.items():
+        out = json.loads(done.stdout.strip().splitlines()[-1])
         losses[backend] = out["losses"]
         # JAX and torch run batch-end callbacks on a worker thread: stepwatch's adds no sync per step, where a
         # callback overriding on_train_batch_end would. TensorFlow's Keras backend never dispatches them async.

@@ -134,12 +134,10 @@ def design_effect(nights: Sequence[np.ndarray]) -> float:
     return 1.0 + (k - 1.0) * icc
 
 
-def _side(logs: np.ndarray, trials: Sequence[np.ndarray] | None, deff: float) -> Side:
-    if trials is None:
-        return Side.of_logs(logs)
-    pooled = np.concatenate(trials)
-    side = Side.of_logs(pooled)
-    return Side(max(len(pooled) / deff, min(len(trials), len(pooled))), side.mean_log, side.var_log)
+def _trial_side(nights: Sequence[np.ndarray], deff: float) -> Side:
+    """A segment's trials pooled, counted as ``trials / deff`` (never fewer than its nights)."""
+    pooled = Side.of_logs(np.concatenate(nights))
+    return Side(max(pooled.n / deff, len(nights)), pooled.mean_log, pooled.var_log)
 
 
 def _segment_test(
@@ -148,11 +146,11 @@ def _segment_test(
     trials: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None,
     deff: float = 1.0,
 ) -> Ratio:
-    sides = [
-        _side(logs, None if trials is None else part, deff)
-        for logs, part in zip((before, after), trials or (None, None))
-    ]
-    ratio = welch_ratio(*sides)
+    """Welch test of two segments: on their nights' values, or on every trial of those nights when given."""
+    if trials is None:
+        ratio = welch_ratio(Side.of_logs(before), Side.of_logs(after))
+    else:
+        ratio = welch_ratio(_trial_side(trials[0], deff), _trial_side(trials[1], deff))
     level = math.exp(float(np.median(after)) - float(np.median(before)))
     return Ratio(level, ratio.ci_low, ratio.ci_high, ratio.p_value)
 

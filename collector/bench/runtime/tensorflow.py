@@ -74,19 +74,22 @@ def build_model(spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> t
     return common.build_model(spec, config, runtime.strategy.scope())
 
 
+def constant_dataset(batch: Any) -> tf.data.Dataset:
+    """One batch repeated forever, with tf.data's autotuner off. A constant batch has nothing to tune, and the
+    tuner costs a trial seconds: in about a third of the processes the iterator's teardown at the end of fit
+    waits for the tuner's next wake-up (its period doubles from 10 ms, so fit returns 2.55 s, 5.11 s,
+    10.23 s ... after the iterator was made; measured with benchmarks/step_floor.py, README "Threads")."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return tf.data.Dataset.from_tensors(batch).repeat().with_options(options)
+
+
 def make_data(spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
     """synthetic: one fixed batch repeated; pipeline: a host tf.data pipeline (JPEG decode + augment for images)."""
     preset = spec.preset(config.preset)
     global_batch = config.per_device_batch * runtime.replicas
     if config.data == "synthetic":
-        x, y = spec.synthetic_batch(preset, global_batch, config.seed)
-        # One constant batch has nothing to tune, and tf.data's autotuner costs a trial seconds: in about half
-        # of the processes the iterator's teardown at the end of fit waits for the tuner's next wake-up (its
-        # period doubles from 10 ms, so fit returns at 2.55 s, 5.11 s, 10.23 s ... after the iterator was
-        # made; measured with benchmarks/step_floor.py, see the README's "Threads").
-        options = tf.data.Options()
-        options.autotune.enabled = False
-        return tf.data.Dataset.from_tensors((x, y)).repeat().with_options(options)
+        return constant_dataset(spec.synthetic_batch(preset, global_batch, config.seed))
     x, y = spec.synthetic_batch(preset, PIPELINE_EXAMPLES, config.seed)
     autotune = tf.data.AUTOTUNE
     if spec.unit == "images":

@@ -28,13 +28,14 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["STEPWATCH_DB"] = str(Path(args.db).resolve())
 
-    import duckdb
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
-    con = duckdb.connect(args.db, read_only=True)
-    rows, series = con.execute("SELECT count(*), count(DISTINCT series_key) FROM runs").fetchall()[0]
-    con.close()
+    from collector.store import database
+
+    with database.StoreReader(Path(args.db)) as reader:
+        con = reader.connection()
+        rows, series = con.execute("SELECT count(*), count(DISTINCT series_key) FROM runs").fetchall()[0]
     at = AppTest.from_file(str(APP), default_timeout=120)
     at.run()  # imports and the first connection
     print(f"store {args.db}: {rows:,} runs, {series} series; {args.repeat} repeats; seconds, median (max)\n")

@@ -3,14 +3,17 @@ key, and how a file of any schema version (or from any writer) is checked and br
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from collector.config import ADDED_DIMENSIONS
 from collector.metrics import METRICS
@@ -355,3 +358,44 @@ def hostile_values(table: pa.Table) -> list[str | None]:
             "is None", "is missing"
         )
     return reasons
+
+
+def hostile_sql() -> str:
+    """``hostile_values`` as a SQL predicate over the same columns: true for a row that cannot be a measurement
+    (the bulk path of an ingest sends a file with such a row to the per-file path, which names the reason)."""
+    judged = [m for m in METRICS if pa.types.is_floating(SCHEMA.field(m).type)]
+    terms = []
+    for name in dict.fromkeys((*POSITIVE_WHEN_OK, *judged)):
+        bad = [f'NOT isfinite(CAST("{name}" AS DOUBLE))'] + ([f'"{name}" <= 0'] if name in POSITIVE_WHEN_OK else [])
+        term = f"coalesce({' OR '.join(bad)}, false)"
+        terms.append(f'({term} OR "{name}" IS NULL)' if name in PRESENT_WHEN_OK else term)
+    return f"(coalesce(status = 'ok', false) AND ({' OR '.join(terms)}))"
+
+
+def write_parquet(table: pa.Table, sink: str | os.PathLike | BinaryIO) -> None:
+    """How stepwatch writes a results file (the collector, synthetic history, exports)."""
+    pq.write_table(table, sink, compression="zstd")
+
+
+def _footer(data: bytes) -> bytes:
+    size = int.from_bytes(data[-8:-4], "little") if len(data) >= 12 else 0
+    return data[-8 - size : -8] if data[-4:] == b"PAR1" and 0 < size <= len(data) - 12 else b""
+
+
+@functools.cache
+def schema_fingerprint() -> bytes:
+    """The start of the footer of a parquet file that holds exactly SCHEMA as ``write_parquet`` writes it: the
+    file's format version and its encoded schema, up to the row count that follows them. Two files with the
+    same start have the same columns, types and nesting."""
+    footers = []
+    for rows in (1, 2):
+        sink = pa.BufferOutputStream()
+        write_parquet(pa.Table.from_arrays([pa.nulls(rows, f.type) for f in SCHEMA], schema=SCHEMA), sink)
+        footers.append(_footer(sink.getvalue().to_pybytes()))
+    return os.path.commonprefix(footers)
+
+
+def has_current_schema(data: bytes) -> bool:
+    """Whether a file's footer says it holds exactly this stepwatch's SCHEMA (read from the file's last bytes,
+    without decoding it); its rows' schema_version and values are still to be checked."""
+    return _footer(data).startswith(schema_fingerprint())

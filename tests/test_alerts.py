@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 
+from collector.store.database import StoreReader, delta_dir
 from tests.conftest import result_rows, stepwatch, write_results
 
 START = datetime(2026, 9, 1, 2, 0, tzinfo=UTC)
@@ -87,6 +89,34 @@ def test_detect_confirms_a_step_and_the_alert_follows_its_lifecycle(tmp_path: Pa
     listed = stepwatch("alerts", "list", "--status", "false positive", "--format", "json", "--db", str(db))
     [withdrawn] = json.loads(listed.stdout)
     assert withdrawn["id"] == suspected["id"] and "withdrawn" in withdrawn["note"]
+
+    # The store is lost, as a cache eviction would lose it: rebuilt from the results and the saved alerts,
+    # nothing is lost, and triage goes on where it was.
+    saved = tmp_path / "history" / "alerts.parquet"
+    done = stepwatch("alerts", "save", "--out", str(saved), "--db", str(db))
+    assert done.returncode == 0 and "2 alert(s) saved" in done.stderr, done.stderr
+    before = contents(db)
+    shutil.rmtree(delta_dir(db), ignore_errors=True)
+    db.unlink()
+    done = stepwatch("rebuild", str(results), "--alerts", str(saved), "--db", str(db), timeout=120)
+    assert done.returncode == 0 and "2 alert(s) restored" in done.stderr, done.stderr
+    assert contents(db) == before
+    code, again, log = detect(db)
+    assert (code, again) == (0, []) and "0 new" in log, log
+    refused = stepwatch("rebuild", str(results), "--alerts", str(saved), "--db", str(db))
+    assert refused.returncode == 4 and "already exists" in refused.stderr
+
+
+def contents(db: Path) -> dict[str, list[tuple]]:
+    """Everything a store holds that is not when it was ingested: runs, samples, alerts, derived tables."""
+    with StoreReader(db) as reader:
+        con = reader.connection()
+        tables = {"runs": " EXCLUDE (ingested_at)", "latest_runs": " EXCLUDE (ingested_at)", "samples": "",
+                  "series": "", "alerts": "", "ingested_files": " EXCLUDE (ingested_at)"}  # fmt: skip
+        return {
+            table: sorted(con.execute(f"SELECT *{skip} FROM {table}").fetchall(), key=repr)
+            for table, skip in tables.items()
+        }
 
 
 def test_alert_commands_reject_unknown_ids_and_a_missing_note(tmp_path: Path) -> None:

@@ -8,11 +8,11 @@ import base64
 import json
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from collector.store.database import StoreReader
 from tests.conftest import REPO
 
 APP = str(REPO / "dashboard" / "app.py")
@@ -44,7 +44,7 @@ def values(array: list | dict) -> list:
 
 
 def query(db: Path, sql: str, params: list | None = None) -> list[tuple]:
-    con = duckdb.connect(str(db), read_only=True)
+    con = StoreReader(db).connection()
     try:
         return con.execute(sql, params or []).fetchall()
     finally:

@@ -18,10 +18,10 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
 import pytest
 from playwright.sync_api import sync_playwright
 
+from collector.store.database import StoreReader
 from tests.conftest import REPO
 
 PAGES = ("", "history", "compare", "speedups", "cost", "run")
@@ -75,7 +75,7 @@ def server(smoke_store: Path) -> Iterator[str]:
 def test_every_page_opens_in_a_browser_without_errors(server: str, smoke_store: Path, tmp_path: Path) -> None:
     shots = Path(os.environ.get("STEPWATCH_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(smoke_store), read_only=True)
+    con = StoreReader(smoke_store).connection()
     ok_run = con.execute("SELECT run_id FROM runs WHERE status = 'ok' ORDER BY started_at DESC LIMIT 1").fetchall()[0][
         0
     ]

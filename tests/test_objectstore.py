@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
-import duckdb
 import pytest
 from moto.server import ThreadedMotoServer
 
 from collector.store import objectstore
+from collector.store.database import StoreReader
 from collector.store.ingest import ingest
 from tests.conftest import result_rows, stepwatch, write_results
 
@@ -77,7 +77,7 @@ def test_run_uploads_to_s3_and_ingest_reads_it_back(tmp_path: Path, s3: dict[str
         "nightly/cpu/quarantine/broken.parquet",
         "nightly/cpu/quarantine/broken.parquet.reason",
     ]
-    con = duckdb.connect(str(db), read_only=True)
+    con = StoreReader(db).connection()
     got = con.execute("SELECT model, status, source_uri FROM runs").fetchall()
     con.close()
     assert got == [("bilstm", "ok", f"{uri}/{local[0].name}")]

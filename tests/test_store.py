@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -31,11 +32,8 @@ FIXTURES = REPO / "tests" / "data"  # real files written by earlier versions of 
 
 
 def count(db: Path, table: str = "runs") -> int:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
-    finally:
-        con.close()
+    with StoreReader(db) as reader:
+        return reader.connection().execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
 
 
 def test_double_ingest_adds_nothing_and_a_resumed_file_adds_only_its_new_rows(tmp_path: Path) -> None:
@@ -98,7 +96,7 @@ def test_hostile_values_are_quarantined_with_their_reason_and_the_rest_lands(tmp
 
     assert done.returncode == 4, done.stderr
     assert "quarantined" in done.stderr and "4 row(s) with values that cannot be a measurement" in done.stderr
-    stored = duckdb.connect(str(db), read_only=True).execute("SELECT run_id FROM runs ORDER BY 1").fetchall()
+    stored = StoreReader(db).connection().execute("SELECT run_id FROM runs ORDER BY 1").fetchall()
     assert [r[0] for r in stored] == ["h-0", "h-5"]
     kept = pq.read_table(results / "quarantine" / "mixed.rows.parquet")
     assert kept.column("run_id").to_pylist() == ["h-1", "h-2", "h-3", "h-4"]
@@ -116,7 +114,7 @@ def test_a_run_id_stored_with_other_content_is_a_conflict_and_the_store_is_uncha
     results, db = tmp_path / "results", tmp_path / "s.duckdb"
     write_results(results / "a.parquet", result_rows(3, "c"))
     assert stepwatch("ingest", str(results), "--db", str(db)).returncode == 0
-    before = duckdb.connect(str(db), read_only=True).execute("SELECT * FROM runs ORDER BY run_id").fetchall()
+    before = StoreReader(db).connection().execute("SELECT * FROM runs ORDER BY run_id").fetchall()
 
     forged = result_rows(3, "c")
     forged[1]["examples_per_sec"] = 9999.0  # the same run, another number
@@ -125,7 +123,7 @@ def test_a_run_id_stored_with_other_content_is_a_conflict_and_the_store_is_uncha
         done = stepwatch("ingest", str(results), "--db", str(db))
         assert done.returncode == 4, done.stderr
         assert "conflict: run_id c-1 is already in the store with a different examples_per_sec" in done.stderr
-        after = duckdb.connect(str(db), read_only=True).execute("SELECT * FROM runs ORDER BY run_id").fetchall()
+        after = StoreReader(db).connection().execute("SELECT * FROM runs ORDER BY run_id").fetchall()
         assert after == before
 
     # Two new files that disagree about one run: both refused.
@@ -165,7 +163,7 @@ def test_older_schema_is_migrated_and_unknown_columns_go_to_extras(tmp_path: Pat
     assert report.rows_added == 2
     assert [q[0].rsplit("/", 1)[-1] for q in report.quarantined] == ["v99.parquet"]
     assert "newer stepwatch (schema 99" in report.quarantined[0][1]
-    con = duckdb.connect(str(db), read_only=True)
+    con = StoreReader(db).connection()
     got = con.execute("SELECT series_key, schema_version, extras FROM runs ORDER BY trial").fetchall()
     con.close()
     assert {g[0] for g in got} == {series_key(rows[0]["config_key"], "Test CPU")}
@@ -258,7 +256,7 @@ def test_kill_9_during_an_ingest_leaves_the_store_as_before(tmp_path: Path, synt
 
     proc = _ingest_process([synthetic_files], db)
     deadline = time.monotonic() + 60
-    while not list(tmp_path.glob(".s.duckdb.*.tmp")) and time.monotonic() < deadline:
+    while not list(tmp_path.glob("s.duckdb.d/.*.tmp")) and time.monotonic() < deadline:
         time.sleep(0.02)
     time.sleep(0.5)  # inside the write
     assert proc.poll() is None, "the ingest finished before it could be killed"
@@ -267,7 +265,7 @@ def test_kill_9_during_an_ingest_leaves_the_store_as_before(tmp_path: Path, synt
 
     assert (count(db), count(db, "samples"), count(db, "ingested_files")) == before
     report = ingest([str(synthetic_files)], db, synthetic=True)  # and the next ingest completes the work
-    assert not list(tmp_path.glob(".s.duckdb.*"))
+    assert not list(tmp_path.glob(".s.duckdb.*")) and not list(tmp_path.glob("s.duckdb.d/.*"))
     assert count(db) == 40_000 and report.rows_added == 40_000 - before[0]
     assert count(db, "samples") == 10 * 40_000
 
@@ -320,7 +318,7 @@ def test_two_ingests_at_once_and_a_reader_that_never_fails(tmp_path: Path, synth
     assert int(queries) > 20
     counts = json.loads(seen)
     assert max(counts) == 40_000 and len(counts) >= 2  # it saw the store change under it
-    con = duckdb.connect(str(db), read_only=True)
+    con = StoreReader(db).connection()
     assert con.execute("SELECT count(*), count(DISTINCT run_id) FROM runs").fetchall()[0] == (40_000, 40_000)
     con.close()
 
@@ -354,7 +352,7 @@ def test_a_full_disk_during_an_ingest_leaves_the_store_as_before(tmp_path: Path)
         assert result.returncode == 4
         assert result.stderr.strip().count("\n") == 0 and "stepwatch: error: cannot write" in result.stderr
         assert count(db) == 5
-        assert not list(mount.glob(".s.duckdb.*"))
+        assert not list(mount.glob(".s*")) and not list(mount.glob("s.duckdb.d/.*"))
     finally:
         subprocess.run(["umount", str(mount)], check=True)
 
@@ -399,3 +397,58 @@ def test_a_store_of_a_newer_layout_is_refused_and_left_as_it_is(tmp_path: Path) 
     assert done.returncode == 4
     assert done.stderr.strip().splitlines()[-1].startswith("stepwatch: error: the store was written by a newer")
     assert db.read_bytes() == before
+
+
+def _derived_equal_full_recompute(db: Path) -> None:
+    """``series`` and ``latest_runs`` as the store keeps them equal what a full recompute over ``runs`` gives."""
+    with StoreReader(db) as reader:
+        con = reader.connection()
+        for table, statement in zip(("series", "latest_runs"), database.DERIVED):
+            full = statement.replace(f"CREATE OR REPLACE TABLE {table} AS ", "")
+            kept = con.sql(f"SELECT * FROM {table}").to_df()
+            recomputed = con.sql(full).to_df()[list(kept.columns)]
+            order = ["series_key", "run_id"] if "run_id" in kept else ["series_key"]
+            pd.testing.assert_frame_equal(
+                kept.sort_values(order).reset_index(drop=True), recomputed.sort_values(order).reset_index(drop=True)
+            )
+
+
+def test_deltas_merges_and_compaction_keep_every_table_as_a_full_rebuild_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes go into delta files; the derived tables they update series by series equal a full recompute,
+    through a merge of deltas and a compaction into the base, and in the rare case where an older suite run
+    continued later becomes the latest."""
+    monkeypatch.setattr(database, "MAX_DELTAS", 3)
+    monkeypatch.setattr(database, "COMPACT_SHARE", 5.0)
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    day = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
+
+    def night(name: str, suite: str, at: datetime, count: int, start: int = 0, accelerator: str = "CPU A") -> None:
+        rows = result_rows(count, suite, start, accelerator=accelerator)
+        for row in rows:
+            row["started_at"] = at + timedelta(minutes=row["trial"])
+            row["finished_at"] = row["started_at"] + timedelta(seconds=30)
+        write_results(results / f"{name}.parquet", rows)
+        ingest([str(results)], db)
+        _derived_equal_full_recompute(db)
+
+    night("a", "s1", day, 40)
+    night("a-other", "s1-b", day, 40, accelerator="CPU B")
+    assert database._deltas(db) and count(db) == 80  # the first write is the base, the second a delta
+    night("b", "s2", day + timedelta(days=1), 3)
+    night("c", "s1", day + timedelta(days=2), 2, start=40)  # the first suite run, continued after s2: latest again
+    with StoreReader(db) as reader:
+        latest = reader.connection().execute("SELECT DISTINCT suite_run_id FROM latest_runs").fetchall()
+    assert sorted(latest) == [("s1",), ("s1-b",)]
+    assert count(db, "latest_runs") == 40 + 2 + 40
+    night("d", "s3", day + timedelta(days=3), 3)  # a fifth write: more than 3 deltas, the newest are merged
+    assert any(d.first < d.last for d in database._deltas(db))
+    night("e", "s4", day + timedelta(days=4), 3)
+    monkeypatch.setattr(database, "COMPACT_SHARE", 0.01)
+    night("f", "s5", day + timedelta(days=5), 3)  # the deltas outgrow their share: one base again
+    assert database._deltas(db) == [] and count(db) == 80 + 3 + 2 + 3 + 3 + 3
+    with StoreReader(db) as reader:
+        con = reader.connection()
+        assert con.execute("SELECT count(*), count(DISTINCT run_id) FROM samples").fetchall()[0][1] == count(db)
+        assert con.execute("SELECT sum(suite_runs) FROM series").fetchall() == [(5 + 1,)]  # s1-s5 on A, s1-b on B

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collector.schema import SchemaError, conform, to_table
+from collector.schema import SchemaError, conform, to_table, write_parquet
 
 
 class ResultsError(RuntimeError):
@@ -54,7 +54,7 @@ class ResultFile:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
             with open(tmp, "wb") as handle:
-                pq.write_table(to_table(self.rows), handle, compression="zstd")
+                write_parquet(to_table(self.rows), handle)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, self.path)

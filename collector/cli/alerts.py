@@ -22,7 +22,7 @@ from collector.cli.arguments import (
     db_path,
     overrides,
 )
-from collector.store import database
+from collector.store import database, history
 from collector.store.selection import Selection
 
 
@@ -42,6 +42,10 @@ def register(commands: Any) -> None:
     listing.add_argument("--out", help="also write the markdown (or JSON) to this file")
     add_db_argument(listing)
     listing.set_defaults(handler=run_list)
+    save = actions.add_parser("save", help="write every alert with its triage to a file (to rebuild a store)")
+    save.add_argument("--out", required=True, help="file path or s3:// / gs:// URI (e.g. history/alerts.parquet)")
+    add_db_argument(save)
+    save.set_defaults(handler=run_save)
     for name, status, needs_note in (
         ("ack", alerts.ACKNOWLEDGED, True),
         ("false-positive", alerts.FALSE_POSITIVE, False),
@@ -100,4 +104,11 @@ def run_set(args: argparse.Namespace) -> int:
         before = alerts.set_status(con, args.id, args.new_status, args.note, datetime.now(UTC))
     note = f" ({escape(args.note)})" if args.note else ""
     console.print(f"alert {args.id}: {before} -> {args.new_status}{note}")
+    return EXIT_OK
+
+
+def run_save(args: argparse.Namespace) -> int:
+    """Write every alert, with its status and note, where `stepwatch rebuild --alerts` reads it back."""
+    saved = history.save_alerts(db_path(args), args.out)
+    console.print(f"{saved} alert(s) saved to {escape(args.out)}")
     return EXIT_OK

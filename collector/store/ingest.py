@@ -1,13 +1,21 @@
 """Ingest: result parquet from folders, files or object storage into the store, validated, idempotent and
-in one transaction (see ``collector.store.database`` for how readers never see half of it).
+in one write (see ``collector.store.database`` for how readers never see half of it).
 
 Files already ingested unchanged are skipped without being read; rows whose run_id is present are
 skipped; a file that fails validation is quarantined beside where it was, and the rest goes on.
+
+Every file is read whole (local or remote, the same way) and hashed. A file whose footer says it holds
+exactly this stepwatch's schema goes the bulk way: DuckDB's multi-file reader loads a batch of them at
+once (a remote file from a local copy of the bytes just read), and SQL checks every row as ``conform`` and
+``hostile_values`` would. Any other file, and any file the bulk checks or reader find fault with, goes
+the per-file way: pyarrow reads it, ``conform`` migrates it or says why not, and hostile rows are
+quarantined with their reasons.
 """
 
 from __future__ import annotations
 
 import hashlib
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,45 +28,52 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from collector.schema import IDENTITY_COLUMNS, SYNTHETIC_SOURCE, SchemaError, conform, hostile_values
+from collector.config import ADDED_DIMENSIONS
+from collector.schema import (
+    IDENTITY_COLUMNS,
+    NOT_NULL,
+    SCHEMA_VERSION,
+    SYNTHETIC_SOURCE,
+    SchemaError,
+    conform,
+    has_current_schema,
+    hostile_sql,
+    hostile_values,
+)
 from collector.store import objectstore
 from collector.store.database import (
-    DERIVED,
+    SERIES_TOTALS,
     STORE_VERSION,
     WINDOW_COLUMNS,
+    WRITE,
     StoreError,
-    ensure_schema,
-    new_version,
+    clean,
+    series_of,
+    snapshot,
     store_kind,
-    store_version,
-    writer_lock,
+    write,
 )
 
-BATCH_ROWS = 200_000
+BATCH_FILES = 2_000  # files staged and inserted together (bounds the memory an ingest holds)
 READ_THREADS = 4
-READ_AHEAD = 64  # files decoded ahead of the inserting thread
-CLUSTER_TAIL = 0.1
+READ_AHEAD = 64  # files read ahead of the thread that stages them
 
 
 def _known_files(db: Path) -> tuple[dict[str, tuple[int, int]], set[str], str | None, bool]:
     """(uri -> (size, mtime_ns), digests, kind, whether its layout is older than this stepwatch's) of the live
     store."""
-    if not db.exists():
+    snap = snapshot(db)
+    if snap is None:
         return {}, set(), None, False
     try:
-        con = duckdb.connect(str(db), read_only=True)
-    except duckdb.Error as error:
-        raise StoreError(f"cannot open the store {db}: {str(error).splitlines()[0]}") from None
-    try:
-        rows = con.execute("SELECT uri, size, mtime_ns, digest FROM ingested_files").fetchall()
+        rows = snap.con.execute("SELECT uri, size, mtime_ns, digest FROM ingested_files").fetchall()
         files = {uri: (size, mtime) for uri, size, mtime, _ in rows}
         digests = {digest for *_, digest in rows}
-        version = store_version(con)
-        return files, digests, store_kind(con), version is not None and version < STORE_VERSION
+        return files, digests, store_kind(snap.con), snap.version is not None and snap.version < STORE_VERSION
     except duckdb.Error as error:
         raise StoreError(f"{db} is not a stepwatch store: {str(error).splitlines()[0]}") from None
     finally:
-        con.close()
+        snap.con.close()
 
 
 @dataclass
@@ -73,17 +88,53 @@ class IngestReport:
     seconds: float = 0.0
 
 
-class _Batch:
-    """Conformed tables waiting to be inserted together, and their manifest rows."""
+@dataclass
+class _Read:
+    """One file as read: its digest, and either a local path DuckDB can read in bulk, or its conformed rows
+    (hostile ones apart), or why it cannot be ingested."""
 
-    def __init__(self) -> None:
-        self.tables: list[pa.Table] = []
-        self.rows = 0
-        self.manifest: list[dict] = []
+    digest: str
+    bulk_path: str | None = None
+    table: pa.Table | str | None = None
+    hostile: pa.Table | None = None  # rows whose values cannot be a measurement
+    reasons: list[str] = field(default_factory=list)  # why, per hostile row
 
-    def add(self, table: pa.Table, uri: str) -> None:
-        self.tables.append(table.append_column("source_uri", pa.array([uri] * table.num_rows, pa.string())))
-        self.rows += table.num_rows
+
+def _per_file(data: bytes, digest: str) -> _Read:
+    """The file's conformed table (rows with hostile values apart), or why it cannot be ingested."""
+    try:
+        table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+    except (pa.ArrowException, OSError) as error:
+        return _Read(digest, table=f"not a readable parquet file ({' '.join(str(error).split())[:200]})")
+    try:
+        table = conform(table)
+    except SchemaError as error:
+        return _Read(digest, table=str(error))
+    reasons = hostile_values(table)
+    if not any(reasons):
+        return _Read(digest, table=table)
+    bad = pa.array([r is not None for r in reasons])
+    return _Read(digest, None, table.filter(pc.invert(bad)), table.filter(bad), [r for r in reasons if r is not None])
+
+
+def _read(loc: objectstore.Location, entry: objectstore.Entry, spool: Path, bulk: bool = True) -> _Read:
+    data = objectstore.read_bytes(loc, entry.path)
+    digest = hashlib.sha256(data).hexdigest()
+    if not bulk or not has_current_schema(data):
+        return _per_file(data, digest)
+    if objectstore.is_remote(entry.uri):  # DuckDB reads the bytes just read, from a local copy
+        local = spool / f"{digest}.parquet"
+        local.write_bytes(data)
+        return _Read(digest, bulk_path=str(local))
+    return _Read(digest, bulk_path=entry.path)
+
+
+def _read_ahead(todo: list[tuple[objectstore.Location, objectstore.Entry]], spool: Path) -> Iterator[_Read]:
+    """``_read`` of each file in order, a few files ahead on worker threads (I/O, hashing and parquet decoding
+    free the GIL)."""
+    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+        for start in range(0, len(todo), READ_AHEAD):
+            yield from pool.map(lambda item: _read(*item, spool), todo[start : start + READ_AHEAD])
 
 
 def _conflicts(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
@@ -104,93 +155,214 @@ def _conflicts(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     return out
 
 
-def _insert(con: duckdb.DuckDBPyConnection, batch: _Batch, now: datetime, report: IngestReport) -> int:
-    """Insert the batch's rows whose run_id the store has not seen; returns how many were added. A file with a
-    run_id the store (or another file) holds with different content is refused whole, and says so."""
-    added = 0
-    if batch.tables:
-        staged = pa.concat_tables(batch.tables)
-        con.register("staged", staged)
+class _Batch:
+    """Files read and waiting to be staged together, and their manifest rows."""
+
+    def __init__(self) -> None:
+        self.bulk: dict[str, tuple[objectstore.Location, objectstore.Entry, dict]] = {}  # path -> file
+        self.tables: list[pa.Table] = []
+        self.manifest: list[dict] = []
+
+    def add(self, table: pa.Table, uri: str) -> None:
+        self.tables.append(table.append_column("source_uri", pa.array([uri] * table.num_rows, pa.string())))
+
+
+class _Ingest:
+    """One ingest's write: files in, rows staged per batch, checked, and inserted into the new delta."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, kind: str, digests: set[str], report: IngestReport,
+                 on_file: Callable[[str, str], None], spool: Path) -> None:  # fmt: skip
+        self.con, self.kind, self.digests, self.report, self.on_file, self.spool = (
+            con, kind, digests, report, on_file, spool
+        )  # fmt: skip
+        self.now = datetime.now(UTC)
+
+    def file(self, loc: objectstore.Location, entry: objectstore.Entry, read: _Read, batch: _Batch) -> None:
+        report, on_file = self.report, self.on_file
+        manifest = {"uri": entry.uri, "size": entry.size, "mtime_ns": entry.mtime_ns, "digest": read.digest}
+        if read.digest in self.digests:
+            batch.manifest.append({**manifest, "rows_read": 0})
+            report.files_unchanged += 1
+            on_file(entry.uri, "unchanged")
+            return
+        if read.bulk_path is not None:
+            self.digests.add(read.digest)
+            batch.bulk[read.bulk_path] = (loc, entry, manifest)
+            return
+        table = read.table
+        if isinstance(table, str):
+            moved = objectstore.quarantine(loc, entry, table)
+            report.quarantined.append((entry.uri, table, moved))
+            on_file(entry.uri, "quarantined")
+            return
+        if not self._belongs(entry.uri, bool(pc.any(pc.equal(table.column("source"), SYNTHETIC_SOURCE)).as_py())):
+            return
+        if read.hostile is not None:
+            moved = objectstore.quarantine_rows(loc, entry, read.hostile, read.reasons)
+            rows = f"{read.hostile.num_rows} row(s) with values that cannot be a measurement"
+            report.quarantined.append((entry.uri, f"{rows} ({read.reasons[0]}; the rest ingested)", moved))
+            on_file(entry.uri, "quarantined rows")
+        self.digests.add(read.digest)
+        batch.add(table, entry.uri)
+        self._accepted(batch, manifest, table.num_rows)
+
+    def _belongs(self, uri: str, synthetic_rows: bool) -> bool:
+        if synthetic_rows != (self.kind == "synthetic"):
+            why = "synthetic test data (ingest it with --synthetic)" if synthetic_rows else "real results"
+            self.report.refused.append((uri, f"holds {why}, which does not belong in a {self.kind} store"))
+            self.on_file(uri, "refused")
+            return False
+        return True
+
+    def _accepted(self, batch: _Batch, manifest: dict, rows: int) -> None:
+        batch.manifest.append({**manifest, "rows_read": rows})
+        self.report.files_ingested += 1
+        self.report.rows_read += rows
+        self.on_file(manifest["uri"], "read")
+
+    def stage(self, batch: _Batch) -> None:
+        """``staged``: the batch's rows, bulk files through DuckDB's reader and checked in SQL; a bulk file
+        that fails a check (or the reader) goes the per-file way."""
+        con = self.con
+        con.execute("CREATE OR REPLACE TEMP TABLE staged AS SELECT * EXCLUDE (ingested_at) FROM runs LIMIT 0")
+        con.execute(f"ALTER TABLE staged ADD COLUMN {WINDOW_COLUMNS[0]} DOUBLE[]")
+        con.execute(f"ALTER TABLE staged ADD COLUMN {WINDOW_COLUMNS[1]} DOUBLE[]")
+        retry = []
+        if batch.bulk:
+            retry = self._stage_bulk(batch)
+        for path in retry:
+            loc, entry, _ = batch.bulk[path]
+            self.digests.discard(batch.bulk[path][2]["digest"])
+            self.file(loc, entry, _read(loc, entry, self.spool, bulk=False), batch)
+        for table in batch.tables:
+            con.register("slow", table)
+            con.execute("INSERT INTO staged BY NAME SELECT * FROM slow")
+            con.unregister("slow")
+
+    def _stage_bulk(self, batch: _Batch) -> list[str]:
+        con = self.con
+        paths = list(batch.bulk)
+        try:
+            con.execute("CREATE OR REPLACE TEMP TABLE bulk AS SELECT * FROM read_parquet(?, filename = true)", [paths])
+        except duckdb.Error:
+            return paths  # one of them is not what its footer says: read each on its own
+        no_nulls = " AND ".join(f'"{c}" IS NOT NULL' for c in NOT_NULL)
+        checks = con.execute(
+            f"SELECT filename, count(*), bool_and(schema_version = ? AND {no_nulls}) AND NOT bool_or({hostile_sql()}), "
+            "bool_or(source = ?) FROM bulk GROUP BY filename",
+            [SCHEMA_VERSION, SYNTHETIC_SOURCE],
+        ).fetchall()
+        found = {path: (rows, ok, synthetic) for path, rows, ok, synthetic in checks}
+        retry, good = [], []
+        for path in paths:
+            rows, ok, synthetic = found.get(path, (0, True, self.kind == "synthetic"))
+            loc, entry, manifest = batch.bulk[path]
+            if not ok:
+                retry.append(path)
+            elif self._belongs(entry.uri, synthetic):
+                good.append((path, entry.uri))
+                self._accepted(batch, manifest, rows)
+        con.register("good", pa.table({"filename": [p for p, _ in good], "source_uri": [u for _, u in good]}))
+        filled = ", ".join(f'coalesce("{name}", ?) AS "{name}"' for name in ADDED_DIMENSIONS)
+        con.execute(
+            f"INSERT INTO staged BY NAME SELECT * EXCLUDE (filename) REPLACE ({filled}) FROM bulk JOIN good "
+            "USING (filename)",
+            list(ADDED_DIMENSIONS.values()),
+        )
+        con.unregister("good")
+        con.execute("DROP TABLE bulk")
+        return retry
+
+    def insert(self, batch: _Batch) -> None:
+        """Insert the batch's rows whose run_id the store has not seen. A file with a run_id the store (or
+        another file) holds with different content is refused whole, and says so."""
+        con, report = self.con, self.report
+        self.stage(batch)
         conflicts = _conflicts(con)
         for uri, why in conflicts.items():
             report.refused.append((uri, f"conflict: {why}; nothing of it was stored"))
             report.files_ingested -= 1
         batch.manifest = [entry for entry in batch.manifest if entry["uri"] not in conflicts]
         if conflicts:
-            con.unregister("staged")
-            keep = pc.invert(pc.is_in(staged.column("source_uri"), pa.array(list(conflicts), pa.string())))
-            con.register("staged", staged.filter(keep))
+            con.register("conflicted", pa.table({"uri": list(conflicts)}))
+            con.execute("DELETE FROM staged WHERE source_uri IN (SELECT uri FROM conflicted)")
+            con.unregister("conflicted")
         con.execute(
             "CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM staged s "
             "WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = s.run_id) "
             "QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY finished_at DESC NULLS LAST) = 1"
         )
-        con.unregister("staged")
-        added = con.execute("SELECT count(*) FROM fresh").fetchall()[0][0]
+        con.execute("DROP TABLE staged")
+        report.rows_added += con.execute("SELECT count(*) FROM fresh").fetchall()[0][0]
         excluded = ", ".join(WINDOW_COLUMNS)
-        con.execute(f"INSERT INTO runs BY NAME SELECT * EXCLUDE ({excluded}), ? AS ingested_at FROM fresh", [now])
         con.execute(
-            "INSERT INTO samples SELECT run_id, unnest(range(greatest(len(window_step_times_s), "
+            f"INSERT INTO {WRITE}.runs BY NAME SELECT * EXCLUDE ({excluded}), ? AS ingested_at FROM fresh", [self.now]
+        )
+        con.execute(
+            f"INSERT INTO {WRITE}.samples SELECT run_id, unnest(range(greatest(len(window_step_times_s), "
             "len(window_losses)))) AS window_index, unnest(window_step_times_s), unnest(window_losses) FROM fresh"
         )
         con.execute("DROP TABLE fresh")
-    if batch.manifest:
-        for entry in batch.manifest:
-            entry["ingested_at"] = now
-        con.register("manifest", pa.Table.from_pylist(batch.manifest))
-        con.execute("DELETE FROM ingested_files WHERE uri IN (SELECT uri FROM manifest)")
-        con.execute("INSERT INTO ingested_files BY NAME SELECT * FROM manifest")
-        con.unregister("manifest")
-    return added
+        if batch.manifest:
+            for entry in batch.manifest:
+                entry["ingested_at"] = self.now
+            con.register("manifest", pa.Table.from_pylist(batch.manifest))
+            con.execute("DELETE FROM ingested_files WHERE uri IN (SELECT uri FROM manifest)")
+            con.execute("INSERT INTO ingested_files BY NAME SELECT * FROM manifest")
+            con.unregister("manifest")
 
 
-def _cluster(con: duckdb.DuckDBPyConnection) -> None:
-    """Keep ``runs`` ordered by series, so one series' history reads a few row groups instead of all of
-    them (at 1M rows: about 10 ms instead of 40). Rewriting the table costs seconds at that size, so it
-    is re-sorted only once rows appended since the last sort exceed a tenth of it; the unsorted tail
-    in between is small and still found by the scan."""
-    total = con.execute("SELECT count(*) FROM runs").fetchall()[0][0]
-    row = con.execute("SELECT value FROM store_meta WHERE key = 'sorted_rows'").fetchall()
-    sorted_rows = int(row[0][0]) if row else 0
-    if total - sorted_rows <= CLUSTER_TAIL * total:
-        return
-    con.execute("CREATE TABLE runs_sorted AS SELECT * FROM runs ORDER BY series_key, started_at, trial")
-    con.execute("DROP TABLE runs")
-    con.execute("ALTER TABLE runs_sorted RENAME TO runs")
-    con.execute("INSERT OR REPLACE INTO store_meta VALUES ('sorted_rows', ?)", [str(total)])
-
-
-@dataclass
-class _Read:
-    data: bytes
-    table: pa.Table | str  # the conformed rows that can be stored, or why the file cannot be ingested
-    hostile: pa.Table | None = None  # rows whose values cannot be a measurement
-    reasons: list[str] = field(default_factory=list)  # why, per hostile row
-
-
-def _read(loc: objectstore.Location, entry: objectstore.Entry) -> _Read:
-    """The file's bytes and its conformed table (rows with hostile values apart), or why it cannot be ingested."""
-    data = objectstore.read_bytes(loc, entry.path)
-    try:
-        table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
-    except (pa.ArrowException, OSError) as error:
-        return _Read(data, f"not a readable parquet file ({' '.join(str(error).split())[:200]})")
-    try:
-        table = conform(table)
-    except SchemaError as error:
-        return _Read(data, str(error))
-    reasons = hostile_values(table)
-    if not any(reasons):
-        return _Read(data, table)
-    bad = pa.array([r is not None for r in reasons])
-    return _Read(data, table.filter(pc.invert(bad)), table.filter(bad), [r for r in reasons if r is not None])
-
-
-def _read_ahead(todo: list[tuple[objectstore.Location, objectstore.Entry]]) -> Iterator[_Read]:
-    """``_read`` of each file in order, a few files ahead on worker threads (parquet decoding frees the GIL)."""
-    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
-        for start in range(0, len(todo), READ_AHEAD):
-            yield from pool.map(lambda item: _read(*item), todo[start : start + READ_AHEAD])
+def update_derived(con: duckdb.DuckDBPyConnection) -> None:
+    """Bring ``series`` and ``latest_runs`` up to date with the rows of this delta (``WRITE.runs``), touching
+    only the series it adds to: what it costs follows what was added, not the store."""
+    new = f"{WRITE}.runs"
+    con.execute(f"CREATE OR REPLACE TEMP TABLE touched AS {series_of(new)}")
+    # Suite runs of touched series that the store already had (a resumed file): not counted twice.
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE seen AS SELECT DISTINCT series_key, suite_run_id FROM stored_runs "
+        f"SEMI JOIN (SELECT DISTINCT series_key, suite_run_id FROM {new}) USING (series_key, suite_run_id)"
+    )
+    con.execute(
+        "UPDATE touched t SET suite_runs = t.suite_runs - "
+        "(SELECT count(*) FROM seen s WHERE s.series_key = t.series_key)"
+    )
+    columns = [
+        c
+        for (c,) in con.execute(
+            f"SELECT column_name FROM duckdb_columns() WHERE database_name = '{WRITE}' AND table_name = 'series' "
+            "ORDER BY column_index"
+        ).fetchall()
+    ]
+    merged = ", ".join(f'{SERIES_TOTALS.get(c, "any_value")}("{c}") AS "{c}"' for c in columns if c != "series_key")
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE combined AS SELECT series_key, {merged} FROM (SELECT s.* FROM series s "
+        "SEMI JOIN touched USING (series_key) UNION ALL BY NAME SELECT * FROM touched) GROUP BY series_key"
+    )
+    con.execute("DELETE FROM series WHERE series_key IN (SELECT series_key FROM touched)")
+    con.execute("INSERT INTO series BY NAME SELECT * FROM combined")
+    # Each touched series' latest suite run: the stored latest one or one of the new rows, whichever started last.
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE pick AS SELECT series_key, arg_max(suite_run_id, started_at) AS suite_run_id "
+        "FROM (SELECT series_key, suite_run_id, started_at FROM latest_runs SEMI JOIN touched USING (series_key) "
+        f"UNION ALL SELECT series_key, suite_run_id, started_at FROM {new}) GROUP BY series_key"
+    )
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE latest_new AS SELECT l.* FROM latest_runs l JOIN pick USING (series_key, "
+        f"suite_run_id) UNION ALL BY NAME SELECT r.* FROM {new} r JOIN pick USING (series_key, suite_run_id)"
+    )
+    # A picked suite run whose stored rows were not the latest (an older run continued later): rare, looked up.
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE rare AS SELECT * FROM pick SEMI JOIN seen USING (series_key, suite_run_id) "
+        "ANTI JOIN (SELECT DISTINCT series_key, suite_run_id FROM latest_runs) USING (series_key, suite_run_id)"
+    )
+    if con.execute("SELECT count(*) FROM rare").fetchall()[0][0]:
+        con.execute(
+            "INSERT INTO latest_new BY NAME SELECT r.* FROM stored_runs r JOIN rare USING (series_key, suite_run_id)"
+        )
+    con.execute("DELETE FROM latest_runs WHERE series_key IN (SELECT series_key FROM touched)")
+    con.execute("INSERT INTO latest_runs BY NAME SELECT * FROM latest_new")
+    for table in ("touched", "seen", "combined", "pick", "latest_new", "rare"):
+        con.execute(f"DROP TABLE {table}")
 
 
 def ingest(
@@ -213,73 +385,34 @@ def ingest(
             listed.append(objectstore.list_parquet(source))
         except FileNotFoundError:
             raise StoreError(f"{source} does not exist") from None
-    with writer_lock(db, on_wait):
-        known, digests, kind, outdated = _known_files(db)
-        if kind == "synthetic" and not synthetic:
-            raise StoreError(f"{db} holds synthetic test data; pass --synthetic to add to it, or pick another --db")
-        if kind == "real" and synthetic:
-            raise StoreError(f"{db} holds real results; synthetic test data goes into a store of its own")
-        todo = []
-        for loc, entries in listed:
-            for entry in entries:
-                report.files_seen += 1
-                if known.get(entry.uri) == (entry.size, entry.mtime_ns):
-                    report.files_unchanged += 1
-                else:
-                    todo.append((loc, entry))
-        if todo or outdated:  # an older store is upgraded even when nothing is new
-            _write(db, todo, digests, kind or ("synthetic" if synthetic else "real"), report, on_file)
+    known, digests, kind, outdated = _known_files(db)
+    if kind == "synthetic" and not synthetic:
+        raise StoreError(f"{db} holds synthetic test data; pass --synthetic to add to it, or pick another --db")
+    if kind == "real" and synthetic:
+        raise StoreError(f"{db} holds real results; synthetic test data goes into a store of its own")
+    todo = []
+    for loc, entries in listed:
+        for entry in entries:
+            report.files_seen += 1
+            if known.get(entry.uri) == (entry.size, entry.mtime_ns):
+                report.files_unchanged += 1
+            else:
+                todo.append((loc, entry))
+    if todo or outdated:  # an older store is upgraded even when nothing is new
+        kind = kind or ("synthetic" if synthetic else "real")
+        with write(db, kind, on_wait) as change, tempfile.TemporaryDirectory(dir=db.parent, prefix=".spool-") as spool:
+            # A store written meanwhile by another ingest: what it added is known to this one now.
+            digests |= {d for (d,) in change.con.execute("SELECT digest FROM ingested_files").fetchall()}
+            work = _Ingest(change.con, kind, digests, report, on_file, Path(spool))
+            for start_at in range(0, len(todo), BATCH_FILES):
+                chunk = todo[start_at : start_at + BATCH_FILES]
+                batch = _Batch()
+                for (loc, entry), read in zip(chunk, _read_ahead(chunk, Path(spool))):
+                    work.file(loc, entry, read, batch)
+                work.insert(batch)
+            if change.delta:
+                update_derived(change.con)
+    else:
+        clean(db, on_wait)
     report.seconds = time.perf_counter() - start
     return report
-
-
-def _write(
-    db: Path,
-    todo: list[tuple[objectstore.Location, objectstore.Entry]],
-    digests: set[str],
-    kind: str,
-    report: IngestReport,
-    on_file: Callable[[str, str], None],
-) -> None:
-    with new_version(db) as con:
-        now = datetime.now(UTC)
-        ensure_schema(con, kind)
-        batch = _Batch()
-        for (loc, entry), read in zip(todo, _read_ahead(todo)):
-            data, table = read.data, read.table
-            digest = hashlib.sha256(data).hexdigest()
-            manifest = {"uri": entry.uri, "size": entry.size, "mtime_ns": entry.mtime_ns, "digest": digest}
-            if digest in digests:
-                batch.manifest.append({**manifest, "rows_read": 0})
-                report.files_unchanged += 1
-                on_file(entry.uri, "unchanged")
-                continue
-            if isinstance(table, str):
-                moved = objectstore.quarantine(loc, entry, table)
-                report.quarantined.append((entry.uri, table, moved))
-                on_file(entry.uri, "quarantined")
-                continue
-            synthetic_rows = bool(pc.any(pc.equal(table.column("source"), SYNTHETIC_SOURCE)).as_py())
-            if synthetic_rows != (kind == "synthetic"):
-                why = "synthetic test data (ingest it with --synthetic)" if synthetic_rows else "real results"
-                report.refused.append((entry.uri, f"holds {why}, which does not belong in a {kind} store"))
-                on_file(entry.uri, "refused")
-                continue
-            if read.hostile is not None:
-                moved = objectstore.quarantine_rows(loc, entry, read.hostile, read.reasons)
-                rows = f"{read.hostile.num_rows} row(s) with values that cannot be a measurement"
-                report.quarantined.append((entry.uri, f"{rows} ({read.reasons[0]}; the rest ingested)", moved))
-                on_file(entry.uri, "quarantined rows")
-            digests.add(digest)
-            batch.add(table, entry.uri)
-            batch.manifest.append({**manifest, "rows_read": table.num_rows})
-            report.files_ingested += 1
-            report.rows_read += table.num_rows
-            on_file(entry.uri, "read")
-            if batch.rows >= BATCH_ROWS:
-                report.rows_added += _insert(con, batch, now, report)
-                batch = _Batch()
-        report.rows_added += _insert(con, batch, now, report)
-        _cluster(con)
-        for statement in DERIVED:
-            con.execute(statement)

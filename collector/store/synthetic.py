@@ -16,11 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from collector.bench.suite import load_suite
 from collector.config import config_columns
-from collector.schema import SCHEMA, SCHEMA_VERSION, SYNTHETIC_SOURCE, series_key
+from collector.schema import SCHEMA, SCHEMA_VERSION, SYNTHETIC_SOURCE, series_key, write_parquet
 from trainers import get_model
 
 WINDOWS = 10
@@ -171,5 +170,5 @@ def _night_file(rng, out_dir, host, chosen, trials, n, started, version, effects
         for f in SCHEMA
     ]
     path = out_dir / f"{host.suite}-{started:%Y%m%d}-{host.accelerator.replace(' ', '_')}-{suite_run_id[:8]}.parquet"
-    pq.write_table(pa.Table.from_arrays(arrays, schema=SCHEMA), path, compression="zstd")
+    write_parquet(pa.Table.from_arrays(arrays, schema=SCHEMA), path)
     return path

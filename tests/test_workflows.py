@@ -26,6 +26,9 @@ SAMPLE_ENV = {
     "CANDIDATE": "tensorflow==2.21.0 keras==3.15.1",
     "TRIALS": "5",
     "sources": "data/results",
+    "ALERT_ACTION": "ack",
+    "ALERT_ID": "3",
+    "ALERT_NOTE": "expected with TF 2.21",
 }
 
 
@@ -75,7 +78,7 @@ def test_zizmor_finds_nothing_of_medium_severity_or_higher() -> None:
 def test_every_action_is_pinned_to_a_commit() -> None:
     for path in WORKFLOWS:
         for ref in re.findall(r"uses:\s*(\S+)", path.read_text()):
-            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref), f"{path.name}: {ref} is not pinned to a commit"
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+(/[\w.-]+)?@[0-9a-f]{40}", ref), f"{path.name}: {ref} is not pinned"
 
 
 def test_no_expression_is_expanded_inside_a_run_line() -> None:
@@ -89,7 +92,7 @@ STEPWATCH = commands(".venv/bin/stepwatch")
 
 def test_the_workflows_call_stepwatch() -> None:
     called = {args[1] for _, args in STEPWATCH}
-    assert called == {"run", "ingest", "detect", "upgrade-check"}
+    assert called == {"run", "ingest", "detect", "upgrade-check", "rebuild", "alerts"}
 
 
 @pytest.mark.parametrize(("workflow", "args"), STEPWATCH, ids=[f"{w}:{a[1]}" for w, a in STEPWATCH])

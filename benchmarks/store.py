@@ -154,8 +154,8 @@ def scale_up(db: Path, big: Path, copies: int) -> None:
         [span, span, copies],
     )
     con.execute(
-        "CREATE TABLE samples AS SELECT s.* REPLACE (CASE WHEN k = 0 THEN run_id ELSE run_id || '-' || k END AS run_id) "
-        "FROM src.samples s, range(?) t(k)",
+        "CREATE TABLE samples AS SELECT s.* REPLACE (CASE WHEN k = 0 THEN run_id ELSE run_id || '-' || k END "
+        "AS run_id) FROM src.samples s, range(?) t(k)",
         [copies],
     )
     for statement in database.DERIVED:

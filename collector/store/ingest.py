@@ -288,13 +288,20 @@ class _Ingest:
             con.register("conflicted", pa.table({"uri": list(conflicts)}))
             con.execute("DELETE FROM staged WHERE source_uri IN (SELECT uri FROM conflicted)")
             con.unregister("conflicted")
-        # One row per run_id the store lacks (the last finished, where a batch holds it twice), picked on the
-        # keys alone: a window over the wide rows would cost more than the rest of the write.
+        # One row per run_id the store lacks: the last finished where the batch holds it twice (rare; a window
+        # over all the wide rows would cost more than the rest of the write, so it runs over those alone).
         con.execute(
-            "CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM staged WHERE rowid IN (SELECT arg_max(s.rowid, "
-            "coalesce(s.finished_at, '-infinity'::TIMESTAMPTZ)) FROM staged s ANTI JOIN runs r USING (run_id) "
-            "GROUP BY s.run_id)"
+            "CREATE OR REPLACE TEMP TABLE twice AS SELECT run_id FROM staged GROUP BY run_id HAVING count(*) > 1"
         )
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM staged ANTI JOIN twice USING (run_id) "
+            "ANTI JOIN runs USING (run_id)"
+        )
+        con.execute(
+            "INSERT INTO fresh SELECT * FROM staged SEMI JOIN twice USING (run_id) ANTI JOIN runs USING (run_id) "
+            "QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY finished_at DESC NULLS LAST) = 1"
+        )
+        con.execute("DROP TABLE twice")
         con.execute("DROP TABLE staged")
         report.rows_added += con.execute("SELECT count(*) FROM fresh").fetchall()[0][0]
         excluded = ", ".join(WINDOW_COLUMNS)

@@ -158,7 +158,7 @@ def scale_up(db: Path, big: Path, copies: int) -> None:
         "AS run_id) FROM src.samples s, range(?) t(k)",
         [copies],
     )
-    for statement in database.DERIVED:
+    for statement in (*database.DERIVED, database.run_id_index()):
         con.execute(statement)
     con.execute("DELETE FROM store_meta WHERE key = 'merged_through'")
     con.execute("CHECKPOINT")

@@ -43,14 +43,14 @@ def _reader(db: str) -> tuple[database.StoreReader, threading.Lock]:
     return database.StoreReader(Path(db)), threading.Lock()
 
 
-def identity() -> tuple[int, int, int] | None:
-    """The live store file's identity (changes when an ingest replaces it); None when there is no store."""
+def identity() -> tuple | None:
+    """The live store's identity (changes with every write into it); None when there is no store."""
     reader, _ = _reader(str(store_path()))
     return reader.identity()
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _cached(db: str, version: tuple[int, int, int], name: str, args: tuple[Any, ...]) -> Any:
+def _cached(db: str, version: tuple, name: str, args: tuple[Any, ...]) -> Any:
     reader, lock = _reader(db)
     with lock:
         con = reader.connection()

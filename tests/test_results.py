@@ -89,3 +89,25 @@ def test_resume_onto_a_corrupt_file_is_one_line_and_leaves_it_alone(tmp_path: Pa
         f"stepwatch: error: {broken} is not a readable parquet file: " + result.stderr.split(": ", 3)[-1].strip()
     ]
     assert broken.read_bytes() == b"PAR1 this is not parquet"
+
+
+def test_the_bulk_checks_flag_the_rows_the_per_file_checks_flag() -> None:
+    """``hostile_sql`` (the bulk path's check, in DuckDB) and ``hostile_values`` (the per-file path's) agree on
+    every value a checked column can hold, for ok and failed rows alike."""
+    import duckdb
+
+    from collector.metrics import METRICS
+    from collector.schema import POSITIVE_WHEN_OK, hostile_sql, hostile_values
+    from tests.conftest import result_rows
+
+    checked = dict.fromkeys((*POSITIVE_WHEN_OK, *(m for m in METRICS if pa.types.is_floating(SCHEMA.field(m).type))))
+    rows = []
+    for name in checked:
+        for value in (1.5, 0.0, -1.0, float("nan"), float("inf"), float("-inf"), None):
+            for status in ("ok", "crash"):
+                rows.append({**result_rows(1)[0], "status": status, name: value})
+    planted = to_table(rows)
+    expected = [reason is not None for reason in hostile_values(planted)]
+    flagged = [bad for (bad,) in duckdb.sql(f"SELECT {hostile_sql()} FROM planted").fetchall()]
+    assert flagged == expected
+    assert sum(expected) >= len(checked) * 3  # every column has hostile values among them

@@ -143,6 +143,11 @@ STORE_MIGRATIONS: dict[int, tuple[str, ...]] = {
 }
 
 
+def run_id_index(table: str = "runs") -> str:
+    """The base's index on run_id: an ingest looks up a night's run ids in it instead of scanning the store."""
+    return f"CREATE INDEX IF NOT EXISTS runs_run_id ON {table} (run_id)"
+
+
 LOG_TABLES = ("runs", "samples")
 STATE_TABLES = ("store_meta", "ingested_files", "alerts", "series", "latest_runs")
 MAX_DELTAS = 8
@@ -306,7 +311,17 @@ def _log_views(con: duckdb.DuckDBPyConnection, catalogs: list[str], prefix: str 
     """Views of the log tables across ``catalogs``: in the in-memory catalog for a reader (so that its cursors
     see them too), ``kind="TEMP"`` for a writer (searched before the delta it writes)."""
     for table in LOG_TABLES:
-        union = " UNION ALL BY NAME ".join(f"SELECT * FROM {c}.{table}" for c in catalogs)
+        columns = ", ".join(
+            _quote(c)
+            for (c,) in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND table_name = ? "
+                "ORDER BY column_index",
+                [catalogs[-1], table],
+            ).fetchall()
+        )
+        # Columns by name, in one order (a migrated base may hold them in another): a plain UNION ALL, through
+        # which DuckDB pushes filters and projections down to each file.
+        union = " UNION ALL ".join(f"SELECT {columns} FROM {c}.{table}" for c in catalogs)
         con.execute(f"CREATE OR REPLACE {kind} VIEW {prefix}{table} AS {union}")
 
 
@@ -402,12 +417,11 @@ def _tmp(folder: Path, name: str) -> Path:
 
 @dataclass
 class Write:
-    """An open write: ``con`` sees the whole store (``runs`` and ``samples`` include the rows written so far);
-    new rows go into ``{WRITE}.runs`` and ``{WRITE}.samples``, state tables are written by their names.
-    ``snapshot`` is the store before (None for a new store); ``delta`` is False when this write is the base."""
+    """An open write: ``con`` sees the whole store (``runs`` and ``samples`` include the rows written so far;
+    ``stored_runs`` the store before it); new rows go into ``{WRITE}.runs`` and ``{WRITE}.samples``, state
+    tables are written by their names. ``delta`` is False when this write is a new store's base."""
 
     con: duckdb.DuckDBPyConnection
-    snapshot: Snapshot | None
     delta: bool
 
 
@@ -433,7 +447,11 @@ def write(db: Path, kind: str, on_wait: Callable[[], None] = lambda: None) -> It
         finally:
             if snap is not None:
                 snap.con.close()
-        _tidy(db)
+        try:
+            _tidy(db)
+        except (duckdb.Error, OSError) as error:
+            detail = _one_line(error) if isinstance(error, duckdb.Error) else error.strerror or error
+            raise StoreError(f"the write into {db} is stored, but compacting its files failed: {detail}") from None
 
 
 def _write(db: Path, kind: str, snap: Snapshot | None) -> Iterator[Write]:
@@ -457,9 +475,9 @@ def _write(db: Path, kind: str, snap: Snapshot | None) -> Iterator[Write]:
         _log_views(con, [*(snap.catalogs if snap else []), WRITE], kind="TEMP")
         # No transaction: the new file is invisible until its rename, which is the commit. (Inside one, a
         # temporary table of more than one row group written in it read back empty: DuckDB 2.0.0.)
-        yield Write(con, snap, delta=snap is not None)
+        yield Write(con, delta=snap is not None)
         if snap is None:
-            for statement in DERIVED:
+            for statement in (*DERIVED, run_id_index(f"{WRITE}.runs")):
                 con.execute(statement)
         _publish(con, WRITE, tmp, final)
     finally:
@@ -560,6 +578,7 @@ def compact(db: Path, snap: Snapshot | None) -> None:
             con.execute("CREATE TABLE runs_sorted AS SELECT * FROM runs ORDER BY series_key, started_at, trial")
             con.execute("DROP TABLE runs")
             con.execute("ALTER TABLE runs_sorted RENAME TO runs")
+            con.execute(run_id_index())
             for statement in DERIVED:
                 con.execute(statement)
             con.execute("INSERT OR REPLACE INTO store_meta VALUES ('merged_through', ?)", [str(merged)])

@@ -137,13 +137,30 @@ def _read_ahead(todo: list[tuple[objectstore.Location, objectstore.Entry]], spoo
             yield from pool.map(lambda item: _read(*item, spool), todo[start : start + READ_AHEAD])
 
 
+INDEX_LOOKUP_MAX = 2_048  # run ids looked up through the base's index; more are found by one scan
+
+
+def _stored(con: duckdb.DuckDBPyConnection) -> None:
+    """``known``: the stored rows (their IDENTITY_COLUMNS) whose run_id ``staged`` holds. A few run ids (a
+    nightly file) are looked up through the base's index on run_id, so the cost follows what is new, not the
+    store; a backfill's many are found by one scan of the run_id column."""
+    ids = [run_id for (run_id,) in con.execute("SELECT DISTINCT run_id FROM staged").fetchall()]
+    columns = ", ".join(f'"{c}"' for c in ("run_id", *IDENTITY_COLUMNS))
+    if len(ids) <= INDEX_LOOKUP_MAX:
+        marks = ", ".join("?" for _ in ids) or "NULL"
+        con.execute(f"CREATE OR REPLACE TEMP TABLE known AS SELECT {columns} FROM runs WHERE run_id IN ({marks})", ids)
+    else:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE known AS SELECT {columns} FROM runs SEMI JOIN staged USING (run_id)")
+
+
 def _conflicts(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    """Files of ``staged`` holding a run_id that the store, or another file of the batch, holds with different
-    content (IDENTITY_COLUMNS): {uri: why}. The same rows again (a copy, a resumed file) are no conflict."""
+    """Files of ``staged`` holding a run_id that the store (``known``), or another file of the batch, holds with
+    different content (IDENTITY_COLUMNS): {uri: why}. The same rows again (a copy, a resumed file) are no
+    conflict."""
     differs = " OR ".join(f'a."{c}" IS DISTINCT FROM b."{c}"' for c in IDENTITY_COLUMNS)
     named = ", ".join(f'CASE WHEN a."{c}" IS DISTINCT FROM b."{c}" THEN \'{c}\' END' for c in IDENTITY_COLUMNS)
     found = con.execute(
-        f"SELECT a.source_uri, a.run_id, 'the store', [{named}] FROM staged a JOIN runs b USING (run_id) "
+        f"SELECT a.source_uri, a.run_id, 'the store', [{named}] FROM staged a JOIN known b USING (run_id) "
         f"WHERE {differs} UNION ALL "
         f"SELECT a.source_uri, a.run_id, b.source_uri, [{named}] FROM staged a JOIN staged b USING (run_id) "
         f"WHERE a.source_uri <> b.source_uri AND ({differs}) ORDER BY 1, 2"
@@ -279,6 +296,7 @@ class _Ingest:
         another file) holds with different content is refused whole, and says so."""
         con, report = self.con, self.report
         self.stage(batch)
+        _stored(con)
         conflicts = _conflicts(con)
         for uri, why in conflicts.items():
             report.refused.append((uri, f"conflict: {why}; nothing of it was stored"))
@@ -295,14 +313,15 @@ class _Ingest:
         )
         con.execute(
             "CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM staged ANTI JOIN twice USING (run_id) "
-            "ANTI JOIN runs USING (run_id)"
+            "ANTI JOIN known USING (run_id)"
         )
         con.execute(
-            "INSERT INTO fresh SELECT * FROM staged SEMI JOIN twice USING (run_id) ANTI JOIN runs USING (run_id) "
+            "INSERT INTO fresh SELECT * FROM staged SEMI JOIN twice USING (run_id) ANTI JOIN known USING (run_id) "
             "QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY finished_at DESC NULLS LAST) = 1"
         )
         con.execute("DROP TABLE twice")
         con.execute("DROP TABLE staged")
+        con.execute("DROP TABLE known")
         report.rows_added += con.execute("SELECT count(*) FROM fresh").fetchall()[0][0]
         excluded = ", ".join(WINDOW_COLUMNS)
         con.execute(

@@ -225,9 +225,9 @@ def store_version(con: duckdb.DuckDBPyConnection, catalog: str = "") -> int | No
     return int(value) if value is not None else None
 
 
-def store_kind(con: duckdb.DuckDBPyConnection) -> str:
+def store_kind(con: duckdb.DuckDBPyConnection, catalog: str = "") -> str:
     """'real' or 'synthetic': a store made for synthetic test data says so, so it is never taken for real."""
-    return _meta(con, "kind") or "real"
+    return _meta(con, "kind", catalog) or "real"
 
 
 def delta_dir(db: Path) -> Path:
@@ -307,30 +307,26 @@ class Snapshot:
         return self.con.execute(f"SELECT count(*) FROM {catalog}.runs").fetchall()[0][0]
 
 
+LOG_COLUMNS = {
+    "runs": (*(f.name for f in RUN_COLUMNS), "source_uri", "ingested_at"),
+    "samples": ("run_id", "window_index", "step_time_s", "loss"),
+}  # as DDL creates them; every file of a store is at this layout (an older base is compacted first)
+
+
 def _log_views(con: duckdb.DuckDBPyConnection, catalogs: list[str], prefix: str = "", kind: str = "") -> None:
     """Views of the log tables across ``catalogs``: in the in-memory catalog for a reader (so that its cursors
-    see them too), ``kind="TEMP"`` for a writer (searched before the delta it writes)."""
-    for table in LOG_TABLES:
-        columns = ", ".join(
-            _quote(c)
-            for (c,) in con.execute(
-                "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND table_name = ? "
-                "ORDER BY column_index",
-                [catalogs[-1], table],
-            ).fetchall()
-        )
-        # Columns by name, in one order (a migrated base may hold them in another): a plain UNION ALL, through
-        # which DuckDB pushes filters and projections down to each file.
+    see them too), ``kind="TEMP"`` for a writer (searched before the delta it writes). Columns by name in one
+    order (a migrated base may hold them in another), in a plain UNION ALL through which DuckDB pushes filters
+    and projections down to each file."""
+    for table, names in LOG_COLUMNS.items():
+        columns = ", ".join(_quote(c) for c in names)
         union = " UNION ALL ".join(f"SELECT {columns} FROM {c}.{table}" for c in catalogs)
         con.execute(f"CREATE OR REPLACE {kind} VIEW {prefix}{table} AS {union}")
 
 
 def _state_views(con: duckdb.DuckDBPyConnection, catalog: str) -> None:
     for table in STATE_TABLES:
-        if con.execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = ?", [catalog, table]
-        ).fetchall()[0][0]:
-            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {catalog}.{table}")
+        con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {catalog}.{table}")
 
 
 def state_of(db: Path) -> tuple:
@@ -341,8 +337,9 @@ def state_of(db: Path) -> tuple:
     return base, tuple(sorted(d.path.name for d in _deltas(db)))
 
 
-def snapshot(db: Path) -> Snapshot | None:
-    """Attach the store read-only (None while it does not exist). Retries while a write replaces files."""
+def snapshot(db: Path, views: bool = True) -> Snapshot | None:
+    """Attach the store read-only (None while it does not exist), with views of its tables unless ``views`` is
+    False (then only the attached catalogs). Retries while a write replaces files."""
     for _ in range(_ATTACH_TRIES):
         identity = state_of(db)
         if identity is None:
@@ -367,8 +364,9 @@ def snapshot(db: Path) -> Snapshot | None:
             con.close()
             raise
         snap = Snapshot(con, chain, identity, version, merged)
-        _log_views(con, snap.catalogs)
-        _state_views(con, snap.catalogs[-1])
+        if views and version == STORE_VERSION:
+            _log_views(con, snap.catalogs)
+            _state_views(con, snap.catalogs[-1])
         return snap
     raise StoreError(f"cannot open the store {db}: it kept changing while being opened")
 
@@ -431,7 +429,7 @@ def write(db: Path, kind: str, on_wait: Callable[[], None] = lambda: None) -> It
     published only if the block ends cleanly. An older layout is compacted (and migrated) first."""
     with writer_lock(db, on_wait), _failures(db):
         _clean_stale(db)
-        snap = snapshot(db)
+        snap = snapshot(db, views=False)
         if snap is not None and snap.version is not None and snap.version > STORE_VERSION:
             snap.con.close()
             raise StoreError(
@@ -441,7 +439,7 @@ def write(db: Path, kind: str, on_wait: Callable[[], None] = lambda: None) -> It
         if snap is not None and snap.version != STORE_VERSION:
             snap.con.close()
             compact(db, snap)
-            snap = snapshot(db)
+            snap = snapshot(db, views=False)
         try:
             yield from _write(db, kind, snap)
         finally:
@@ -503,7 +501,7 @@ def _carry_state(con: duckdb.DuckDBPyConnection, catalog: str) -> None:
 def _tidy(db: Path) -> None:
     """After a write: merge deltas into the base when they hold more than COMPACT_SHARE of its rows, else
     merge the newest deltas into one when there are more than MAX_DELTAS."""
-    snap = snapshot(db)
+    snap = snapshot(db, views=False)
     if snap is None or not snap.chain:
         if snap is not None:
             snap.con.close()
@@ -514,7 +512,7 @@ def _tidy(db: Path) -> None:
         snap.con.close()
     base, deltas = sizes[0], sizes[1:]
     if sum(deltas) > COMPACT_SHARE * base:
-        compact(db, snapshot(db))
+        compact(db, snapshot(db, views=False))
     elif len(deltas) > MAX_DELTAS:
         start = len(deltas) - 2
         total = deltas[-1] + deltas[-2]

@@ -107,7 +107,7 @@ def rebuild(
                 con.execute("INSERT INTO alerts BY NAME SELECT * FROM saved")
                 con.unregister("saved")
         with writer_lock(built):
-            compact(built, snapshot(built))
+            compact(built, snapshot(built, views=False))
         with writer_lock(db):
             if db.exists():
                 raise StoreError(f"{db} was created while rebuilding; the rebuilt store is discarded")

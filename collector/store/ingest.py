@@ -62,14 +62,16 @@ READ_AHEAD = 64  # files read ahead of the thread that stages them
 def _known_files(db: Path) -> tuple[dict[str, tuple[int, int]], set[str], str | None, bool]:
     """(uri -> (size, mtime_ns), digests, kind, whether its layout is older than this stepwatch's) of the live
     store."""
-    snap = snapshot(db)
+    snap = snapshot(db, views=False)
     if snap is None:
         return {}, set(), None, False
+    newest = snap.catalogs[-1]
     try:
-        rows = snap.con.execute("SELECT uri, size, mtime_ns, digest FROM ingested_files").fetchall()
+        rows = snap.con.execute(f"SELECT uri, size, mtime_ns, digest FROM {newest}.ingested_files").fetchall()
         files = {uri: (size, mtime) for uri, size, mtime, _ in rows}
         digests = {digest for *_, digest in rows}
-        return files, digests, store_kind(snap.con), snap.version is not None and snap.version < STORE_VERSION
+        kind = store_kind(snap.con, newest)
+        return files, digests, kind, snap.version is not None and snap.version < STORE_VERSION
     except duckdb.Error as error:
         raise StoreError(f"{db} is not a stepwatch store: {str(error).splitlines()[0]}") from None
     finally:
@@ -347,9 +349,16 @@ def update_derived(con: duckdb.DuckDBPyConnection) -> None:
     new = f"{WRITE}.runs"
     con.execute(f"CREATE OR REPLACE TEMP TABLE touched AS {series_of(new)}")
     # Suite runs of touched series that the store already had (a resumed file): not counted twice.
+    # (Constant lists, so that the base, sorted by series, is read only where those series are.)
+    keys = [k for (k,) in con.execute(f"SELECT DISTINCT series_key FROM {new}").fetchall()]
+    suites = [k for (k,) in con.execute(f"SELECT DISTINCT suite_run_id FROM {new}").fetchall()]
+    marks = ", ".join("?" for _ in keys) or "NULL"
+    suite_marks = ", ".join("?" for _ in suites) or "NULL"
     con.execute(
         "CREATE OR REPLACE TEMP TABLE seen AS SELECT DISTINCT series_key, suite_run_id FROM stored_runs "
-        f"SEMI JOIN (SELECT DISTINCT series_key, suite_run_id FROM {new}) USING (series_key, suite_run_id)"
+        f"SEMI JOIN (SELECT DISTINCT series_key, suite_run_id FROM {new}) USING (series_key, suite_run_id) "
+        f"WHERE series_key IN ({marks}) AND suite_run_id IN ({suite_marks})",
+        [*keys, *suites],
     )
     con.execute(
         "UPDATE touched t SET suite_runs = t.suite_runs - "

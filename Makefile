@@ -48,7 +48,7 @@ browser:
 
 test: $(BACKENDS_STAMP) browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q --durations=8
+	$(BIN)/python -m pytest -q --durations=8 -n 2 --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

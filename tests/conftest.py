@@ -27,7 +27,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-large", action="store_true", help="also run tests marked large (slow)")
 
 
+# Modules that share a session fixture run on one worker when the tests run in parallel (make test: pytest-xdist
+# with --dist loadgroup); every other module is a group of its own, so its module fixtures are built once.
+SHARED_FIXTURE = {"test_dashboard": "smoke_store", "test_dashboard_browser": "smoke_store"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else item.nodeid
+        item.add_marker(pytest.mark.xdist_group(SHARED_FIXTURE.get(module, module)))
     if config.getoption("--run-large"):
         return
     skip = pytest.mark.skip(reason="large: opt in with --run-large")  # ok-skip: opt-in marker

@@ -48,7 +48,7 @@ browser:
 
 test: $(BACKENDS_STAMP) browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q --durations=8 -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q --durations=8 -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -27,15 +28,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-large", action="store_true", help="also run tests marked large (slow)")
 
 
-# Modules that share a session fixture run on one worker when the tests run in parallel (make test: pytest-xdist
-# with --dist loadgroup); every other module is a group of its own, so its module fixtures are built once.
-SHARED_FIXTURE = {"test_dashboard": "smoke_store", "test_dashboard_browser": "smoke_store"}
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else item.nodeid
-        item.add_marker(pytest.mark.xdist_group(SHARED_FIXTURE.get(module, module)))
     if config.getoption("--run-large"):
         return
     skip = pytest.mark.skip(reason="large: opt in with --run-large")  # ok-skip: opt-in marker
@@ -112,8 +105,19 @@ SHORT = ("--steps", "20", "--warmup", "20", "--window", "10")
 def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Real trials: bilstm tiny XLA off/on x fp32/bf16 as 'baseline' (fp32 without XLA twice), fp32 twice as
     'candidate', one trial killed by a 2 s timeout (a failure the pages must show and leave out of
-    aggregates), and the fp32 config on the torch backend (eager), against TensorFlow's."""
-    root = tmp_path_factory.mktemp("dashboard")
+    aggregates), and the fp32 config on the torch backend (eager), against TensorFlow's. Made once per test
+    run: when the tests run on several workers (pytest-xdist), the first to need it makes it, the others wait."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' common folder
+    root = shared / "dashboard-store"
+    with open(shared / "dashboard-store.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "store.duckdb").exists():
+            _make_smoke_store(root)
+    return root / "store.duckdb"
+
+
+def _make_smoke_store(root: Path) -> None:
     results, db = root / "results", root / "store.duckdb"
     runs = [
         ("--xla", "off,on", "--precision", "fp32,mixed_bfloat16", "--trials", "1", "--label", "baseline"),
@@ -135,4 +139,3 @@ def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run(runs[-1])  # alone and last: the timed-out run is the latest
     done = stepwatch("ingest", str(results), "--db", str(db))
     assert done.returncode == 0, done.stderr
-    return db

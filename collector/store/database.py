@@ -329,7 +329,7 @@ def _state_views(con: duckdb.DuckDBPyConnection, catalog: str) -> None:
         con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {catalog}.{table}")
 
 
-def state_of(db: Path) -> tuple:
+def state_of(db: Path) -> tuple | None:
     """What identifies the store's current contents: the base file and the names of the delta files."""
     base = _identity(db)
     if base is None:
@@ -391,6 +391,11 @@ def _publish(con: duckdb.DuckDBPyConnection, catalog: str, tmp: Path, final: Pat
     con.execute(f"CHECKPOINT {catalog}")
     con.execute("USE memory")
     con.execute(f"DETACH {catalog}")
+    _replace(tmp, final)
+
+
+def _replace(tmp: Path, final: Path) -> None:
+    """Make a finished file durable, then put it in place in one rename (the commit), and make that durable."""
     _fsync(tmp)
     os.replace(tmp, final)
     _fsync(final.parent)
@@ -585,9 +590,7 @@ def compact(db: Path, snap: Snapshot | None) -> None:
             con.execute("CHECKPOINT")
         finally:
             con.close()
-        _fsync(tmp)
-        os.replace(tmp, db)
-        _fsync(db.parent)
+        _replace(tmp, db)
     finally:
         tmp.unlink(missing_ok=True)
         tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)

@@ -186,15 +186,17 @@ class _Batch:
         self.tables.append(table.append_column("source_uri", pa.array([uri] * table.num_rows, pa.string())))
 
 
+@dataclass
 class _Ingest:
     """One ingest's write: files in, rows staged per batch, checked, and inserted into the new delta."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, kind: str, digests: set[str], report: IngestReport,
-                 on_file: Callable[[str, str], None], spool: Path) -> None:  # fmt: skip
-        self.con, self.kind, self.digests, self.report, self.on_file, self.spool = (
-            con, kind, digests, report, on_file, spool
-        )  # fmt: skip
-        self.now = datetime.now(UTC)
+    con: duckdb.DuckDBPyConnection
+    kind: str
+    digests: set[str]  # of every file the store holds or this ingest has taken
+    report: IngestReport
+    on_file: Callable[[str, str], None]
+    spool: Path  # local copies of remote files, for DuckDB's reader
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     def file(self, loc: objectstore.Location, entry: objectstore.Entry, read: _Read, batch: _Batch) -> None:
         report, on_file = self.report, self.on_file

@@ -1,7 +1,7 @@
 """The dashboard's one read-only path to the store, and its cache.
 
 The store is opened read-only through ``StoreReader``, which follows the file when an ingest replaces it.
-Query results are cached per store version (the file's identity), so a new ingest shows up on the next
+Query results are cached per store version (the store's identity), so a new ingest shows up on the next
 rerun and nothing is ever served from an older store. Every query goes through collector.store.queries (or
 the comparison and alert modules built on it), with bound parameters.
 """

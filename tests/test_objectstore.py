@@ -11,7 +11,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from collector.store import objectstore
+from collector.store import database, history, objectstore
 from collector.store.database import StoreReader
 from collector.store.ingest import ingest
 from tests.conftest import result_rows, stepwatch, write_results
@@ -94,6 +94,20 @@ def test_ingest_from_s3_many_files_and_a_single_object(tmp_path: Path, s3: dict[
     assert (one.files_seen, one.rows_added) == (1, 2)
     report = ingest([f"s3://{s3['BUCKET']}/results"], db)
     assert (report.files_seen, report.files_unchanged, report.rows_added) == (3, 1, 4)
+
+    # The alerts saved next to the results (not among them), and a store rebuilt from both.
+    with database.update(db) as con:
+        con.execute("INSERT INTO alerts (series_key, metric, status, note) VALUES ('k', 'examples_per_sec', ?, ?)",
+                    ["acknowledged", "expected"])  # fmt: skip
+    saved = f"s3://{s3['BUCKET']}/results/state/alerts.parquet"
+    assert history.save_alerts(db, saved) == 1
+    assert objects(s3, "results/state/") == ["results/state/alerts.parquet"]
+    assert ingest([f"s3://{s3['BUCKET']}/results"], db).files_seen == 3
+    rebuilt, restored = history.rebuild([f"s3://{s3['BUCKET']}/results"], tmp_path / "again.duckdb", saved)
+    assert (rebuilt.rows_added, restored) == (6, 1)
+    con = StoreReader(tmp_path / "again.duckdb").connection()
+    assert con.execute("SELECT id, status, note FROM alerts").fetchall() == [(1, "acknowledged", "expected")]
+    con.close()
 
 
 def _closed_port() -> int:

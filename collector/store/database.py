@@ -119,7 +119,7 @@ SERIES_TOTALS = {"trials": "sum", "suite_runs": "sum", "first_at": "min", "last_
 
 # Derived tables, so that readers never aggregate all of ``runs`` for the overview (at 1M rows that is the
 # difference between a few and a few hundred milliseconds). A compaction rebuilds them; a delta updates the
-# series it touches (``collector.store.ingest``).
+# series it touches (``_update_derived``).
 DERIVED = (
     f"CREATE OR REPLACE TABLE series AS {series_of('runs')}",
     # Every trial of each series' most recent suite run.
@@ -191,10 +191,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, kind: str) -> None:
         con.execute(statement)
     version = store_version(con)
     if version is not None and version > STORE_VERSION:
-        raise StoreError(
-            f"the store was written by a newer stepwatch (store version {version}, this one writes up to "
-            f"{STORE_VERSION}); upgrade stepwatch or pick another --db"
-        )
+        _refuse_newer(version)
     present = {
         row[0]
         for row in con.execute(
@@ -211,6 +208,13 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, kind: str) -> None:
             con.execute(statement)
     con.execute("INSERT OR IGNORE INTO store_meta VALUES ('kind', ?)", [kind])
     con.execute("INSERT OR REPLACE INTO store_meta VALUES ('store_version', ?)", [str(STORE_VERSION)])
+
+
+def _refuse_newer(version: int) -> None:
+    raise StoreError(
+        f"the store was written by a newer stepwatch (store version {version}, this one writes up to "
+        f"{STORE_VERSION}); upgrade stepwatch or pick another --db"
+    )
 
 
 def _meta(con: duckdb.DuckDBPyConnection, key: str, catalog: str = "") -> str | None:
@@ -329,7 +333,7 @@ def _state_views(con: duckdb.DuckDBPyConnection, catalog: str) -> None:
         con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {catalog}.{table}")
 
 
-def state_of(db: Path) -> tuple | None:
+def store_identity(db: Path) -> tuple | None:
     """What identifies the store's current contents: the base file and the names of the delta files."""
     base = _identity(db)
     if base is None:
@@ -341,7 +345,7 @@ def snapshot(db: Path, views: bool = True) -> Snapshot | None:
     """Attach the store read-only (None while it does not exist), with views of its tables unless ``views`` is
     False (then only the attached catalogs). Retries while a write replaces files."""
     for _ in range(_ATTACH_TRIES):
-        identity = state_of(db)
+        identity = store_identity(db)
         if identity is None:
             return None
         con = duckdb.connect()
@@ -418,29 +422,20 @@ def _tmp(folder: Path, name: str) -> Path:
     return folder / f".{name}.{os.getpid()}.tmp"
 
 
-@dataclass
-class Write:
-    """An open write: ``con`` sees the whole store (``runs`` and ``samples`` include the rows written so far;
-    ``stored_runs`` the store before it); new rows go into ``{WRITE}.runs`` and ``{WRITE}.samples``, state
-    tables are written by their names. ``delta`` is False when this write is a new store's base."""
-
-    con: duckdb.DuckDBPyConnection
-    delta: bool
-
-
 @contextlib.contextmanager
-def write(db: Path, kind: str, on_wait: Callable[[], None] = lambda: None) -> Iterator[Write]:
+def write(db: Path, kind: str, on_wait: Callable[[], None] = lambda: None) -> Iterator[duckdb.DuckDBPyConnection]:
     """A write into the store, under the writer lock: a new delta (or, for a new store, the base) that is
-    published only if the block ends cleanly. An older layout is compacted (and migrated) first."""
+    published only if the block ends cleanly. An older layout is compacted (and migrated) first.
+
+    The connection sees the whole store (``runs`` and ``samples`` include the rows written so far;
+    ``stored_runs`` is the store before this write); new rows go into ``{WRITE}.runs`` and ``{WRITE}.samples``,
+    state tables are written by their names. The derived tables are brought up to date here, after the block."""
     with writer_lock(db, on_wait), _failures(db):
         _clean_stale(db)
         snap = snapshot(db, views=False)
         if snap is not None and snap.version is not None and snap.version > STORE_VERSION:
             snap.con.close()
-            raise StoreError(
-                f"the store was written by a newer stepwatch (store version {snap.version}, this one writes up "
-                f"to {STORE_VERSION}); upgrade stepwatch or pick another --db"
-            )
+            _refuse_newer(snap.version)
         if snap is not None and snap.version != STORE_VERSION:
             snap.con.close()
             compact(db, snap)
@@ -457,7 +452,7 @@ def write(db: Path, kind: str, on_wait: Callable[[], None] = lambda: None) -> It
             raise StoreError(f"the write into {db} is stored, but compacting its files failed: {detail}") from None
 
 
-def _write(db: Path, kind: str, snap: Snapshot | None) -> Iterator[Write]:
+def _write(db: Path, kind: str, snap: Snapshot | None) -> Iterator[duckdb.DuckDBPyConnection]:
     con = snap.con if snap is not None else duckdb.connect()
     if snap is None:
         tmp, final = _tmp(db.parent, db.name), db
@@ -478,16 +473,78 @@ def _write(db: Path, kind: str, snap: Snapshot | None) -> Iterator[Write]:
         _log_views(con, [*(snap.catalogs if snap else []), WRITE], kind="TEMP")
         # No transaction: the new file is invisible until its rename, which is the commit. (Inside one, a
         # temporary table of more than one row group written in it read back empty: DuckDB 2.0.0.)
-        yield Write(con, delta=snap is not None)
+        yield con
         if snap is None:
             for statement in (*DERIVED, run_id_index(f"{WRITE}.runs")):
                 con.execute(statement)
+        else:
+            _update_derived(con)
         _publish(con, WRITE, tmp, final)
     finally:
         if snap is None:
             con.close()
         tmp.unlink(missing_ok=True)
         tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
+
+
+def _update_derived(con: duckdb.DuckDBPyConnection) -> None:
+    """Bring ``series`` and ``latest_runs`` up to date with the rows of this delta (``WRITE.runs``), touching
+    only the series it adds to: what it costs follows what was added, not the store."""
+    new = f"{WRITE}.runs"
+    con.execute(f"CREATE OR REPLACE TEMP TABLE touched AS {series_of(new)}")
+    # Suite runs of touched series that the store already had (a resumed file): not counted twice.
+    # (Constant lists, so that the base, sorted by series, is read only where those series are.)
+    keys = [k for (k,) in con.execute(f"SELECT DISTINCT series_key FROM {new}").fetchall()]
+    suites = [k for (k,) in con.execute(f"SELECT DISTINCT suite_run_id FROM {new}").fetchall()]
+    marks = ", ".join("?" for _ in keys) or "NULL"
+    suite_marks = ", ".join("?" for _ in suites) or "NULL"
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE seen AS SELECT DISTINCT series_key, suite_run_id FROM stored_runs "
+        f"SEMI JOIN (SELECT DISTINCT series_key, suite_run_id FROM {new}) USING (series_key, suite_run_id) "
+        f"WHERE series_key IN ({marks}) AND suite_run_id IN ({suite_marks})",
+        [*keys, *suites],
+    )
+    con.execute(
+        "UPDATE touched t SET suite_runs = t.suite_runs - "
+        "(SELECT count(*) FROM seen s WHERE s.series_key = t.series_key)"
+    )
+    columns = [
+        c
+        for (c,) in con.execute(
+            f"SELECT column_name FROM duckdb_columns() WHERE database_name = '{WRITE}' AND table_name = 'series' "
+            "ORDER BY column_index"
+        ).fetchall()
+    ]
+    merged = ", ".join(f'{SERIES_TOTALS.get(c, "any_value")}("{c}") AS "{c}"' for c in columns if c != "series_key")
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE combined AS SELECT series_key, {merged} FROM (SELECT s.* FROM series s "
+        "SEMI JOIN touched USING (series_key) UNION ALL BY NAME SELECT * FROM touched) GROUP BY series_key"
+    )
+    con.execute("DELETE FROM series WHERE series_key IN (SELECT series_key FROM touched)")
+    con.execute("INSERT INTO series BY NAME SELECT * FROM combined")
+    # Each touched series' latest suite run: the stored latest one or one of the new rows, whichever started last.
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE pick AS SELECT series_key, arg_max(suite_run_id, started_at) AS suite_run_id "
+        "FROM (SELECT series_key, suite_run_id, started_at FROM latest_runs SEMI JOIN touched USING (series_key) "
+        f"UNION ALL SELECT series_key, suite_run_id, started_at FROM {new}) GROUP BY series_key"
+    )
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE latest_new AS SELECT l.* FROM latest_runs l JOIN pick USING (series_key, "
+        f"suite_run_id) UNION ALL BY NAME SELECT r.* FROM {new} r JOIN pick USING (series_key, suite_run_id)"
+    )
+    # A picked suite run whose stored rows were not the latest (an older run continued later): rare, looked up.
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE rare AS SELECT * FROM pick SEMI JOIN seen USING (series_key, suite_run_id) "
+        "ANTI JOIN (SELECT DISTINCT series_key, suite_run_id FROM latest_runs) USING (series_key, suite_run_id)"
+    )
+    if con.execute("SELECT count(*) FROM rare").fetchall()[0][0]:
+        con.execute(
+            "INSERT INTO latest_new BY NAME SELECT r.* FROM stored_runs r JOIN rare USING (series_key, suite_run_id)"
+        )
+    con.execute("DELETE FROM latest_runs WHERE series_key IN (SELECT series_key FROM touched)")
+    con.execute("INSERT INTO latest_runs BY NAME SELECT * FROM latest_new")
+    for table in ("touched", "seen", "combined", "pick", "latest_new", "rare"):
+        con.execute(f"DROP TABLE {table}")
 
 
 def _carry_state(con: duckdb.DuckDBPyConnection, catalog: str) -> None:
@@ -513,18 +570,27 @@ def _tidy(db: Path) -> None:
         return
     try:
         sizes = [snap.rows(c) for c in snap.catalogs]
-    finally:
+    except BaseException:
         snap.con.close()
+        raise
     base, deltas = sizes[0], sizes[1:]
     if sum(deltas) > COMPACT_SHARE * base:
-        compact(db, snapshot(db, views=False))
-    elif len(deltas) > MAX_DELTAS:
+        compact(db, snap)  # closes it
+        return
+    snap.con.close()
+    if len(deltas) > MAX_DELTAS:
         start = len(deltas) - 2
         total = deltas[-1] + deltas[-2]
         while start > 0 and total >= deltas[start - 1]:
             start -= 1
             total += deltas[start]
         merge_deltas(db, snap.chain[start:])
+
+
+def _append_logs(con: duckdb.DuckDBPyConnection, catalog: str, into: str = "") -> None:
+    """The rows of ``catalog``'s log tables, appended to those of ``into`` (a catalog prefix, or the default)."""
+    for table in LOG_TABLES:
+        con.execute(f"INSERT INTO {into}{table} BY NAME SELECT * FROM {catalog}.{table}")
 
 
 def merge_deltas(db: Path, deltas: list[Delta]) -> None:
@@ -541,9 +607,8 @@ def merge_deltas(db: Path, deltas: list[Delta]) -> None:
         con.execute(f"USE {WRITE}")
         _carry_state(con, names[-1])
         ensure_schema(con, _meta(con, "kind") or "real")
-        for table in LOG_TABLES:
-            for name in names:
-                con.execute(f"INSERT INTO {WRITE}.{table} BY NAME SELECT * FROM {name}.{table}")
+        for name in names:
+            _append_logs(con, name, f"{WRITE}.")
         _publish(con, WRITE, tmp, final)
     finally:
         con.close()
@@ -570,8 +635,7 @@ def compact(db: Path, snap: Snapshot | None) -> None:
             ensure_schema(con, kind)
             for i, delta in enumerate(chain):
                 con.execute(f"ATTACH ? AS d{i} (READ_ONLY)", [str(delta.path)])
-                for table in LOG_TABLES:
-                    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM d{i}.{table}")
+                _append_logs(con, f"d{i}")
             if chain:
                 newest = f"d{len(chain) - 1}"
                 for table in ("ingested_files", "alerts"):
@@ -604,8 +668,8 @@ def update(db: Path, on_wait: Callable[[], None] = lambda: None) -> Iterator[duc
     """Write to an existing store's state (alerts) the way an ingest does: a delta published only if the
     whole block succeeds. Readers are never blocked."""
     _require(db, StoreError)
-    with write(db, "real", on_wait) as change:
-        yield change.con
+    with write(db, "real", on_wait) as con:  # the store says what kind it is; "real" is only for a new one
+        yield con
 
 
 class StoreReader:
@@ -617,7 +681,7 @@ class StoreReader:
         self._snap: Snapshot | None = None
 
     def identity(self) -> tuple | None:
-        return state_of(self.db)
+        return store_identity(self.db)
 
     def connection(self) -> duckdb.DuckDBPyConnection | None:
         """The current snapshot, or None while no store exists yet."""

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from collector.analysis.alerts import STATUSES
@@ -38,39 +37,29 @@ def save_alerts(db: Path, target: str) -> int:
     the file appears whole or not at all. Returns how many alerts."""
     with open_store(db) as reader:
         table = reader.connection().sql("SELECT * FROM alerts ORDER BY id").to_arrow_table()
-    if objectstore.is_remote(target):
-        loc = objectstore.location(target.rsplit("/", 1)[0])
-        path = f"{loc.path}/{target.rsplit('/', 1)[1]}"
-
-        def put() -> None:
-            with loc.fs.open_output_stream(path) as out:
-                pq.write_table(table, out)
-
-        objectstore.with_retries(put, f"writing {target}")
-        return table.num_rows
-    out = Path(target)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    folder, name = target.rsplit("/", 1) if "/" in target else (".", target)
+    with tempfile.TemporaryDirectory(prefix=".stepwatch-alerts-") as work:
+        local = Path(work) / name
+        pq.write_table(table, local)
+        if objectstore.is_remote(target):
+            objectstore.upload(local, folder)  # whole or not at all, retried
+        else:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            tmp = Path(folder) / f".{name}.{os.getpid()}.tmp"
+            shutil.copyfile(local, tmp)
+            os.replace(tmp, target)
     return table.num_rows
 
 
 def read_alerts(source: str) -> pa.Table:
-    """A saved alerts file, checked: StoreError (one line) when it is not one."""
+    """A saved alerts file (local or remote, read as ingest reads a results file), checked: StoreError (one
+    line) when it is not one."""
     try:
-        if objectstore.is_remote(source):
-            loc = objectstore.location(source.rsplit("/", 1)[0])
-            data = objectstore.read_bytes(loc, f"{loc.path}/{source.rsplit('/', 1)[1]}")
-            table = pq.read_table(pa.BufferReader(data))
-        else:
-            table = pq.read_table(source, filesystem=pafs.LocalFileSystem())
+        loc, [entry] = objectstore.list_parquet(source)
+        table = pq.read_table(pa.BufferReader(objectstore.read_bytes(loc, entry.path)))
     except FileNotFoundError:
         raise StoreError(f"{source} does not exist") from None
-    except (pa.ArrowException, OSError) as error:
+    except (pa.ArrowException, OSError, ValueError) as error:
         raise StoreError(f"{source} is not a saved alerts file: {' '.join(str(error).split())[:200]}") from None
     missing = [c for c in ALERT_KEYS if c not in table.column_names]
     if missing:

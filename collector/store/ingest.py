@@ -42,13 +42,11 @@ from collector.schema import (
 )
 from collector.store import objectstore
 from collector.store.database import (
-    SERIES_TOTALS,
     STORE_VERSION,
     WINDOW_COLUMNS,
     WRITE,
     StoreError,
     clean,
-    series_of,
     snapshot,
     store_kind,
     write,
@@ -345,66 +343,6 @@ class _Ingest:
             con.unregister("manifest")
 
 
-def update_derived(con: duckdb.DuckDBPyConnection) -> None:
-    """Bring ``series`` and ``latest_runs`` up to date with the rows of this delta (``WRITE.runs``), touching
-    only the series it adds to: what it costs follows what was added, not the store."""
-    new = f"{WRITE}.runs"
-    con.execute(f"CREATE OR REPLACE TEMP TABLE touched AS {series_of(new)}")
-    # Suite runs of touched series that the store already had (a resumed file): not counted twice.
-    # (Constant lists, so that the base, sorted by series, is read only where those series are.)
-    keys = [k for (k,) in con.execute(f"SELECT DISTINCT series_key FROM {new}").fetchall()]
-    suites = [k for (k,) in con.execute(f"SELECT DISTINCT suite_run_id FROM {new}").fetchall()]
-    marks = ", ".join("?" for _ in keys) or "NULL"
-    suite_marks = ", ".join("?" for _ in suites) or "NULL"
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE seen AS SELECT DISTINCT series_key, suite_run_id FROM stored_runs "
-        f"SEMI JOIN (SELECT DISTINCT series_key, suite_run_id FROM {new}) USING (series_key, suite_run_id) "
-        f"WHERE series_key IN ({marks}) AND suite_run_id IN ({suite_marks})",
-        [*keys, *suites],
-    )
-    con.execute(
-        "UPDATE touched t SET suite_runs = t.suite_runs - "
-        "(SELECT count(*) FROM seen s WHERE s.series_key = t.series_key)"
-    )
-    columns = [
-        c
-        for (c,) in con.execute(
-            f"SELECT column_name FROM duckdb_columns() WHERE database_name = '{WRITE}' AND table_name = 'series' "
-            "ORDER BY column_index"
-        ).fetchall()
-    ]
-    merged = ", ".join(f'{SERIES_TOTALS.get(c, "any_value")}("{c}") AS "{c}"' for c in columns if c != "series_key")
-    con.execute(
-        f"CREATE OR REPLACE TEMP TABLE combined AS SELECT series_key, {merged} FROM (SELECT s.* FROM series s "
-        "SEMI JOIN touched USING (series_key) UNION ALL BY NAME SELECT * FROM touched) GROUP BY series_key"
-    )
-    con.execute("DELETE FROM series WHERE series_key IN (SELECT series_key FROM touched)")
-    con.execute("INSERT INTO series BY NAME SELECT * FROM combined")
-    # Each touched series' latest suite run: the stored latest one or one of the new rows, whichever started last.
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE pick AS SELECT series_key, arg_max(suite_run_id, started_at) AS suite_run_id "
-        "FROM (SELECT series_key, suite_run_id, started_at FROM latest_runs SEMI JOIN touched USING (series_key) "
-        f"UNION ALL SELECT series_key, suite_run_id, started_at FROM {new}) GROUP BY series_key"
-    )
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE latest_new AS SELECT l.* FROM latest_runs l JOIN pick USING (series_key, "
-        f"suite_run_id) UNION ALL BY NAME SELECT r.* FROM {new} r JOIN pick USING (series_key, suite_run_id)"
-    )
-    # A picked suite run whose stored rows were not the latest (an older run continued later): rare, looked up.
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE rare AS SELECT * FROM pick SEMI JOIN seen USING (series_key, suite_run_id) "
-        "ANTI JOIN (SELECT DISTINCT series_key, suite_run_id FROM latest_runs) USING (series_key, suite_run_id)"
-    )
-    if con.execute("SELECT count(*) FROM rare").fetchall()[0][0]:
-        con.execute(
-            "INSERT INTO latest_new BY NAME SELECT r.* FROM stored_runs r JOIN rare USING (series_key, suite_run_id)"
-        )
-    con.execute("DELETE FROM latest_runs WHERE series_key IN (SELECT series_key FROM touched)")
-    con.execute("INSERT INTO latest_runs BY NAME SELECT * FROM latest_new")
-    for table in ("touched", "seen", "combined", "pick", "latest_new", "rare"):
-        con.execute(f"DROP TABLE {table}")
-
-
 def ingest(
     sources: list[str],
     db: Path,
@@ -440,18 +378,16 @@ def ingest(
                 todo.append((loc, entry))
     if todo or outdated:  # an older store is upgraded even when nothing is new
         kind = kind or ("synthetic" if synthetic else "real")
-        with write(db, kind, on_wait) as change, tempfile.TemporaryDirectory(dir=db.parent, prefix=".spool-") as spool:
+        with write(db, kind, on_wait) as con, tempfile.TemporaryDirectory(dir=db.parent, prefix=".spool-") as spool:
             # A store written meanwhile by another ingest: what it added is known to this one now.
-            digests |= {d for (d,) in change.con.execute("SELECT digest FROM ingested_files").fetchall()}
-            work = _Ingest(change.con, kind, digests, report, on_file, Path(spool))
+            digests |= {d for (d,) in con.execute("SELECT digest FROM ingested_files").fetchall()}
+            work = _Ingest(con, kind, digests, report, on_file, Path(spool))
             for start_at in range(0, len(todo), BATCH_FILES):
                 chunk = todo[start_at : start_at + BATCH_FILES]
                 batch = _Batch()
                 for (loc, entry), read in zip(chunk, _read_ahead(chunk, Path(spool))):
                     work.file(loc, entry, read, batch)
                 work.insert(batch)
-            if change.delta:
-                update_derived(change.con)
     else:
         clean(db, on_wait)
     report.seconds = time.perf_counter() - start

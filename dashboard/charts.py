@@ -7,6 +7,7 @@ import math
 import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
+from pandas.io.formats.style import Styler
 from plotly.subplots import make_subplots
 
 from collector.analysis.comparison import Comparison
@@ -21,6 +22,29 @@ VERDICT_COLORS = {
     "no change": "#7f7f7f",
     "missing": "#bbbbbb",
 }
+
+
+# Light fills of the verdict colours, for table cells (text stays readable on them).
+VERDICT_FILLS = {
+    "regression": "#fbd5d2",
+    "failed": "#f2b8b3",
+    "inconclusive": "#fcefc4",
+    "improvement": "#d4efd4",
+}
+
+
+def verdict_styles(shown: pd.DataFrame, cells: dict[str, str], verdicts: pd.DataFrame) -> Styler:
+    """``shown`` with each of ``cells``' columns filled in the colour of the verdict in the named column of
+    ``verdicts`` (same index): a change reads as what the analysis found, not as a bare percentage."""
+
+    def paint(frame: pd.DataFrame) -> pd.DataFrame:
+        styles = pd.DataFrame("", index=frame.index, columns=frame.columns)
+        for column, source in cells.items():
+            fills = verdicts.loc[frame.index, source].map(VERDICT_FILLS)
+            styles[column] = [f"background-color: {f}" if isinstance(f, str) else "" for f in fills]
+        return styles
+
+    return shown.style.apply(paint, axis=None)
 
 
 def series_names(points: pd.DataFrame) -> pd.Series:

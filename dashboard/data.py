@@ -27,6 +27,8 @@ QUERIES = {
     "recent_runs": queries.recent_runs,
     "run_detail": queries.run_detail,
     "alerts": alerts.list_alerts,
+    "baselines": alerts.baselines,
+    "recent": queries.recent_points,
     "compare": comparison.build,
     "versions": queries.side_versions,
     "trial_values": queries.trial_values,

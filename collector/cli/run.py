@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ from rich.progress import Progress
 
 from collector.analysis import report
 from collector.analysis.comparison import EXIT_FAILED, EXIT_OK
-from collector.bench import catalog, runner
+from collector.bench import catalog, runner, upgrade
 from collector.bench.results import ResultsError
 from collector.bench.suite import load_suite, narrow
 from collector.cli.arguments import (
@@ -39,6 +40,11 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--resume", action="store_true", help="continue the latest file of this suite in --out")
     parser.add_argument("--label", help="free text stored with every row, e.g. candidate")
+    parser.add_argument(
+        "--with", dest="packages", metavar="REQUIREMENTS",
+        help="run the trials in an environment of these pip requirements ('tensorflow==2.19.1'), built on first "
+        "use and cached like upgrade-check's sides",
+    )  # fmt: skip
     parser.add_argument("--find-max-batch", action="store_true", help="binary-search the largest per-device batch")
     parser.add_argument("--dry-run", action="store_true", help="list the configs and exit")
     parser.set_defaults(handler=run)
@@ -56,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
             "--find-max-batch is not supported on CPU: host memory swaps or the kernel kills the process "
             "instead of raising out-of-memory; use it on GPU or TPU hosts"
         )
+    try:
+        requirements = upgrade.parse_side(args.packages, "with") if args.packages is not None else ()
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     if args.dry_run:
         for config in configs:
             print(config.label())
@@ -63,10 +73,14 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
+    python = sys.executable
+    if requirements:
+        python = upgrade.ensure_all({"with": requirements}, log=console.print)["with"].python
     options = runner.RunOptions(
         label=args.label,
         price_per_hour=args.price_per_hour,
         prices=catalog.load_prices(args.prices),
+        python=python,
         workers=args.workers,
     )
     remote = objectstore.is_remote(args.out)

@@ -213,6 +213,36 @@ def history_points(con: duckdb.DuckDBPyConnection, selection: Selection, metric:
     )
 
 
+def recent_points(con: duckdb.DuckDBPyConnection, series_keys: Sequence[str], metric: str, nights: int) -> pd.DataFrame:
+    """Per series, its last ``nights`` suite runs, newest first (``back`` 1 is the latest): the night, trials and
+    ok trials, the median of the ok trials' metric, and the sum and sum of squares of their logs (what pooling
+    nights into a baseline needs). Failed trials and values that are not positive are left out."""
+    if metric not in METRICS:
+        raise SelectionError(f"{metric!r} is not a metric stepwatch tracks (known: {', '.join(METRICS)})")
+    if not series_keys:
+        return pd.DataFrame(columns=["series_key", "suite_run_id", "night", "trials", "n", "value", "sum_log",
+                                     "sum_log2", "back"])  # fmt: skip
+    # The runs of the last suite runs only: each series' newest ``nights`` suite runs are found on the small
+    # per-suite-run table, then only their trials are read.
+    return _frame(
+        con,
+        f"""
+        WITH picked AS (
+            SELECT series_key, suite_run_id, min(started_at) AS night, count(*) AS trials,
+                   count(v) AS n, median(v) AS value, sum(ln(v)) AS sum_log, sum(ln(v) * ln(v)) AS sum_log2
+            FROM (
+                SELECT series_key, suite_run_id, started_at,
+                       CASE WHEN status = 'ok' AND "{metric}" > 0 THEN "{metric}" END AS v
+                FROM runs WHERE list_contains(?, series_key)
+            ) GROUP BY series_key, suite_run_id
+        )
+        SELECT *, row_number() OVER (PARTITION BY series_key ORDER BY night DESC) AS back
+        FROM picked QUALIFY back <= ? ORDER BY series_key, back
+        """,
+        [list(series_keys), nights],
+    )
+
+
 def speedups(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFrame:
     """Median throughput of the selected ok runs per config point, with its speedup over XLA off (same
     everything else), over fp32 (the fastest fp32 point of the same model, device, backend and XLA setting,

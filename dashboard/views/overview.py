@@ -1,70 +1,134 @@
-"""Overview: the latest nightly of every series, with passing trials, failures and open alerts."""
+"""Overview: did anything get slower? Per series, its latest suite run against the run before it and against
+its baseline, with the verdict of each (coloured), a sparkline of its recent nights, its trials passing and
+its open alerts; series with open alerts and regressions first."""
 
 import streamlit as st
 
-from collector.analysis import alerts, stats
-from collector.analysis.report import series_label
-from collector.metrics import DEFAULT_METRIC
+from collector.analysis import alerts, latest, stats
+from collector.analysis.report import MARKS, interval, percent, series_label
+from collector.analysis.thresholds import load_overrides
+from collector.metrics import DEFAULT_METRIC, METRICS
 from collector.store.selection import Selection
-from dashboard import data, state
+from dashboard import charts, data, state
 
 st.title("Overview")
 catalog = data.load("catalog")
 devices = sorted(catalog["device"].unique())
 keras_backends = sorted(catalog["keras_backend"].unique())
 accelerators = sorted(catalog["accelerator"].dropna().unique())
+metric_names = list(METRICS)
 picked_devices = state.many("device", devices, devices)
 picked_keras = state.many("keras_backend", keras_backends, keras_backends)
 picked_accelerators = state.many("accelerator", accelerators, accelerators)
+metric_name = state.one("metric", metric_names, DEFAULT_METRIC)
+regressed_only = state.one("regressed", ["yes", "no"], "no") == "yes"
 state.notices()
-col1, col2, col3 = st.columns(3)
+col1, col2, col3, col4, col5 = st.columns([2, 2, 3, 2, 1], vertical_alignment="bottom")
 picked_devices = col1.multiselect("Device", devices, picked_devices)
 picked_keras = col2.multiselect("Keras backend", keras_backends, picked_keras)
 picked_accelerators = col3.multiselect("Accelerator", accelerators, picked_accelerators)
+metric_name = col4.selectbox(
+    "Metric", metric_names, metric_names.index(metric_name), format_func=lambda m: METRICS[m].label
+)
+regressed_only = col5.toggle("Regressed only", regressed_only)
 state.keep(
     device=picked_devices if picked_devices != devices else None,
     keras_backend=picked_keras if picked_keras != keras_backends else None,
     accelerator=picked_accelerators if picked_accelerators != accelerators else None,
+    metric=metric_name if metric_name != DEFAULT_METRIC else None,
+    regressed="yes" if regressed_only else None,
 )
+metric = METRICS[metric_name]
 
 selection = Selection.of(accelerator=picked_accelerators, device=picked_devices, keras_backend=picked_keras)
-latest = data.load("latest", selection)
+runs = data.load("latest", selection)
+keys = tuple(runs["series_key"])
+points = data.load("recent", keys, metric_name, latest.SPARK_NIGHTS)
+fields = {row["series_key"]: row for row in runs.to_dict("records")}
+found = latest.changes(points, metric, fields, load_overrides(), data.load("baselines", metric_name))
 open_alerts = data.load("alerts", alerts.OPEN, None)
-open_by_series = open_alerts.groupby("series_key").size() if len(open_alerts) else {}
-confirmed = open_alerts[open_alerts["status"] == alerts.CONFIRMED] if len(open_alerts) else open_alerts
-
-passing = int((latest["ok"] == latest["trials"]).sum())
-a, b, c, d = st.columns(4)
-a.metric("Series", len(latest))
-b.metric("All trials passing", f"{passing}/{len(latest)}")
-c.metric("Series with failures", int((latest["ok"] < latest["trials"]).sum()))
-d.metric("Open alerts", len(open_alerts), help=f"{len(confirmed)} confirmed")
-
-# Each series' trial-to-trial noise over its last trials, and whether its processes land on two speeds.
-values = data.load("trial_values", tuple(latest["series_key"]), DEFAULT_METRIC, stats.NOISE_TRIALS)
+confirmed = open_alerts[open_alerts["status"] == alerts.CONFIRMED]
+alert_counts = open_alerts.groupby("series_key").size()
+values = data.load("trial_values", keys, metric_name, stats.NOISE_TRIALS)
 noise = {key: stats.noise_of(v) for key, v in values.items()}
-table = latest.assign(
-    passing=latest["ok"].astype(str) + "/" + latest["trials"].astype(str),
-    throughput=latest["units_per_sec"].round(1).astype(str) + " " + latest["unit"].fillna("") + "/s",
-    open_alerts=latest["series_key"].map(open_by_series).fillna(0).astype(int) if len(open_alerts) else 0,
-    noise=[stats.noise_text(noise.get(key)) for key in latest["series_key"]],
+
+table = runs.merge(found, on="series_key", how="left")
+table["alerts"] = table["series_key"].map(alert_counts).fillna(0).astype(int)
+table["verdict"] = [
+    latest.worst(str(p), str(b)) if isinstance(p, str) else stats.MISSING
+    for p, b in zip(table["previous_verdict"], table["baseline_verdict"])
+]
+regressed = table["verdict"].eq(stats.REGRESSION) | table["alerts"].gt(0)
+
+unit = metric.unit.replace("{unit}", "examples") if metric.name != "units_per_sec" else "units/s"
+a, b, c, d, e = st.columns(5)
+a.metric("Series", len(table))
+b.metric(
+    "Regressed", int(regressed.sum()), help="a regression against the previous run or the baseline, or an open alert"
 )
-st.subheader("Latest suite run per series")
+c.metric("All trials passing", f"{int((table['ok'] == table['trials']).sum())}/{len(table)}")
+d.metric("Series with failures", int((table["ok"] < table["trials"]).sum()))
+e.metric("Open alerts", len(open_alerts), help=f"{len(confirmed)} confirmed")
+
+
+def change(row: dict, against: str) -> str:
+    verdict = row[f"{against}_verdict"]
+    if not isinstance(verdict, str):
+        return ""
+    mark = MARKS.get(verdict, "")
+    if verdict in (stats.MISSING, "failed"):
+        return f"{mark} {verdict}"
+    return f"{mark} {percent(row[f'{against}_ratio'])} {interval(row[f'{against}_ci_low'], row[f'{against}_ci_high'])}"
+
+
+records = table.to_dict("records")
+shown = table.assign(
+    status=[f"{MARKS.get(v, '')} {v}" for v in table["verdict"]],
+    series=[series_label(r) for r in records],
+    latest=[f"{v * metric.scale:.4g}" if v == v else "" for v in table["value"]],
+    vs_previous=[change(r, "previous") for r in records],
+    vs_baseline=[change(r, "baseline") for r in records],
+    passing=table["ok"].astype(str) + "/" + table["trials"].astype(str),
+    noise=[stats.noise_text(noise.get(key)) for key in table["series_key"]],
+)
+order = {v: i for i, v in enumerate(latest.VERDICT_ORDER)}
+shown = shown.assign(_alerts=-shown["alerts"], _order=shown["verdict"].map(order)).sort_values(
+    ["_alerts", "_order"], kind="stable"
+)
+if regressed_only:
+    shown = shown[shown["verdict"].eq(stats.REGRESSION) | shown["alerts"].gt(0)]
+st.subheader(f"Latest suite run per series: {metric.label.lower()}")
+st.caption(
+    f"Each change is the latest run's trials against the run before it and against the baseline (the trials of "
+    f"up to {latest.BASELINE_NIGHTS} nights before it, none from before an acknowledged change), as a ratio of "
+    "geometric means with its 95% interval; the colour is the verdict against the metric's threshold "
+    f"({metric.threshold:.0%}), after Benjamini-Hochberg across the series."
+)
+columns = ["status", "series", "latest", "vs_previous", "vs_baseline", "spark", "passing", "noise", "alerts",
+           "failures", "tf_version", "keras_version", "label", "started_at", "verdict", "series_key"]  # fmt: skip
 st.dataframe(
-    table[
-        ["model", "preset", "keras_backend", "device", "accelerator", "precision", "xla", "per_device_batch",
-         "passing", "throughput", "noise", "failures", "open_alerts", "keras_version", "tf_version", "jax_version",
-         "torch_version", "label", "started_at", "series_key"]
-    ],
+    charts.verdict_styles(
+        shown[columns],
+        {"status": "verdict", "vs_previous": "previous_verdict", "vs_baseline": "baseline_verdict"},
+        shown,
+    ),
     hide_index=True,
     width="stretch",
+    height=min(38 + 35 * max(len(shown), 1), 720),
+    column_config={
+        "latest": st.column_config.TextColumn(f"latest ({unit})"),
+        "vs_previous": st.column_config.TextColumn("vs previous run", help="ratio and its 95% interval"),
+        "vs_baseline": st.column_config.TextColumn(f"vs baseline (≤{latest.BASELINE_NIGHTS} nights)"),
+        "spark": st.column_config.LineChartColumn(f"last {latest.SPARK_NIGHTS} nights"),
+        "verdict": None,
+    },
 )  # fmt: skip
 bimodal = [key for key, n in noise.items() if n.bimodal]
 if bimodal:
-    rows = latest[latest["series_key"].isin(bimodal)].to_dict("records")
+    labels = [series_label(fields[key]) for key in bimodal if key in fields]
     st.warning(
         f"{len(bimodal)} series bimodal across processes (trials land on one of two speeds; see the noise column): "
-        + "; ".join(series_label(r) for r in rows)
+        + "; ".join(labels)
     )
 if len(confirmed):
     st.subheader("Confirmed regressions")

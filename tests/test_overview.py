@@ -1,0 +1,91 @@
+"""The Overview answers "did anything get slower?": a planted 10% drop in the latest night is flagged as a
+regression against the previous run and the baseline, a flat series as unchanged, under Streamlit's AppTest;
+and the baseline starts again after an acknowledged change (the analysis on its own)."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from collector.analysis import latest, stats
+from collector.metrics import METRICS
+from collector.store.ingest import ingest
+from tests.conftest import result_rows, write_results
+from tests.test_dashboard import render
+
+START = datetime(2026, 10, 1, 2, 0, tzinfo=UTC)
+NIGHTS = 10
+SPREAD = (0.995, 1.0, 1.005)  # three trials a night, 0.5% apart: a quiet series
+
+
+def night(index: int, accelerator: str, level: float) -> list[dict]:
+    rows = result_rows(3, f"night-{index}-{accelerator}", accelerator=accelerator)
+    for row, spread in zip(rows, SPREAD):
+        row["examples_per_sec"] = level * spread
+        row["started_at"] = START + timedelta(days=index, minutes=row["trial"])
+        row["finished_at"] = row["started_at"] + timedelta(seconds=30)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two series of 10 nights: 'CPU flat' at 1000/s throughout, 'CPU step' 10% slower on the last night."""
+    root = tmp_path_factory.mktemp("planted")
+    for i in range(NIGHTS):
+        step = 0.9 if i == NIGHTS - 1 else 1.0
+        write_results(
+            root / "results" / f"night-{i:02d}.parquet",
+            night(i, "CPU flat", 1000.0) + night(i, "CPU step", 800.0 * step),
+        )
+    report = ingest([str(root / "results")], root / "store.duckdb")
+    assert report.rows_added == 2 * 3 * NIGHTS
+    return root / "store.duckdb"
+
+
+def verdicts(at) -> dict[str, tuple[str, str, str]]:
+    table = at.dataframe[0].value
+    return {
+        series.split(" on ")[-1]: (verdict, previous, baseline)
+        for series, verdict, previous, baseline in zip(
+            table["series"], table["verdict"], table["vs_previous"], table["vs_baseline"]
+        )
+    }
+
+
+def test_overview_flags_a_planted_regression_and_calls_a_flat_series_unchanged(
+    planted: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = render(planted, "overview", monkeypatch)
+    found = verdicts(at)
+    assert found["CPU step"][0] == stats.REGRESSION
+    assert found["CPU step"][1].startswith("🔴 -10.0% [") and found["CPU step"][2].startswith("🔴 -10.0% [")
+    assert found["CPU flat"][0] == stats.NO_CHANGE
+    assert found["CPU flat"][1].startswith("⚪ +0.0% [") and found["CPU flat"][2].startswith("⚪ +0.0% [")
+    assert list(at.dataframe[0].value["series"].str.split(" on ").str[-1]) == ["CPU step", "CPU flat"]  # worst first
+    assert {m.label: m.value for m in at.metric}["Regressed"] == "1"
+    only = render(planted, "overview", monkeypatch, regressed="yes")
+    assert list(verdicts(only)) == ["CPU step"] and only.toggle[0].value
+
+
+def test_the_baseline_starts_again_after_an_acknowledged_change() -> None:
+    """Nights 0-4 at 100, nights 5-9 at 90 (the change, acknowledged at night 5): the latest night is a
+    regression against a baseline that spans the step, and unchanged against the accepted one."""
+    rows = []
+    for back in range(1, NIGHTS + 1):
+        level = 90.0 if back <= 5 else 100.0
+        logs = [math.log(level * s) for s in SPREAD]
+        rows.append({"series_key": "k", "suite_run_id": f"r{back}", "night": pd.Timestamp(START - timedelta(days=back)),
+                     "trials": 3, "n": 3, "value": level, "sum_log": sum(logs),
+                     "sum_log2": sum(v * v for v in logs), "back": back})  # fmt: skip
+    points = pd.DataFrame(rows)
+    metric = METRICS["examples_per_sec"]
+    spanning = latest.changes(points, metric, {}, [], {})
+    accepted = latest.changes(points, metric, {}, [], {"k": START - timedelta(days=5)})
+    assert spanning["baseline_verdict"].iloc[0] == stats.REGRESSION and spanning["baseline_nights"].iloc[0] == 7
+    assert accepted["baseline_verdict"].iloc[0] == stats.NO_CHANGE and accepted["baseline_nights"].iloc[0] == 4
+    assert accepted["previous_verdict"].iloc[0] == stats.NO_CHANGE
+    assert accepted["spark"].iloc[0] == [100.0] * 5 + [90.0] * 5

@@ -179,28 +179,71 @@ def forest(comparison: Comparison) -> go.Figure:
     return fig
 
 
+def _panels(frame: pd.DataFrame, facet: str | None, wrap: int = 2) -> tuple[go.Figure, list[str], int]:
+    """A figure of one panel per value of ``facet`` (or one panel), its panel names and columns."""
+    panels = sorted(frame[facet].astype(str).unique()) if facet else [""]
+    columns = min(wrap, len(panels))
+    rows = -(-len(panels) // columns)
+    titles = [str(p) for p in panels] if facet else None
+    return make_subplots(rows=rows, cols=columns, subplot_titles=titles, shared_yaxes=True), panels, columns
+
+
+def _configs(frame: pd.DataFrame, by: str) -> pd.Series:
+    """Each row's config as the x axis reads it: model/preset, with the backend when several are shown."""
+    config = frame["model"] + "/" + frame["preset"]
+    if frame["keras_backend"].nunique() > 1 and by != "keras_backend":
+        config += " " + frame["keras_backend"]
+    return config
+
+
+XLA_WORDS = {True: "jit_compile on", False: "jit_compile off"}
+
+
 def speedup_bars(
-    frame: pd.DataFrame, column: str, title: str, color: str = "precision", pattern: str | None = None
+    frame: pd.DataFrame, kind: str, title: str, color: str = "precision", pattern: str | None = None
 ) -> go.Figure:
-    data = frame.dropna(subset=[column]).copy()
-    data["config"] = data["model"] + "/" + data["preset"]
-    data["xla"] = data["xla"].map({True: "jit_compile on", False: "jit_compile off"})
-    if data["keras_backend"].nunique() > 1 and color != "keras_backend":
-        data["config"] += " " + data["keras_backend"]
-    fig = px.bar(
-        data,
-        x="config",
-        y=column,
-        color=color,
-        barmode="group",
-        facet_col="accelerator" if data["accelerator"].nunique() > 1 else None,
-        facet_col_wrap=2,
-        pattern_shape=pattern,
-        hover_data=["precision", "per_device_batch", "examples_per_sec", "trials"],
-        title=title,
-    )
+    """One bar per config point: its ``kind`` speedup (``analysis.speedups.with_intervals``) with the 95%
+    interval as an error bar and n in the hover; a bar whose interval holds 1 is drawn faint and hatched, and
+    said so in the hover. One panel per accelerator when there are several."""
+    data = frame.dropna(subset=[f"{kind}_speedup"]).copy()
+    data["config"] = _configs(data, color)
+    data["xla"] = data["xla"].map(XLA_WORDS)
+    facet = "accelerator" if data["accelerator"].nunique() > 1 else None
+    fig, panels, columns = _panels(data, facet)
+    palette = px.colors.qualitative.Plotly
+    colours = {v: palette[i % len(palette)] for i, v in enumerate(sorted(data[color].astype(str).unique()))}
+    shown: set[str] = set()
+    by = [color, pattern] if pattern else [color]
+    for (panel_name, *group), part in data.groupby([facet or "model", *by], sort=True):
+        name = ", ".join(str(g) for g in group)
+        ratio, low, high = part[f"{kind}_speedup"], part[f"{kind}_ci_low"], part[f"{kind}_ci_high"]
+        clear = part[f"{kind}_clear"].tolist()
+        verdict = ["interval excludes 1" if c else "interval holds 1: not a clear speedup" for c in clear]
+        panel = panels.index(str(panel_name)) if facet else 0
+        fig.add_trace(
+            go.Bar(
+                x=part["config"],
+                y=ratio,
+                name=name,
+                legendgroup=name,
+                showlegend=name not in shown,
+                error_y={"type": "data", "array": (high - ratio).fillna(0), "arrayminus": (ratio - low).fillna(0)},
+                marker={
+                    "color": colours[str(group[0])],
+                    "opacity": [1.0 if c else 0.4 for c in clear],
+                    "pattern": {"shape": ["" if c else "/" for c in clear]},
+                },
+                customdata=list(zip(low, high, part[f"{kind}_n"], verdict, part["per_device_batch"])),
+                hovertemplate=f"{name} %{{x}}<br>%{{y:.3f}}x [%{{customdata[0]:.3f}}, %{{customdata[1]:.3f}}]"
+                "<br>trials %{customdata[2]}, batch %{customdata[4]}<br>%{customdata[3]}<extra></extra>",
+            ),
+            row=panel // columns + 1,
+            col=panel % columns + 1,
+        )
+        shown.add(name)
     fig.add_hline(y=1, line_dash="dot")
-    fig.update_layout(height=460, margin={"t": 60})
+    fig.update_layout(barmode="group", height=460, margin={"t": 60}, title=title, legend_title_text=", ".join(by))
+    fig.update_yaxes(title_text="speedup (x)", col=1)
     return fig
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 import streamlit as st
 
-from collector.analysis import alerts, comparison
+from collector.analysis import alerts, comparison, latest
 from collector.store import database, queries
 
 QUERIES = {
@@ -27,8 +27,7 @@ QUERIES = {
     "recent_runs": queries.recent_runs,
     "run_detail": queries.run_detail,
     "alerts": alerts.list_alerts,
-    "baselines": alerts.baselines,
-    "recent": queries.recent_points,
+    "overview": latest.overview,
     "compare": comparison.build,
     "versions": queries.side_versions,
     "trial_values": queries.trial_values,

@@ -134,9 +134,11 @@ def design_effect(nights: Sequence[np.ndarray]) -> float:
     return 1.0 + (k - 1.0) * icc
 
 
-def _trial_side(nights: Sequence[np.ndarray], deff: float) -> Side:
-    """A segment's trials pooled, counted as ``trials / deff`` (never fewer than its nights)."""
+def trial_side(nights: Sequence[np.ndarray], deff: float | None = None) -> Side:
+    """A segment's trials (log values, per night) pooled, counted as ``trials / deff`` (never fewer than its
+    nights); ``deff`` is the nights' own ``design_effect`` unless given."""
     pooled = Side.of_logs(np.concatenate(nights))
+    deff = design_effect(nights) if deff is None else deff
     return Side(max(pooled.n / deff, len(nights)), pooled.mean_log, pooled.var_log)
 
 
@@ -150,7 +152,7 @@ def _segment_test(
     if trials is None:
         ratio = welch_ratio(Side.of_logs(before), Side.of_logs(after))
     else:
-        ratio = welch_ratio(_trial_side(trials[0], deff), _trial_side(trials[1], deff))
+        ratio = welch_ratio(trial_side(trials[0], deff), trial_side(trials[1], deff))
     level = math.exp(float(np.median(after)) - float(np.median(before)))
     return Ratio(level, ratio.ci_low, ratio.ci_high, ratio.p_value)
 

@@ -2,7 +2,7 @@
 baseline (the trials of its previous nights, at most ``BASELINE_NIGHTS``, none from before the change an
 acknowledged or fixed alert accepted), each through the same statistics and verdicts as a comparison
 (``stats.compare``: ratio of geometric means, 95% Welch interval, Benjamini-Hochberg across the series).
-Tables in, a table out: the Overview shows it, and nothing here reads the store."""
+``changes`` is tables in, a table out; ``overview`` reads what it needs through ``queries`` (the Overview shows it)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,17 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+import duckdb
+import numpy as np
 import pandas as pd
 
-from collector.analysis import stats
+from collector.analysis import alerts, stats
+from collector.analysis.changepoints import trial_side
 from collector.analysis.comparison import FAILED
 from collector.analysis.thresholds import Override, threshold_for
-from collector.metrics import Metric
+from collector.metrics import Metric, get_metric
+from collector.store import queries
+from collector.store.selection import Selection
 
 BASELINE_NIGHTS = 7  # a baseline pools the trials of up to this many nights before the latest
 SPARK_NIGHTS = 30  # nights a sparkline shows
@@ -25,20 +30,11 @@ AGAINST = ("previous", "baseline")
 VERDICT_ORDER = (
     stats.REGRESSION, FAILED, stats.INCONCLUSIVE, stats.IMPROVEMENT, stats.NO_CHANGE, stats.MISSING,
 )  # fmt: skip
+EMPTY = stats.Side(0, math.nan, math.nan)
 COLUMNS = [
     "series_key", "value", "n", "nights", "spark", "baseline_value", "baseline_nights",
     *(f"{against}_{part}" for against in AGAINST for part in ("ratio", "ci_low", "ci_high", "verdict")),
 ]  # fmt: skip
-
-
-def pooled(nights: pd.DataFrame) -> stats.Side:
-    """One side from several nights' ok trials (their counts and sums of logs and of squared logs)."""
-    n = int(nights["n"].sum())
-    if n == 0:
-        return stats.Side(0, math.nan, math.nan)
-    mean = float(nights["sum_log"].sum()) / n
-    var = max(float(nights["sum_log2"].sum()) - n * mean * mean, 0.0) / (n - 1) if n > 1 else math.nan
-    return stats.Side(n, mean, var)
 
 
 def changes(
@@ -51,39 +47,82 @@ def changes(
 ) -> pd.DataFrame:
     """One row per series of ``points`` (``queries.recent_points``, newest night first): the latest night's
     median, its trials, a sparkline of the nights' medians (oldest first), and against the previous night and
-    against the baseline each a ratio, its 95% interval and the verdict. ``series`` gives each series' fields
-    (for its threshold); ``starts`` where an accepted change started a series' new baseline."""
+    against the baseline each a ratio, its 95% interval and the verdict. The baseline's trials are pooled as
+    a change point's segment is (``changepoints.trial_side``: trials of one night that move together count
+    for less). ``series`` gives each series' fields (for its threshold); ``starts`` where an accepted change
+    started a series' new baseline."""
     rows, pairs = [], {against: [] for against in AGAINST}
-    thresholds = []
-    for key, nights in points.groupby("series_key", sort=False):
-        nights = nights.sort_values("back")
-        latest, before = nights.iloc[0], nights.iloc[1:]
-        if key in starts:
-            before = before[before["night"] >= pd.Timestamp(starts[key])]
-        base = before.head(baseline_nights)
-        pairs["previous"].append((pooled(before.head(1)), pooled(nights.head(1))))
-        pairs["baseline"].append((pooled(base), pooled(nights.head(1))))
-        thresholds.append(threshold_for(metric, series.get(key, {}), overrides))
+    ordered = points.sort_values(["series_key", "back"])
+    by_series: dict[str, list[tuple]] = {}
+    for record in zip(ordered["series_key"], ordered["night"], ordered["value"], ordered["values"]):
+        by_series.setdefault(record[0], []).append(record[1:])
+    for key, nights in by_series.items():
+        when, medians, values = zip(*nights)
+        logs = [np.log(np.asarray(v if v is not None else [], dtype=float)) for v in values]
+        start = pd.Timestamp(starts[key]) if key in starts else None
+        before = [i for i in range(1, len(logs)) if start is None or when[i] >= start]
+        base = [i for i in before[:baseline_nights] if len(logs[i])]
+        newest = stats.Side.of_logs(logs[0])
+        pairs["previous"].append((stats.Side.of_logs(logs[before[0]]) if before else EMPTY, newest))
+        pairs["baseline"].append((trial_side([logs[i] for i in base]) if base else EMPTY, newest))
         rows.append(
             {
                 "series_key": key,
-                "value": latest["value"],
-                "n": int(latest["n"]),
-                "nights": int(len(nights)),
-                "spark": [float(v) * metric.scale for v in nights["value"].iloc[:SPARK_NIGHTS][::-1].dropna()],
-                "baseline_value": float(base["value"].median()) if len(base) else math.nan,
-                "baseline_nights": int(len(base)),
+                "value": medians[0],
+                "n": len(logs[0]),
+                "nights": len(logs),
+                "spark": [v * metric.scale for v in medians[:SPARK_NIGHTS][::-1] if v == v and v is not None],
+                "baseline_value": float(np.median([medians[i] for i in base])) if base else math.nan,
+                "baseline_nights": len(base),
             }
         )
+    thresholds = [threshold_for(metric, series.get(row["series_key"], {}), overrides) for row in rows]
+    directions = [metric.higher_is_better] * len(rows)
     for against in AGAINST:
-        verdicts = stats.compare(pairs[against], thresholds, [metric.higher_is_better] * len(thresholds))
-        for row, (_, latest_side), result in zip(rows, pairs[against], verdicts):
-            verdict = FAILED if latest_side.n == 0 else result.verdict
-            row.update({f"{against}_ratio": result.ratio, f"{against}_ci_low": result.ci_low,
-                        f"{against}_ci_high": result.ci_high, f"{against}_verdict": verdict})  # fmt: skip
+        judged = stats.judge(pairs[against], thresholds, directions)
+        for row, (_, newest), (ratio, _, verdict) in zip(rows, pairs[against], judged):
+            row.update({f"{against}_ratio": ratio.ratio, f"{against}_ci_low": ratio.ci_low,
+                        f"{against}_ci_high": ratio.ci_high,
+                        f"{against}_verdict": FAILED if newest.n == 0 else verdict})  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def worst(*verdicts: str) -> str:
     """The verdict a row is sorted and filtered by: the worst of its comparisons."""
     return min(verdicts, key=VERDICT_ORDER.index)
+
+
+def overview(
+    con: duckdb.DuckDBPyConnection, selection: Selection, metric_name: str, overrides: list[Override]
+) -> pd.DataFrame:
+    """Per selected series its latest suite run (``queries.latest_per_series``) with its ``changes``, its open
+    alerts, its worst verdict (``verdict``: what it is sorted and filtered by) and its noise (over its last
+    ``stats.NOISE_TRIALS`` trials), worst first: series with open alerts, then by verdict."""
+    metric = get_metric(metric_name)
+    runs = queries.latest_per_series(con, selection)
+    keys = list(runs["series_key"])
+    points = queries.recent_points(con, keys, metric.name, SPARK_NIGHTS)
+    fields = {row["series_key"]: row for row in runs.to_dict("records")}
+    found = changes(points, metric, fields, overrides, alerts.baselines(con, metric.name))
+    table = runs.merge(found, on="series_key", how="left")
+    counts = alerts.list_alerts(con, alerts.OPEN).groupby("series_key").size()
+    table["alerts"] = table["series_key"].map(counts).fillna(0).astype(int)
+    table["verdict"] = [
+        worst(p, b) if isinstance(p, str) else stats.MISSING
+        for p, b in zip(table["previous_verdict"], table["baseline_verdict"])
+    ]
+    values = queries.trial_values(con, keys, metric.name, stats.NOISE_TRIALS)
+    noise = {key: stats.noise_of(v) for key, v in values.items()}
+    table["noise"] = [stats.noise_text(noise.get(key)) for key in keys]
+    table["bimodal"] = [bool(noise[key].bimodal) if key in noise else False for key in keys]
+    order = table["verdict"].map({v: i for i, v in enumerate(VERDICT_ORDER)})
+    return (
+        table.assign(_order=order, _alerts=-table["alerts"])
+        .sort_values(["_alerts", "_order"], kind="stable")
+        .drop(columns=["_order", "_alerts"])
+    )
+
+
+def regressed(table: pd.DataFrame) -> pd.Series:
+    """The rows of an ``overview`` that regressed: a regression against either reference, or an open alert."""
+    return table["verdict"].eq(stats.REGRESSION) | table["alerts"].gt(0)

@@ -160,19 +160,29 @@ class Verdict:
     trials_needed: int | None  # trials per side for the threshold to be detectable
 
 
+def judge(
+    pairs: Sequence[tuple[Side, Side]], thresholds: Sequence[float], higher_is_better: Sequence[bool]
+) -> list[tuple[Ratio, float, str]]:
+    """Per (baseline, candidate) pair its ratio, its q-value (Benjamini-Hochberg across all the pairs) and its
+    verdict: what ``compare`` gives, without what each comparison could have seen (cheaper, for a glance)."""
+    ratios = [welch_ratio(a, b) for a, b in pairs]
+    q_values = benjamini_hochberg([r.p_value for r in ratios])
+    return [
+        (r, float(q), verdict(r, float(q), threshold, higher))
+        for r, q, threshold, higher in zip(ratios, q_values, thresholds, higher_is_better)
+    ]
+
+
 def compare(
     pairs: Sequence[tuple[Side, Side]], thresholds: Sequence[float], higher_is_better: Sequence[bool]
 ) -> list[Verdict]:
-    """One verdict per (baseline, candidate) pair, with Benjamini-Hochberg across all of them."""
-    ratios = [welch_ratio(a, b) for a, b in pairs]
-    q_values = benjamini_hochberg([r.p_value for r in ratios])
+    """One verdict per (baseline, candidate) pair, with Benjamini-Hochberg across all of them, and what each
+    could have seen (its minimum detectable effect, the trials that would resolve its threshold)."""
     out = []
-    for (a, b), r, q, threshold, higher in zip(pairs, ratios, q_values, thresholds, higher_is_better):
-        call = verdict(r, float(q), threshold, higher)
+    for (a, b), (r, q, call), threshold, higher in zip(pairs, judge(pairs, thresholds, higher_is_better),
+                                                        thresholds, higher_is_better):  # fmt: skip
         mde, needed = detectable_change(a, b), trials_to_detect(a, b, threshold)
-        out.append(
-            Verdict(a, b, threshold, higher, r.ratio, r.ci_low, r.ci_high, r.p_value, float(q), call, mde, needed)
-        )
+        out.append(Verdict(a, b, threshold, higher, r.ratio, r.ci_low, r.ci_high, r.p_value, q, call, mde, needed))
     return out
 
 

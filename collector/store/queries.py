@@ -215,13 +215,12 @@ def history_points(con: duckdb.DuckDBPyConnection, selection: Selection, metric:
 
 def recent_points(con: duckdb.DuckDBPyConnection, series_keys: Sequence[str], metric: str, nights: int) -> pd.DataFrame:
     """Per series, its last ``nights`` suite runs, newest first (``back`` 1 is the latest): the night, trials and
-    ok trials, the median of the ok trials' metric, and the sum and sum of squares of their logs (what pooling
-    nights into a baseline needs). Failed trials and values that are not positive are left out."""
+    ok trials, the median of the ok trials' metric and their values. Failed trials and values that are not
+    positive are left out."""
     if metric not in METRICS:
         raise SelectionError(f"{metric!r} is not a metric stepwatch tracks (known: {', '.join(METRICS)})")
     if not series_keys:
-        return pd.DataFrame(columns=["series_key", "suite_run_id", "night", "trials", "n", "value", "sum_log",
-                                     "sum_log2", "back"])  # fmt: skip
+        return pd.DataFrame(columns=["series_key", "suite_run_id", "night", "trials", "n", "value", "values", "back"])
     # The runs of the last suite runs only: each series' newest ``nights`` suite runs are found on the small
     # per-suite-run table, then only their trials are read.
     return _frame(
@@ -229,7 +228,7 @@ def recent_points(con: duckdb.DuckDBPyConnection, series_keys: Sequence[str], me
         f"""
         WITH picked AS (
             SELECT series_key, suite_run_id, min(started_at) AS night, count(*) AS trials,
-                   count(v) AS n, median(v) AS value, sum(ln(v)) AS sum_log, sum(ln(v) * ln(v)) AS sum_log2
+                   count(v) AS n, median(v) AS value, list(v) FILTER (WHERE v IS NOT NULL) AS "values"
             FROM (
                 SELECT series_key, suite_run_id, started_at,
                        CASE WHEN status = 'ok' AND "{metric}" > 0 THEN "{metric}" END AS v
@@ -243,31 +242,39 @@ def recent_points(con: duckdb.DuckDBPyConnection, series_keys: Sequence[str], me
     )
 
 
+# The three speedups of a config point, each against its own reference point (see ``speedups``).
+SPEEDUPS = {"xla": "x", "precision": "f", "backend": "t"}
+
+
 def speedups(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFrame:
-    """Median throughput of the selected ok runs per config point, with its speedup over XLA off (same
-    everything else), over fp32 (the fastest fp32 point of the same model, device, backend and XLA setting,
-    since mixed precision usually runs a larger batch) and over the TensorFlow backend (same everything else)."""
+    """Per config point of the selected ok runs: its median throughput, and the count, mean and variance of its
+    log throughput, with the same three numbers of each reference it is sped up against (``{kind}_n``,
+    ``{kind}_mean_log``, ``{kind}_var_log``): XLA off (same everything else), the fastest fp32 point (same model,
+    device, backend and XLA setting, since mixed precision usually runs a larger batch) and the TensorFlow
+    backend (same everything else). The ratios and their intervals come from the analysis
+    (``collector.analysis.speedups``)."""
     where, params = selection.where()
     keys = ", ".join(f'"{k}"' for k in SPEEDUP_KEYS)
 
     def same(alias: str, *extra: str, keys: tuple[str, ...] = SPEEDUP_KEYS) -> str:
         return " AND ".join([*(f'{alias}."{k}" IS NOT DISTINCT FROM p."{k}"' for k in keys), *extra])
 
+    references = ", ".join(
+        f"{alias}.{part} AS {kind}_{part}" for kind, alias in SPEEDUPS.items() for part in ("n", "mean_log", "var_log")
+    )
     return _frame(
         con,
         f"""
         WITH points AS (
-            SELECT {named(SERIES_DIMENSIONS)}, median(examples_per_sec) AS examples_per_sec, count(*) AS trials
-            FROM runs WHERE status = 'ok' AND {where}
+            SELECT {named(SERIES_DIMENSIONS)}, median(examples_per_sec) AS examples_per_sec, count(*) AS trials,
+                   count(*) AS n, avg(ln(examples_per_sec)) AS mean_log, var_samp(ln(examples_per_sec)) AS var_log
+            FROM runs WHERE status = 'ok' AND examples_per_sec > 0 AND {where}
             GROUP BY ALL
         ), fp32 AS (
-            SELECT {keys}, xla, max(examples_per_sec) AS examples_per_sec
-            FROM points WHERE precision = 'fp32' GROUP BY ALL
+            SELECT * FROM points WHERE precision = 'fp32'
+            QUALIFY row_number() OVER (PARTITION BY {keys}, xla ORDER BY mean_log DESC) = 1
         )
-        SELECT p.*,
-               p.examples_per_sec / x.examples_per_sec AS xla_speedup,
-               p.examples_per_sec / f.examples_per_sec AS precision_speedup,
-               p.examples_per_sec / t.examples_per_sec AS backend_speedup
+        SELECT p.*, {references}
         FROM points p
         LEFT JOIN points x ON {
             same("x", "x.precision = p.precision", "x.per_device_batch = p.per_device_batch", "NOT x.xla")

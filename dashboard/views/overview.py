@@ -41,26 +41,12 @@ state.keep(
 metric = METRICS[metric_name]
 
 selection = Selection.of(accelerator=picked_accelerators, device=picked_devices, keras_backend=picked_keras)
-runs = data.load("latest", selection)
-keys = tuple(runs["series_key"])
-points = data.load("recent", keys, metric_name, latest.SPARK_NIGHTS)
-fields = {row["series_key"]: row for row in runs.to_dict("records")}
-found = latest.changes(points, metric, fields, load_overrides(), data.load("baselines", metric_name))
+table = data.load("overview", selection, metric_name, load_overrides())
 open_alerts = data.load("alerts", alerts.OPEN, None)
 confirmed = open_alerts[open_alerts["status"] == alerts.CONFIRMED]
-alert_counts = open_alerts.groupby("series_key").size()
-values = data.load("trial_values", keys, metric_name, stats.NOISE_TRIALS)
-noise = {key: stats.noise_of(v) for key, v in values.items()}
+regressed = latest.regressed(table)
 
-table = runs.merge(found, on="series_key", how="left")
-table["alerts"] = table["series_key"].map(alert_counts).fillna(0).astype(int)
-table["verdict"] = [
-    latest.worst(str(p), str(b)) if isinstance(p, str) else stats.MISSING
-    for p, b in zip(table["previous_verdict"], table["baseline_verdict"])
-]
-regressed = table["verdict"].eq(stats.REGRESSION) | table["alerts"].gt(0)
-
-unit = metric.unit.replace("{unit}", "examples") if metric.name != "units_per_sec" else "units/s"
+unit = metric.unit.replace("{unit}", "units")
 a, b, c, d, e = st.columns(5)
 a.metric("Series", len(table))
 b.metric(
@@ -89,14 +75,9 @@ shown = table.assign(
     vs_previous=[change(r, "previous") for r in records],
     vs_baseline=[change(r, "baseline") for r in records],
     passing=table["ok"].astype(str) + "/" + table["trials"].astype(str),
-    noise=[stats.noise_text(noise.get(key)) for key in table["series_key"]],
-)
-order = {v: i for i, v in enumerate(latest.VERDICT_ORDER)}
-shown = shown.assign(_alerts=-shown["alerts"], _order=shown["verdict"].map(order)).sort_values(
-    ["_alerts", "_order"], kind="stable"
 )
 if regressed_only:
-    shown = shown[shown["verdict"].eq(stats.REGRESSION) | shown["alerts"].gt(0)]
+    shown = shown[regressed]
 st.subheader(f"Latest suite run per series: {metric.label.lower()}")
 st.caption(
     f"Each change is the latest run's trials against the run before it and against the baseline (the trials of "
@@ -123,12 +104,11 @@ st.dataframe(
         "verdict": None,
     },
 )  # fmt: skip
-bimodal = [key for key, n in noise.items() if n.bimodal]
-if bimodal:
-    labels = [series_label(fields[key]) for key in bimodal if key in fields]
+bimodal = shown[shown["bimodal"]]
+if len(bimodal):
     st.warning(
         f"{len(bimodal)} series bimodal across processes (trials land on one of two speeds; see the noise column): "
-        + "; ".join(labels)
+        + "; ".join(bimodal["series"])
     )
 if len(confirmed):
     st.subheader("Confirmed regressions")

@@ -1,9 +1,10 @@
 """Speedups: XLA on vs off per model and device, each precision mode against fp32, and each Keras backend
-against TensorFlow."""
+against TensorFlow, each with its 95% interval and trial counts; one whose interval holds 1 is shown as such."""
 
 import streamlit as st
 
-from collector.store.queries import version_key
+from collector.analysis.speedups import with_intervals
+from collector.store.queries import SPEEDUPS, version_key
 from collector.store.selection import ALL, Selection
 from dashboard import charts, data, state
 
@@ -24,16 +25,19 @@ frame = data.load("speedups", Selection.of(keras_version=version, accelerator=pi
 if frame.empty:
     st.info("No successful runs for this selection.")
     st.stop()
+frame = with_intervals(frame)
+st.caption(
+    "Each bar is the ratio of the geometric means of the two points' successful trials, with its 95% interval "
+    "(Welch, on log throughput); a faint, hatched bar's interval holds 1: the trials do not show a speedup."
+)
 xla = frame[frame["xla"]]
 st.plotly_chart(
-    charts.speedup_bars(
-        xla, "xla_speedup", "jit_compile on vs off (XLA; torch.compile on torch), same precision and batch"
-    ),
+    charts.speedup_bars(xla, "xla", "jit_compile on vs off (XLA; torch.compile on torch), same precision and batch"),
     width="stretch",
 )
 st.plotly_chart(
     charts.speedup_bars(
-        frame, "precision_speedup", "Precision modes vs the fastest fp32 point (jit_compile off / on)", pattern="xla"
+        frame, "precision", "Precision modes vs the fastest fp32 point (jit_compile off / on)", pattern="xla"
     ),
     width="stretch",
 )
@@ -42,7 +46,7 @@ if others["backend_speedup"].notna().any():
     st.plotly_chart(
         charts.speedup_bars(
             others,
-            "backend_speedup",
+            "backend",
             "Keras backends vs TensorFlow (same model, precision, batch, device and jit_compile setting)",
             color="keras_backend",
             pattern="xla",
@@ -51,5 +55,16 @@ if others["backend_speedup"].notna().any():
     )
 else:
     st.caption("Backends vs TensorFlow: no JAX or torch run has a TensorFlow run of the same config here.")
-st.caption("Medians of the successful trials at that Keras version; failed trials are left out.")
-st.dataframe(frame, hide_index=True, width="stretch")
+columns = [
+    "model",
+    "preset",
+    "keras_backend",
+    "accelerator",
+    "precision",
+    "xla",
+    "per_device_batch",
+    "examples_per_sec",
+    "n",
+    *(f"{k}_{part}" for k in SPEEDUPS for part in ("speedup", "ci_low", "ci_high", "n")),
+]
+st.dataframe(frame[columns], hide_index=True, width="stretch")

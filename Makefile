@@ -11,7 +11,7 @@ BACKENDS_STAMP := $(VENV)/.backends
 # default CUDA build; from https://download.pytorch.org/whl/cpu where the package index lacks it).
 TORCH ?= torch==2.13.0+cpu
 
-.PHONY: run dashboard test browser lint setup clean
+.PHONY: run demo dashboard test browser lint setup clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,14 @@ run: $(STAMP)
 	$(BIN)/stepwatch run --suite smoke || echo "some smoke trials failed: see the dashboard's Overview and Run pages"
 	$(BIN)/stepwatch ingest
 	$(MAKE) --no-print-directory dashboard
+
+# The dashboard on the reference history committed under data/reference/ (real trials on a 2-core CPU under
+# four TensorFlow releases), in a store of its own: nothing to collect.
+REFERENCE := data/reference/cpu-tf-history
+REFERENCE_DB := data/stepwatch-reference.duckdb
+demo: $(STAMP)
+	$(BIN)/stepwatch ingest $(REFERENCE) --db $(REFERENCE_DB)
+	STEPWATCH_DB=$(REFERENCE_DB) $(MAKE) --no-print-directory dashboard
 
 dashboard: $(STAMP)
 	@echo "dashboard: http://$(DASHBOARD_ADDRESS):$(DASHBOARD_PORT) (Ctrl-C to stop)"

@@ -23,6 +23,7 @@ if data.has_runs():
     pages = [
         st.Page(HERE / "overview.py", title="Overview", icon=":material/home:", default=True),
         st.Page(HERE / "history.py", title="History", icon=":material/show_chart:"),
+        st.Page(HERE / "versions.py", title="Versions", icon=":material/upgrade:"),
         st.Page(HERE / "compare.py", title="Compare", icon=":material/compare_arrows:"),
         st.Page(HERE / "speedups.py", title="Speedups", icon=":material/speed:"),
         st.Page(HERE / "cost.py", title="Cost", icon=":material/payments:"),

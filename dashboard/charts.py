@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
@@ -12,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from collector.analysis.comparison import Comparison
 from collector.analysis.report import series_label
+from collector.config import SERIES_DIMENSIONS
 from collector.metrics import Metric
 
 VERDICT_COLORS = {
@@ -54,12 +58,52 @@ def series_names(points: pd.DataFrame) -> pd.Series:
     return points["series_key"].map(names)
 
 
+def varying(frame: pd.DataFrame, dimensions: Sequence[str]) -> list[str]:
+    """The dimensions whose value differs between the rows of ``frame``: what tells its series apart."""
+    return [d for d in dimensions if d in frame and frame[d].astype(str).nunique() > 1]
+
+
+def dimension_text(dimension: str, value: Any) -> str:
+    """One dimension's value as a legend reads it: ``fp32``, ``xla off``, ``per_device_batch=8``."""
+    if isinstance(value, bool | np.bool_):
+        return f"{dimension} {'on' if value else 'off'}"
+    return str(value) if dimension in NAMED_BY_VALUE else f"{dimension}={value}"
+
+
+NAMED_BY_VALUE = ("model", "precision", "accelerator", "keras_backend")
+
+
+def short_names(frame: pd.DataFrame, dimensions: Sequence[str]) -> pd.Series:
+    """Each row's series named by ``dimensions`` only (those that vary: see ``varying``)."""
+    if not dimensions:
+        return pd.Series(["all"] * len(frame), index=frame.index)
+    return frame[list(dimensions)].apply(lambda row: ", ".join(dimension_text(d, row[d]) for d in dimensions), axis=1)
+
+
 def normalise(points: pd.DataFrame, field: str, baseline: str) -> pd.DataFrame:
     """Divide each series by its median at ``field == baseline`` (series without that baseline are dropped)."""
     ref = points[points[field].astype(str) == baseline].groupby("series_key")["value"].median()
     out = points[points["series_key"].isin(ref.index)].copy()
     out["value"] = out["value"] / out["series_key"].map(ref)
     return out
+
+
+MAX_LINE_POINTS = 300  # points a history line sends the browser at most (about what a plot's width shows)
+
+
+def thin(points: pd.DataFrame, limit: int = MAX_LINE_POINTS) -> tuple[pd.DataFrame, int]:
+    """Per series, at most ``limit`` points over nights: beyond that, each run of ``k`` consecutive suite runs
+    becomes one point at its first night with their median value (trial counts summed, versions of the last).
+    Returns the points and ``k`` (1: nothing thinned)."""
+    longest = int(points.groupby("series_key").size().max()) if len(points) else 0
+    if longest <= limit:
+        return points, 1
+    k = -(-longest // limit)
+    frame = points.sort_values(["series_key", "night"]).copy()
+    frame["_bucket"] = frame.groupby("series_key").cumcount() // k
+    firsts = {c: "first" for c in frame.columns if c not in ("series_key", "_bucket")}
+    agg = {**firsts, "night": "first", "value": "median", "ok": "sum", "trials": "sum", "tf_version": "last"}
+    return frame.groupby(["series_key", "_bucket"], sort=False).agg(agg).reset_index().drop(columns="_bucket"), k
 
 
 def history(
@@ -74,8 +118,8 @@ def history(
 ) -> go.Figure:
     """One line per series over nights or versions, coloured by a dimension and optionally faceted by
     another; version upgrades as dotted lines and change points as red crosses (over nights, unfaceted).
-    Traces are built directly (WebGL), which at tens of thousands of points is several times faster
-    than plotly express."""
+    Traces are built directly, which is several times faster than plotly express; the points are one per
+    series and suite run (``queries.history_points``), at most a few hundred a line."""
     frame = points.sort_values("night").copy()
     frame["series"] = series_names(frame)
     scale = 1.0 if normalised_to else metric.scale
@@ -86,21 +130,28 @@ def history(
     fig = make_subplots(rows=rows, cols=columns, subplot_titles=[f"{facet}={p}" for p in panels] if facet else None)
     palette = px.colors.qualitative.Plotly
     colours = {v: palette[i % len(palette)] for i, v in enumerate(sorted(frame[color].astype(str).unique()))}
-    shown: set[str] = set()
+    # Every line named by what tells it apart (the dimensions that vary, the facet's aside), coloured by
+    # ``color``, dashed by the next varying dimension and marked by the one after: no two lines look alike.
+    others = [d for d in varying(frame, SERIES_DIMENSIONS) if d not in (color, facet)]
+    names = short_names(frame.drop_duplicates("series_key"), [color, *others] if color in frame else others)
+    names.index = frame.drop_duplicates("series_key")["series_key"]
+    dashes = _styles(frame, others[0] if others else None, DASHES)
+    symbols = _styles(frame, others[1] if len(others) > 1 else None, SYMBOLS)
     traces, at_rows, at_cols = [], [], []
-    for _, one in frame.groupby("series_key", sort=False):
+    for key, one in frame.groupby("series_key", sort=False):
         group = str(one[color].iloc[0])
         panel = panels.index(str(one[facet].iloc[0])) if facet else 0
+        first = one.iloc[0]
         traces.append(
-            go.Scattergl(
+            go.Scatter(
                 x=one[x],
                 y=one["value"] * scale,
                 mode="lines+markers",
-                name=group,
-                legendgroup=group,
-                showlegend=group not in shown,
-                line={"color": colours[group], "width": 1.5},
-                marker={"size": 4},
+                name=names[key],
+                legendgroup=names[key],
+                showlegend=panel == 0 or not facet,
+                line={"color": colours[group], "width": 1.5, "dash": dashes.get(_value(first, others, 0), "solid")},
+                marker={"size": 5, "symbol": symbols.get(_value(first, others, 1), "circle")},
                 customdata=one[["ok", "trials"]].to_numpy(dtype=float),
                 text=one["tf_version"].tolist(),
                 hovertemplate=f"{one['series'].iloc[0]}<br>TF %{{text}}, %{{customdata[0]}}/%{{customdata[1]}} ok"
@@ -109,7 +160,6 @@ def history(
         )
         at_rows.append(panel // columns + 1)
         at_cols.append(panel % columns + 1)
-        shown.add(group)
     fig.add_traces(traces, rows=at_rows, cols=at_cols)
     if x == "night" and not facet:
         upgrades = frame.drop_duplicates("tf_version").iloc[1:]
@@ -143,8 +193,25 @@ def history(
                 )
             )
     fig.update_yaxes(type="log" if log else "linear", title_text=f"{metric.label} ({unit})", row=1, col=1)
-    fig.update_layout(height=max(520, 320 * rows), legend_title_text=color, margin={"t": 40})
+    fig.update_layout(
+        height=max(520, 320 * rows), legend_title_text=", ".join(dict.fromkeys([color, *others])), margin={"t": 40}
+    )
     return fig
+
+
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "cross", "star", "hexagon")
+
+
+def _styles(frame: pd.DataFrame, dimension: str | None, styles: Sequence[str]) -> dict[str, str]:
+    """A line style per value of ``dimension`` (cycled), keyed by the value's text."""
+    if dimension is None:
+        return {}
+    return {v: styles[i % len(styles)] for i, v in enumerate(sorted(frame[dimension].astype(str).unique()))}
+
+
+def _value(row: pd.Series, dimensions: Sequence[str], index: int) -> str | None:
+    return str(row[dimensions[index]]) if len(dimensions) > index else None
 
 
 def forest(comparison: Comparison) -> go.Figure:
@@ -247,19 +314,92 @@ def speedup_bars(
     return fig
 
 
+COST_METRICS = ("cost_usd", "cost_per_1m_examples_usd")
+
+
 def cost_bars(frame: pd.DataFrame) -> go.Figure:
+    """Cost per run and per 1M examples, a row of panels per model: the alternatives of a config (XLA on/off,
+    precision, batch, ...) side by side as grouped bars, never stacked (costs of alternatives do not add);
+    colour by precision, hatched when jit_compile is on. The hover names the price, its source and date."""
     data = frame.copy()
-    data["config"] = data["model"] + "/" + data["preset"] + " " + data["precision"]
-    fig = px.bar(
-        data,
-        x="accelerator",
-        y="cost_per_1m_examples_usd",
-        color="config",
-        barmode="group",
-        hover_data=["cost_usd", "price_per_device_hour", "price_source", "price_date"],
-        labels={"cost_per_1m_examples_usd": "USD per 1M examples"},
-    )
-    fig.update_layout(height=460, margin={"t": 30})
+    data["config"] = data["model"] + "/" + data["preset"]
+    models = sorted(data["config"].unique())
+    alternatives = [d for d in varying(data, SERIES_DIMENSIONS) if d not in ("model", "preset", "accelerator")]
+    if "precision" not in alternatives:
+        alternatives.insert(0, "precision")
+    data["alternative"] = short_names(data, alternatives)
+    fig = make_subplots(
+        rows=len(models), cols=2, subplot_titles=[f"{m}: {t}" for m in models for t in ("cost per run (USD)",
+                                                                                      "USD per 1M examples")],
+        vertical_spacing=0.12 / max(1, len(models) - 1) if len(models) > 1 else 0.1,
+    )  # fmt: skip
+    palette = px.colors.qualitative.Plotly
+    colours = {v: palette[i % len(palette)] for i, v in enumerate(sorted(data["precision"].unique()))}
+    shown: set[str] = set()
+    for row, model in enumerate(models, start=1):
+        for name, part in data[data["config"] == model].groupby("alternative", sort=True):
+            xla_on = bool(part["xla"].iloc[0])
+            for col, column in enumerate(COST_METRICS, start=1):
+                fig.add_trace(
+                    go.Bar(
+                        x=part["accelerator"],
+                        y=part[column],
+                        name=name,
+                        legendgroup=name,
+                        offsetgroup=name,
+                        showlegend=name not in shown,
+                        marker={"color": colours[part["precision"].iloc[0]],
+                                "pattern": {"shape": "/" if xla_on else ""}},
+                        customdata=part[["price_per_device_hour", "price_source", "price_date", "trials",
+                                         "examples_per_sec"]].astype(str).to_numpy(),
+                        hovertemplate=f"{model} {name}<br>%{{x}}: %{{y:.4g}} USD<br>"
+                        "%{customdata[4]} examples/s (median of %{customdata[3]} trials)<br>"
+                        "price %{customdata[0]} USD per device-hour, %{customdata[1]} (%{customdata[2]})"
+                        "<extra></extra>",
+                    ),
+                    row=row,
+                    col=col,
+                )  # fmt: skip
+                shown.add(name)
+    fig.update_layout(barmode="group", height=max(360, 300 * len(models)), margin={"t": 40},
+                      legend_title_text=", ".join(alternatives))  # fmt: skip
+    return fig
+
+
+def version_boxes(spread: pd.DataFrame, metric: Metric, versions: Sequence[str], along: str) -> go.Figure:
+    """A box per series and version (``queries.version_spread``: min, quartiles and max of its ok trials,
+    drawn from those numbers), versions in order along x, one colour per series; each box's hover names the
+    series whole, its trials and suite runs."""
+    data = spread.copy()
+    data["series"] = series_names(data)
+    names = short_names(data, [d for d in varying(data, SERIES_DIMENSIONS)])
+    data["name"] = names
+    scale = metric.scale
+    palette = px.colors.qualitative.Plotly
+    fig = go.Figure()
+    for i, (name, part) in enumerate(data.groupby("name", sort=True)):
+        fig.add_trace(
+            go.Box(
+                x=part["version"],
+                q1=part["q1"] * scale,
+                median=part["median"] * scale,
+                q3=part["q3"] * scale,
+                lowerfence=part["low"] * scale,
+                upperfence=part["high"] * scale,
+                name=name,
+                marker={"color": palette[i % len(palette)]},
+                customdata=part[["series", "n", "suite_runs"]].astype(str).to_numpy(),
+                hovertemplate="%{customdata[0]}<br>%{x}: median %{median:.4g}, quartiles %{q1:.4g} to %{q3:.4g}, "
+                "range %{lowerfence:.4g} to %{upperfence:.4g}<br>%{customdata[1]} trials in %{customdata[2]} "
+                "suite runs<extra></extra>",
+            )
+        )
+    unit = metric.unit.replace("{unit}", "units")
+    fig.update_layout(
+        boxmode="group", height=380, margin={"t": 40}, title=metric.label,
+        xaxis={"type": "category", "categoryorder": "array", "categoryarray": list(versions), "title": along},
+        yaxis_title=f"{metric.label} ({unit})" if unit else metric.label,
+    )  # fmt: skip
     return fig
 
 

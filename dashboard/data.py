@@ -22,6 +22,7 @@ QUERIES = {
     "catalog": queries.series_catalog,
     "latest": queries.latest_per_series,
     "history": queries.history_points,
+    "spread": queries.version_spread,
     "speedups": queries.speedups,
     "costs": queries.costs,
     "recent_runs": queries.recent_runs,

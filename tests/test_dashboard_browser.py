@@ -1,5 +1,6 @@
 """The dashboard in a real browser: ``streamlit run dashboard/app.py`` on 127.0.0.1, Debian's chromium driven
-by playwright, every page opened, no error element, a screenshot of each.
+by playwright, every page opened on the reference history (data/reference/, real trials) and on an empty
+store, no error element, a screenshot of each page.
 
 Screenshots go to the test's temporary folder, or to $STEPWATCH_SCREENSHOTS (the README's come from
 ``STEPWATCH_SCREENSHOTS=docs .venv/bin/python -m pytest tests/test_dashboard_browser.py``).
@@ -7,107 +8,98 @@ Screenshots go to the test's temporary folder, or to $STEPWATCH_SCREENSHOTS (the
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import Page, sync_playwright
 
-from collector.store.database import StoreReader
-from tests.conftest import REPO
+from collector.store.ingest import ingest
+from dashboard.serve import CHROMIUM, REPO, serve
 
-PAGES = ("", "history", "compare", "speedups", "cost", "run")
-TITLES = {"": "Overview", "history": "History", "compare": "Compare", "speedups": "Speedups", "cost": "Cost",
-          "run": "Run"}  # fmt: skip
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def serve(db: Path) -> Iterator[str]:
-    """``streamlit run dashboard/app.py`` on a free port of 127.0.0.1, on the store ``db``; yields its URL."""
-    port = free_port()
-    command = [
-        sys.executable, "-m", "streamlit", "run", str(REPO / "dashboard" / "app.py"), "--server.headless=true",
-        "--server.address=127.0.0.1", f"--server.port={port}", "--browser.gatherUsageStats=false",
-    ]  # fmt: skip
-    proc = subprocess.Popen(
-        command, env={**os.environ, "STEPWATCH_DB": str(db)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                    if response.read() == b"ok":
-                        break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"streamlit did not start: {proc.stdout.read().decode()[-2000:]}") from None
-                time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+# (path, link query, screenshot name, title)
+VISITS = (
+    ("", "", "overview", "Overview"),
+    ("", "?metric=peak_memory_bytes", "overview-memory", "Overview"),
+    ("history", "", "history", "History"),
+    ("history", "?metric=peak_memory_bytes&model=bert,transformer&x=tf_version", "history-memory", "History"),
+    ("versions", "?model=bert", "versions", "Versions"),
+    ("compare", "?metric=examples_per_sec,peak_memory_bytes", "compare", "Compare"),
+    ("speedups", "", "speedups", "Speedups"),
+    ("cost", "", "cost", "Cost"),
+    ("run", "", "run", "Run"),
+)
+TITLES = ("Overview", "History", "Versions", "Compare", "Speedups", "Cost", "Run")
+REFERENCE = REPO / "data" / "reference" / "cpu-tf-history"
+NEEDS_CHROMIUM = pytest.mark.skipif(
+    CHROMIUM is None, reason="needs chromium (Debian's; `make test` installs it as root) or Chrome"
+)
 
 
 @pytest.fixture(scope="module")
-def server(smoke_store: Path) -> Iterator[str]:
-    with serve(smoke_store) as url:
-        yield url
+def reference_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The committed reference history, ingested into a store of its own (as `make demo` does)."""
+    db = tmp_path_factory.mktemp("reference") / "store.duckdb"
+    report = ingest([str(REFERENCE)], db)
+    assert report.rows_added > 0 and not report.quarantined and not report.refused
+    return db
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (Debian's; `make test` installs it as root) or Chrome")
-def test_every_page_opens_in_a_browser_without_errors(server: str, smoke_store: Path, tmp_path: Path) -> None:
+def settled(page: Page, title: str) -> None:
+    page.get_by_role("heading", name=title).first.wait_for(timeout=60_000)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+    page.wait_for_timeout(500)
+
+
+def no_errors(page: Page, where: str) -> None:
+    assert page.locator('[data-testid="stException"]').count() == 0, where
+    assert page.locator('[data-testid="stAlertContentError"]').count() == 0, where
+
+
+@NEEDS_CHROMIUM
+def test_every_page_opens_on_the_reference_history_without_errors(reference_store: Path, tmp_path: Path) -> None:
     shots = Path(os.environ.get("STEPWATCH_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
-    con = StoreReader(smoke_store).connection()
-    ok_run = con.execute("SELECT run_id FROM runs WHERE status = 'ok' ORDER BY started_at DESC LIMIT 1").fetchall()[0][
-        0
-    ]
-    con.close()
-    queries = {"run": f"?run={ok_run}", "compare": "?baseline=label%3Dbaseline&candidate=label%3Dcandidate"}
-    with sync_playwright() as playwright:
+    with serve(reference_store) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        for path in PAGES:
-            page.goto(f"{server}/{path}{queries.get(path, '')}")
-            page.get_by_role("heading", name=TITLES[path]).first.wait_for(timeout=60_000)
-            page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
-            if path in ("history", "compare", "speedups", "cost", "run"):
+        for path, query, name, title in VISITS:
+            page.goto(f"{url}/{path}{query}")
+            settled(page, title)
+            if path not in ("",):
                 page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
-            page.wait_for_timeout(500)
-            assert page.locator('[data-testid="stException"]').count() == 0, path
-            assert page.locator('[data-testid="stAlertContentError"]').count() == 0, path
-            page.screenshot(path=str(shots / f"dashboard-{path or 'overview'}.png"), full_page=True)
+            no_errors(page, name)
+            assert page.get_by_role("button", name="Deploy").count() == 0, name  # a tool, not a demo
+            page.screenshot(path=str(shots / f"dashboard-{name}.png"), full_page=True)
+        tab_title = page.title()
         browser.close()
-    assert len(list(shots.glob("dashboard-*.png"))) == len(PAGES)
+    assert len(list(shots.glob("dashboard-*.png"))) >= len(VISITS)
+    assert "stepwatch" in tab_title
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (Debian's; `make test` installs it as root) or Chrome")
-def test_a_copied_link_opened_first_on_a_fresh_server_gets_the_app_navigation(smoke_store: Path) -> None:
-    with serve(smoke_store) as url, sync_playwright() as playwright:
+@NEEDS_CHROMIUM
+def test_an_empty_store_opens_on_the_getting_started_page(tmp_path: Path) -> None:
+    with serve(tmp_path / "none.duckdb") as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        for path in ("", "history", "versions"):
+            page.goto(f"{url}/{path}")
+            settled(page, "stepwatch")
+            no_errors(page, path or "/")
+            assert page.get_by_text("make run", exact=True).count() == 1, path
+        browser.close()
+
+
+@NEEDS_CHROMIUM
+def test_a_copied_link_opened_first_on_a_fresh_server_gets_the_app_navigation(reference_store: Path) -> None:
+    with serve(reference_store) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{url}/history?precision=fp32")  # nothing has opened the app before this link
         page.get_by_role("heading", name="History").first.wait_for(timeout=60_000)
         page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
         nav = page.locator('[data-testid="stSidebarNav"]').inner_text()
-        caption = page.get_by_text(f"store: {smoke_store}").count()
+        caption = page.get_by_text(f"store: {reference_store}").count()
         browser.close()
-    assert [name for name in TITLES.values() if name in nav] == list(TITLES.values())
+    assert [name for name in TITLES if name in nav] == list(TITLES)
     assert "first run" not in nav and caption == 1

@@ -106,3 +106,26 @@ def test_package_diff_lists_everything_the_upgrade_changes(tmp_path: Path) -> No
         ("tensorflow", "2.20.0", "2.21.0"),
     ]
     assert upgrade.installed(sides["baseline"]) == {"tensorflow": "2.20.0", "keras": "3.15.1"}
+
+
+def test_run_with_a_package_set_runs_its_trials_in_that_environment(tmp_path: Path) -> None:
+    """``stepwatch run --with``: the trials run in the package set's cached environment (how the reference
+    history under data/reference/ was measured, one TensorFlow release at a time)."""
+    cache, out = tmp_path / "envs", tmp_path / "results"
+    command = ("run", "--with", PYTZ, "--reuse-site-packages", "--pip-arg=--no-index", *SMALL, "--trials", "1",
+               "--out", str(out), "--label", "with-pytz")  # fmt: skip
+    done = stepwatch(*command, env={upgrade.CACHE_ENV: str(cache)}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "with: building an environment for " + PYTZ in done.stderr
+    [row] = [r for f in out.glob("*.parquet") for r in pq.read_table(f).to_pylist()]
+    assert row["status"] == "ok" and row["label"] == "with-pytz"
+    [ready] = cache.glob(f"*/{upgrade.READY}")
+    assert PYTZ in (ready.parent / "freeze.txt").read_text()
+    again = stepwatch(*command, env={upgrade.CACHE_ENV: str(cache)}, timeout=300)
+    assert again.returncode == 0 and "with: using the cached environment" in again.stderr
+
+
+def test_run_with_a_bad_requirement_is_one_line_and_exit_2() -> None:
+    done = stepwatch("run", "--with", "tensorflow=2.20.0", "--dry-run")
+    assert done.returncode == 2 and "--with: 'tensorflow=2.20.0' is not a pip requirement" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -89,6 +89,14 @@ def add_matrix_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prices", type=Path, default=catalog.PRICES_PATH, help="price catalog TOML")
 
 
+def add_environment_arguments(parser: argparse.ArgumentParser) -> None:
+    """How a package set's environment is built (``collector.bench.upgrade.ensure``): run --with, upgrade-check."""
+    parser.add_argument("--reuse-site-packages", action="store_true",
+                        help="build the environments on top of this interpreter's packages (faster; the pinned "
+                        "requirements still win)")  # fmt: skip
+    parser.add_argument("--pip-arg", action="append", default=[], help="extra pip install argument (repeatable)")
+
+
 def matrix_values(args: argparse.Namespace) -> dict[str, list[Any] | None]:
     """Field -> the values its flag listed (None where the flag was not given)."""
     return {name: getattr(args, name) for name in FLAGGED}

@@ -18,6 +18,7 @@ from collector.cli.arguments import (
     DEFAULT_OUT,
     PROGRESS_COLUMNS,
     UsageError,
+    add_environment_arguments,
     add_matrix_arguments,
     console,
     matrix_values,
@@ -45,6 +46,7 @@ def register(commands: Any) -> None:
         help="run the trials in an environment of these pip requirements ('tensorflow==2.19.1'), built on first "
         "use and cached like upgrade-check's sides",
     )  # fmt: skip
+    add_environment_arguments(parser)
     parser.add_argument("--find-max-batch", action="store_true", help="binary-search the largest per-device batch")
     parser.add_argument("--dry-run", action="store_true", help="list the configs and exit")
     parser.set_defaults(handler=run)
@@ -75,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--workers must be at least 1")
     python = sys.executable
     if requirements:
-        python = upgrade.ensure_all({"with": requirements}, log=console.print)["with"].python
+        envs = upgrade.ensure_all({"with": requirements}, args.reuse_site_packages, tuple(args.pip_arg), console.print)
+        python = envs["with"].python
     options = runner.RunOptions(
         label=args.label,
         price_per_hour=args.price_per_hour,

@@ -15,6 +15,7 @@ from collector.cli.arguments import (
     PROGRESS_COLUMNS,
     UsageError,
     add_analysis_arguments,
+    add_environment_arguments,
     add_matrix_arguments,
     console,
     db_path,
@@ -37,10 +38,7 @@ def register(commands: Any) -> None:
     check.add_argument(
         "--results", default=str(upgrade.RESULTS_DIR), help=f"folder for the parquet (default {upgrade.RESULTS_DIR})"
     )
-    check.add_argument("--reuse-site-packages", action="store_true",
-                       help="build the side environments on top of this interpreter's packages (faster; the "
-                       "pinned requirements still win)")  # fmt: skip
-    check.add_argument("--pip-arg", action="append", default=[], help="extra pip install argument (repeatable)")
+    add_environment_arguments(check)
     check.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when any verdict is inconclusive")
     check.add_argument("--dry-run", action="store_true", help="print the interleaved plan and exit")
     add_analysis_arguments(check, several_metrics=True, default_db=upgrade.STORE)

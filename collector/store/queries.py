@@ -185,6 +185,35 @@ def side_versions(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[
 X_AXES = ("night", *VERSION_COLUMNS[:5], "cuda_build_version", "driver_version", "container_image")
 
 
+VERSION_AXES = X_AXES[1:]  # what a version comparison goes along
+
+
+def version_spread(con: duckdb.DuckDBPyConnection, selection: Selection, metric: str, along: str) -> pd.DataFrame:
+    """Per series and value of the version field ``along``: the spread of its ok trials' metric (count, min,
+    quartiles, max), its suite runs and the series' dimensions, one row each, so that a chart draws a box per
+    version from a few numbers rather than every trial."""
+    if metric not in METRICS:
+        raise SelectionError(f"{metric!r} is not a metric stepwatch tracks (known: {', '.join(METRICS)})")
+    if along not in VERSION_AXES:
+        raise SelectionError(f"{along!r} is not a version field (known: {', '.join(VERSION_AXES)})")
+    where, params = selection.where("r")
+    dims = ", ".join(f's."{d}"' for d in SERIES_DIMENSIONS)
+    return _frame(
+        con,
+        f"""
+        SELECT r.series_key, r."{along}" AS version, count(*) AS n, count(DISTINCT r.suite_run_id) AS suite_runs,
+               min(r."{metric}") AS low, quantile_cont(r."{metric}", 0.25) AS q1,
+               median(r."{metric}") AS median, quantile_cont(r."{metric}", 0.75) AS q3, max(r."{metric}") AS high,
+               min(r.started_at) AS first_at, {dims}
+        FROM runs r JOIN series s USING (series_key)
+        WHERE r.status = 'ok' AND r."{metric}" IS NOT NULL AND r."{along}" IS NOT NULL AND {where}
+        GROUP BY r.series_key, r."{along}", {dims}
+        ORDER BY {", ".join(f's."{d}"' for d in SERIES_DIMENSIONS)}, first_at
+        """,
+        params,
+    )
+
+
 def series_catalog(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Every series with its config fields and history span (the filters' choices)."""
     return _frame(con, f"SELECT * FROM series ORDER BY {SERIES_ORDER}", [])

@@ -65,16 +65,18 @@ if measured.empty:
 else:
     if baseline != "(none)":
         measured = charts.normalise(measured, "tf_version", baseline)
+    drawn, every = charts.thin(measured) if x == "night" else (measured, 1)
     found = data.load("alerts", alerts.STATUSES, metric_name)
     changes = found[found["series_key"].isin(measured["series_key"])] if len(found) else found
     figure = charts.history(
-        measured, metric, x, color, None if facet == "none" else facet, scale == "log",
+        drawn, metric, x, color, None if facet == "none" else facet, scale == "log",
         baseline if baseline != "(none)" else None, changes,
     )  # fmt: skip
     st.plotly_chart(figure, width="stretch")
+    thinned = f"; drawn as the median of every {every} consecutive suite runs" if every > 1 else ""
     st.caption(
-        f"{measured['series_key'].nunique()} series, {len(measured)} points (median of each suite run's ok trials); "
-        f"failed trials are left out of every point."
+        f"{measured['series_key'].nunique()} series, {len(measured)} points (median of each suite run's ok trials"
+        f"{thinned}); failed trials are left out of every point."
     )
 if len(failed):
     st.subheader(f"Suite runs with failed trials ({len(failed)})")

@@ -1,0 +1,55 @@
+"""The dashboard served for a browser to open: ``streamlit run dashboard/app.py`` on a free port of 127.0.0.1
+on a given store, and the chromium to open it with. Used by the browser tests and the browser benchmark."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(db: Path) -> Iterator[str]:
+    """``streamlit run dashboard/app.py`` from the repository root (its .streamlit/config.toml applies) on a
+    free port of 127.0.0.1, on the store ``db``; yields its URL once it answers its health check."""
+    port = free_port()
+    command = [
+        sys.executable, "-m", "streamlit", "run", str(REPO / "dashboard" / "app.py"), "--server.headless=true",
+        "--server.address=127.0.0.1", f"--server.port={port}", "--browser.gatherUsageStats=false",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        command, cwd=REPO, env={**os.environ, "STEPWATCH_DB": str(db)}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                    if response.read() == b"ok":
+                        break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"streamlit did not start: {proc.stdout.read().decode()[-2000:]}") from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

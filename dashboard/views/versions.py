@@ -1,0 +1,67 @@
+"""Versions: what an upgrade did, at a glance. Throughput, the largest per-device batch and the cost per run of
+the picked series across software versions (TensorFlow, Keras, the JAX or torch of their backend, CUDA, the
+driver), one panel each, with the spread of the trials per version as a box."""
+
+import streamlit as st
+
+from collector.metrics import DEFAULT_METRIC, METRICS
+from collector.store.queries import VERSION_AXES, version_key
+from collector.store.selection import Selection
+from dashboard import charts, data, state
+
+PANELS = (DEFAULT_METRIC, "max_per_device_batch", "cost_usd")
+
+st.title("Versions")
+catalog = data.load("catalog")
+models = sorted(catalog["model"].unique())
+accelerators = sorted(catalog["accelerator"].dropna().unique())
+precisions = sorted(catalog["precision"].unique())
+extras = [m for m in METRICS if m not in PANELS]
+
+picked_models = state.many("model", models, models[:1])
+picked_accelerators = state.many("accelerator", accelerators, accelerators[:1])
+picked_precisions = state.many("precision", precisions, precisions)
+picked_xla = state.many("xla", ["off", "on"], ["off", "on"])
+along = state.one("along", VERSION_AXES, "tf_version")
+extra = state.one("also", extras, "peak_memory_bytes")
+state.notices()
+col1, col2, col3, col4 = st.columns([2, 3, 2, 1])
+picked_models = col1.multiselect("Model", models, picked_models)
+picked_accelerators = col2.multiselect("Accelerator", accelerators, picked_accelerators)
+picked_precisions = col3.multiselect("Precision", precisions, picked_precisions)
+picked_xla = col4.multiselect("XLA", ["off", "on"], picked_xla)
+col1, col2 = st.columns(2)
+along = col1.selectbox("Versions of", VERSION_AXES, VERSION_AXES.index(along))
+extra = col2.selectbox("And also", extras, extras.index(extra), format_func=lambda m: METRICS[m].label)
+state.keep(
+    model=picked_models, accelerator=picked_accelerators, precision=picked_precisions, xla=picked_xla, along=along,
+    also=extra,
+)  # fmt: skip
+selection = Selection.of(
+    model=picked_models, accelerator=picked_accelerators, precision=picked_precisions,
+    xla=[v == "on" for v in picked_xla],
+)  # fmt: skip
+
+spreads = {name: data.load("spread", selection, name, along) for name in (*PANELS, extra)}
+versions = sorted({v for s in spreads.values() for v in s["version"].astype(str)}, key=version_key)
+if not versions:
+    st.info(f"No successful runs with a {along} for this selection.")
+    st.stop()
+st.caption(
+    f"{len(versions)} values of {along}; each box is one series' successful trials at that version (median, "
+    "quartiles, whiskers at the lowest and highest trial). Hover a box for its series, trials and suite runs."
+)
+left, right = st.columns(2)
+for slot, name in zip((left, right, left, right), (*PANELS, extra)):
+    metric = METRICS[name]
+    with slot:
+        if spreads[name].empty:
+            st.subheader(metric.label)
+            hint = (
+                " The largest batch is searched by `stepwatch run --find-max-batch`, on GPU and TPU hosts."
+                if name == "max_per_device_batch"
+                else ""
+            )
+            st.info(f"Not measured in the runs of this selection.{hint}")
+            continue
+        st.plotly_chart(charts.version_boxes(spreads[name], metric, versions, along), width="stretch")

@@ -18,6 +18,7 @@ import pytest
 
 from collector.config import BenchmarkConfig, config_columns
 from collector.schema import to_table
+from collector.store.ingest import ingest
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -99,6 +100,19 @@ def write_suite(path: Path, text: str) -> Path:
 
 
 SHORT = ("--steps", "20", "--warmup", "20", "--window", "10")
+
+
+REFERENCE = REPO / "data" / "reference" / "cpu-tf-history"
+
+
+@pytest.fixture(scope="module")
+def reference_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The committed reference history (real trials under four TensorFlow releases), ingested into a store of
+    its own, as `make demo` does."""
+    db = tmp_path_factory.mktemp("reference") / "store.duckdb"
+    report = ingest([str(REFERENCE)], db)
+    assert report.rows_added > 0 and not report.quarantined and not report.refused
+    return db
 
 
 @pytest.fixture(scope="session")

@@ -25,9 +25,9 @@ def render(db: Path, page: str, monkeypatch: pytest.MonkeyPatch, **params: str) 
     at = AppTest.from_file(APP, default_timeout=60)
     for key, value in params.items():
         at.query_params[key] = value
+    if page != "overview":  # opened directly, as a link to it is
+        at.switch_page(f"views/{page}.py")
     at.run()
-    if page != "overview":
-        at.switch_page(f"views/{page}.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -192,3 +192,27 @@ def test_run_page_shows_a_failed_runs_error_from_the_url(smoke_store: Path, monk
     assert at.error[0].value.startswith("timeout: Timeout trial ran past its timeout of 2 s")
     environment = at.dataframe[0].value
     assert dict(zip(environment["field"], environment["value"]))["run_id"] == run_id
+
+
+def test_versions_draws_a_box_per_series_and_release_from_the_stores_trials(
+    reference_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = render(reference_store, "versions", monkeypatch, model="bert")
+    throughput = figures(at)[0]
+    expected = query(
+        reference_store,
+        "SELECT xla_requested, tf_version, median(examples_per_sec), min(examples_per_sec), count(*) FROM runs "
+        "WHERE model = 'bert' AND status = 'ok' GROUP BY ALL",
+    )
+    drawn = {
+        (trace["name"], version): (median, low)
+        for trace in throughput["data"]
+        for version, median, low in zip(values(trace["x"]), values(trace["median"]), values(trace["lowerfence"]))
+    }
+    assert drawn == {
+        (f"xla {'on' if xla else 'off'}", version): (pytest.approx(median), pytest.approx(low))
+        for xla, version, median, low, _ in expected
+    }
+    releases = sorted({version for _, version, *_ in expected}, key=lambda v: tuple(map(int, v.split("."))))
+    assert throughput["layout"]["xaxis"]["categoryarray"] == releases and len(releases) >= 4
+    assert all(n >= 3 for *_, n in expected)  # the spread of at least three trials per release

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
-from collector.store.ingest import ingest
-from dashboard.serve import CHROMIUM, REPO, serve
+from dashboard.serve import CHROMIUM, serve
 
 # (path, link query, screenshot name, title)
 VISITS = (
@@ -30,19 +29,9 @@ VISITS = (
     ("run", "", "run", "Run"),
 )
 TITLES = ("Overview", "History", "Versions", "Compare", "Speedups", "Cost", "Run")
-REFERENCE = REPO / "data" / "reference" / "cpu-tf-history"
 NEEDS_CHROMIUM = pytest.mark.skipif(
     CHROMIUM is None, reason="needs chromium (Debian's; `make test` installs it as root) or Chrome"
 )
-
-
-@pytest.fixture(scope="module")
-def reference_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The committed reference history, ingested into a store of its own (as `make demo` does)."""
-    db = tmp_path_factory.mktemp("reference") / "store.duckdb"
-    report = ingest([str(REFERENCE)], db)
-    assert report.rows_added > 0 and not report.quarantined and not report.refused
-    return db
 
 
 def settled(page: Page, title: str) -> None:

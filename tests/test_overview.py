@@ -14,6 +14,7 @@ import pytest
 from collector.analysis import latest, stats
 from collector.metrics import METRICS
 from collector.store.ingest import ingest
+from dashboard import charts
 from tests.conftest import result_rows, write_results
 from tests.test_dashboard import render
 
@@ -62,9 +63,9 @@ def test_overview_flags_a_planted_regression_and_calls_a_flat_series_unchanged(
     at = render(planted, "overview", monkeypatch)
     found = verdicts(at)
     assert found["CPU step"][0] == stats.REGRESSION
-    assert found["CPU step"][1].startswith("🔴 -10.0% [") and found["CPU step"][2].startswith("🔴 -10.0% [")
+    assert found["CPU step"][1].startswith("-10.0% [") and found["CPU step"][2].startswith("-10.0% [")
     assert found["CPU flat"][0] == stats.NO_CHANGE
-    assert all(re.match(r"⚪ [+-]0\.0% \[", cell) for cell in found["CPU flat"][1:])
+    assert all(re.match(r"[+-]0\.0% \[", cell) for cell in found["CPU flat"][1:])
     assert list(at.dataframe[0].value["series"].str.split(" on ").str[-1]) == ["CPU step", "CPU flat"]  # worst first
     assert {m.label: m.value for m in at.metric}["Regressed"] == "1"
     only = render(planted, "overview", monkeypatch, regressed="yes")
@@ -88,3 +89,9 @@ def test_the_baseline_starts_again_after_an_acknowledged_change() -> None:
     assert accepted["baseline_verdict"].iloc[0] == stats.NO_CHANGE and accepted["baseline_nights"].iloc[0] == 4
     assert accepted["previous_verdict"].iloc[0] == stats.NO_CHANGE
     assert accepted["spark"].iloc[0] == [100.0] * 5 + [90.0] * 5
+
+
+def test_the_change_cells_are_coloured_by_their_verdict(planted: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = render(planted, "overview", monkeypatch)
+    styles = at.dataframe[0].proto.arrow_data.styler.styles
+    assert charts.VERDICT_FILLS["regression"] in styles and charts.VERDICT_FILLS["improvement"] not in styles

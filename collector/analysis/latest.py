@@ -19,7 +19,7 @@ from collector.analysis import alerts, stats
 from collector.analysis.changepoints import trial_side
 from collector.analysis.comparison import FAILED
 from collector.analysis.thresholds import Override, threshold_for
-from collector.metrics import Metric, get_metric
+from collector.metrics import DEFAULT_METRIC, Metric, get_metric
 from collector.store import queries
 from collector.store.selection import Selection
 
@@ -96,8 +96,8 @@ def overview(
     con: duckdb.DuckDBPyConnection, selection: Selection, metric_name: str, overrides: list[Override]
 ) -> pd.DataFrame:
     """Per selected series its latest suite run (``queries.latest_per_series``) with its ``changes``, its open
-    alerts, its worst verdict (``verdict``: what it is sorted and filtered by) and its noise (over its last
-    ``stats.NOISE_TRIALS`` trials), worst first: series with open alerts, then by verdict."""
+    alerts, its worst verdict (``verdict``: what it is sorted and filtered by) and its throughput's noise (over
+    its last ``stats.NOISE_TRIALS`` trials), worst first: series with open alerts, then by verdict."""
     metric = get_metric(metric_name)
     runs = queries.latest_per_series(con, selection)
     keys = list(runs["series_key"])
@@ -111,7 +111,9 @@ def overview(
         worst(p, b) if isinstance(p, str) else stats.MISSING
         for p, b in zip(table["previous_verdict"], table["baseline_verdict"])
     ]
-    values = queries.trial_values(con, keys, metric.name, stats.NOISE_TRIALS)
+    # Noise is the series' throughput's (trials on one of two speeds is a property of its processes); another
+    # metric's trials would show its own steps as clusters.
+    values = queries.trial_values(con, keys, DEFAULT_METRIC, stats.NOISE_TRIALS)
     noise = {key: stats.noise_of(v) for key, v in values.items()}
     table["noise"] = [stats.noise_text(noise.get(key)) for key in keys]
     table["bimodal"] = [bool(noise[key].bimodal) if key in noise else False for key in keys]

@@ -5,7 +5,8 @@ its open alerts; series with open alerts and regressions first."""
 import streamlit as st
 
 from collector.analysis import alerts, latest, stats
-from collector.analysis.report import MARKS, interval, percent, series_label
+from collector.analysis.comparison import FAILED
+from collector.analysis.report import interval, percent, series_label
 from collector.analysis.thresholds import load_overrides
 from collector.metrics import DEFAULT_METRIC, METRICS
 from collector.store.selection import Selection
@@ -23,7 +24,7 @@ picked_accelerators = state.many("accelerator", accelerators, accelerators)
 metric_name = state.one("metric", metric_names, DEFAULT_METRIC)
 regressed_only = state.one("regressed", ["yes", "no"], "no") == "yes"
 state.notices()
-col1, col2, col3, col4, col5 = st.columns([2, 2, 3, 2, 1], vertical_alignment="bottom")
+col1, col2, col3, col4, col5 = st.columns([2, 2, 3, 2, 2], vertical_alignment="bottom")
 picked_devices = col1.multiselect("Device", devices, picked_devices)
 picked_keras = col2.multiselect("Keras backend", keras_backends, picked_keras)
 picked_accelerators = col3.multiselect("Accelerator", accelerators, picked_accelerators)
@@ -58,18 +59,18 @@ e.metric("Open alerts", len(open_alerts), help=f"{len(confirmed)} confirmed")
 
 
 def change(row: dict, against: str) -> str:
+    """'-10.0% [-14.1%, -5.8%]' (its cell is coloured by the verdict), or the verdict where there is no ratio."""
     verdict = row[f"{against}_verdict"]
     if not isinstance(verdict, str):
         return ""
-    mark = MARKS.get(verdict, "")
-    if verdict in (stats.MISSING, "failed"):
-        return f"{mark} {verdict}"
-    return f"{mark} {percent(row[f'{against}_ratio'])} {interval(row[f'{against}_ci_low'], row[f'{against}_ci_high'])}"
+    if verdict in (stats.MISSING, FAILED):
+        return verdict
+    return f"{percent(row[f'{against}_ratio'])} {interval(row[f'{against}_ci_low'], row[f'{against}_ci_high'])}"
 
 
 records = table.to_dict("records")
 shown = table.assign(
-    status=[f"{MARKS.get(v, '')} {v}" for v in table["verdict"]],
+    status=table["verdict"],
     series=[series_label(r) for r in records],
     latest=[f"{v * metric.scale:.4g}" if v == v else "" for v in table["value"]],
     vs_previous=[change(r, "previous") for r in records],
@@ -85,7 +86,7 @@ st.caption(
     "geometric means with its 95% interval; the colour is the verdict against the metric's threshold "
     f"({metric.threshold:.0%}), after Benjamini-Hochberg across the series."
 )
-columns = ["status", "series", "latest", "vs_previous", "vs_baseline", "spark", "passing", "noise", "alerts",
+columns = ["status", "series", "spark", "latest", "vs_previous", "vs_baseline", "passing", "noise", "alerts",
            "failures", "tf_version", "keras_version", "label", "started_at", "verdict", "series_key"]  # fmt: skip
 st.dataframe(
     charts.verdict_styles(
@@ -100,7 +101,9 @@ st.dataframe(
         "latest": st.column_config.TextColumn(f"latest ({unit})"),
         "vs_previous": st.column_config.TextColumn("vs previous run", help="ratio and its 95% interval"),
         "vs_baseline": st.column_config.TextColumn(f"vs baseline (≤{latest.BASELINE_NIGHTS} nights)"),
-        "spark": st.column_config.LineChartColumn(f"last {latest.SPARK_NIGHTS} nights"),
+        "series": st.column_config.TextColumn("series", width="large"),
+        "spark": st.column_config.LineChartColumn(f"last {latest.SPARK_NIGHTS} nights", width="small"),
+        "noise": st.column_config.TextColumn("throughput noise"),
         "verdict": None,
     },
 )  # fmt: skip

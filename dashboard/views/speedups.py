@@ -35,12 +35,15 @@ st.plotly_chart(
     charts.speedup_bars(xla, "xla", "jit_compile on vs off (XLA; torch.compile on torch), same precision and batch"),
     width="stretch",
 )
-st.plotly_chart(
-    charts.speedup_bars(
-        frame, "precision", "Precision modes vs the fastest fp32 point (jit_compile off / on)", pattern="xla"
-    ),
-    width="stretch",
-)
+if (frame["precision"] != "fp32").any():
+    st.plotly_chart(
+        charts.speedup_bars(
+            frame, "precision", "Precision modes vs the fastest fp32 point (jit_compile off / on)", pattern="xla"
+        ),
+        width="stretch",
+    )
+else:
+    st.caption("Precision modes vs fp32: only fp32 was run in this selection.")
 others = frame[frame["keras_backend"] != "tensorflow"]
 if others["backend_speedup"].notna().any():
     st.plotly_chart(

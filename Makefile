@@ -44,7 +44,7 @@ demo: $(STAMP)
 
 dashboard: $(STAMP)
 	@echo "dashboard: http://$(DASHBOARD_ADDRESS):$(DASHBOARD_PORT) (Ctrl-C to stop)"
-	$(BIN)/streamlit run dashboard/app.py --server.address $(DASHBOARD_ADDRESS) --server.port $(DASHBOARD_PORT) \
+	$(BIN)/python -m dashboard --server.address $(DASHBOARD_ADDRESS) --server.port $(DASHBOARD_PORT) \
 		--server.headless true --browser.gatherUsageStats false
 
 # The browser test drives Debian's chromium; installed here when missing and we are root.

@@ -89,6 +89,7 @@ def normalise(points: pd.DataFrame, field: str, baseline: str) -> pd.DataFrame:
 
 
 MAX_LINE_POINTS = 300  # points a history line sends the browser at most (about what a plot's width shows)
+MARKED_POINTS = 60  # a longer line is drawn without a marker per point (a path each, in the browser)
 
 
 def thin(points: pd.DataFrame, limit: int = MAX_LINE_POINTS) -> tuple[pd.DataFrame, int]:
@@ -146,7 +147,7 @@ def history(
             go.Scatter(
                 x=one[x],
                 y=one["value"] * scale,
-                mode="lines+markers",
+                mode="lines+markers" if len(one) <= MARKED_POINTS else "lines",
                 name=names[key],
                 legendgroup=names[key],
                 showlegend=panel == 0 or not facet,

@@ -1,4 +1,4 @@
-"""The dashboard served for a browser to open: ``streamlit run dashboard/app.py`` on a free port of 127.0.0.1
+"""The dashboard served for a browser to open: ``python -m dashboard`` on a free port of 127.0.0.1
 on a given store, and the chromium to open it with. Used by the browser tests and the browser benchmark."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -25,18 +26,21 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(db: Path) -> Iterator[str]:
-    """``streamlit run dashboard/app.py`` from the repository root (its .streamlit/config.toml applies) on a
-    free port of 127.0.0.1, on the store ``db``; yields its URL once it answers its health check."""
+def serve(db: Path, script: Path | None = None) -> Iterator[str]:
+    """``python -m dashboard`` (``streamlit run dashboard/app.py``, its modules imported first) from the
+    repository root (its .streamlit/config.toml applies) on a free port of 127.0.0.1, on the store ``db``;
+    yields its URL once it answers its health check. With ``script``, ``streamlit run script`` instead."""
     port = free_port()
+    app = ["-m", "streamlit", "run", str(script)] if script else ["-m", "dashboard"]
     command = [
-        sys.executable, "-m", "streamlit", "run", str(REPO / "dashboard" / "app.py"), "--server.headless=true",
+        sys.executable, *app, "--server.headless=true",
         "--server.address=127.0.0.1", f"--server.port={port}", "--browser.gatherUsageStats=false",
     ]  # fmt: skip
+    # The server's output goes to a file: a pipe nobody reads would stall it once full.
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
-        command, cwd=REPO, env={**os.environ, "STEPWATCH_DB": str(db)}, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        command, cwd=REPO, env={**os.environ, "STEPWATCH_DB": str(db)}, stdout=log, stderr=subprocess.STDOUT
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -47,9 +51,11 @@ def serve(db: Path) -> Iterator[str]:
                         break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"streamlit did not start: {proc.stdout.read().decode()[-2000:]}") from None
+                    log.seek(0)
+                    raise RuntimeError(f"streamlit did not start: {log.read().decode()[-2000:]}") from None
                 time.sleep(0.2)
         yield url
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+        log.close()

@@ -79,7 +79,8 @@ else:
         f"{thinned}); failed trials are left out of every point."
     )
 if len(failed):
-    st.subheader(f"Suite runs with failed trials ({len(failed)})")
-    st.dataframe(
-        failed[["night", "model", "accelerator", "precision", "xla", "ok", "trials", "suite_run_id"]], hide_index=True
-    )
+    with st.expander(f"Suite runs with failed trials ({len(failed)})"):
+        st.dataframe(
+            failed[["night", "model", "accelerator", "precision", "xla", "ok", "trials", "suite_run_id"]],
+            hide_index=True,
+        )

@@ -4,7 +4,9 @@
 start of the navigation to the page settled, its title shown, the script done and every figure and table of
 the page drawn. *Cold* is a first visit: a server just started (no query cached, the page's modules not yet
 imported by a script run) and a browser with an empty cache. *Warm* is the same page opened again in that
-browser (assets cached) on that server (queries cached per store version).
+browser (assets cached) on that server (queries cached per store version), three times after each cold
+visit; all of them count. *In-app click* is the page reached from the Overview by its link in the sidebar
+(no page load: what moving between pages costs), from the click to the page settled.
 
 *Server* (Streamlit's AppTest, no browser): the app's own script, queries and figure building included; cold
 after the query cache is cleared, warm with it filled. Imports are paid once before any timing.
@@ -38,6 +40,7 @@ import streamlit as st
 st.title("Floor")
 st.plotly_chart(go.Figure(go.Scatter(x=[1, 2, 3], y=[1, 3, 2])))
 """
+WARM_VISITS = 3  # per cold visit; Chromium caches a script's compiled code from its second run on
 SETTLED = """([title, charts, tables]) => {
     if (document.querySelector('[data-testid="stStatusWidget"]')) return false;
     if (![...document.querySelectorAll('h1')].some((h) => h.innerText.trim() === title)) return false;
@@ -57,7 +60,7 @@ def settle(page, name: str, expected: tuple[int, int]) -> float:
     return page.evaluate("performance.now()") / 1000
 
 
-def browser_times(db: Path, repeat: int) -> tuple[dict[str, tuple[list[float], list[float]]], dict]:
+def browser_times(db: Path, repeat: int) -> tuple[dict[str, tuple[list[float], list[float], list[float]]], dict]:
     from playwright.sync_api import sync_playwright
 
     out = {}
@@ -84,17 +87,25 @@ def browser_times(db: Path, repeat: int) -> tuple[dict[str, tuple[list[float], l
         floor.write_text(FLOOR)
         expected["floor"] = (1, 0)
         for name in (*PAGES, "floor"):
-            cold, warm = [], []
+            cold, warm, clicked = [], [], []
             for _ in range(repeat):
                 with serve(db, floor if name == "floor" else None) as url:
                     context = browser.new_context(viewport={"width": 1400, "height": 1000})
                     tab = context.new_page()
                     tab.goto(f"{url}/{path_of(name)}", wait_until="commit")
                     cold.append(settle(tab, name, expected[name]))
-                    tab.goto(f"{url}/{path_of(name)}", wait_until="commit")
-                    warm.append(settle(tab, name, expected[name]))
+                    for _ in range(WARM_VISITS):
+                        tab.goto(f"{url}/{path_of(name)}", wait_until="commit")
+                        warm.append(settle(tab, name, expected[name]))
+                    if name not in ("overview", "floor"):  # from the Overview, a click on the page's link
+                        for _ in range(WARM_VISITS):
+                            tab.goto(url, wait_until="commit")
+                            settle(tab, "overview", expected["overview"])
+                            start = tab.evaluate("performance.now()") / 1000
+                            tab.locator('[data-testid="stSidebarNav"] a', has_text=TITLES[name]).click()
+                            clicked.append(settle(tab, name, expected[name]) - start)
                     context.close()
-            out[name] = (cold, warm)
+            out[name] = (cold, warm, clicked)
             print(f"  browser {name}: cold {statistics.median(cold):.3f} s, warm {statistics.median(warm):.3f} s")
         browser.close()
     return out, expected
@@ -144,12 +155,15 @@ def main() -> None:
     def cell(values: list[float] | None) -> str:
         return f"{statistics.median(values):.3f} ({max(values):.3f})" if values else "-"
 
-    print(f"\n{'page':<10}{'browser cold':>16}{'browser warm':>16}{'server cold':>16}{'server warm':>16}  drawn")
+    print(
+        f"\n{'page':<10}{'browser cold':>16}{'browser warm':>16}{'in-app click':>16}{'server cold':>16}"
+        f"{'server warm':>16}  drawn"
+    )
     for name in (*PAGES, "floor"):
-        b, s = browser.get(name, (None, None)), server.get(name, (None, None))
+        b, s = browser.get(name, (None, None, None)), server.get(name, (None, None))
         charts, tables = expected.get(name, ("?", "?"))
         print(
-            f"{name:<10}{cell(b[0]):>16}{cell(b[1]):>16}{cell(s[0]):>16}{cell(s[1]):>16}  "
+            f"{name:<10}{cell(b[0]):>16}{cell(b[1]):>16}{cell(b[2]):>16}{cell(s[0]):>16}{cell(s[1]):>16}  "
             f"{charts} figures, {tables} tables"
         )
     print(

@@ -215,9 +215,13 @@ def _value(row: pd.Series, dimensions: Sequence[str], index: int) -> str | None:
     return str(row[dimensions[index]]) if len(dimensions) > index else None
 
 
-def forest(comparison: Comparison) -> go.Figure:
-    """Ratios with their 95% CIs per series, coloured by verdict, with the ± threshold band."""
-    rows = [r for r in comparison.ordered() if not math.isnan(r.result.ratio)]
+FOREST_ROWS = 40  # rows a forest plot draws at most (a taller figure is scrolled, not read)
+
+
+def forest(comparison: Comparison, limit: int = FOREST_ROWS) -> go.Figure:
+    """Ratios with their 95% CIs per series, coloured by verdict, with the ± threshold band: the ``limit``
+    worst rows (regressions first, then failures, inconclusive, improvements, no change; the table has all)."""
+    rows = [r for r in comparison.ordered() if not math.isnan(r.result.ratio)][:limit]
     labels = [f"{series_label(r.series)} · {r.metric.name}" for r in rows]
     fig = go.Figure()
     for verdict, color in VERDICT_COLORS.items():

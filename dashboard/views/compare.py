@@ -1,5 +1,7 @@
 """Compare: two selections, a forest plot of ratios with CIs, the verdict table and a repro command per row."""
 
+import math
+
 import pandas as pd
 import streamlit as st
 
@@ -58,6 +60,11 @@ for metric in comparison.metrics:
     if text:
         st.markdown(f"**{metric.label}**: {text}")
 st.plotly_chart(charts.forest(comparison), width="stretch")
+drawn = sum(1 for r in comparison.rows if not math.isnan(r.result.ratio))
+if drawn > charts.FOREST_ROWS:
+    st.caption(
+        f"The {charts.FOREST_ROWS} worst of {drawn} rows with a ratio (regressions first); the table has them all."
+    )
 rows = [
     {
         **{k: v for k, v in row_cells(r).items() if k not in ("n", "q")},

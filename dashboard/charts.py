@@ -74,9 +74,7 @@ NAMED_BY_VALUE = ("model", "precision", "accelerator", "keras_backend")
 
 
 def short_names(frame: pd.DataFrame, dimensions: Sequence[str]) -> pd.Series:
-    """Each row's series named by ``dimensions`` only (those that vary: see ``varying``)."""
-    if not dimensions:
-        return pd.Series(["all"] * len(frame), index=frame.index)
+    """Each row's series named by ``dimensions`` only (those that vary: see ``varying``; at least one)."""
     return frame[list(dimensions)].apply(lambda row: ", ".join(dimension_text(d, row[d]) for d in dimensions), axis=1)
 
 
@@ -129,13 +127,16 @@ def history(
     columns = min(3, len(panels))
     rows = -(-len(panels) // columns)
     fig = make_subplots(rows=rows, cols=columns, subplot_titles=[f"{facet}={p}" for p in panels] if facet else None)
+    # Every line named by what tells it apart (the dimensions that vary, the facet's aside), coloured by
+    # ``color`` (or, when that does not vary here, by the first dimension that does), dashed by the next
+    # varying dimension and marked by the one after: no two lines look alike.
+    varies = [d for d in varying(frame, SERIES_DIMENSIONS) if d != facet]
+    color = color if color in varies or not varies else varies[0]
+    others = [d for d in varies if d != color]
     palette = px.colors.qualitative.Plotly
     colours = {v: palette[i % len(palette)] for i, v in enumerate(sorted(frame[color].astype(str).unique()))}
-    # Every line named by what tells it apart (the dimensions that vary, the facet's aside), coloured by
-    # ``color``, dashed by the next varying dimension and marked by the one after: no two lines look alike.
-    others = [d for d in varying(frame, SERIES_DIMENSIONS) if d not in (color, facet)]
-    names = short_names(frame.drop_duplicates("series_key"), [color, *others] if color in frame else others)
-    names.index = frame.drop_duplicates("series_key")["series_key"]
+    firsts = frame.drop_duplicates("series_key").set_index("series_key", drop=False)
+    names = short_names(firsts, [color, *others]) if varies else firsts["series"]
     dashes = _styles(frame, others[0] if others else None, DASHES)
     symbols = _styles(frame, others[1] if len(others) > 1 else None, SYMBOLS)
     traces, at_rows, at_cols = [], [], []
@@ -194,9 +195,7 @@ def history(
                 )
             )
     fig.update_yaxes(type="log" if log else "linear", title_text=f"{metric.label} ({unit})", row=1, col=1)
-    fig.update_layout(
-        height=max(520, 320 * rows), legend_title_text=", ".join(dict.fromkeys([color, *others])), margin={"t": 40}
-    )
+    fig.update_layout(height=max(520, 320 * rows), legend_title_text=", ".join(varies), margin={"t": 40})
     return fig
 
 
@@ -377,8 +376,8 @@ def version_boxes(spread: pd.DataFrame, metric: Metric, versions: Sequence[str],
     series whole, its trials and suite runs."""
     data = spread.copy()
     data["series"] = series_names(data)
-    names = short_names(data, [d for d in varying(data, SERIES_DIMENSIONS)])
-    data["name"] = names
+    varies = varying(data, SERIES_DIMENSIONS)
+    data["name"] = short_names(data, varies) if varies else data["series"]
     scale = metric.scale
     palette = px.colors.qualitative.Plotly
     fig = go.Figure()

@@ -82,7 +82,7 @@ def test_history_plots_each_series_medians_and_the_url_narrows_it(
     at = render(smoke_store, "history", monkeypatch, precision="mixed_bfloat16", xla="off")
     [figure] = figures(at)
     traces = [t for t in figure["data"] if t.get("name") != "change point"]
-    assert len(traces) == 1 and traces[0]["name"] == "mixed_bfloat16"
+    assert len(traces) == 1 and traces[0]["name"].startswith("bilstm/tiny cpu noxla mixed_bfloat16 b8 fit")
     expected = query(
         smoke_store,
         "SELECT median(examples_per_sec) FROM runs WHERE precision = 'mixed_bfloat16' AND NOT xla_requested "
@@ -216,3 +216,20 @@ def test_versions_draws_a_box_per_series_and_release_from_the_stores_trials(
     releases = sorted({version for _, version, *_ in expected}, key=lambda v: tuple(map(int, v.split("."))))
     assert throughput["layout"]["xaxis"]["categoryarray"] == releases and len(releases) >= 4
     assert all(n >= 3 for *_, n in expected)  # the spread of at least three trials per release
+
+
+def test_history_lines_are_told_apart_without_hovering(reference_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Colour by precision, which does not vary here: the lines take their colour from the model instead, their
+    dash from XLA, and each is named by both."""
+    at = render(reference_store, "history", monkeypatch, model="bert,transformer")
+    [figure] = figures(at)
+    lines = [t for t in figure["data"] if t.get("name") != "change point"]
+    looks = {(t["line"]["color"], t["line"]["dash"]) for t in lines}
+    assert {t["name"] for t in lines} == {
+        "bert, xla off",
+        "bert, xla on",
+        "transformer, xla off",
+        "transformer, xla on",
+    }
+    assert len(lines) == len(looks) == 4
+    assert figure["layout"]["legend"]["title"]["text"] == "model, xla"

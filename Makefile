@@ -63,4 +63,4 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 clean:
-	rm -rf $(VENV) data/results data/synthetic data/upgrade-check data/*.duckdb data/*.duckdb.lock
+	rm -rf $(VENV) data/results data/synthetic data/upgrade-check data/*.duckdb data/*.duckdb.lock data/*.duckdb.d

@@ -31,5 +31,5 @@ if data.has_runs():
     ]
 else:
     pages = [st.Page(HERE / "first_run.py", title="Get started", icon=":material/rocket_launch:", default=True)]
-st.sidebar.caption(f"store: {data.store_path()}")
+st.sidebar.caption(f"store: {data.store_label()}")
 st.navigation(pages).run()

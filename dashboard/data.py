@@ -40,6 +40,15 @@ def store_path() -> Path:
     return database.default_db()
 
 
+def store_label() -> str:
+    """The store's path as the sidebar shows it: relative to the working directory when it is inside it."""
+    path = store_path().absolute()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 @st.cache_resource(show_spinner=False)
 def _reader(db: str) -> tuple[database.StoreReader, threading.Lock]:
     return database.StoreReader(Path(db)), threading.Lock()

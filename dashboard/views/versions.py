@@ -25,7 +25,7 @@ picked_xla = state.many("xla", ["off", "on"], ["off", "on"])
 along = state.one("along", VERSION_AXES, "tf_version")
 extra = state.one("also", extras, "peak_memory_bytes")
 state.notices()
-col1, col2, col3, col4 = st.columns([2, 3, 2, 1])
+col1, col2, col3, col4 = st.columns([2, 3, 2, 2])
 picked_models = col1.multiselect("Model", models, picked_models)
 picked_accelerators = col2.multiselect("Accelerator", accelerators, picked_accelerators)
 picked_precisions = col3.multiselect("Precision", precisions, picked_precisions)
@@ -56,7 +56,7 @@ for slot, name in zip((left, right, left, right), (*PANELS, extra)):
     metric = METRICS[name]
     with slot:
         if spreads[name].empty:
-            st.subheader(metric.label)
+            st.markdown(f"**{metric.label}**")
             hint = (
                 " The largest batch is searched by `stepwatch run --find-max-batch`, on GPU and TPU hosts."
                 if name == "max_per_device_batch"

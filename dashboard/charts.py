@@ -123,10 +123,8 @@ def history(
     frame["series"] = series_names(frame)
     scale = 1.0 if normalised_to else metric.scale
     unit = "x baseline" if normalised_to else metric.unit.replace("{unit}", "units")
-    panels = sorted(frame[facet].astype(str).unique()) if facet else [""]
-    columns = min(3, len(panels))
+    fig, panels, columns = _panels(frame, facet, wrap=3)
     rows = -(-len(panels) // columns)
-    fig = make_subplots(rows=rows, cols=columns, subplot_titles=[f"{facet}={p}" for p in panels] if facet else None)
     # Every line named by what tells it apart (the dimensions that vary, the facet's aside), coloured by
     # ``color`` (or, when that does not vary here, by the first dimension that does), dashed by the next
     # varying dimension and marked by the one after: no two lines look alike.
@@ -250,13 +248,16 @@ def forest(comparison: Comparison, limit: int = FOREST_ROWS) -> go.Figure:
     return fig
 
 
-def _panels(frame: pd.DataFrame, facet: str | None, wrap: int = 2) -> tuple[go.Figure, list[str], int]:
-    """A figure of one panel per value of ``facet`` (or one panel), its panel names and columns."""
+def _panels(
+    frame: pd.DataFrame, facet: str | None, wrap: int = 2, shared_yaxes: bool = False
+) -> tuple[go.Figure, list[str], int]:
+    """A figure of one panel per value of ``facet`` (or one panel), ``wrap`` a row, titled ``facet=value``;
+    with its panel names and columns."""
     panels = sorted(frame[facet].astype(str).unique()) if facet else [""]
     columns = min(wrap, len(panels))
     rows = -(-len(panels) // columns)
-    titles = [str(p) for p in panels] if facet else None
-    return make_subplots(rows=rows, cols=columns, subplot_titles=titles, shared_yaxes=True), panels, columns
+    titles = [f"{facet}={p}" for p in panels] if facet else None
+    return make_subplots(rows=rows, cols=columns, subplot_titles=titles, shared_yaxes=shared_yaxes), panels, columns
 
 
 def _configs(frame: pd.DataFrame, by: str) -> pd.Series:
@@ -280,7 +281,7 @@ def speedup_bars(
     data["config"] = _configs(data, color)
     data["xla"] = data["xla"].map(XLA_WORDS)
     facet = "accelerator" if data["accelerator"].nunique() > 1 else None
-    fig, panels, columns = _panels(data, facet)
+    fig, panels, columns = _panels(data, facet, shared_yaxes=True)
     palette = px.colors.qualitative.Plotly
     colours = {v: palette[i % len(palette)] for i, v in enumerate(sorted(data[color].astype(str).unique()))}
     shown: set[str] = set()

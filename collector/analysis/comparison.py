@@ -20,6 +20,9 @@ from collector.store.selection import Selection
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_FAILED = 0, 1, 2, 3, 4
 FAILED = "failed"  # every trial of a side failed: nothing to compare, and not a pass
+# Verdicts worst first, the order every list of them is read in: what got worse, what failed, what cannot be
+# told, then the rest.
+VERDICT_ORDER = (REGRESSION, FAILED, INCONCLUSIVE, IMPROVEMENT, NO_CHANGE, MISSING)
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ class Comparison:
 
     def ordered(self) -> list[Row]:
         """Rows worst first: regressions, failures, inconclusive, improvements, no change, missing."""
-        order = {v: i for i, v in enumerate((REGRESSION, FAILED, INCONCLUSIVE, IMPROVEMENT, NO_CHANGE, MISSING))}
+        order = {v: i for i, v in enumerate(VERDICT_ORDER)}
         return sorted(self.rows, key=lambda r: order[r.verdict])
 
     def exit_code(self, fail_on_inconclusive: bool = False) -> int:

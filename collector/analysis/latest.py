@@ -17,7 +17,7 @@ import pandas as pd
 
 from collector.analysis import alerts, stats
 from collector.analysis.changepoints import trial_side
-from collector.analysis.comparison import FAILED
+from collector.analysis.comparison import FAILED, VERDICT_ORDER
 from collector.analysis.thresholds import Override, threshold_for
 from collector.metrics import DEFAULT_METRIC, Metric, get_metric
 from collector.store import queries
@@ -26,10 +26,6 @@ from collector.store.selection import Selection
 BASELINE_NIGHTS = 7  # a baseline pools the trials of up to this many nights before the latest
 SPARK_NIGHTS = 30  # nights a sparkline shows
 AGAINST = ("previous", "baseline")
-# The order a glance reads in: what got worse first, what cannot be told last.
-VERDICT_ORDER = (
-    stats.REGRESSION, FAILED, stats.INCONCLUSIVE, stats.IMPROVEMENT, stats.NO_CHANGE, stats.MISSING,
-)  # fmt: skip
 EMPTY = stats.Side(0, math.nan, math.nan)
 COLUMNS = [
     "series_key", "value", "n", "nights", "spark", "baseline_value", "baseline_nights",

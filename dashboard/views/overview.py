@@ -70,7 +70,6 @@ def change(row: dict, against: str) -> str:
 
 records = table.to_dict("records")
 shown = table.assign(
-    status=table["verdict"],
     series=[series_label(r) for r in records],
     latest=[f"{v * metric.scale:.4g}" if v == v else "" for v in table["value"]],
     vs_previous=[change(r, "previous") for r in records],
@@ -86,12 +85,12 @@ st.caption(
     "geometric means with its 95% interval; the colour is the verdict against the metric's threshold "
     f"({metric.threshold:.0%}), after Benjamini-Hochberg across the series."
 )
-columns = ["status", "series", "spark", "latest", "vs_previous", "vs_baseline", "passing", "noise", "alerts",
-           "failures", "tf_version", "keras_version", "label", "started_at", "verdict", "series_key"]  # fmt: skip
+columns = ["verdict", "series", "spark", "latest", "vs_previous", "vs_baseline", "passing", "noise", "alerts",
+           "failures", "tf_version", "keras_version", "label", "started_at", "series_key"]  # fmt: skip
 st.dataframe(
     charts.verdict_styles(
         shown[columns],
-        {"status": "verdict", "vs_previous": "previous_verdict", "vs_baseline": "baseline_verdict"},
+        {"verdict": "verdict", "vs_previous": "previous_verdict", "vs_baseline": "baseline_verdict"},
         shown,
     ),
     hide_index=True,
@@ -104,7 +103,7 @@ st.dataframe(
         "series": st.column_config.TextColumn("series", width="large"),
         "spark": st.column_config.LineChartColumn(f"last {latest.SPARK_NIGHTS} nights", width="small"),
         "noise": st.column_config.TextColumn("throughput noise"),
-        "verdict": None,
+        "verdict": st.column_config.TextColumn("status", help="the worse of the two verdicts"),
     },
 )  # fmt: skip
 bimodal = shown[shown["bimodal"]]

@@ -126,6 +126,4 @@ def plain(value: Any) -> Any:
 
 
 def _side(record: dict[str, Any], side: str) -> stats.Side:
-    n = int(record[f"n_{side}"])
-    mean, var = plain(record[f"mean_log_{side}"]), plain(record[f"var_log_{side}"])
-    return stats.Side(n, math.nan if mean is None else mean, math.nan if var is None else var)
+    return stats.Side.of_summary(record[f"n_{side}"], record[f"mean_log_{side}"], record[f"var_log_{side}"])

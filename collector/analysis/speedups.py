@@ -5,19 +5,10 @@ is not shown to be a speedup (or a slowdown) at all."""
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from collector.analysis import stats
 from collector.store.queries import SPEEDUPS
-
-
-def _side(n: object, mean: object, var: object) -> stats.Side:
-    def number(x: object) -> float:
-        return math.nan if x is None or pd.isna(x) else float(x)
-
-    return stats.Side(0 if n is None or pd.isna(n) else int(n), number(mean), number(var))
 
 
 def with_intervals(points: pd.DataFrame) -> pd.DataFrame:
@@ -27,7 +18,7 @@ def with_intervals(points: pd.DataFrame) -> pd.DataFrame:
     out = points.copy()
     for kind in SPEEDUPS:
         ratios = [
-            stats.welch_ratio(_side(rn, rm, rv), _side(n, m, v))
+            stats.welch_ratio(stats.Side.of_summary(rn, rm, rv), stats.Side.of_summary(n, m, v))
             for n, m, v, rn, rm, rv in zip(
                 points["n"], points["mean_log"], points["var_log"],
                 points[f"{kind}_n"], points[f"{kind}_mean_log"], points[f"{kind}_var_log"],

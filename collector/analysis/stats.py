@@ -47,6 +47,16 @@ class Side:
         return cls.of_logs(np.log(np.asarray(values, dtype=float)))
 
     @classmethod
+    def of_summary(cls, n: object, mean_log: object, var_log: object) -> Side:
+        """From a query's count, mean and variance of log values, any of them missing (None or NaN) where the
+        side has no trials or one."""
+
+        def number(x: object) -> float:
+            return math.nan if x is None or x != x else float(x)
+
+        return cls(0 if n is None or n != n else int(n), number(mean_log), number(var_log))
+
+    @classmethod
     def of_logs(cls, logs: np.ndarray) -> Side:
         var = float(logs.var(ddof=1)) if len(logs) > 1 else math.nan
         return cls(len(logs), float(logs.mean()) if len(logs) else math.nan, var)

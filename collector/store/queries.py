@@ -219,20 +219,26 @@ def series_catalog(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return _frame(con, f"SELECT * FROM series ORDER BY {SERIES_ORDER}", [])
 
 
-def history_points(con: duckdb.DuckDBPyConnection, selection: Selection, metric: str) -> pd.DataFrame:
+def history_points(
+    con: duckdb.DuckDBPyConnection, selection: Selection, metric: str, trials: bool = True
+) -> pd.DataFrame:
     """One point per series and suite run: the median of its ok trials' metric (failed trials left out), the
-    values of those trials, the trial counts, the versions it ran and the series' dimensions, oldest first."""
+    values of those trials (``trial_values``, unless ``trials`` is false: a chart needs only the medians), the
+    trial counts, the versions it ran and the series' dimensions, oldest first."""
     if metric not in METRICS:
         raise SelectionError(f"{metric!r} is not a metric stepwatch tracks (known: {', '.join(METRICS)})")
     where, params = selection.where("r")
     versions = ", ".join(f'any_value(r."{f}") AS "{f}"' for f in VERSION_COLUMNS)
     dims = ", ".join(f's."{d}"' for d in SERIES_DIMENSIONS)
+    values = (
+        f"""list(r."{metric}") FILTER (WHERE r.status = 'ok' AND r."{metric}" > 0) AS trial_values,""" if trials else ""
+    )
     return _frame(
         con,
         f"""
         SELECT r.series_key, r.suite_run_id, min(r.started_at) AS night,
                median(r."{metric}") FILTER (WHERE r.status = 'ok') AS value,
-               list(r."{metric}") FILTER (WHERE r.status = 'ok' AND r."{metric}" > 0) AS trial_values,
+               {values}
                count(*) FILTER (WHERE r.status = 'ok') AS ok, count(*) AS trials,
                any_value(r.label) AS label, {versions}, {dims}
         FROM runs r JOIN series s USING (series_key) WHERE {where}

@@ -47,7 +47,7 @@ selection = Selection.of(
     xla=[v == "on" for v in picked_xla],
 )  # fmt: skip
 metric = METRICS[metric_name]
-points = data.load("history", selection, metric_name)
+points = data.load("history", selection, metric_name, False)  # medians only: no trial values
 versions = sorted(points["tf_version"].dropna().unique(), key=version_key) if len(points) else []
 baseline = state.one("baseline", ["(none)", *versions], "(none)")  # known only once the points are loaded
 state.notices()

@@ -5,17 +5,24 @@ visit. ``streamlit run dashboard/app.py`` serves the same app, its first visit s
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
 from streamlit.web import cli
 
-import collector.analysis.latest  # noqa: F401
-import collector.analysis.report  # noqa: F401
-import collector.analysis.speedups  # noqa: F401
-import dashboard.charts  # noqa: F401
-import dashboard.data  # noqa: F401
-import dashboard.state  # noqa: F401
+# Streamlit checks a cached function's settings where it is declared and, before its runtime exists, says
+# it falls back to an in-memory cache. The caches themselves are made on first use, inside the runtime.
+_CACHE_LOG = logging.getLogger("streamlit.runtime.caching.cache_data_api")
+_CACHE_LOG.setLevel(logging.ERROR)
+import collector.analysis.latest  # noqa: E402, F401
+import collector.analysis.report  # noqa: E402, F401
+import collector.analysis.speedups  # noqa: E402, F401
+import dashboard.charts  # noqa: E402, F401
+import dashboard.data  # noqa: E402, F401
+import dashboard.state  # noqa: E402, F401
+
+_CACHE_LOG.setLevel(logging.NOTSET)
 
 APP = Path(__file__).resolve().parent / "app.py"
 

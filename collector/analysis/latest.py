@@ -1,7 +1,7 @@
 """What each series' latest suite run changed: its trials against the suite run before it, and against its
 baseline (the trials of its previous nights, at most ``BASELINE_NIGHTS``, none from before the change an
 acknowledged or fixed alert accepted), each through the same statistics and verdicts as a comparison
-(``stats.compare``: ratio of geometric means, 95% Welch interval, Benjamini-Hochberg across the series).
+(``stats.judge``: ratio of geometric means, 95% Welch interval, Benjamini-Hochberg across the series).
 ``changes`` is tables in, a table out; ``overview`` reads what it needs through ``queries`` (the Overview shows it)."""
 
 from __future__ import annotations
@@ -111,8 +111,8 @@ def overview(
     # metric's trials would show its own steps as clusters.
     values = queries.trial_values(con, keys, DEFAULT_METRIC, stats.NOISE_TRIALS)
     noise = {key: stats.noise_of(v) for key, v in values.items()}
-    table["noise"] = [stats.noise_text(noise.get(key)) for key in keys]
-    table["bimodal"] = [bool(noise[key].bimodal) if key in noise else False for key in keys]
+    table["noise"] = [stats.noise_text(noise.get(key)) for key in table["series_key"]]
+    table["bimodal"] = [key in noise and bool(noise[key].bimodal) for key in table["series_key"]]
     order = table["verdict"].map({v: i for i, v in enumerate(VERDICT_ORDER)})
     return (
         table.assign(_order=order, _alerts=-table["alerts"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -75,15 +74,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
-    python = sys.executable
-    if requirements:
-        envs = upgrade.ensure_all({"with": requirements}, args.reuse_site_packages, tuple(args.pip_arg), console.print)
-        python = envs["with"].python
     options = runner.RunOptions(
         label=args.label,
         price_per_hour=args.price_per_hour,
         prices=catalog.load_prices(args.prices),
-        python=python,
         workers=args.workers,
     )
     remote = objectstore.is_remote(args.out)
@@ -92,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UsageError(f"cannot create the results folder {out}: {error.strerror or error}") from None
+    if requirements:  # after the cheap checks: building an environment takes minutes
+        envs = upgrade.ensure_all({"with": requirements}, args.reuse_site_packages, tuple(args.pip_arg), console.print)
+        options.python = envs["with"].python
     plan = runner.interleave(configs, trials)
     opened = runner.open_results(out, suite.name, plan, args.resume)
     results = opened.results

@@ -23,6 +23,12 @@ SPEEDUP_KEYS = tuple(d for d in SERIES_DIMENSIONS if d not in ("xla", "precision
 BACKEND_KEYS = tuple(d for d in SERIES_DIMENSIONS if d != "keras_backend")
 
 
+def _known(metric: str, does: str = "tracks") -> None:
+    """Refuse a metric name that is not one of stepwatch's (the name is formatted into the SQL as a column)."""
+    if metric not in METRICS:
+        raise SelectionError(f"{metric!r} is not a metric stepwatch {does} (known: {', '.join(METRICS)})")
+
+
 def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> pd.DataFrame:
     """Run a bound query into pandas through Arrow (faster than DuckDB's own DataFrame conversion)."""
     return con.sql(sql, params=params).to_arrow_table().to_pandas()
@@ -107,8 +113,7 @@ def compare_sides(
     series' config fields. Failed trials never enter the statistics. Where the sides differ in a series
     dimension (see ``contrast``), a row pairs the series that match on the others, and shows the candidate's
     series (its key and fields)."""
-    if metric not in METRICS:
-        raise SelectionError(f"{metric!r} is not a metric stepwatch compares (known: {', '.join(METRICS)})")
+    _known(metric, "compares")
     where_a, params_a = baseline.where()
     where_b, params_b = candidate.where()
     differ = contrast(baseline, candidate)
@@ -152,8 +157,7 @@ def trial_values(
 ) -> dict[str, list[float]]:
     """The metric of each series' last ``last`` ok trials (positive values only), from all of its history: what
     its noise is judged on."""
-    if metric not in METRICS:
-        raise SelectionError(f"{metric!r} is not a metric stepwatch tracks (known: {', '.join(METRICS)})")
+    _known(metric)
     if not series_keys:
         return {}
     rows = con.sql(
@@ -182,18 +186,16 @@ def side_versions(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[
     return {"runs": [str(row[0])], **{f: list(v or []) for f, v in zip(VERSION_COLUMNS, row[1:])}}
 
 
-X_AXES = ("night", *VERSION_COLUMNS[:5], "cuda_build_version", "driver_version", "container_image")
-
-
-VERSION_AXES = X_AXES[1:]  # what a version comparison goes along
+# What a version comparison goes along, and what History's x axis offers.
+VERSION_AXES = (*VERSION_COLUMNS[:5], "cuda_build_version", "driver_version", "container_image")
+X_AXES = ("night", *VERSION_AXES)
 
 
 def version_spread(con: duckdb.DuckDBPyConnection, selection: Selection, metric: str, along: str) -> pd.DataFrame:
     """Per series and value of the version field ``along``: the spread of its ok trials' metric (count, min,
     quartiles, max), its suite runs and the series' dimensions, one row each, so that a chart draws a box per
     version from a few numbers rather than every trial."""
-    if metric not in METRICS:
-        raise SelectionError(f"{metric!r} is not a metric stepwatch tracks (known: {', '.join(METRICS)})")
+    _known(metric)
     if along not in VERSION_AXES:
         raise SelectionError(f"{along!r} is not a version field (known: {', '.join(VERSION_AXES)})")
     where, params = selection.where("r")
@@ -225,8 +227,7 @@ def history_points(
     """One point per series and suite run: the median of its ok trials' metric (failed trials left out), the
     values of those trials (``trial_values``, unless ``trials`` is false: a chart needs only the medians), the
     trial counts, the versions it ran and the series' dimensions, oldest first."""
-    if metric not in METRICS:
-        raise SelectionError(f"{metric!r} is not a metric stepwatch tracks (known: {', '.join(METRICS)})")
+    _known(metric)
     where, params = selection.where("r")
     versions = ", ".join(f'any_value(r."{f}") AS "{f}"' for f in VERSION_COLUMNS)
     dims = ", ".join(f's."{d}"' for d in SERIES_DIMENSIONS)
@@ -252,12 +253,10 @@ def recent_points(con: duckdb.DuckDBPyConnection, series_keys: Sequence[str], me
     """Per series, its last ``nights`` suite runs, newest first (``back`` 1 is the latest): the night, trials and
     ok trials, the median of the ok trials' metric and their values. Failed trials and values that are not
     positive are left out."""
-    if metric not in METRICS:
-        raise SelectionError(f"{metric!r} is not a metric stepwatch tracks (known: {', '.join(METRICS)})")
+    _known(metric)
     if not series_keys:
         return pd.DataFrame(columns=["series_key", "suite_run_id", "night", "trials", "n", "value", "values", "back"])
-    # The runs of the last suite runs only: each series' newest ``nights`` suite runs are found on the small
-    # per-suite-run table, then only their trials are read.
+    # Every trial of the picked series is grouped into its suite run; the window then keeps the newest ones.
     return _frame(
         con,
         f"""
@@ -301,7 +300,7 @@ def speedups(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFra
         con,
         f"""
         WITH points AS (
-            SELECT {named(SERIES_DIMENSIONS)}, median(examples_per_sec) AS examples_per_sec, count(*) AS trials,
+            SELECT {named(SERIES_DIMENSIONS)}, median(examples_per_sec) AS examples_per_sec,
                    count(*) AS n, avg(ln(examples_per_sec)) AS mean_log, var_samp(ln(examples_per_sec)) AS var_log
             FROM runs WHERE status = 'ok' AND examples_per_sec > 0 AND {where}
             GROUP BY ALL

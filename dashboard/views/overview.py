@@ -58,13 +58,17 @@ d.metric("Series with failures", int((table["ok"] < table["trials"]).sum()))
 e.metric("Open alerts", len(open_alerts), help=f"{len(confirmed)} confirmed")
 
 
+# A series' first run has nothing to be compared with: said so, rather than as the verdict's "missing".
+WORDS = {stats.MISSING: "nothing earlier"}
+
+
 def change(row: dict, against: str) -> str:
     """'-10.0% [-14.1%, -5.8%]' (its cell is coloured by the verdict), or the verdict where there is no ratio."""
     verdict = row[f"{against}_verdict"]
     if not isinstance(verdict, str):
         return ""
     if verdict in (stats.MISSING, FAILED):
-        return verdict
+        return WORDS.get(verdict, verdict)
     return f"{percent(row[f'{against}_ratio'])} {interval(row[f'{against}_ci_low'], row[f'{against}_ci_high'])}"
 
 
@@ -76,6 +80,7 @@ shown = table.assign(
     vs_baseline=[change(r, "baseline") for r in records],
     passing=table["ok"].astype(str) + "/" + table["trials"].astype(str),
 )
+shown["verdict"] = shown["verdict"].replace(WORDS)  # shown only: sorting and colours use the verdicts
 if regressed_only:
     shown = shown[regressed]
 st.subheader(f"Latest suite run per series: {metric.label.lower()}")

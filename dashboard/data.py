@@ -32,6 +32,7 @@ QUERIES = {
     "compare": comparison.build,
     "versions": queries.side_versions,
     "trial_values": queries.trial_values,
+    "bisect_steps": queries.bisect_steps,
 }
 
 

@@ -10,6 +10,7 @@ import os
 import shlex
 import statistics
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from rich.table import Table
 from collector.analysis import stats
 from collector.analysis.comparison import FAILED, Comparison, Row, plain
 from collector.analysis.stats import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
+from collector.bench.bisect import describe
 from collector.config import config_from_row, repro_flags
 from collector.metrics import Metric
 from collector.store.ingest import IngestReport
@@ -427,3 +429,130 @@ def write_file(text: str, out: str | Path) -> None:
             handle.write(text)
     except OSError as error:
         raise ReportError(f"cannot write {out}: {error.strerror or error}") from None
+
+
+# --- Bisect ------------------------------------------------------------------------------------------
+
+
+def _target_cells(rows: Sequence[Row]) -> str:
+    return "; ".join(
+        f"{series_label(r.series)} {r.metric.name}: {r.verdict} {percent(r.result.ratio)} "
+        f"{interval(r.result.ci_low, r.result.ci_high)}"
+        for r in rows
+    )
+
+
+def bisect_headline(state: Any, search: Any) -> str:
+    """What the bisect found, in one line (bold in the markdown)."""
+    ends = state.steps[0]
+    if ends.outcome == "skipped":
+        return f"The ends could not be measured: {ends.reason}"
+    if search is None:
+        if ends.outcome == "inconclusive":
+            return "Cannot tell whether the upgrade regresses: nothing to bisect yet (see the ends' resolution)"
+        return "No regression between the ends: nothing to bisect"
+    if search.stopped:
+        return f"Inconclusive: {search.stopped}"
+    if search.together is not None and search.culprit is None:
+        return f"Culprit among: {describe(search.together)} (the steps between could not be built)"
+    if search.together is not None:
+        others = describe(search.together - set(search.culprit.changes))
+        return f"Culprit: {search.culprit.text()}, but only together with {others} (alone it did not reproduce)"
+    culprit = search.culprit
+    moved = " (they move together)" if len(culprit.changes) > 1 else ""
+    needed = culprit.closure - set(culprit.changes)
+    also = f", with {describe(needed)}, which it needs" if needed else ""
+    return f"Culprit: {culprit.text()}{moved}{also}"
+
+
+def bisect_markdown(state: Any, all_changes: Sequence[Any], search: Any) -> str:
+    """The bisect's report: the culprit and its effect alone, how the changes group, every step with its
+    verdicts, what was cleared and what was not needed."""
+    title = f"stepwatch bisect: {' '.join(state.good)} -> {' '.join(state.bad)}"
+    ends = state.steps[0]
+    lines = [f"## {title}", "", f"**{bisect_headline(state, search)}**", ""]
+    if search is not None and search.culprit is not None and not search.stopped:
+        alone = search.culprit_alone
+        step = next((s for s in state.steps if alone is not None and s.applied == alone.applied), ends)
+        lines += [f"- Its effect alone (step {step.number}): {_target_cells(step.rows)}",
+                  f"- The whole upgrade (step 0): {_target_cells(ends.rows)}", ""]  # fmt: skip
+    minutes = (time.monotonic() - state.started) / 60
+    measured = sum(1 for s in state.steps if s.outcome != "skipped")
+    lines += [
+        f"Suite `{state.suite}`, {len(state.configs)} config(s) x {state.args.trials} trials per side at each step, "
+        f"interleaved on {state.host}; metric(s) {', '.join(state.args.metric)}. {len(state.steps)} step(s), "
+        f"{measured} measured; {state.built} environment(s) built, the others from the cache; "
+        f"{state.resolver_runs} resolver run(s); {minutes:.1f} min.",
+        "",
+    ]
+    if search is not None:
+        lines += [f"### What differs: {len(all_changes)} package(s) in {len(search.groups)} group(s), as pip's "
+                  "resolver allows them to move", "", "| # | group | needs | note |", "|---|---|---|---|"]  # fmt: skip
+        for i, group in enumerate(search.groups, 1):
+            together = " (move together)" if len(group.changes) > 1 else ""
+            needed = describe(group.closure - set(group.changes)) if group.closure - set(group.changes) else ""
+            lines.append(f"| {i} | {group.text()}{together} | {needed} | {group.reason} |")
+        lines.append("")
+    else:
+        lines += [f"Packages that differ: {describe(all_changes)}.", ""]
+    lines += ["### Steps", "", "| step | measured | outcome | targets: verdict, change [95% CI] |", "|---|---|---|---|"]
+    for s in state.steps:
+        measured = s.why if s.number == 0 else f"{s.why}: {describe(s.applied)}"
+        cells = _target_cells(s.rows) if s.rows else ""
+        outcome = s.outcome + (f" ({s.reason})" if s.reason else "")
+        lines.append(f"| {s.number} | {measured} | {outcome} | {cells} |")
+    lines.append("")
+    undecided = [(s, r) for s in state.steps for r in s.rows if r.verdict == INCONCLUSIVE]
+    for s, r in undecided:
+        lines.append(f"- Step {s.number}, {series_label(r.series)} {r.metric.name}: {resolution(r.result)}")
+    cleared = search.cleared - (search.culprit.closure if search.culprit else set()) if search else set()
+    if cleared:
+        lines += ["", f"**Cleared** (measured without the regression): {describe(cleared)}."]
+    if search is not None and search.unneeded:
+        lines += ["", f"**Not needed to reproduce** (the regression reproduced without them; their own effect was "
+                  f"not measured): {describe(search.unneeded)}."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def bisect_json(state: Any, all_changes: Sequence[Any], search: Any, code: int) -> dict[str, Any]:
+    def change(c: Any) -> dict[str, Any]:
+        return {"package": c.name, "good": c.good, "bad": c.bad}
+
+    def row(r: Row) -> dict[str, Any]:
+        return {"series": series_label(r.series), "metric": r.metric.name, "verdict": r.verdict,
+                "ratio": plain(r.result.ratio), "ci_low": plain(r.result.ci_low), "ci_high": plain(r.result.ci_high),
+                "trials_per_side_for_threshold": r.result.trials_needed}  # fmt: skip
+
+    return {
+        "bisect_id": state.id,
+        "good": list(state.good),
+        "bad": list(state.bad),
+        "headline": bisect_headline(state, search),
+        "exit_code": code,
+        "changes": [change(c) for c in all_changes],
+        "groups": [
+            {
+                "changes": [change(c) for c in g.changes],
+                "needs": [change(c) for c in sorted(g.closure)],
+                "note": g.reason,
+            }  # fmt: skip
+            for g in (search.groups if search else [])
+        ],
+        "steps": [
+            {
+                "step": s.number,
+                "why": s.why,
+                "applied": [change(c) for c in sorted(s.applied)],
+                "outcome": s.outcome,
+                "reason": s.reason,
+                "targets": [row(r) for r in s.rows],
+                "suite_run_ids": s.suite_run_ids,
+            }
+            for s in state.steps
+        ],  # fmt: skip
+        "culprit": [change(c) for c in search.culprit.changes] if search and search.culprit else None,
+        "cleared": [change(c) for c in sorted(search.cleared)] if search else [],
+        "unneeded": [change(c) for c in sorted(search.unneeded)] if search else [],
+        "environments_built": state.built,
+        "minutes": (time.monotonic() - state.started) / 60,
+    }

@@ -101,30 +101,21 @@ def _site_packages(venv: Path) -> Path:
     return found[0]
 
 
-def ensure(
-    side: str,
-    requirements: tuple[str, ...],
-    reuse_site_packages: bool = False,
-    pip_args: tuple[str, ...] = (),
-    log: Callable[[str], None] = print,
-) -> Environment:
-    """The side's environment, built on first use (python -m venv, pip install) and cached by content."""
-    if not (SOURCE_ROOT / "pyproject.toml").exists():
-        raise UpgradeError(f"upgrade-check runs from a stepwatch checkout; {SOURCE_ROOT} is not one")
-    base = [] if reuse_site_packages else _base_requirements(requirements)
-    identity = {
+def _identity(requirements: tuple[str, ...], base: list[str], reuse: bool, pip_args: tuple[str, ...]) -> dict:
+    return {
         "python": platform.python_version(),
         "requirements": sorted(requirements),
         "base": sorted(base),
-        "reuse": sysconfig.get_paths()["purelib"] if reuse_site_packages else None,
+        "reuse": sysconfig.get_paths()["purelib"] if reuse else None,
         "pip_args": list(pip_args),
     }
-    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    path = cache_root() / key
-    if (path / READY).exists():
-        log(f"{side}: using the cached environment {path}")
-        return Environment(side, requirements, path, cached=True)
-    log(f"{side}: building an environment for {' '.join(requirements)} in {path} (pip log: {path / 'pip.log'})")
+
+
+def create_venv(path: Path, reuse_site_packages: bool) -> Path:
+    """A fresh virtual environment at ``path`` that imports this checkout's collector and trainers (and, with
+    reuse, this interpreter's packages, after its own); returns its interpreter."""
+    if not (SOURCE_ROOT / "pyproject.toml").exists():
+        raise UpgradeError(f"package environments are built from a stepwatch checkout; {SOURCE_ROOT} is not one")
     shutil.rmtree(path, ignore_errors=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -133,22 +124,43 @@ def ensure(
         detail = getattr(error, "stderr", None) or str(error)
         raise UpgradeError(f"cannot create a virtual environment in {path}: {detail.strip()[-300:]}") from None
     site = _site_packages(path)
-    # The side imports this checkout's collector and trainers; with reuse, this interpreter's packages
-    # come after the side's own (a .pth entry is appended to sys.path), so the pinned versions win.
+    # With reuse, this interpreter's packages come after the side's own (a .pth entry is appended to
+    # sys.path), so the pinned versions win.
     lines = [str(SOURCE_ROOT)] + ([sysconfig.get_paths()["purelib"]] if reuse_site_packages else [])
     (site / "stepwatch-source.pth").write_text("\n".join(lines) + "\n")
+    return path / "bin" / "python"
+
+
+def ensure(
+    side: str,
+    requirements: tuple[str, ...],
+    reuse_site_packages: bool = False,
+    pip_args: tuple[str, ...] = (),
+    log: Callable[[str], None] = print,
+    describe: str | None = None,
+) -> Environment:
+    """The side's environment, built on first use (python -m venv, pip install) and cached by content.
+    ``describe`` names the requirements in the log and errors where listing them all would not read."""
+    base = [] if reuse_site_packages else _base_requirements(requirements)
+    identity = _identity(requirements, base, reuse_site_packages, pip_args)
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    path = cache_root() / key
+    what = describe or " ".join(requirements)
+    if (path / READY).exists():
+        log(f"{side}: using the cached environment {path}")
+        return Environment(side, requirements, path, cached=True)
+    log(f"{side}: building an environment for {what} in {path} (pip log: {path / 'pip.log'})")
+    python = create_venv(path, reuse_site_packages)
     (path / "requirements.txt").write_text("\n".join([*requirements, *base]) + "\n")
-    command = [str(path / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", *pip_args]
+    command = [str(python), "-m", "pip", "install", "--disable-pip-version-check", *pip_args]
     command += ["-r", str(path / "requirements.txt")]
     with open(path / "pip.log", "w") as pip_log:
         done = subprocess.run(command, stdout=pip_log, stderr=subprocess.STDOUT, text=True)
     if done.returncode != 0:
         errors = [line for line in (path / "pip.log").read_text().splitlines() if line.startswith("ERROR")]
         reason = errors[0] if errors else f"pip exited with {done.returncode}"
-        raise UpgradeError(f"cannot install {' '.join(requirements)} for the {side}: {reason} (see {path / 'pip.log'})")
-    freeze = subprocess.run(
-        [str(path / "bin" / "python"), "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=False
-    )
+        raise UpgradeError(f"cannot install {what} for the {side}: {reason} (see {path / 'pip.log'})")
+    freeze = subprocess.run([str(python), "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=False)
     (path / "freeze.txt").write_text(freeze.stdout)
     (path / READY).write_text(json.dumps(identity, indent=2))
     return Environment(side, requirements, path, cached=False)
@@ -157,7 +169,7 @@ def ensure(
 TRACKED = ("tensorflow", "keras", "keras-hub")
 
 
-def _frozen(env: Environment) -> dict[str, str]:
+def frozen(env: Environment) -> dict[str, str]:
     """canonical name -> version from the side's ``pip freeze`` (what its requirements resolved to)."""
     found = {}
     for line in env.freeze().splitlines():
@@ -167,16 +179,22 @@ def _frozen(env: Environment) -> dict[str, str]:
     return found
 
 
+def own_packages(env: Environment) -> set[str]:
+    """Canonical names of the packages in the side's own site-packages (with --reuse-site-packages, the
+    reused ones are not its own)."""
+    return {canonicalize_name(d.metadata["Name"]) for d in metadata.distributions(path=[str(_site_packages(env.path))])}
+
+
 def installed(env: Environment, distributions: tuple[str, ...] = TRACKED) -> dict[str, str]:
     """Version of each of ``distributions`` installed in the side's environment."""
-    frozen = _frozen(env)
-    return {d: frozen[canonicalize_name(d)] for d in distributions if canonicalize_name(d) in frozen}
+    versions = frozen(env)
+    return {d: versions[canonicalize_name(d)] for d in distributions if canonicalize_name(d) in versions}
 
 
 def package_diff(baseline: Environment, candidate: Environment) -> list[tuple[str, str, str]]:
     """(package, baseline version, candidate version) for every package that differs between the sides,
     "-" where a side lacks it: everything the upgrade changes, not only what was pinned."""
-    a, b = _frozen(baseline), _frozen(candidate)
+    a, b = frozen(baseline), frozen(candidate)
     names = sorted(a.keys() | b.keys())
     return [(name, a.get(name, "-"), b.get(name, "-")) for name in names if a.get(name) != b.get(name)]
 

@@ -19,14 +19,14 @@ from collector.bench.results import ResultsError
 from collector.bench.runner import MaxBatchError
 from collector.bench.suite import SuiteError
 from collector.bench.upgrade import UpgradeError
-from collector.cli import alerts, compare, export, ingest, run, upgrade
+from collector.cli import alerts, bisect, compare, export, ingest, run, upgrade
 from collector.cli.arguments import OneLineParser, UsageError
 from collector.metrics import MetricError
 from collector.store.database import NoStoreError, StoreError
 from collector.store.objectstore import StorageError
 from collector.store.selection import SelectionError
 
-COMMANDS = (run, ingest, export, compare, alerts, upgrade)
+COMMANDS = (run, ingest, export, compare, alerts, upgrade, bisect)
 USAGE_ERRORS = (SuiteError, UsageError, CatalogError, SelectionError, MetricError, AlertError, NoStoreError)
 FAILURES = (ResultsError, MaxBatchError, StoreError, StorageError, UpgradeError, ReportError)
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from rich.progress import Progress
 
 from collector.analysis import comparison, report
 from collector.analysis.comparison import EXIT_FAILED, EXIT_OK
+from collector.analysis.thresholds import Override
 from collector.bench import catalog, runner, upgrade
 from collector.bench.suite import load_suite, narrow
 from collector.cli.arguments import (
@@ -23,6 +25,7 @@ from collector.cli.arguments import (
     overrides,
 )
 from collector.cli.ingest import ingest_and_report
+from collector.config import BenchmarkConfig
 from collector.store import database
 from collector.store.selection import Selection
 
@@ -45,6 +48,41 @@ def register(commands: Any) -> None:
     check.set_defaults(handler=run)
 
 
+def measure(
+    configs: list[BenchmarkConfig],
+    trials: int,
+    suite: str,
+    envs: dict[str, upgrade.Environment],
+    results: str | Path,
+    options: runner.RunOptions,
+    db: Path,
+    metric_names: list[str],
+    thresholds: list[Override],
+    label: str = "",
+) -> tuple[upgrade.Check, comparison.Comparison]:
+    """Run the two environments' trials interleaved (with a progress bar), ingest them and compare them: an
+    upgrade check, and each step of a bisect. ``label`` prefixes the progress lines."""
+    with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:
+        task = progress.add_task("starting", total=len(configs) * trials * 2)
+
+        def on_start(side: str, config: Any, trial: int) -> None:
+            progress.update(task, description=f"{label}{side}: {config.label()} trial {trial + 1}/{trials}")
+
+        def on_done(side: str, outcome: runner.Outcome) -> None:
+            progress.console.print(report.trial_line(f"{label}{side}: {outcome.config.label()}", outcome.row,
+                                                     outcome.trial))  # fmt: skip
+            progress.advance(task)
+
+        check = upgrade.run(configs, trials, suite, envs, results, options, on_start, on_done)
+    ingest_and_report([str(check.out_dir)], db, synthetic=False)
+    selections = {side: Selection.of(suite_run_id=check.suite_run_ids[side]) for side in upgrade.SIDES}
+    with database.open_store(db) as reader:
+        result = comparison.build(
+            reader.connection(), selections["baseline"], selections["candidate"], metric_names, thresholds
+        )
+    return check, result
+
+
 def run(args: argparse.Namespace) -> int:
     """Build (or reuse) an environment per side, run the suite interleaved, ingest, compare, report."""
     try:
@@ -62,25 +100,9 @@ def run(args: argparse.Namespace) -> int:
     thresholds = overrides(args)
     envs = upgrade.ensure_all(sides, args.reuse_site_packages, tuple(args.pip_arg), console.print)
     options = runner.RunOptions(price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices))
-    with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:
-        task = progress.add_task("starting", total=len(configs) * args.trials * 2)
-
-        def on_start(side: str, config: Any, trial: int) -> None:
-            progress.update(task, description=f"{side}: {config.label()} trial {trial + 1}/{args.trials}")
-
-        def on_done(side: str, outcome: runner.Outcome) -> None:
-            label = f"{side}: {outcome.config.label()}"
-            progress.console.print(report.trial_line(label, outcome.row, outcome.trial))
-            progress.advance(task)
-
-        check = upgrade.run(configs, args.trials, suite.name, envs, args.results, options, on_start, on_done)
-    db = db_path(args)
-    ingest_and_report([str(check.out_dir)], db, synthetic=False)
-    selections = {side: Selection.of(suite_run_id=check.suite_run_ids[side]) for side in upgrade.SIDES}
-    with database.open_store(db) as reader:
-        result = comparison.build(
-            reader.connection(), selections["baseline"], selections["candidate"], args.metric, thresholds
-        )
+    check, result = measure(
+        configs, args.trials, suite.name, envs, args.results, options, db_path(args), args.metric, thresholds
+    )
     failed = check.failed()
     preface = report.upgrade_preface(
         sides["baseline"], sides["candidate"], len(configs), args.trials, suite.name, check.host(),

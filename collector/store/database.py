@@ -8,8 +8,8 @@ Layout. A store is a base file (``data/stepwatch.duckdb``) and a folder of delta
 (``data/stepwatch.duckdb.d/``), each named ``FIRST-LAST.duckdb`` by the write sequence numbers it holds.
 The log tables (``runs``, ``samples``) are split across them: the base holds the rows up to the
 sequence number it records as ``merged_through``, each delta the rows its writes added. The state tables
-(``store_meta``, ``ingested_files``, ``alerts``, ``series``, ``latest_runs``: small, one row per file,
-alert or series) are whole in every file, and the newest file's are the store's.
+(``store_meta``, ``ingested_files``, ``alerts``, ``bisect_steps``, ``series``, ``latest_runs``: small, one
+row per file, alert, bisect step or series) are whole in every file, and the newest file's are the store's.
 
 Writes. A write (an ingest, an alert update), holding an exclusive lock file (one at a time; a second
 waits), creates a new delta under a temporary name: its new rows, and the state tables carried forward
@@ -99,6 +99,12 @@ DDL = (
     "created_at TIMESTAMPTZ, updated_at TIMESTAMPTZ, series_key VARCHAR, metric VARCHAR, status VARCHAR, "
     "change_at TIMESTAMPTZ, suite_run_id VARCHAR, before_value DOUBLE, after_value DOUBLE, ratio DOUBLE, "
     "ci_low DOUBLE, ci_high DOUBLE, versions_changed VARCHAR, note VARCHAR)",
+    # The path of each ``stepwatch bisect``: one row per measured step and target series (a skipped step has
+    # no series). ``applied`` is the step's changes as JSON [[package, good version, bad version], ...].
+    "CREATE TABLE IF NOT EXISTS bisect_steps (bisect_id VARCHAR, step INTEGER, created_at TIMESTAMPTZ, "
+    "good VARCHAR, bad VARCHAR, why VARCHAR, applied VARCHAR, outcome VARCHAR, reason VARCHAR, "
+    "series_key VARCHAR, metric VARCHAR, verdict VARCHAR, ratio DOUBLE, ci_low DOUBLE, ci_high DOUBLE, "
+    "baseline_suite_run_id VARCHAR, candidate_suite_run_id VARCHAR)",
 )
 
 
@@ -149,7 +155,8 @@ def run_id_index(table: str = "runs") -> str:
 
 
 LOG_TABLES = ("runs", "samples")
-STATE_TABLES = ("store_meta", "ingested_files", "alerts", "series", "latest_runs")
+STATE_TABLES = ("store_meta", "ingested_files", "alerts", "bisect_steps", "series", "latest_runs")
+KEPT_TABLES = ("ingested_files", "alerts", "bisect_steps")  # state a write carries forward as it was
 MAX_DELTAS = 8
 COMPACT_SHARE = 0.1
 WRITE = "w"  # the catalog a write goes into; its ``runs`` and ``samples`` hold only the new rows
@@ -328,9 +335,20 @@ def _log_views(con: duckdb.DuckDBPyConnection, catalogs: list[str], prefix: str 
         con.execute(f"CREATE OR REPLACE {kind} VIEW {prefix}{table} AS {union}")
 
 
+def _has_table(con: duckdb.DuckDBPyConnection, catalog: str, table: str) -> bool:
+    """Whether ``catalog`` holds ``table`` (a file written before the table existed does not)."""
+    found = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = ?", [catalog, table]
+    ).fetchall()
+    return bool(found[0][0])
+
+
 def _state_views(con: duckdb.DuckDBPyConnection, catalog: str) -> None:
     for table in STATE_TABLES:
-        con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {catalog}.{table}")
+        if _has_table(con, catalog, table):
+            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {catalog}.{table}")
+        else:  # an older file: the table as it would be, empty
+            con.execute(next(d for d in DDL if f"TABLE IF NOT EXISTS {table} " in d))
 
 
 def store_identity(db: Path) -> tuple | None:
@@ -556,7 +574,7 @@ def _carry_state(con: duckdb.DuckDBPyConnection, catalog: str) -> None:
     for table in STATE_TABLES:
         if table in ("series", "latest_runs"):
             con.execute(f"CREATE TABLE {table} AS SELECT * FROM {catalog}.{table}")
-        else:
+        elif _has_table(con, catalog, table):
             con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {catalog}.{table}")
 
 
@@ -638,9 +656,10 @@ def compact(db: Path, snap: Snapshot | None) -> None:
                 _append_logs(con, f"d{i}")
             if chain:
                 newest = f"d{len(chain) - 1}"
-                for table in ("ingested_files", "alerts"):
-                    con.execute(f"DELETE FROM {table}")
-                    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {newest}.{table}")
+                for table in KEPT_TABLES:
+                    if _has_table(con, newest, table):
+                        con.execute(f"DELETE FROM {table}")
+                        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {newest}.{table}")
                 con.execute(f"INSERT OR REPLACE INTO store_meta SELECT * FROM {newest}.store_meta")
             con.execute("CREATE TABLE runs_sorted AS SELECT * FROM runs ORDER BY series_key, started_at, trial")
             con.execute("DROP TABLE runs")

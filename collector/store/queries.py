@@ -359,3 +359,14 @@ def run_detail(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[dict[str, A
         con, "SELECT window_index, step_time_s, loss FROM samples WHERE run_id = ? ORDER BY window_index", [run_id]
     )
     return (row[0] if row else None), windows
+
+
+def bisect_steps(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Every recorded bisect step (``stepwatch bisect``), newest bisect first, each bisect's steps in order,
+    with each target series' label fields."""
+    return _frame(
+        con,
+        "SELECT b.*, s.* EXCLUDE (series_key) FROM bisect_steps b LEFT JOIN series s USING (series_key) "
+        "ORDER BY max(b.created_at) OVER (PARTITION BY b.bisect_id) DESC, b.step, b.series_key, b.metric",
+        [],
+    )

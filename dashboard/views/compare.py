@@ -1,14 +1,25 @@
 """Compare: two selections, a forest plot of ratios with CIs, the verdict table and a repro command per row."""
 
+import json
 import math
 
 import pandas as pd
 import streamlit as st
 
 from collector import metrics
-from collector.analysis.report import headline, repro_command, resolution, row_cells, series_label, summary_text
+from collector.analysis.report import (
+    headline,
+    interval,
+    percent,
+    repro_command,
+    resolution,
+    row_cells,
+    series_label,
+    summary_text,
+)
 from collector.analysis.stats import INCONCLUSIVE
 from collector.analysis.thresholds import load_overrides
+from collector.bench.bisect import Change, describe
 from collector.store.queries import version_key
 from collector.store.selection import ALL, Selection, SelectionError
 from dashboard import charts, data, state
@@ -23,6 +34,50 @@ elif len(runs) >= 2:
     default_a, default_b = f"suite_run_id={runs[-2]}", f"suite_run_id={runs[-1]}"
 else:
     default_a = default_b = ""
+
+
+def bisect_steps() -> None:
+    """The store's bisects (``stepwatch bisect``): the path one took, and a button to compare a step's sides."""
+    steps = data.load("bisect_steps")
+    if steps.empty:
+        return
+    ids = list(dict.fromkeys(steps["bisect_id"]))
+    first = steps.groupby("bisect_id").first()
+    names = {
+        i: f"{first.at[i, 'good']} -> {first.at[i, 'bad']} ({first.at[i, 'created_at']:%Y-%m-%d %H:%M})" for i in ids
+    }
+    with st.expander(f"Bisects in this store: {len(ids)}", expanded=True):
+        picked = st.selectbox("Bisect", ids, format_func=names.get)
+        mine = steps[steps["bisect_id"] == picked]
+        rows = [
+            {
+                "step": int(r["step"]),
+                "measured": f"{r['why']}: "
+                + ("the whole upgrade" if r["step"] == 0 else describe(Change(*c) for c in json.loads(r["applied"]))),
+                "outcome": r["outcome"] + (f" ({r['reason']})" if r["reason"] else ""),
+                "series": series_label(r) if r["series_key"] else "",
+                "metric": r["metric"] or "",
+                "verdict": r["verdict"] or "",
+                "change": percent(r["ratio"]),
+                "95% CI": interval(r["ci_low"], r["ci_high"]),
+            }
+            for r in mine.to_dict("records")
+        ]
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+        measured = mine.dropna(subset=["candidate_suite_run_id"]).drop_duplicates("step")
+        if measured.empty:
+            return
+        step = st.selectbox("Compare a step's two sides", list(measured["step"]), format_func=lambda n: f"step {n}")
+        chosen = measured[measured["step"] == step].iloc[0]
+        if st.button("Compare this step"):
+            st.query_params["baseline"] = f"suite_run_id={chosen['baseline_suite_run_id']}"
+            st.query_params["candidate"] = f"suite_run_id={chosen['candidate_suite_run_id']}"
+            if chosen["metric"]:
+                st.query_params["metric"] = chosen["metric"]
+            st.rerun()
+
+
+bisect_steps()
 baseline_text = state.text("baseline", default_a)
 candidate_text = state.text("candidate", default_b)
 metric_names = list(metrics.METRICS)

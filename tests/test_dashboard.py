@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collector.store.database import StoreReader
+from collector.store.database import StoreReader, delta_dir, update
 from tests.conftest import REPO
 
 APP = str(REPO / "dashboard" / "app.py")
@@ -236,3 +238,41 @@ def test_history_lines_are_told_apart_without_hovering(reference_store: Path, mo
     }
     assert len(lines) == len(looks) == 4
     assert figure["layout"]["legend"]["title"]["text"] == "model, xla"
+
+
+def test_compare_shows_a_bisects_steps_and_compares_one(
+    smoke_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store holding a bisect (its steps as ``stepwatch bisect`` records them, on the smoke store's labelled
+    suite runs): the Compare page lists the steps, and a step's button compares its two sides."""
+    db = tmp_path / "store.duckdb"
+    shutil.copyfile(smoke_store, db)
+    if delta_dir(smoke_store).exists():
+        shutil.copytree(delta_dir(smoke_store), delta_dir(db))
+    [(series_key, baseline_id)] = query(  # the baseline's second suite run: one trial of bilstm fp32 without XLA
+        db,
+        "SELECT any_value(series_key), suite_run_id FROM runs WHERE label = 'baseline' GROUP BY suite_run_id "
+        "HAVING count(*) = 1",
+    )
+    [(candidate_id,)] = query(db, "SELECT DISTINCT suite_run_id FROM runs WHERE label = 'candidate'")
+    applied = json.dumps([["keras", "3.14.0", "3.15.1"], ["tensorboard", "2.20.0", None]])
+    common = ["b1", datetime(2026, 11, 23, tzinfo=UTC), "keras==3.14.0", "keras==3.15.1"]
+    with update(db) as con:
+        con.executemany(
+            "INSERT INTO bisect_steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [[*common[:1], 0, *common[1:], "the whole upgrade", applied, "reproduces", "", series_key,
+              "examples_per_sec", "regression", 0.8, 0.75, 0.85, baseline_id, candidate_id],
+             [*common[:1], 1, *common[1:], "the first 1 of 2 groups", applied, "skipped", "cannot install keras",
+              None, None, None, None, None, None, None, None]],
+        )  # fmt: skip
+    at = render(db, "compare", monkeypatch)
+    [steps] = [e for e in at.expander if e.label == "Bisects in this store: 1"]
+    table = steps.dataframe[0].value
+    assert list(table["step"]) == [0, 1] and list(table["outcome"]) == ["reproduces", "skipped (cannot install keras)"]
+    assert table["measured"].iloc[1] == "the first 1 of 2 groups: keras 3.14.0 -> 3.15.1, tensorboard 2.20.0 (removed)"
+    assert table["change"].iloc[0] == "-20.0%" and table["series"].iloc[0].startswith("bilstm/tiny cpu noxla fp32")
+    steps.button[0].click().run()
+    assert at.query_params["baseline"] == f"suite_run_id={baseline_id}"
+    assert at.query_params["candidate"] == f"suite_run_id={candidate_id}"
+    compared = at.dataframe[-1].value
+    assert list(compared["n baseline"]) == [1] and list(compared["n candidate"]) == [2]

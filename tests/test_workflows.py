@@ -25,6 +25,8 @@ SAMPLE_ENV = {
     "BASELINE": "tensorflow==2.20.0",
     "CANDIDATE": "tensorflow==2.21.0 keras==3.15.1",
     "TRIALS": "5",
+    "MODE": "bisect",
+    "METRIC": "examples_per_sec,peak_memory_bytes",
     "sources": "data/results",
     "ALERT_ACTION": "ack",
     "ALERT_ID": "3",
@@ -92,7 +94,7 @@ STEPWATCH = commands(".venv/bin/stepwatch")
 
 def test_the_workflows_call_stepwatch() -> None:
     called = {args[1] for _, args in STEPWATCH}
-    assert called == {"run", "ingest", "detect", "upgrade-check", "rebuild", "alerts"}
+    assert called == {"run", "ingest", "detect", "upgrade-check", "bisect", "rebuild", "alerts"}
 
 
 @pytest.mark.parametrize(("workflow", "args"), STEPWATCH, ids=[f"{w}:{a[1]}" for w, a in STEPWATCH])

@@ -11,6 +11,7 @@ from collector.analysis.report import (
     headline,
     interval,
     percent,
+    records,
     repro_command,
     resolution,
     row_cells,
@@ -61,7 +62,7 @@ def bisect_steps() -> None:
                 "change": percent(r["ratio"]),
                 "95% CI": interval(r["ci_low"], r["ci_high"]),
             }
-            for r in mine.to_dict("records")
+            for r in records(mine)
         ]
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
         measured = mine.dropna(subset=["candidate_suite_run_id"]).drop_duplicates("step")

@@ -198,10 +198,16 @@ class Needs:
 
 
 def needs(
-    change: Change, all_changes: list[Change], good: dict[str, str], resolve: Callable, own: set[str] | None = None
+    change: Change,
+    all_changes: list[Change],
+    good: dict[str, str],
+    resolve: Callable,
+    own: set[str] | None = None,
+    known: dict[Change, Needs] | None = None,
 ) -> Needs:
     """Grow {change} by what the resolver names until the good side plus those changes resolves exactly: no
-    conflict, no removed package pulled back in, no added package brought in at another version."""
+    conflict, no removed package pulled back in, no added package brought in at another version. A change
+    named whose needs are ``known`` brings them along at once (fewer resolver runs)."""
     by_name = {c.name: c for c in all_changes}
     applied = {change}
     for _ in range(len(all_changes) + 1):
@@ -225,7 +231,8 @@ def needs(
             more = {by_name[n] for n in answer.conflict if n in by_name and by_name[n] not in applied}
             if not more:
                 return Needs(change, frozenset(all_changes), answer.reason)
-        applied |= more
+        for other in more:
+            applied |= known[other].closure if known and other in known and not known[other].reason else {other}
     return Needs(change, frozenset(all_changes), "the resolver kept asking for more")
 
 
@@ -239,6 +246,16 @@ class Group:
 
     def text(self) -> str:
         return describe(self.changes)
+
+
+def all_needs(
+    all_changes: list[Change], good: dict[str, str], resolve: Callable, own: set[str] | None = None
+) -> list[Needs]:
+    """Every change's needs, those that install alone first, so that later ones can take them along."""
+    known: dict[Change, Needs] = {}
+    for change in sorted(all_changes, key=lambda c: (c.bad is None, c.name)):  # removals last: they pull most
+        known[change] = needs(change, all_changes, good, resolve, own, known)
+    return [known[c] for c in all_changes]
 
 
 def groups(all_needs: list[Needs]) -> list[Group]:

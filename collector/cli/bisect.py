@@ -200,8 +200,7 @@ def run(args: argparse.Namespace) -> int:
         resolver = bisect.Resolver(args.reuse_site_packages, state.pip_args, console.print)
         console.print(f"asking pip's resolver which of the {len(all_changes)} changes need which")
         good_versions = upgrade.frozen(state.good_env)
-        all_needs = [bisect.needs(c, all_changes, good_versions, resolver.resolve, state.own) for c in all_changes]
-        ordered = bisect.groups(all_needs)
+        ordered = bisect.groups(bisect.all_needs(all_changes, good_versions, resolver.resolve, state.own))
         state.resolver_runs = resolver.runs
         console.print(f"{len(ordered)} group(s), {resolver.runs} resolver run(s)")
         search = bisect.search(ordered, state.measure)

@@ -466,3 +466,27 @@ def test_a_batch_of_more_than_one_row_group_lands_whole(tmp_path: Path) -> None:
     report = ingest([str(results)], db)
     assert (report.rows_read, report.rows_added) == (130_000, 130_000)
     assert count(db) == 130_000 and count(db, "latest_runs") == 130_000
+
+
+def test_a_store_written_before_bisect_steps_reads_it_empty_and_gains_it_on_the_next_write(tmp_path: Path) -> None:
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    write_results(results / "a.parquet", result_rows(3, "run-a"))
+    ingest([str(results)], db)
+    for path in [db, *database.delta_dir(db).glob("*.duckdb")]:  # as an earlier stepwatch wrote them
+        con = duckdb.connect(str(path))
+        con.execute("DROP TABLE bisect_steps")
+        con.close()
+    with StoreReader(db) as reader:
+        assert reader.connection().execute("SELECT count(*) FROM bisect_steps").fetchall() == [(0,)]
+    with database.update(db) as con:
+        con.execute("INSERT INTO bisect_steps (bisect_id, step, outcome) VALUES ('b', 0, 'reproduces')")
+    with StoreReader(db) as reader:
+        con = reader.connection()
+        assert con.execute("SELECT bisect_id, step, outcome FROM bisect_steps").fetchall() == [("b", 0, "reproduces")]
+        assert con.execute("SELECT count(*) FROM runs").fetchall() == [(3,)]
+    write_results(results / "b.parquet", result_rows(30, "run-b"))
+    ingest([str(results)], db)  # compacts: the base takes the newest file's bisect_steps
+    with StoreReader(db) as reader:
+        con = reader.connection()
+        assert con.execute("SELECT bisect_id FROM bisect_steps").fetchall() == [("b",)]
+        assert con.execute("SELECT count(*) FROM runs").fetchall() == [(33,)]

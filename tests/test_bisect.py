@@ -13,9 +13,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import zipfile
 from pathlib import Path
 
+import pytest
+
+from collector.analysis import stats
 from collector.bench import bisect, upgrade
 from collector.bench.bisect import CLEARS, INCONCLUSIVE, REPRODUCES, SKIPPED, Change, Needs, Probe
 from collector.store.database import open_store
@@ -205,3 +209,27 @@ def test_an_upgrade_without_a_regression_is_not_bisected(tmp_path: Path) -> None
     assert done.returncode in (0, 3), done.stderr[-3000:]
     expected = "No regression between the ends" if done.returncode == 0 else "Cannot tell whether the upgrade"
     assert f"**{expected}" in done.stdout and "asking pip's resolver" not in done.stderr
+
+
+def test_an_effect_with_several_sources_is_split_until_each_is_one_group() -> None:
+    """Group 1 adds 5%, group 2 adds 16%, group 4 takes 5% off (as the real TensorFlow upgrade does: h5py,
+    then TensorFlow itself, then the removal of tensorboard): the search names the first, then splits every
+    stretch that still moves the target until each source is one group."""
+    units = [Change(name, "1", "2") for name in "abcd"]
+    ordered = bisect.groups([_needs(c) for c in units])
+    sizes = {units[0]: 0.05, units[1]: 0.16, units[3]: -0.05}
+    target = ("series", "peak_memory_bytes")
+    noise = 0.001**2
+
+    def measure(applied: frozenset[Change], why: str = "") -> Probe:
+        effect = sum(math.log1p(sizes.get(c, 0.0)) for c in applied)
+        sides = {target: (stats.Side(5, 0.0, noise), stats.Side(5, effect, noise), 0.01)}
+        return Probe(applied, REPRODUCES if effect > math.log1p(0.01) else CLEARS, "", sides)
+
+    found = bisect.search(ordered, measure, measure(bisect.prefix(ordered, 4)))
+    assert found.culprit is not None and found.culprit.changes == (units[0],)
+    parts = {(c.first, c.last): c for c in found.contributions()}
+    assert set(parts) == {(1, 1), (2, 2), (3, 3), (4, 4)}
+    assert [parts[k].changed for k in sorted(parts)] == [True, True, False, True]
+    assert parts[(2, 2)].effects[target].ratio == pytest.approx(1.16)
+    assert parts[(4, 4)].effects[target].ratio == pytest.approx(0.95)

@@ -458,11 +458,24 @@ def bisect_headline(state: Any, search: Any) -> str:
     if search.together is not None:
         others = describe(search.together - set(search.culprit.changes))
         return f"Culprit: {search.culprit.text()}, but only together with {others} (alone it did not reproduce)"
+    sources = [c for c in search.contributions() if c.changed]
+    if len(sources) > 1:
+        return "Several changes move it: " + "; ".join(
+            f"{_groups_text(search.groups, c)} {_effects_text(c)}" for c in sources
+        )
     culprit = search.culprit
     moved = " (they move together)" if len(culprit.changes) > 1 else ""
     needed = culprit.closure - set(culprit.changes)
     also = f", with {describe(needed)}, which it needs" if needed else ""
     return f"Culprit: {culprit.text()}{moved}{also}"
+
+
+def _groups_text(groups: Sequence[Any], part: Any) -> str:
+    return " + ".join(g.text() for g in groups[part.first - 1 : part.last])
+
+
+def _effects_text(part: Any) -> str:
+    return ", ".join(f"{percent(r.ratio)} {interval(r.ci_low, r.ci_high)}" for r in part.effects.values())
 
 
 def bisect_markdown(state: Any, all_changes: Sequence[Any], search: Any) -> str:
@@ -505,6 +518,15 @@ def bisect_markdown(state: Any, all_changes: Sequence[Any], search: Any) -> str:
     undecided = [(s, r) for s in state.steps for r in s.rows if r.verdict == INCONCLUSIVE]
     for s, r in undecided:
         lines.append(f"- Step {s.number}, {series_label(r.series)} {r.metric.name}: {resolution(r.result)}")
+    if search is not None and search.measured:
+        lines += ["", "### Where the effect comes from", "",
+                  "What each stretch of groups adds on top of the groups before it (the ratio of two measured steps' "
+                  "ratios, with a 95% interval over both steps' trials):", "",
+                  "| groups | changes | adds | beyond the threshold |", "|---|---|---|---|"]  # fmt: skip
+        for part in search.contributions():
+            where = str(part.first) if part.first == part.last else f"{part.first}-{part.last}"
+            changed = "yes" if part.changed else "no"
+            lines.append(f"| {where} | {_groups_text(search.groups, part)} | {_effects_text(part)} | {changed} |")
     cleared = search.cleared - (search.culprit.closure if search.culprit else set()) if search else set()
     if cleared:
         lines += ["", f"**Cleared** (measured without the regression): {describe(cleared)}."]
@@ -552,6 +574,23 @@ def bisect_json(state: Any, all_changes: Sequence[Any], search: Any, code: int) 
         ],  # fmt: skip
         "culprit": [change(c) for c in search.culprit.changes] if search and search.culprit else None,
         "cleared": [change(c) for c in sorted(search.cleared)] if search else [],
+        "contributions": [
+            {
+                "groups": [part.first, part.last],
+                "changed": part.changed,
+                "effects": [
+                    {
+                        "series_key": key,
+                        "metric": metric,
+                        "ratio": plain(r.ratio),
+                        "ci_low": plain(r.ci_low),
+                        "ci_high": plain(r.ci_high),
+                    }
+                    for (key, metric), r in part.effects.items()
+                ],
+            }
+            for part in (search.contributions() if search else [])
+        ],  # fmt: skip
         "unneeded": [change(c) for c in sorted(search.unneeded)] if search else [],
         "environments_built": state.built,
         "minutes": (time.monotonic() - state.started) / 60,

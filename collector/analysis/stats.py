@@ -86,6 +86,27 @@ def welch_ratio(baseline: Side, candidate: Side, confidence: float = CONFIDENCE)
     return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p)
 
 
+def ratio_between(earlier: tuple[Side, Side] | None, later: tuple[Side, Side], confidence: float = CONFIDENCE) -> Ratio:
+    """How much more ``later``'s (baseline, candidate) ratio is than ``earlier``'s: the ratio of the two ratios,
+    with a Welch-Satterthwaite interval over the four sides (each measured on its own trials). ``earlier``
+    None: nothing applied (a ratio of exactly 1), so this is ``later``'s own ratio."""
+    if earlier is None:
+        return welch_ratio(*later, confidence)
+    sides = (*earlier, *later)
+    if any(s.n < 2 for s in sides):
+        return Ratio(math.nan, math.nan, math.nan, math.nan)
+    diff = (later[1].mean_log - later[0].mean_log) - (earlier[1].mean_log - earlier[0].mean_log)
+    terms = [(s.var_log / s.n, s.n) for s in sides]
+    total = sum(q for q, _ in terms)
+    if total == 0:
+        return Ratio(math.exp(diff), math.exp(diff), math.exp(diff), 1.0 if diff == 0 else 0.0)
+    df = total**2 / sum(q**2 / (n - 1) for q, n in terms if q)
+    se = math.sqrt(total)
+    half = _t_quantile(0.5 + confidence / 2, df) * se
+    p = float(2 * special.stdtr(df, -abs(diff) / se))
+    return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p)
+
+
 def _welch_se_df(baseline: Side, candidate: Side) -> tuple[float, float]:
     qa, qb = baseline.var_log / baseline.n, candidate.var_log / candidate.n
     if qa + qb == 0:

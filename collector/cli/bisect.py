@@ -163,8 +163,14 @@ class Bisection:
             con.executemany(f"INSERT INTO bisect_steps VALUES ({', '.join('?' * len(rows[0]))})", rows)
 
     def measure(self, applied: frozenset[bisect.Change], why: str) -> bisect.Probe:
-        step = self.step(applied, why)
-        return bisect.Probe(applied, step.outcome, step.reason)
+        return probe(self.step(applied, why))
+
+
+def probe(step: Step) -> bisect.Probe:
+    """A step as the search reads it: its outcome and, per target, the two sides' trials and the threshold."""
+    sides = {(r.series["series_key"], r.metric.name): (r.result.baseline, r.result.candidate, r.result.threshold)
+             for r in step.rows}  # fmt: skip
+    return bisect.Probe(step.applied, step.outcome, step.reason, sides)
 
 
 def _numbers(row: Row) -> list[float | None]:
@@ -203,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         ordered = bisect.groups(bisect.all_needs(all_changes, good_versions, resolver.resolve, state.own))
         state.resolver_runs = resolver.runs
         console.print(f"{len(ordered)} group(s), {resolver.runs} resolver run(s)")
-        search = bisect.search(ordered, state.measure)
+        search = bisect.search(ordered, state.measure, probe(ends))
     text = report.bisect_markdown(state, all_changes, search)
     state.folder.mkdir(parents=True, exist_ok=True)
     report.write_file(text, state.folder / "report.md")

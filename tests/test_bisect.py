@@ -233,3 +233,25 @@ def test_an_effect_with_several_sources_is_split_until_each_is_one_group() -> No
     assert [parts[k].changed for k in sorted(parts)] == [True, True, False, True]
     assert parts[(2, 2)].effects[target].ratio == pytest.approx(1.16)
     assert parts[(4, 4)].effects[target].ratio == pytest.approx(0.95)
+
+
+def test_a_removal_takes_along_what_still_requires_it_up_the_chain() -> None:
+    """markdown goes only when tensorboard goes, which goes only when tensorflow moves: a stand-in resolver that
+    answers as pip's dry run does (a package that something installed still requires is installed too)."""
+    tf, board = Change("tensorflow", "2.20", "2.21"), Change("tensorboard", "2.20", None)
+    markdown = Change("markdown", "3.1", None)
+    good = {"tensorflow": "2.20", "tensorboard": "2.20", "markdown": "3.1"}
+    requires = {("tensorflow", "2.20"): ["tensorboard"], ("tensorboard", "2.20"): ["markdown"]}
+
+    def resolve(pinned: tuple[str, ...]) -> bisect.Resolution:
+        installs = dict(p.split("==") for p in pinned)
+        for _ in range(len(good)):
+            for name, version in list(installs.items()):
+                for needed in requires.get((name, version), []):
+                    installs.setdefault(needed, good[needed])
+        listed = {name: requires.get((name, version), []) for name, version in installs.items()}
+        return bisect.Resolution(True, installs, listed)
+
+    found = bisect.needs(markdown, [board, markdown, tf], good, resolve)
+    assert found.closure == {markdown, board, tf} and not found.reason
+    assert bisect.needs(tf, [board, markdown, tf], good, resolve).closure == {tf}

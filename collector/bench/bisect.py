@@ -220,13 +220,14 @@ def needs(
             extra = {n for n in answer.installs if n not in wanted and n not in UNPINNED}
             more = {by_name[n] for n in extra if n in by_name and by_name[n] not in applied}
             # A removed package pulled back in: what requires it must move too.
-            for name in extra:
-                if name in by_name and by_name[name] in applied:
-                    requirers = {r for r, names in answer.requires.items() if name in names}
-                    more |= {by_name[r] for r in requirers if r in by_name and by_name[r] not in applied}
-                    if not more:
-                        held = ", ".join(sorted(requirers)) or "a package of the good side"
-                        return Needs(change, frozenset(all_changes), f"{name} is still required by {held}")
+            pulled = sorted(n for n in extra if n in by_name and by_name[n] in applied)
+            for name in pulled:
+                requirers = {r for r, names in answer.requires.items() if name in names}
+                more |= {by_name[r] for r in requirers if r in by_name and by_name[r] not in applied}
+            if not more and pulled:
+                held = sorted({r for r, names in answer.requires.items() if pulled[0] in names})
+                reason = f"{pulled[0]} is still required by {', '.join(held) or 'a package of the good side'}"
+                return Needs(change, frozenset(all_changes), reason)
             if not more:
                 return Needs(change, frozenset(applied))
         else:

@@ -53,14 +53,15 @@ def bisect_steps() -> None:
         rows = [
             {
                 "step": int(r["step"]),
-                "measured": f"{r['why']}: "
-                + ("the whole upgrade" if r["step"] == 0 else describe(Change(*c) for c in json.loads(r["applied"]))),
                 "outcome": r["outcome"] + (f" ({r['reason']})" if r["reason"] else ""),
-                "series": series_label(r) if r["series_key"] else "",
-                "metric": r["metric"] or "",
-                "verdict": r["verdict"] or "",
                 "change": percent(r["ratio"]),
                 "95% CI": interval(r["ci_low"], r["ci_high"]),
+                "measured": r["why"]
+                if r["step"] == 0
+                else f"{r['why']}: {describe(Change(*c) for c in json.loads(r['applied']))}",
+                "verdict": r["verdict"] or "",
+                "series": series_label(r) if r["series_key"] else "",
+                "metric": r["metric"] or "",
             }
             for r in records(mine)
         ]

@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stepwatch: error: {error}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        print("stepwatch: interrupted; finished trials are saved, rerun with --resume to continue", file=sys.stderr)
+        hint = ", rerun with --resume to continue" if args.command == "run" else ""
+        print(f"stepwatch: interrupted; finished trials are saved{hint}", file=sys.stderr)
         return 130
 
 

@@ -32,14 +32,12 @@ from collector.bench.suite import load_suite, narrow
 from collector.cli.arguments import (
     UsageError,
     add_analysis_arguments,
-    add_environment_arguments,
-    add_matrix_arguments,
     console,
     db_path,
     matrix_values,
     overrides,
 )
-from collector.cli.upgrade import measure
+from collector.cli.upgrade import add_check_arguments, check_trials, measure
 from collector.store import database
 
 RESULTS_DIR = upgrade.RESULTS_DIR / "bisect"
@@ -51,12 +49,7 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--good", required=True, help="pip requirements without the regression: 'tensorflow==2.20.0'")
     parser.add_argument("--bad", required=True, help="pip requirements with it: 'tensorflow==2.21.0'")
-    add_matrix_arguments(parser)
-    parser.add_argument("--trials", type=int, default=5, help="trials per config and side at each step (default 5)")
-    parser.add_argument(
-        "--results", default=str(RESULTS_DIR), help=f"folder for the steps' parquet (default {RESULTS_DIR})"
-    )
-    add_environment_arguments(parser)
+    add_check_arguments(parser, RESULTS_DIR)
     add_analysis_arguments(parser, several_metrics=True, default_db=upgrade.STORE)
     parser.set_defaults(handler=run)
 
@@ -192,8 +185,7 @@ def run(args: argparse.Namespace) -> int:
         bad = upgrade.parse_side(args.bad, "bad")
     except ValueError as error:
         raise UsageError(str(error)) from None
-    if args.trials < 2:
-        raise UsageError("--trials must be at least 2: a side needs two trials for a confidence interval")
+    check_trials(args.trials)
     state = Bisection(args, good, bad)
     state.good_env = state.environment("good", good, None)
     bad_env = state.environment("bad", bad, None)

@@ -30,18 +30,27 @@ from collector.store import database
 from collector.store.selection import Selection
 
 
+def add_check_arguments(parser: argparse.ArgumentParser, results: Path) -> None:
+    """What an interleaved check of two environments takes (upgrade-check, and each step of a bisect): the
+    suite and its narrowing flags, trials per side, the results folder and how the environments are built."""
+    add_matrix_arguments(parser)
+    parser.add_argument("--trials", type=int, default=5, help="trials per config and side (default 5)")
+    parser.add_argument("--results", default=str(results), help=f"folder for the parquet (default {results})")
+    add_environment_arguments(parser)
+
+
+def check_trials(trials: int) -> None:
+    if trials < 2:
+        raise UsageError("--trials must be at least 2: a side needs two trials for a confidence interval")
+
+
 def register(commands: Any) -> None:
     check = commands.add_parser(
         "upgrade-check", help="the suite under two package sets, interleaved on this machine, compared"
     )
     check.add_argument("--baseline", required=True, help="pip requirements, e.g. 'tensorflow==2.20.0'")
     check.add_argument("--candidate", required=True, help="pip requirements, e.g. 'tensorflow==2.21.0 keras==3.15.1'")
-    add_matrix_arguments(check)
-    check.add_argument("--trials", type=int, default=5, help="trials per config and side (default 5)")
-    check.add_argument(
-        "--results", default=str(upgrade.RESULTS_DIR), help=f"folder for the parquet (default {upgrade.RESULTS_DIR})"
-    )
-    add_environment_arguments(check)
+    add_check_arguments(check, upgrade.RESULTS_DIR)
     check.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when any verdict is inconclusive")
     check.add_argument("--dry-run", action="store_true", help="print the interleaved plan and exit")
     add_analysis_arguments(check, several_metrics=True, default_db=upgrade.STORE)
@@ -91,8 +100,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from None
     suite = load_suite(args.suite)
     configs = list(narrow(suite.configs, matrix_values(args)))
-    if args.trials < 2:
-        raise UsageError("--trials must be at least 2: a side needs two trials for a confidence interval")
+    check_trials(args.trials)
     if args.dry_run:
         for side, config, trial in upgrade.plan(configs, args.trials):
             print(f"{side} {config.label()} trial {trial + 1}")

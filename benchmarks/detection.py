@@ -13,6 +13,9 @@ of 3, 5 or 10% (down or up) at least 10 nights from the end. Shapes:
 - ``bimodal hosts``: each night runs on a fast or a slow host 6% apart (30% slow), all of its trials alike,
   plus 2% noise, as pools of cloud runners do.
 
+``--grid bimodal-hosts`` runs the bimodal-hosts shape over a grid instead: mode separations of 3, 5, 7.5 and
+10% by slow-host shares of 10, 20, 30 and 50%, each cell with its false alarms and its recall of 10% steps.
+
 A rule *finds* a step if it flags a night within 2 nights of it; a *false alarm* is a series without a step
 where the rule flags anything. ``stepwatch detect`` runs as ``detect`` does, on every trial of each night;
 ``(medians)`` gives it the nights' medians alone. Otava (``compute_change_points``, the E-divisive means
@@ -21,6 +24,7 @@ and t-test of Hunter) runs on the nights' medians, at its defaults (window 50, p
 
     .venv/bin/pip install --no-deps apache-otava==0.8.0   # its analysis needs only numpy and scipy
     .venv/bin/python benchmarks/detection.py [--series 1000] [--nights 90] [--seed 0] [--shapes ...]
+    .venv/bin/python benchmarks/detection.py --grid bimodal-hosts [--series 300] [--rules "stepwatch detect" otava]
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import multiprocessing
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +67,20 @@ def _bimodal_hosts(rng: np.random.Generator, nights: int) -> np.ndarray:
     host = np.log(np.where(rng.random((nights, 1)) < 0.3, 0.94, 1.0))
     return host + 0.02 * rng.standard_normal((nights, TRIALS))
 
+
+def bimodal_hosts(separation: float, slow_share: float) -> Callable[[np.random.Generator, int], np.ndarray]:
+    """Each night on a fast or a slow host ``separation`` apart (``slow_share`` of nights slow), plus 2% noise."""
+
+    def draw(rng: np.random.Generator, nights: int) -> np.ndarray:
+        host = np.log(np.where(rng.random((nights, 1)) < slow_share, 1 - separation, 1.0))
+        return host + 0.02 * rng.standard_normal((nights, TRIALS))
+
+    return draw
+
+
+GRID_SEPARATIONS = (0.03, 0.05, 0.075, 0.10)
+GRID_SLOW_SHARES = (0.10, 0.20, 0.30, 0.50)
+GRID_STEP = 0.10
 
 SHAPES: dict[str, Callable[[np.random.Generator, int], np.ndarray]] = {
     "2% noise": _lognormal(0.02),
@@ -142,22 +161,60 @@ RULES: dict[str, Callable[[np.ndarray], list[int]]] = {
 }
 
 
-def score(job: tuple[str, str, dict[float, list[tuple[np.ndarray, int | None]]]]) -> str:
+@dataclass(frozen=True)
+class Score:
+    shape: str
+    rule: str
+    recall: dict[float, float]  # step size -> share of its series found
+    false_alarms: float
+    stray: float
+    ms_per_series: float
+
+
+def score(job: tuple[str, str, dict[float, list[tuple[np.ndarray, int | None]]]]) -> Score:
     shape, name, conditions = job
     rule = RULES[name]
-    cells, stray, start = [], 0, time.perf_counter()
-    for step in STEPS:
+    recall, stray, start = {}, 0, time.perf_counter()
+    steps = [s for s in conditions if s]
+    for step in steps:
         found = 0
         for trials, at in conditions[step]:
             flags = rule(trials)
             found += any(abs(f - at) <= TOLERANCE for f in flags)
             stray += any(abs(f - at) > TOLERANCE for f in flags)
-        cells.append(found / len(conditions[step]))
+        recall[step] = found / len(conditions[step])
     alarms = sum(bool(rule(trials)) for trials, _ in conditions[0.0]) / len(conditions[0.0])
     count = sum(len(c) for c in conditions.values())
     elapsed = (time.perf_counter() - start) / count * 1000
-    row = f"{shape:<19}{name:<22}" + "".join(f"{c:>10.1%}" for c in cells)
-    return row + f"{alarms:>14.1%}{stray / sum(len(conditions[s]) for s in STEPS):>8.1%}{elapsed:>11.1f}"
+    return Score(shape, name, recall, alarms, stray / sum(len(conditions[s]) for s in steps), elapsed)
+
+
+def grid(args: argparse.Namespace) -> None:
+    """The bimodal-hosts grid: per separation and slow share, false alarms and recall of 10% steps per rule."""
+    rng = np.random.default_rng(args.seed)
+    jobs = []
+    for separation in GRID_SEPARATIONS:
+        for share in GRID_SLOW_SHARES:
+            name = f"{separation:.1%} apart, {share:.0%} slow"
+            SHAPES[name] = bimodal_hosts(separation, share)
+            conditions = {
+                s: [simulate(rng, name, args.nights, s) for _ in range(args.series)] for s in (0.0, GRID_STEP)
+            }
+            jobs += [(name, rule, conditions) for rule in args.rules]
+    print(f"bimodal hosts: {args.series} series per cell and condition, {args.nights} nights of {TRIALS} trials, "
+          "2% trial noise, 5% outlier nights\n")  # fmt: skip
+    header = f"{'hosts':<22}{'rule':<22}{f'recall {GRID_STEP:.0%}':>11}{'false alarms':>14}{'ms/series':>11}"
+    print(header + "\n" + "-" * len(header))
+    misses = []
+    with multiprocessing.Pool() as pool:
+        for result in pool.imap(score, jobs):
+            recall = result.recall[GRID_STEP]
+            print(f"{result.shape:<22}{result.rule:<22}{recall:>11.1%}{result.false_alarms:>14.1%}"
+                  f"{result.ms_per_series:>11.1f}", flush=True)  # fmt: skip
+            if result.rule == "stepwatch detect" and (result.false_alarms > 0.01 or recall < 0.95):
+                misses.append(result.shape)
+    print(f"\nGoal for stepwatch detect in every cell: false alarms <= 1%, recall of {GRID_STEP:.0%} steps >= 95%. "
+          f"Cells that miss it: {', '.join(misses) or 'none'}.")  # fmt: skip
 
 
 def main() -> None:
@@ -167,7 +224,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES), metavar="SHAPE")
     parser.add_argument("--rules", nargs="+", default=list(RULES), choices=list(RULES), metavar="RULE")
+    parser.add_argument("--grid", choices=["bimodal-hosts"], help="run the grid of bimodal hosts instead")
     args = parser.parse_args()
+    if args.grid:
+        grid(args)
+        return
 
     rng = np.random.default_rng(args.seed)
     jobs = []
@@ -182,8 +243,9 @@ def main() -> None:
     header += f"{'false alarms':>14}{'stray':>8}{'ms/series':>11}"
     print(header + "\n" + "-" * len(header))
     with multiprocessing.Pool() as pool:
-        for i, row in enumerate(pool.imap(score, jobs)):
-            print(row, flush=True)
+        for i, result in enumerate(pool.imap(score, jobs)):
+            row = f"{result.shape:<19}{result.rule:<22}" + "".join(f"{result.recall[s]:>10.1%}" for s in STEPS)
+            print(row + f"{result.false_alarms:>14.1%}{result.stray:>8.1%}{result.ms_per_series:>11.1f}", flush=True)
             if (i + 1) % len(args.rules) == 0 and i + 1 < len(jobs):
                 print()
     print(

@@ -24,8 +24,12 @@ SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, wh
 # 3: Keras backends: ``backend`` (cpu/gpu/tpu) becomes ``device``; adds keras_backend (earlier rows are
 # TensorFlow rows), compiler (what jit_compile ran: xla, inductor or none), matmul_precision and the JAX and
 # torch versions; threads (the host thread setting, a series dimension) and the intra-/inter-op threads read
-# back. Series keys are unchanged (see collector.config.Role).
-SCHEMA_VERSION = 3
+# back. Series keys are unchanged (see collector.config.Role). 4: a CPU trial's peak_memory_bytes is its peak
+# anonymous memory (peak_memory_kind host_anon), no longer ru_maxrss (host_rss), which counts the mapped files of
+# the shared libraries and moves with the page cache; adds peak_rss_bytes (ru_maxrss, on every row) and
+# peak_file_bytes (the file-backed part at the anonymous peak). Earlier CPU rows move their ru_maxrss to
+# peak_rss_bytes, and their peak_memory_bytes becomes empty: the two kinds are never compared as one metric.
+SCHEMA_VERSION = 4
 
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 _TS = pa.timestamp("us", tz="UTC")
@@ -101,6 +105,8 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("loss_finite", _BOOL, "metrics"),
     ("peak_memory_bytes", _I64, "metrics"),
     ("peak_memory_kind", _STR, "metrics"),
+    ("peak_rss_bytes", _I64, "metrics"),
+    ("peak_file_bytes", _I64, "metrics"),
     ("flops_per_example", _F64, "metrics"),
     ("achieved_tflops", _F64, "metrics"),
     ("peak_tflops", _F64, "metrics"),
@@ -225,8 +231,31 @@ def _keras_backends(table: pa.Table) -> pa.Table:
     return table
 
 
+RSS_KIND = "host_rss"  # peak_memory_kind of a CPU row before schema 4 (collector.bench.memory.HOST_RSS)
+
+
+def _anonymous_memory(table: pa.Table) -> pa.Table:
+    """A CPU row's peak memory was ru_maxrss before schema 4: it moves to peak_rss_bytes, where it keeps its
+    meaning, and peak_memory_bytes (now the peak anonymous memory) is left empty for it."""
+    if "peak_memory_bytes" not in table.column_names or "peak_memory_kind" not in table.column_names:
+        return table
+    rss = pc.fill_null(pc.equal(table.column("peak_memory_kind"), RSS_KIND), False)
+    peak = table.column("peak_memory_bytes").cast(_I64)
+    moved = pc.if_else(rss, peak, pa.nulls(table.num_rows, _I64))
+    kept = pc.if_else(rss, pa.nulls(table.num_rows, _I64), peak)
+    table = table.set_column(table.column_names.index("peak_memory_bytes"), "peak_memory_bytes", kept)
+    if "peak_rss_bytes" in table.column_names:
+        moved = pc.coalesce(table.column("peak_rss_bytes").cast(_I64), moved)
+        table = table.drop_columns(["peak_rss_bytes"])
+    return table.append_column("peak_rss_bytes", moved)
+
+
 # MIGRATIONS[v] turns a table of schema version v into version v + 1.
-MIGRATIONS: dict[int, Callable[[pa.Table], pa.Table]] = {1: _add_series_key, 2: _keras_backends}
+MIGRATIONS: dict[int, Callable[[pa.Table], pa.Table]] = {
+    1: _add_series_key,
+    2: _keras_backends,
+    3: _anonymous_memory,
+}
 
 
 def _compatible(actual: pa.DataType, wanted: pa.DataType) -> bool:

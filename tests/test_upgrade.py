@@ -129,3 +129,51 @@ def test_run_with_a_bad_requirement_is_one_line_and_exit_2() -> None:
     done = stepwatch("run", "--with", "tensorflow=2.20.0", "--dry-run")
     assert done.returncode == 2 and "--with: 'tensorflow=2.20.0' is not a pip requirement" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_plan_rotates_three_sides_so_none_always_runs_first() -> None:
+    order = [(side, trial) for side, _, trial in upgrade.plan([BenchmarkConfig(model="bilstm")], 3, ("a", "b", "c"))]
+    assert order == [("a", 0), ("b", 0), ("c", 0), ("b", 1), ("c", 1), ("a", 1), ("c", 2), ("a", 2), ("b", 2)]
+
+
+def test_calibrate_then_an_aa_upgrade_check_stays_quiet_and_says_what_its_intervals_cover(tmp_path: Path) -> None:
+    """The same packages on both sides (pytz, in separately built environments): calibrate writes the runner's
+    between-environment variation; upgrade-check --aa runs a third environment interleaved, reports the A/A and
+    widens its intervals by both. Nothing changed, so no verdict fires on peak memory (exit 0)."""
+    env = {upgrade.CACHE_ENV: str(tmp_path / "envs"), "STEPWATCH_RUNNER_LABEL": "test-runner"}
+    common = ("--reuse-site-packages", "--pip-arg=--no-index", *SMALL, "--trials", "2", "--db",
+              str(tmp_path / "check.duckdb"))  # fmt: skip
+    calibration_file = tmp_path / "calibration.json"
+    done = stepwatch(
+        "calibrate", "--requirements", PYTZ, "--environments", "2", "--metric", "peak_memory_bytes,examples_per_sec",
+        "--out", str(calibration_file), "--results", str(tmp_path / "calibrate"), *common, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    saved = json.loads(calibration_file.read_text())
+    assert saved["runner"] == "test-runner" and saved["environments"] == 2
+    assert set(saved["metrics"]) == {"peak_memory_bytes", "examples_per_sec"}
+    assert saved["metrics"]["peak_memory_bytes"]["comparisons"] == 1
+    [check_dir] = (tmp_path / "calibrate").iterdir()
+    labels = {r["label"] for f in check_dir.glob("*.parquet") for r in pq.read_table(f).to_pylist()}
+    assert labels == {"env-0", "env-1"}
+
+    report = tmp_path / "report.md"
+    done = stepwatch(
+        "upgrade-check", "--baseline", PYTZ, "--candidate", PYTZ, "--aa", "--metric", "peak_memory_bytes",
+        "--calibration", str(calibration_file), "--results", str(tmp_path / "results"), "--format", "markdown",
+        "--out", str(report), *common, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "baseline-aa: building an environment" in done.stderr  # a third, separately built environment
+    text = report.read_text()
+    assert "A/A (the baseline in a second environment of the same packages)" in text
+    assert "calibrate on test-runner (2 environments" in text and "the A/A of this check" in text
+    assert "🔴" not in text and "🟢" not in text
+    [check_dir] = (tmp_path / "results").iterdir()
+    labels = sorted(r["label"] for f in check_dir.glob("*.parquet") for r in pq.read_table(f).to_pylist())
+    assert labels == ["baseline", "baseline", "baseline-aa", "baseline-aa", "candidate", "candidate"]
+
+
+def test_calibrate_needs_two_environments() -> None:
+    done = stepwatch("calibrate", "--requirements", PYTZ, "--environments", "1")
+    assert done.returncode == 2 and "--environments must be at least 2" in done.stderr

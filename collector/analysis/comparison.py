@@ -5,6 +5,7 @@ way; ``collector.analysis.report`` shows it."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,13 +89,16 @@ def build(
     candidate: Selection,
     metric_names: list[str],
     overrides: list[Override],
+    between: Mapping[str, stats.Between] | None = None,
 ) -> Comparison:
-    """Every series on either side, for every metric, with BH across the whole series x metric matrix."""
+    """Every series on either side, for every metric, with BH across the whole series x metric matrix.
+    ``between``: per metric, the between-environment variance its intervals also cover (a calibration's, an
+    A/A's), for sides measured in different environments."""
     metrics = [get_metric(name) for name in metric_names]
     tables: list[tuple[Metric, pd.DataFrame]] = [
         (m, queries.compare_sides(con, baseline, candidate, m.name)) for m in metrics
     ]
-    cells, pairs, thresholds, directions = [], [], [], []
+    cells, pairs, thresholds, directions, offsets = [], [], [], [], []
     for metric, table in tables:
         for record in table.to_dict("records"):
             series = {k: plain(record[k]) for k in ("series_key", *queries.SERIES_COLUMNS)}
@@ -102,7 +106,8 @@ def build(
             pairs.append((_side(record, "baseline"), _side(record, "candidate")))
             thresholds.append(threshold_for(metric, series, overrides))
             directions.append(metric.higher_is_better)
-    results = stats.compare(pairs, thresholds, directions)
+            offsets.append((between or {}).get(metric.name))
+    results = stats.compare(pairs, thresholds, directions, offsets)
     keys = sorted({series["series_key"] for _, series, _, _ in cells})
     values = {m.name: queries.trial_values(con, keys, m.name, stats.NOISE_TRIALS) for m in metrics}
     rows = [

@@ -101,6 +101,60 @@ def resolution(r: stats.Verdict) -> str:
     )
 
 
+def resolution_lead(comparison: Comparison) -> list[str]:
+    """One line per metric that this comparison cannot resolve at its threshold in any series (its minimum
+    detectable effect exceeds the threshold everywhere), to lead the report: the verdicts below can then only
+    be 'inconclusive' or a change far larger than the threshold."""
+    lines = []
+    for metric in comparison.metrics:
+        seen = [r.result for r in comparison.rows if r.metric == metric and not math.isnan(r.result.detectable)]
+        if not seen or any(r.detectable <= r.threshold for r in seen):
+            continue
+        low, high = min(r.detectable for r in seen), max(r.detectable for r in seen)
+        span = f"{low:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{low:.0%}-{high:.0%}"
+        needed = [r.trials_needed for r in seen if r.trials_needed]
+        more = (
+            "more trials in these environments cannot reach it (the environments themselves differ by more)"
+            if needed and max(needed) >= stats.MAX_TRIALS
+            else f"about {max(needed)} trials per side would"
+            if needed
+            else ""
+        )
+        lines.append(
+            f"{metric.label} ({metric.name}): this runner cannot resolve ±{seen[0].threshold:.0%} here; it can "
+            f"see changes of ≥{span}" + (f"; {more}" if more else "") + "."
+        )
+    return lines
+
+
+def aa_lines(aa: Comparison | None) -> tuple[str, ...]:
+    """The A/A of a check (baseline vs a second environment of the same packages), for the report's preface:
+    quiet, or which series it called a change (a verdict there is a false alarm of this runner)."""
+    if aa is None:
+        return ()
+    alarms = [r for r in aa.rows if r.verdict in (REGRESSION, IMPROVEMENT)]
+    head = f"A/A (the baseline in a second environment of the same packages): {headline(aa)}."
+    if not alarms:
+        return (head + " No false alarm.", "")
+    cells = "; ".join(f"{series_label(r.series)} {r.metric.name} {percent(r.result.ratio)} "
+                      f"{interval(r.result.ci_low, r.result.ci_high)}" for r in alarms)  # fmt: skip
+    return (head + f" ⚠️ It called {len(alarms)} change(s) where nothing changed: {cells}.", "")
+
+
+def between_lines(between: dict[str, stats.Between]) -> tuple[str, ...]:
+    """What the intervals cover beyond the trials: per metric, the between-environment variation and where it was
+    measured; or that they cover only process-to-process noise."""
+    if not between:
+        return (
+            "Intervals cover process-to-process noise only: no calibration of this runner and no A/A "
+            "(`stepwatch calibrate`, or `--aa`).",
+            "",
+        )
+    parts = [f"{name} ±{b.cv:.2%} ({b.source}, {b.df:g} df)" for name, b in between.items()]
+    return ("Intervals also cover the variation between environments of the same packages: " + "; ".join(parts)
+            + ".", "")  # fmt: skip
+
+
 def summary_text(comparison: Comparison, metric: Metric) -> str | None:
     """'geometric mean over N series on both sides +x% [lo, hi]', or None when no series is on both."""
     summary = comparison.summaries[metric.name]
@@ -135,7 +189,9 @@ def headline(comparison: Comparison) -> str:
 
 def to_markdown(comparison: Comparison, title: str = "stepwatch comparison", preface: tuple[str, ...] = ()) -> str:
     """A report for a PR comment or a job summary: headline, sides, geomeans, the verdict table, gaps."""
-    lines = [f"## {title}", "", f"**{headline(comparison)}**", "", *preface]
+    lead = resolution_lead(comparison)
+    lines = [f"## {title}", "", *(f"**{line}**" for line in lead), *([""] if lead else [])]
+    lines += [f"**{headline(comparison)}**", "", *preface]
     lines += ["| | baseline | candidate |", "|---|---|---|"]
     lines.append(f"| selection | `{comparison.baseline.describe()}` | `{comparison.candidate.describe()}` |")
     for name in comparison.versions.get("baseline", {}):
@@ -288,6 +344,11 @@ def show_comparison(
         publish(to_markdown(comparison, title, preface), out)
         return
     stdout = _stdout()
+    for line in resolution_lead(comparison):
+        stdout.print(f"[bold yellow]{escape(line)}[/bold yellow]")
+    for line in preface:
+        if line.startswith(("A/A", "Intervals")):
+            stdout.print(escape(line))
     stdout.print(comparison_table(comparison))
     for row in comparison.by_verdict(INCONCLUSIVE):
         stdout.print(f"inconclusive: {escape(series_label(row.series))} {row.metric.name}: {resolution(row.result)}")
@@ -497,6 +558,8 @@ def bisect_markdown(state: Any, all_changes: Sequence[Any], search: Any) -> str:
         f"{measured} measured; {state.built} environment(s) built, the others from the cache; "
         f"{state.resolver_runs} resolver run(s); {minutes:.1f} min.",
         "",
+        *aa_lines(state.aa),
+        *between_lines(state.between),
     ]
     if search is not None:
         lines += [f"### What differs: {len(all_changes)} package(s) in {len(search.groups)} group(s), as pip's "
@@ -521,7 +584,8 @@ def bisect_markdown(state: Any, all_changes: Sequence[Any], search: Any) -> str:
     if search is not None and search.measured:
         lines += ["", "### Where the effect comes from", "",
                   "What each stretch of groups adds on top of the groups before it (the ratio of two measured steps' "
-                  "ratios, with a 95% interval over both steps' trials):", "",
+                  "ratios, with a 95% interval over both steps' trials and, where known, the variation between "
+                  "environments):", "",
                   "| groups | changes | adds | beyond the threshold |", "|---|---|---|---|"]  # fmt: skip
         for part in search.contributions():
             where = str(part.first) if part.first == part.last else f"{part.first}-{part.last}"

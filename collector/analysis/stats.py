@@ -72,13 +72,86 @@ class Ratio:
     p_value: float
 
 
-def welch_ratio(baseline: Side, candidate: Side, confidence: float = CONFIDENCE) -> Ratio:
-    """Ratio of geometric means with a Welch t interval on the difference of mean logs."""
+@dataclass(frozen=True)
+class Between:
+    """How much a series' mean (of log values) moves from one environment to another of the same packages: the
+    variance of an environment's offset, which trials inside one environment cannot show, with its degrees of
+    freedom. Every comparison of two separately built environments carries two such offsets, so its interval
+    adds twice this variance to the trials' own (Welch-Satterthwaite over the parts)."""
+
+    var_log: float
+    df: float
+    source: str = ""
+
+    @property
+    def cv(self) -> float:
+        """The offset's standard deviation (about its relative size: 0.01 = 1%)."""
+        return math.sqrt(self.var_log)
+
+
+def between_groups(groups: Sequence[np.ndarray]) -> Between | None:
+    """The between-environment variance from trials (log values) in k environments of the same packages: the
+    one-way random-effects estimate (mean square between minus mean square within, over the trials per
+    environment), with Satterthwaite's degrees of freedom; None with fewer than two environments of 2+ trials."""
+    groups = [np.asarray(g, dtype=float) for g in groups if len(g) >= 2]
+    k = len(groups)
+    if k < 2:
+        return None
+    sizes = np.array([len(g) for g in groups], dtype=float)
+    n_total = sizes.sum()
+    n0 = (n_total - (sizes**2).sum() / n_total) / (k - 1)  # the trials per environment (unbalanced: Searle's n0)
+    grand = np.concatenate(groups).mean()
+    msb = float((sizes * (np.array([g.mean() for g in groups]) - grand) ** 2).sum() / (k - 1))
+    df_within = float((sizes - 1).sum())
+    msw = float(sum(((g - g.mean()) ** 2).sum() for g in groups) / df_within)
+    var = max(0.0, (msb - msw) / n0)
+    if var == 0:
+        return Between(0.0, float(k - 1))
+    a, b = msb / n0, msw / n0
+    return Between(var, max(1.0, var**2 / (a**2 / (k - 1) + b**2 / df_within)))
+
+
+def between_pair(a: Side, b: Side) -> Between | None:
+    """The between-environment variance from one A/A pair (the same packages in two environments): half of what
+    the difference of their means exceeds its own standard error by, with one degree of freedom."""
+    if a.n < 2 or b.n < 2 or math.isnan(a.var_log) or math.isnan(b.var_log):
+        return None
+    diff2 = (b.mean_log - a.mean_log) ** 2
+    return Between(max(0.0, (diff2 - a.var_log / a.n - b.var_log / b.n) / 2), 1.0)
+
+
+def pool_between(parts: Sequence[Between | None], source: str = "") -> Between | None:
+    """Several estimates of one between-environment variance, weighted by their degrees of freedom."""
+    found = [p for p in parts if p is not None]
+    if not found:
+        return None
+    df = sum(p.df for p in found)
+    return Between(
+        sum(p.var_log * p.df for p in found) / df, df, source or "; ".join(p.source for p in found if p.source)
+    )
+
+
+def _with_between(se: float, df: float, between: Between | None, offsets: int = 2) -> tuple[float, float]:
+    """The standard error and degrees of freedom of a difference of means that also carries ``offsets``
+    environment offsets (two for two environments)."""
+    if between is None or between.var_log <= 0:
+        return se, df
+    extra = offsets * between.var_log
+    total = se**2 + extra
+    within = se**4 / df if se and math.isfinite(df) else 0.0
+    return math.sqrt(total), total**2 / (within + extra**2 / between.df)
+
+
+def welch_ratio(
+    baseline: Side, candidate: Side, confidence: float = CONFIDENCE, between: Between | None = None
+) -> Ratio:
+    """Ratio of geometric means with a Welch t interval on the difference of mean logs (widened by the
+    between-environment variance when given)."""
     if baseline.n < 2 or candidate.n < 2:
         ratio = math.exp(candidate.mean_log - baseline.mean_log) if baseline.n and candidate.n else math.nan
         return Ratio(ratio, math.nan, math.nan, math.nan)
     diff = candidate.mean_log - baseline.mean_log
-    se, df = _welch_se_df(baseline, candidate)
+    se, df = _with_between(*_welch_se_df(baseline, candidate), between)
     if se == 0:  # both sides constant (e.g. memory): the difference is exact
         return Ratio(math.exp(diff), math.exp(diff), math.exp(diff), 1.0 if diff == 0 else 0.0)
     half = _t_quantile(0.5 + confidence / 2, df) * se
@@ -86,22 +159,30 @@ def welch_ratio(baseline: Side, candidate: Side, confidence: float = CONFIDENCE)
     return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p)
 
 
-def ratio_between(earlier: tuple[Side, Side] | None, later: tuple[Side, Side], confidence: float = CONFIDENCE) -> Ratio:
+def ratio_between(
+    earlier: tuple[Side, Side] | None,
+    later: tuple[Side, Side],
+    confidence: float = CONFIDENCE,
+    between: Between | None = None,
+) -> Ratio:
     """How much more ``later``'s (baseline, candidate) ratio is than ``earlier``'s: the ratio of the two ratios,
     with a Welch-Satterthwaite interval over the four sides (each measured on its own trials). ``earlier``
     None: nothing applied (a ratio of exactly 1), so this is ``later``'s own ratio."""
     if earlier is None:
-        return welch_ratio(*later, confidence)
+        return welch_ratio(*later, confidence, between)
     sides = (*earlier, *later)
     if any(s.n < 2 for s in sides):
         return Ratio(math.nan, math.nan, math.nan, math.nan)
     diff = (later[1].mean_log - later[0].mean_log) - (earlier[1].mean_log - earlier[0].mean_log)
     terms = [(s.var_log / s.n, s.n) for s in sides]
     total = sum(q for q, _ in terms)
-    if total == 0:
+    # the shared good side cancels; the two measured environments each carry an offset
+    extra = 2 * between.var_log if between is not None else 0.0
+    if total + extra == 0:
         return Ratio(math.exp(diff), math.exp(diff), math.exp(diff), 1.0 if diff == 0 else 0.0)
-    df = total**2 / sum(q**2 / (n - 1) for q, n in terms if q)
-    se = math.sqrt(total)
+    parts = sum(q**2 / (n - 1) for q, n in terms if q) + (extra**2 / between.df if extra else 0.0)
+    df = (total + extra) ** 2 / parts
+    se = math.sqrt(total + extra)
     half = _t_quantile(0.5 + confidence / 2, df) * se
     p = float(2 * special.stdtr(df, -abs(diff) / se))
     return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p)
@@ -121,30 +202,38 @@ def _z(se: float, df: float, alpha: float, power: float) -> float:
     return (_t_quantile(1 - alpha / 2, df) + _t_quantile(power, df)) * se
 
 
-def detectable_change(baseline: Side, candidate: Side, alpha: float = ALPHA, power: float = POWER) -> float:
+def detectable_change(
+    baseline: Side, candidate: Side, alpha: float = ALPHA, power: float = POWER, between: Between | None = None
+) -> float:
     """The minimum detectable effect: the smallest relative change (0.09 = 9%) that a comparison with these
     trial counts and this observed noise finds with probability ``power`` at ``alpha``; NaN with fewer than two
     trials a side. (Per series: the Benjamini-Hochberg correction across a table makes it somewhat larger.)"""
     if baseline.n < 2 or candidate.n < 2 or math.isnan(baseline.var_log) or math.isnan(candidate.var_log):
         return math.nan
-    se, df = _welch_se_df(baseline, candidate)
+    se, df = _with_between(*_welch_se_df(baseline, candidate), between)
     return math.expm1(_z(se, df, alpha, power)) if se else 0.0
 
 
 def trials_to_detect(
-    baseline: Side, candidate: Side, change: float, alpha: float = ALPHA, power: float = POWER
+    baseline: Side,
+    candidate: Side,
+    change: float,
+    alpha: float = ALPHA,
+    power: float = POWER,
+    between: Between | None = None,
 ) -> int | None:
     """Trials per side (the same on both) for ``change`` to be detectable with the noise observed on the two
-    sides (their mean variance); None when the noise is unknown, ``MAX_TRIALS`` when out of reach."""
+    sides (their mean variance); None when the noise is unknown, ``MAX_TRIALS`` when out of reach (also when
+    the between-environment variation alone exceeds it: more trials in the same two environments cannot help)."""
     variances = [s.var_log for s in (baseline, candidate) if s.n >= 2 and not math.isnan(s.var_log)]
     if not variances:
         return None
     var = sum(variances) / len(variances)
     band = math.log1p(change)
-    if var == 0:
+    if var == 0 and (between is None or between.var_log == 0):
         return 2
     n = 2
-    while n < MAX_TRIALS and _z(math.sqrt(2 * var / n), 2 * n - 2, alpha, power) > band:
+    while n < MAX_TRIALS and _z(*_with_between(math.sqrt(2 * var / n), 2 * n - 2, between), alpha, power) > band:
         n = max(n + 1, int(n * 1.05))  # exact near small n, a few percent too many at most far out
     return min(n, MAX_TRIALS)
 
@@ -194,14 +283,20 @@ class Verdict:
     verdict: str
     detectable: float  # the minimum detectable effect at these n and this noise (see detectable_change)
     trials_needed: int | None  # trials per side for the threshold to be detectable
+    between: Between | None = None  # the between-environment variance the interval also covers
 
 
 def judge(
-    pairs: Sequence[tuple[Side, Side]], thresholds: Sequence[float], higher_is_better: Sequence[bool]
+    pairs: Sequence[tuple[Side, Side]],
+    thresholds: Sequence[float],
+    higher_is_better: Sequence[bool],
+    between: Sequence[Between | None] | None = None,
 ) -> list[tuple[Ratio, float, str]]:
     """Per (baseline, candidate) pair its ratio, its q-value (Benjamini-Hochberg across all the pairs) and its
-    verdict: what ``compare`` gives, without what each comparison could have seen (cheaper, for a glance)."""
-    ratios = [welch_ratio(a, b) for a, b in pairs]
+    verdict: what ``compare`` gives, without what each comparison could have seen (cheaper, for a glance).
+    ``between``: per pair, the between-environment variance its interval also covers."""
+    between = list(between) if between is not None else [None] * len(pairs)
+    ratios = [welch_ratio(a, b, CONFIDENCE, e) for (a, b), e in zip(pairs, between)]
     q_values = benjamini_hochberg([r.p_value for r in ratios])
     return [
         (r, float(q), verdict(r, float(q), threshold, higher))
@@ -210,15 +305,21 @@ def judge(
 
 
 def compare(
-    pairs: Sequence[tuple[Side, Side]], thresholds: Sequence[float], higher_is_better: Sequence[bool]
+    pairs: Sequence[tuple[Side, Side]],
+    thresholds: Sequence[float],
+    higher_is_better: Sequence[bool],
+    between: Sequence[Between | None] | None = None,
 ) -> list[Verdict]:
     """One verdict per (baseline, candidate) pair, with Benjamini-Hochberg across all of them, and what each
-    could have seen (its minimum detectable effect, the trials that would resolve its threshold)."""
+    could have seen (its minimum detectable effect, the trials that would resolve its threshold). ``between``:
+    per pair, the between-environment variance its interval, its detectable effect and its trials also cover."""
+    between = list(between) if between is not None else [None] * len(pairs)
     out = []
-    for (a, b), (r, q, call), threshold, higher in zip(pairs, judge(pairs, thresholds, higher_is_better),
-                                                        thresholds, higher_is_better):  # fmt: skip
-        mde, needed = detectable_change(a, b), trials_to_detect(a, b, threshold)
-        out.append(Verdict(a, b, threshold, higher, r.ratio, r.ci_low, r.ci_high, r.p_value, q, call, mde, needed))
+    judged = judge(pairs, thresholds, higher_is_better, between)
+    for (a, b), (r, q, call), threshold, higher, env in zip(pairs, judged, thresholds, higher_is_better, between):
+        mde = detectable_change(a, b, between=env)
+        needed = trials_to_detect(a, b, threshold, between=env)
+        out.append(Verdict(a, b, threshold, higher, r.ratio, r.ci_low, r.ci_high, r.p_value, q, call, mde, needed, env))
     return out
 
 
@@ -242,12 +343,21 @@ def geomean_summary(verdicts: Sequence[Verdict], confidence: float = CONFIDENCE)
     terms = [(side.var_log / side.n, side.n) for v in both for side in (v.baseline, v.candidate)]
     if any(math.isnan(q) for q, _ in terms):
         return Summary(len(both), math.exp(mean), math.nan, math.nan)
-    total = sum(q for q, _ in terms)
+    total = sum(q for q, _ in terms) / len(both) ** 2
     if total == 0:
         return Summary(len(both), math.exp(mean), math.exp(mean), math.exp(mean))
-    df = total**2 / sum(q**2 / (n - 1) for q, n in terms)  # Welch-Satterthwaite over every side of every series
-    half = _t_quantile(0.5 + confidence / 2, df) * math.sqrt(total) / len(both)
+    # Welch-Satterthwaite over every side of every series
+    df = total**2 / sum(q**2 / (n - 1) / len(both) ** 4 for q, n in terms if q)
+    # The two environments' offsets are shared by every series: they do not average out over series.
+    se, df = _with_between(math.sqrt(total), df, max_between([v.between for v in both]))
+    half = _t_quantile(0.5 + confidence / 2, df) * se
     return Summary(len(both), math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+
+
+def max_between(parts: Sequence[Between | None]) -> Between | None:
+    """The largest of several between-environment variances (None when there are none)."""
+    found = [p for p in parts if p is not None]
+    return max(found, key=lambda p: p.var_log) if found else None
 
 
 # --- Noise: a property of a series ------------------------------------------------------------------------------

@@ -299,12 +299,14 @@ Target = tuple[str, str]  # (series key, metric) the ends found regressed
 class Probe:
     """What one measured environment showed against the good side: one of REPRODUCES, CLEARS, INCONCLUSIVE,
     SKIPPED (it could not be built or its trials failed; ``reason`` says why), and per target the two sides'
-    trials (good, this environment) and the metric's threshold."""
+    trials (good, this environment), the metric's threshold and the between-environment variance its intervals
+    cover (None: process-to-process noise only)."""
 
     applied: frozenset[Change]
     outcome: str
     reason: str = ""
     sides: dict[Target, tuple[stats.Side, stats.Side, float]] = field(default_factory=dict)
+    between: dict[Target, stats.Between] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -323,13 +325,15 @@ class Contribution:
 
 
 def contribution(ordered: list[Group], j: int, k: int, earlier: Probe | None, later: Probe) -> Contribution:
-    """Groups j+1..k's share: later's ratio over earlier's (None: nothing applied)."""
+    """Groups j+1..k's share: later's ratio over earlier's (None: nothing applied). Two measured environments
+    differ by more than their trials show: the interval covers the between-environment variance, so a share
+    of a few percent counts only where it exceeds that too."""
     effects, changes = {}, {}
     for target, (good, mine, threshold) in later.sides.items():
         before = None if earlier is None else earlier.sides.get(target)
         if earlier is not None and before is None:
             continue
-        ratio = stats.ratio_between(before[:2] if before else None, (good, mine))
+        ratio = stats.ratio_between(before[:2] if before else None, (good, mine), between=later.between.get(target))
         effects[target] = ratio
         band = math.log1p(threshold)
         changes[target] = (

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from collector.bench import catalog
+from collector.bench import catalog, memory
 from collector.bench.environment import host_environment
 from collector.bench.results import ResultFile
 from collector.bench.trial import SPAWN_TIME_ENV
@@ -131,12 +131,11 @@ def run_child(
             start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
-        try:
-            code = proc.wait(timeout=config.timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            code, timed_out = proc.returncode, True
+        try:  # the parent samples the child's memory while it waits (collector.bench.memory)
+            sampler, code, timed_out = memory.sample_until_exit(proc.pid, proc.poll, config.timeout_s)
+            if timed_out:
+                _kill_group(proc)
+                code = proc.returncode
         except BaseException:  # Ctrl-C or a kill of the parent: take the child down with us
             _kill_group(proc)
             raise
@@ -150,6 +149,8 @@ def run_child(
         return failure("timeout", "Timeout", f"trial ran past its timeout of {config.timeout_s:g} s and was killed")
     if result_path.exists():
         child = json.loads(result_path.read_text())
+        if child.get("peak_memory_kind") == memory.HOST_ANON:
+            child.update(memory.judged_peak(sampler.fields(), child))
         if child.get("status") != "ok":
             child["log_tail"] = tail
         return child, wall_s, code

@@ -93,6 +93,7 @@ def run_trial(config: BenchmarkConfig, spawn_time: float) -> dict[str, Any]:
         result.update(asdict(stats))
         result.update(host_load(clock, config.warmup_steps))  # kept in extras: how busy the host was
         result["peak_memory_bytes"], result["peak_memory_kind"] = backend.peak_memory(config)
+        result.update(common.host_memory_fields())
         result["frameworks_loaded"] = loaded_frameworks()  # kept in extras: what this process really imported
     return result
 

@@ -37,6 +37,7 @@ CACHE_ENV = "STEPWATCH_ENV_CACHE"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 READY = ".stepwatch-ready"
 SIDES = ("baseline", "candidate")
+AA = "baseline-aa"  # the A/A side: the baseline's requirements in a second, separately built environment
 RESULTS_DIR = Path("data/upgrade-check")  # one folder per check: both sides' parquet and the report
 STORE = Path("data/upgrade-check.duckdb")  # checks are ingested here, never into the nightly history
 
@@ -101,14 +102,17 @@ def _site_packages(venv: Path) -> Path:
     return found[0]
 
 
-def _identity(requirements: tuple[str, ...], base: list[str], reuse: bool, pip_args: tuple[str, ...]) -> dict:
-    return {
+def _identity(
+    requirements: tuple[str, ...], base: list[str], reuse: bool, pip_args: tuple[str, ...], copy: int = 0
+) -> dict:
+    identity = {
         "python": platform.python_version(),
         "requirements": sorted(requirements),
         "base": sorted(base),
         "reuse": sysconfig.get_paths()["purelib"] if reuse else None,
         "pip_args": list(pip_args),
     }
+    return {**identity, "copy": copy} if copy else identity
 
 
 def create_venv(path: Path, reuse_site_packages: bool) -> Path:
@@ -138,11 +142,14 @@ def ensure(
     pip_args: tuple[str, ...] = (),
     log: Callable[[str], None] = print,
     describe: str | None = None,
+    copy: int = 0,
 ) -> Environment:
     """The side's environment, built on first use (python -m venv, pip install) and cached by content.
-    ``describe`` names the requirements in the log and errors where listing them all would not read."""
+    ``describe`` names the requirements in the log and errors where listing them all would not read. ``copy``
+    n > 0: the n-th other environment of the same requirements, built separately (its own files on disk: an
+    A/A side, a calibration's environments)."""
     base = [] if reuse_site_packages else _base_requirements(requirements)
-    identity = _identity(requirements, base, reuse_site_packages, pip_args)
+    identity = _identity(requirements, base, reuse_site_packages, pip_args, copy)
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     path = cache_root() / key
     what = describe or " ".join(requirements)
@@ -199,13 +206,17 @@ def package_diff(baseline: Environment, candidate: Environment) -> list[tuple[st
     return [(name, a.get(name, "-"), b.get(name, "-")) for name in names if a.get(name) != b.get(name)]
 
 
-def plan(configs: list[BenchmarkConfig], trials: int) -> list[tuple[str, BenchmarkConfig, int]]:
-    """(side, config, trial) in running order: per round and config both sides, the first side alternating."""
+def plan(
+    configs: list[BenchmarkConfig], trials: int, sides: tuple[str, ...] = SIDES
+) -> list[tuple[str, BenchmarkConfig, int]]:
+    """(side, config, trial) in running order: per round and config every side, the order rotating each round
+    (two sides alternate, ABBA...; three rotate, ABC BCA CAB) so a steady drift of the machine favours none."""
     order = []
     for trial in range(trials):
-        first, second = SIDES if trial % 2 == 0 else SIDES[::-1]
+        shift = trial % len(sides)
+        rotated = sides[shift:] + sides[:shift]
         for config in configs:
-            order += [(first, config, trial), (second, config, trial)]
+            order += [(side, config, trial) for side in rotated]
     return order
 
 
@@ -253,11 +264,12 @@ def run(
     on_done: Callable[[str, runner.Outcome], None] = lambda side, outcome: None,
 ) -> Check:
     """Run the interleaved plan into a new folder under ``results_dir``; one parquet file (and suite run id)
-    per side, each row labelled with its side."""
+    per side of ``envs`` (baseline, candidate and, for an A/A, baseline-aa), each row labelled with its side."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out_dir = Path(results_dir) / f"{stamp}-{uuid.uuid4().hex[:8]}"
     results, side_options, run_ids = {}, {}, {}
-    for side in SIDES:
+    sides = tuple(envs)
+    for side in sides:
         run_ids[side] = str(uuid.uuid4())
         results[side] = ResultFile(out_dir / f"{suite}-{side}-{run_ids[side][:8]}.parquet")
         side_options[side] = runner.RunOptions(
@@ -265,7 +277,7 @@ def run(
         )
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="stepwatch-upgrade-") as tmp:
-        for side, config, trial in plan(configs, trials):
+        for side, config, trial in plan(configs, trials, sides):
             on_start(side, config, trial)
             outcome = runner.run_one(config, trial, results[side], suite, run_ids[side], side_options[side], Path(tmp))
             outcomes.append(outcome)

@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from collector.analysis.alerts import AlertError
+from collector.analysis.calibration import CalibrationError
 from collector.analysis.comparison import EXIT_FAILED, EXIT_USAGE
 from collector.analysis.report import ReportError
 from collector.bench.catalog import CatalogError
@@ -19,15 +20,17 @@ from collector.bench.results import ResultsError
 from collector.bench.runner import MaxBatchError
 from collector.bench.suite import SuiteError
 from collector.bench.upgrade import UpgradeError
-from collector.cli import alerts, bisect, compare, export, ingest, run, upgrade
+from collector.cli import alerts, bisect, calibrate, compare, export, ingest, run, upgrade
 from collector.cli.arguments import OneLineParser, UsageError
 from collector.metrics import MetricError
 from collector.store.database import NoStoreError, StoreError
 from collector.store.objectstore import StorageError
 from collector.store.selection import SelectionError
 
-COMMANDS = (run, ingest, export, compare, alerts, upgrade, bisect)
-USAGE_ERRORS = (SuiteError, UsageError, CatalogError, SelectionError, MetricError, AlertError, NoStoreError)
+COMMANDS = (run, ingest, export, compare, alerts, upgrade, bisect, calibrate)
+USAGE_ERRORS = (
+    SuiteError, UsageError, CatalogError, SelectionError, MetricError, AlertError, NoStoreError, CalibrationError,
+)  # fmt: skip
 FAILURES = (ResultsError, MaxBatchError, StoreError, StorageError, UpgradeError, ReportError)
 
 

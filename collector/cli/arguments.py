@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from collector import metrics
+from collector.analysis import calibration, stats
 from collector.analysis.comparison import EXIT_USAGE
 from collector.analysis.thresholds import THRESHOLDS_PATH, Override, load_overrides
 from collector.bench import catalog
@@ -113,8 +114,10 @@ def db_path(args: argparse.Namespace, synthetic: bool = False) -> Path:
 
 
 def add_analysis_arguments(
-    parser: argparse.ArgumentParser, several_metrics: bool, default_db: Path | None = None
+    parser: argparse.ArgumentParser, several_metrics: bool, default_db: Path | None = None, calibrated: bool = False
 ) -> None:
+    """The options of a command that judges: metrics, output, thresholds, the store and, for a comparison of
+    two sides (``calibrated``), the runner's calibration."""
     names = ", ".join(metrics.METRICS)
     if several_metrics:
         parser.add_argument(
@@ -129,7 +132,19 @@ def add_analysis_arguments(
     parser.add_argument("--format", choices=FORMATS, default="table")
     parser.add_argument("--out", help="also write the report (markdown, or JSON with --format json) to this file")
     parser.add_argument("--thresholds", type=Path, help=f"per-series threshold overrides (default {THRESHOLDS_PATH})")
+    if calibrated:
+        parser.add_argument(
+            "--calibration", metavar="PATH",
+            help="the runner's calibration (stepwatch calibrate), whose between-environment variation widens the "
+            f"intervals; 'none' for none (default {calibration.CALIBRATION_DIR}/<runner label>.json when it exists)",
+        )  # fmt: skip
     add_db_argument(parser, default_db)
+
+
+def calibration_of(args: argparse.Namespace) -> tuple[calibration.Calibration | None, dict[str, stats.Between]]:
+    """The calibration a comparison uses (--calibration), and per metric its between-environment variance."""
+    found = calibration.find(args.calibration)
+    return found, (found.between() if found else {})
 
 
 def overrides(args: argparse.Namespace) -> list[Override]:

@@ -32,6 +32,7 @@ from collector.bench.suite import load_suite, narrow
 from collector.cli.arguments import (
     UsageError,
     add_analysis_arguments,
+    calibration_of,
     console,
     db_path,
     matrix_values,
@@ -50,7 +51,7 @@ def register(commands: Any) -> None:
     parser.add_argument("--good", required=True, help="pip requirements without the regression: 'tensorflow==2.20.0'")
     parser.add_argument("--bad", required=True, help="pip requirements with it: 'tensorflow==2.21.0'")
     add_check_arguments(parser, RESULTS_DIR)
-    add_analysis_arguments(parser, several_metrics=True, default_db=upgrade.STORE)
+    add_analysis_arguments(parser, several_metrics=True, default_db=upgrade.STORE, calibrated=True)
     parser.set_defaults(handler=run)
 
 
@@ -104,10 +105,14 @@ class Bisection:
         self.built = 0  # environments built (not taken from the cache)
         self.resolver_runs = 0
         self.host: str | None = None
+        _, self.between = calibration_of(args)  # per metric: the between-environment variance steps cover
+        self.aa: Comparison | None = None  # the first step's A/A, with --aa
 
-    def environment(self, side: str, requirements: tuple[str, ...], described: str | None) -> upgrade.Environment:
+    def environment(
+        self, side: str, requirements: tuple[str, ...], described: str | None, copy: int = 0
+    ) -> upgrade.Environment:
         env = upgrade.ensure(side, requirements, self.args.reuse_site_packages, self.pip_args, console.print,
-                             described)  # fmt: skip
+                             described, copy)  # fmt: skip
         self.built += not env.cached
         return env
 
@@ -124,10 +129,15 @@ class Bisection:
             done = Step(number, why, applied, bisect.SKIPPED, reason=str(error))
         else:
             assert self.good_env is not None
-            check, comparison = measure(
-                self.configs, self.args.trials, self.suite, {"baseline": self.good_env, "candidate": env},
-                self.folder, self.options, self.db, self.args.metric, self.thresholds, label,
+            envs = {"baseline": self.good_env, "candidate": env}
+            if number == 0 and self.args.aa:  # the first step's A/A: its variation covers every later step too
+                envs[upgrade.AA] = self.environment(upgrade.AA, self.good, None, copy=1)
+            done = measure(
+                self.configs, self.args.trials, self.suite, envs, self.folder, self.options, self.db,
+                self.args.metric, self.thresholds, label, self.between,
             )  # fmt: skip
+            check, comparison = done.check, done.comparison
+            self.between, self.aa = done.between, self.aa or done.aa
             if not self.targets:  # the ends: what the bad side regresses is what the search follows
                 self.targets = {(r.series["series_key"], r.metric.name) for r in comparison.by_verdict(REGRESSION)}
                 targets = self.targets or {(r.series["series_key"], r.metric.name) for r in comparison.rows}
@@ -163,7 +173,8 @@ def probe(step: Step) -> bisect.Probe:
     """A step as the search reads it: its outcome and, per target, the two sides' trials and the threshold."""
     sides = {(r.series["series_key"], r.metric.name): (r.result.baseline, r.result.candidate, r.result.threshold)
              for r in step.rows}  # fmt: skip
-    return bisect.Probe(step.applied, step.outcome, step.reason, sides)
+    between = {(r.series["series_key"], r.metric.name): r.result.between for r in step.rows if r.result.between}
+    return bisect.Probe(step.applied, step.outcome, step.reason, sides, between)
 
 
 def _numbers(row: Row) -> list[float | None]:

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from collector.analysis import comparison, report
-from collector.cli.arguments import UsageError, add_analysis_arguments, db_path, overrides
+from collector.cli.arguments import UsageError, add_analysis_arguments, calibration_of, db_path, overrides
 from collector.store import database
 from collector.store.selection import Selection
 
@@ -15,7 +15,7 @@ def register(commands: Any) -> None:
     parser = commands.add_parser("compare", help="baseline vs candidate: ratio, 95%% CI and verdict per series")
     parser.add_argument("--baseline", required=True, help="selection, e.g. tf_version=2.20.0 or label=baseline")
     parser.add_argument("--candidate", required=True, help="selection, e.g. tf_version=2.21.0 or suite_run_id=...")
-    add_analysis_arguments(parser, several_metrics=True)
+    add_analysis_arguments(parser, several_metrics=True, calibrated=True)
     parser.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when any verdict is inconclusive")
     parser.set_defaults(handler=run)
 
@@ -25,10 +25,11 @@ def run(args: argparse.Namespace) -> int:
     baseline, candidate = Selection.parse(args.baseline), Selection.parse(args.candidate)
     thresholds = overrides(args)
     db = db_path(args)
+    _, offsets = calibration_of(args)
     with database.open_store(db) as reader:
-        result = comparison.build(reader.connection(), baseline, candidate, args.metric, thresholds)
+        result = comparison.build(reader.connection(), baseline, candidate, args.metric, thresholds, offsets)
     for side, selection in (("baseline", baseline), ("candidate", candidate)):
         if result.versions[side]["runs"] == ["0"]:
             raise UsageError(f"the {side} selection {selection.describe()!r} matches no runs in {db}")
-    report.show_comparison(result, args.format, args.out, "stepwatch comparison")
+    report.show_comparison(result, args.format, args.out, "stepwatch comparison", report.between_lines(offsets))
     return result.exit_code(args.fail_on_inconclusive)

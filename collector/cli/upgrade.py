@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.progress import Progress
 
-from collector.analysis import comparison, report
+from collector.analysis import calibration, comparison, report, stats
 from collector.analysis.comparison import EXIT_FAILED, EXIT_OK
 from collector.analysis.thresholds import Override
 from collector.bench import catalog, runner, upgrade
@@ -19,6 +20,7 @@ from collector.cli.arguments import (
     add_analysis_arguments,
     add_environment_arguments,
     add_matrix_arguments,
+    calibration_of,
     console,
     db_path,
     matrix_values,
@@ -36,6 +38,11 @@ def add_check_arguments(parser: argparse.ArgumentParser, results: Path) -> None:
     add_matrix_arguments(parser)
     parser.add_argument("--trials", type=int, default=5, help="trials per config and side (default 5)")
     parser.add_argument("--results", default=str(results), help=f"folder for the parquet (default {results})")
+    parser.add_argument(
+        "--aa", action="store_true",
+        help="also run the baseline in a second, separately built environment (an A/A; in a bisect, in its first "
+        "step), interleaved: reported beside the verdict, and its between-environment variation widens the intervals",
+    )  # fmt: skip
     add_environment_arguments(parser)
 
 
@@ -53,8 +60,21 @@ def register(commands: Any) -> None:
     add_check_arguments(check, upgrade.RESULTS_DIR)
     check.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when any verdict is inconclusive")
     check.add_argument("--dry-run", action="store_true", help="print the interleaved plan and exit")
-    add_analysis_arguments(check, several_metrics=True, default_db=upgrade.STORE)
+
+    add_analysis_arguments(check, several_metrics=True, default_db=upgrade.STORE, calibrated=True)
     check.set_defaults(handler=run)
+
+
+@dataclass
+class Measured:
+    """One interleaved check, ingested and compared: the trials, baseline vs candidate, the A/A (baseline vs a
+    second environment of the same packages) when one ran, and the between-environment variance per metric
+    that baseline vs candidate's intervals cover."""
+
+    check: upgrade.Check
+    comparison: comparison.Comparison
+    aa: comparison.Comparison | None
+    between: dict[str, stats.Between]
 
 
 def measure(
@@ -68,11 +88,14 @@ def measure(
     metric_names: list[str],
     thresholds: list[Override],
     label: str = "",
-) -> tuple[upgrade.Check, comparison.Comparison]:
-    """Run the two environments' trials interleaved (with a progress bar), ingest them and compare them: an
-    upgrade check, and each step of a bisect. ``label`` prefixes the progress lines."""
+    between: dict[str, stats.Between] | None = None,
+) -> Measured:
+    """Run the environments' trials interleaved (with a progress bar), ingest them and compare them: an upgrade
+    check, and each step of a bisect. ``label`` prefixes the progress lines. ``between``: what is already known
+    of the between-environment variance (a calibration, an earlier A/A); with an A/A side in ``envs`` its own
+    estimate is pooled in."""
     with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:
-        task = progress.add_task("starting", total=len(configs) * trials * 2)
+        task = progress.add_task("starting", total=len(configs) * trials * len(envs))
 
         def on_start(side: str, config: Any, trial: int) -> None:
             progress.update(task, description=f"{label}{side}: {config.label()} trial {trial + 1}/{trials}")
@@ -84,12 +107,32 @@ def measure(
 
         check = upgrade.run(configs, trials, suite, envs, results, options, on_start, on_done)
     ingest_and_report([str(check.out_dir)], db, synthetic=False)
-    selections = {side: Selection.of(suite_run_id=check.suite_run_ids[side]) for side in upgrade.SIDES}
+    selections = {side: Selection.of(suite_run_id=run_id) for side, run_id in check.suite_run_ids.items()}
+    known = dict(between or {})
+    aa = None
     with database.open_store(db) as reader:
-        result = comparison.build(
-            reader.connection(), selections["baseline"], selections["candidate"], metric_names, thresholds
+        con = reader.connection()
+        if upgrade.AA in envs:
+            aa = comparison.build(con, selections["baseline"], selections[upgrade.AA], metric_names, thresholds, known)
+            for name in metric_names:
+                pairs = [(r.result.baseline, r.result.candidate) for r in aa.rows if r.metric.name == name]
+                pooled = stats.pool_between([known.get(name), calibration.aa_between(pairs)])
+                if pooled is not None:
+                    known[name] = pooled
+        result = comparison.build(con, selections["baseline"], selections["candidate"], metric_names, thresholds, known)
+    return Measured(check, result, aa, known)
+
+
+def side_environments(
+    sides: dict[str, tuple[str, ...]], args: argparse.Namespace, aa: bool
+) -> dict[str, upgrade.Environment]:
+    """Every side's environment and, with ``aa``, a second one of the baseline's requirements (built separately)."""
+    envs = upgrade.ensure_all(sides, args.reuse_site_packages, tuple(args.pip_arg), console.print)
+    if aa:
+        envs[upgrade.AA] = upgrade.ensure(
+            upgrade.AA, sides["baseline"], args.reuse_site_packages, tuple(args.pip_arg), console.print, copy=1
         )
-    return check, result
+    return envs
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,21 +144,26 @@ def run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite)
     configs = list(narrow(suite.configs, matrix_values(args)))
     check_trials(args.trials)
+    order = (*upgrade.SIDES, upgrade.AA) if args.aa else upgrade.SIDES
     if args.dry_run:
-        for side, config, trial in upgrade.plan(configs, args.trials):
+        for side, config, trial in upgrade.plan(configs, args.trials, order):
             print(f"{side} {config.label()} trial {trial + 1}")
         return EXIT_OK
     thresholds = overrides(args)
-    envs = upgrade.ensure_all(sides, args.reuse_site_packages, tuple(args.pip_arg), console.print)
+    _, known = calibration_of(args)
+    envs = side_environments(sides, args, args.aa)
     options = runner.RunOptions(price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices))
-    check, result = measure(
-        configs, args.trials, suite.name, envs, args.results, options, db_path(args), args.metric, thresholds
-    )
+    done = measure(
+        configs, args.trials, suite.name, envs, args.results, options, db_path(args), args.metric, thresholds,
+        between=known,
+    )  # fmt: skip
+    check, result = done.check, done.comparison
     failed = check.failed()
     preface = report.upgrade_preface(
         sides["baseline"], sides["candidate"], len(configs), args.trials, suite.name, check.host(),
         len(failed), len(check.outcomes), upgrade.package_diff(envs["baseline"], envs["candidate"]),
     )  # fmt: skip
+    preface += report.aa_lines(done.aa) + report.between_lines(done.between)
     title = f"stepwatch upgrade check: {' '.join(sides['baseline'])} -> {' '.join(sides['candidate'])}"
     report.write_file(report.to_markdown(result, title, preface), check.out_dir / "report.md")
     report.show_comparison(result, args.format, args.out, title, preface)

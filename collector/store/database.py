@@ -45,7 +45,7 @@ import duckdb
 import pyarrow as pa
 
 from collector.config import ADDED_DIMENSIONS, SERIES_FIELDS
-from collector.schema import SCHEMA
+from collector.schema import RSS_KIND, SCHEMA
 from collector.store import objectstore
 from collector.store.selection import as_fields
 
@@ -55,7 +55,7 @@ DB_ENV = "STEPWATCH_DB"
 # The tables' layout; a store written by a newer layout is refused, never rewritten. 2: Keras backends (runs'
 # ``backend`` column becomes ``device``; earlier runs are TensorFlow runs; compiler from xla_effective).
 # 3: a base file and delta files (a stepwatch that reads only the base must not read a store with deltas).
-STORE_VERSION = 3
+STORE_VERSION = 4
 WINDOW_COLUMNS = ("window_step_times_s", "window_losses")
 
 _DUCK_TYPES = {"int64": "BIGINT", "double": "DOUBLE", "string": "VARCHAR", "bool": "BOOLEAN"}
@@ -146,6 +146,10 @@ STORE_MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE runs DROP COLUMN backend",
     ),
     2: (),  # the tables are unchanged; the deltas folder is new
+    3: (  # a CPU row's ru_maxrss is no longer its peak memory (collector.schema, version 4)
+        f"UPDATE runs SET peak_rss_bytes = coalesce(peak_rss_bytes, peak_memory_bytes), peak_memory_bytes = NULL "
+        f"WHERE peak_memory_kind = '{RSS_KIND}'",
+    ),
 }
 
 

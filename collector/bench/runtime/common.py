@@ -12,6 +12,7 @@ from typing import Any
 
 import keras
 
+from collector.bench import memory
 from collector.bench.measure import WindowClock, window_mean_from_running
 from collector.config import BenchmarkConfig
 from trainers.spec import ModelSpec, sparse_ce_loss
@@ -85,19 +86,22 @@ class FitWindows(keras.callbacks.Callback):
 
     The loss tracker's running mean is read at the boundary: reading it waits for the previous step, and two
     running means give the exact mean loss of the window. Only batch-begin does work, so the callback is
-    ``async_safe``: Keras does not add a sync per step for it (an overridden ``on_train_batch_end`` would). On
-    JAX, reading ``self.model`` syncs the trainer's state into the variables, once per window.
+    ``async_safe``: Keras does not add a sync per step for it (an overridden ``on_train_batch_end`` would).
+    ``read_loss`` (model -> running mean loss) replaces the default read where a backend has a cheaper one.
     """
 
     async_safe = True
 
-    def __init__(self, clock: WindowClock, total_steps: int) -> None:
+    def __init__(self, clock: WindowClock, total_steps: int, read_loss: Callable[[Any], float] | None = None) -> None:
         super().__init__()
         self.clock = clock
         self.total_steps = total_steps
         self.prev = (0, 0.0)
+        self.read_loss = read_loss
 
     def _running_loss(self) -> float:
+        if self.read_loss is not None:
+            return self.read_loss(self._model)
         return float(next(m for m in self.model.metrics if m.name == "loss").result())
 
     def _close(self, steps_done: int) -> None:
@@ -117,7 +121,9 @@ class FitWindows(keras.callbacks.Callback):
         self._close(self.total_steps)
 
 
-def train_fit(model: Any, data: Any, clock: WindowClock, total_steps: int) -> None:
+def train_fit(
+    model: Any, data: Any, clock: WindowClock, total_steps: int, read_loss: Callable[[Any], float] | None = None
+) -> None:
     """model.fit over ``total_steps`` steps with window marks, what most users run."""
     model.fit(
         data,
@@ -125,7 +131,7 @@ def train_fit(model: Any, data: Any, clock: WindowClock, total_steps: int) -> No
         steps_per_epoch=total_steps,
         verbose=0,
         shuffle=False,
-        callbacks=[FitWindows(clock, total_steps)],
+        callbacks=[FitWindows(clock, total_steps, read_loss)],
     )
 
 
@@ -145,6 +151,14 @@ def cudnn_text(version: int | None) -> str | None:
     return f"{version // 1000}.{version % 1000 // 100}.{version % 100}"
 
 
-def host_peak_memory() -> tuple[int, str]:
-    """The process's peak resident memory: a CPU trial's peak memory on every backend."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "host_rss"
+def host_peak_memory() -> tuple[int | None, str]:
+    """A CPU trial's peak memory on every backend: its peak anonymous memory, which the parent samples from
+    outside (collector.bench.memory), so nothing to read here."""
+    return None, memory.HOST_ANON
+
+
+def host_memory_fields() -> dict[str, int]:
+    """What the trial itself says about its host memory at its end, on every device: ``ru_maxrss`` (the peak
+    resident set, shared libraries included) and the floor that checks the parent's sampled peak."""
+    fields = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    return {**fields, **memory.trial_end_fields(memory.own_status())}

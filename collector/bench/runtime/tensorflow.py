@@ -203,7 +203,8 @@ def compiler(model: Any, config: BenchmarkConfig) -> str:
 
 
 def peak_memory(config: BenchmarkConfig) -> tuple[int | None, str | None]:
-    """Peak device memory summed over the devices used, or the peak host RSS on CPU."""
+    """Peak device memory summed over the devices used,
+    or on CPU the peak anonymous host memory (sampled by the parent)."""
     if config.device == "cpu":
         return common.host_peak_memory()
     kind = "GPU" if config.device == "gpu" else "TPU"

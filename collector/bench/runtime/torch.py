@@ -69,7 +69,8 @@ def compiler(model: Any, config: BenchmarkConfig) -> str:
 
 
 def peak_memory(config: BenchmarkConfig) -> tuple[int | None, str | None]:
-    """torch.cuda.max_memory_allocated on GPU, or the peak host RSS on CPU."""
+    """torch.cuda.max_memory_allocated on GPU,
+    or on CPU the peak anonymous host memory (sampled by the parent)."""
     if config.device == "cpu":
         return common.host_peak_memory()
     try:

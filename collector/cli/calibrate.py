@@ -1,0 +1,161 @@
+"""``stepwatch calibrate``: what this runner can see. The same packages in several separately built environments,
+trials interleaved, every pair of environments compared as an upgrade check would (A/A): the false alarms per
+metric, the variation between environments (which then widens compare's, upgrade-check's and bisect's
+intervals on this runner) and the minimum detectable effect at a number of trials."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections import defaultdict
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from rich.progress import Progress
+from rich.table import Table
+
+from collector.analysis import calibration, report
+from collector.analysis.comparison import EXIT_FAILED, EXIT_OK
+from collector.bench import catalog, runner, upgrade
+from collector.bench.suite import load_suite, narrow
+from collector.cli.arguments import (
+    PROGRESS_COLUMNS,
+    UsageError,
+    add_db_argument,
+    add_environment_arguments,
+    add_matrix_arguments,
+    comma_list,
+    console,
+    db_path,
+    matrix_values,
+)
+from collector.cli.ingest import ingest_and_report
+from collector.metrics import METRICS
+
+DEFAULT_METRICS = ["examples_per_sec", "peak_memory_bytes"]
+
+
+def _default_requirements() -> str:
+    """This interpreter's TensorFlow, pinned: what the runner is usually calibrated for."""
+    try:
+        return f"tensorflow=={metadata.version('tensorflow')}"
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "calibrate", help="repeated A/A runs on this runner: its false alarms, between-environment variation, MDE"
+    )
+    parser.add_argument(
+        "--requirements", default=_default_requirements(),
+        help="pip requirements every environment gets (default: this interpreter's TensorFlow, pinned)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--environments", type=int, default=4, help="separately built environments of them (default 4, at least 2)"
+    )
+    parser.add_argument("--trials", type=int, default=5, help="trials per config and environment (default 5)")
+    parser.add_argument(
+        "--metric", type=comma_list(choices=tuple(METRICS)), default=DEFAULT_METRICS,
+        help=f"comma-separated metrics (default {','.join(DEFAULT_METRICS)})",
+    )  # fmt: skip
+    parser.add_argument("--runner", default=None, help="runner label (default: $STEPWATCH_RUNNER_LABEL or host name)")
+    parser.add_argument("--out", type=Path, help="calibration file (default data/calibration/<runner label>.json)")
+    parser.add_argument(
+        "--results", default=str(upgrade.RESULTS_DIR / "calibrate"), help="folder for the trials' parquet"
+    )
+    add_matrix_arguments(parser)
+    add_environment_arguments(parser)
+    add_db_argument(parser, upgrade.STORE)
+    parser.set_defaults(handler=run)
+
+
+def values_by_environment(check: upgrade.Check, metrics: list[str]) -> dict[str, dict[str, list[list[float]]]]:
+    """metric -> config -> per environment (in the check's order), the ok trials' values."""
+    sides = list(check.results)
+    found: dict[str, dict[str, list[list[float]]]] = {m: defaultdict(lambda: [[] for _ in sides]) for m in metrics}
+    for i, side in enumerate(sides):
+        for row in check.results[side].rows:
+            if row.get("status") != "ok":
+                continue
+            for metric in metrics:
+                value = row.get(metric)
+                if value is not None and value > 0 and math.isfinite(value):
+                    found[metric][row["config_key"]][i].append(float(value))
+    return {m: dict(per) for m, per in found.items()}
+
+
+def table(found: calibration.Calibration) -> Table:
+    """Per metric: the variation between environments and within, the A/A false alarms, the detectable effect."""
+    sizes = sorted({n for m in found.metrics.values() for n in m.detectable})
+    out = Table(title=f"calibration of {found.runner}: {found.environments} environments x {found.trials} trials")
+    for name in ("metric", "between envs", "trial CV", "A/A false alarms", "widened", *(f"MDE n={n}" for n in sizes)):
+        out.add_column(name, justify="left" if name == "metric" else "right")
+    for name, m in found.metrics.items():
+        out.add_row(
+            name,
+            f"±{m.between.cv:.2%} ({m.between.df:.0f} df)",
+            f"{m.within_cv:.2%}",
+            f"{m.false_alarms}/{m.comparisons}",
+            f"{m.false_alarms_widened}/{m.comparisons}",
+            *(f"{m.detectable[n]:.1%}" if n in m.detectable else "" for n in sizes),
+        )
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the environments, run the suite in each (interleaved), and write the runner's calibration."""
+    if args.environments < 2:
+        raise UsageError("--environments must be at least 2: an A/A compares two environments")
+    if args.trials < 2:
+        raise UsageError("--trials must be at least 2: an environment needs two trials for its own noise")
+    if not args.requirements:
+        raise UsageError("--requirements is empty and TensorFlow is not installed here: give pip requirements")
+    try:
+        requirements = upgrade.parse_side(args.requirements, "requirements")
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    suite = load_suite(args.suite)
+    configs = list(narrow(suite.configs, matrix_values(args)))
+    label = args.runner or calibration.runner_label()
+    out = args.out or calibration.default_path(label)
+    envs = {
+        f"env-{i}": upgrade.ensure(
+            f"env-{i}", requirements, args.reuse_site_packages, tuple(args.pip_arg), console.print, copy=i
+        )  # fmt: skip
+        for i in range(args.environments)
+    }
+    options = runner.RunOptions(price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices))
+    with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:
+        task = progress.add_task("starting", total=len(configs) * args.trials * len(envs))
+
+        def on_start(side: str, config: Any, trial: int) -> None:
+            progress.update(task, description=f"{side}: {config.label()} trial {trial + 1}/{args.trials}")
+
+        def on_done(side: str, outcome: runner.Outcome) -> None:
+            progress.console.print(report.trial_line(f"{side}: {outcome.config.label()}", outcome.row, outcome.trial))
+            progress.advance(task)
+
+        check = upgrade.run(configs, args.trials, suite.name, envs, args.results, options, on_start, on_done)
+    ingest_and_report([str(check.out_dir)], db_path(args), synthetic=False)
+    values = values_by_environment(check, args.metric)
+    found = calibration.build(label, suite.name, requirements, args.trials, values)
+    if not found.metrics:
+        console.print(f"[red]no metric had two environments with 2+ ok trials; nothing written to {out}[/red]")
+        return EXIT_FAILED
+    calibration.save(found, out)
+    console.print(table(found))
+    for name, m in found.metrics.items():
+        rate = m.false_alarm_rate
+        console.print(
+            f"{name}: A/A false alarms {rate:.0%} with the trials' own intervals, {m.false_alarm_rate_widened:.0%} "
+            f"with the between-environment variation; at {args.trials} trials per side this runner can see "
+            f"changes of ≥{m.detectable.get(args.trials, math.nan):.1%} (threshold {METRICS[name].threshold:.0%})"
+        )
+    console.print(f"calibration: {out} (compare, upgrade-check and bisect read it on this runner)")
+    failed = check.failed()
+    if failed:
+        console.print(f"[red]{len(failed)} of {len(check.outcomes)} trials failed[/red]")
+        return EXIT_FAILED
+    return EXIT_OK

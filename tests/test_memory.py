@@ -1,0 +1,112 @@
+"""A CPU trial's peak memory: the peak anonymous memory the parent samples, checked against real processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+
+from collector.bench import memory, runner
+from collector.config import BenchmarkConfig
+from collector.schema import conform, to_table
+
+MIB = 2**20
+BUFFER = 256 * MIB
+
+# A process that allocates (and touches) a buffer of N bytes, holds it for a moment, frees it and goes on: the
+# peak is the buffer's, though the process ends well below it.
+HOLD = """
+import sys, time
+n = int(sys.argv[1])
+buffer = bytearray(n) if n else b""
+for i in range(0, n, 4096):
+    buffer[i] = 1
+time.sleep(0.05)
+del buffer
+time.sleep(0.3)
+"""
+
+
+def sampled_peak(buffer: int) -> tuple[memory.PeakSampler, int | None]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(buffer)])
+    sampler, code, timed_out = memory.sample_until_exit(proc.pid, proc.poll, timeout_s=60)
+    assert not timed_out
+    return sampler, code
+
+
+def test_a_held_buffer_raises_the_sampled_anonymous_peak_by_its_size() -> None:
+    without, code = sampled_peak(0)
+    with_buffer, code_2 = sampled_peak(BUFFER)
+    assert code == code_2 == 0
+    rise = with_buffer.peak_anon - without.peak_anon
+    assert abs(rise - BUFFER) <= 0.05 * BUFFER, rise / MIB
+    assert with_buffer.samples > 20  # a 0.4 s process at a 2 ms interval
+    # file-backed pages (the interpreter, its libraries) are reported beside the peak, not in it
+    assert 0 < with_buffer.file_at_peak < BUFFER
+
+
+FLOOR = """
+import json
+from collector.bench import memory
+buffer = bytearray(64 << 20)
+buffer[::4096] = b"x" * (len(buffer) // 4096)
+del buffer
+print(json.dumps(memory.trial_end_fields(memory.own_status())))
+"""
+
+
+def test_the_trial_end_floor_is_a_lower_bound_on_the_anonymous_peak() -> None:
+    out = subprocess.run([sys.executable, "-c", FLOOR], capture_output=True, text=True, check=True).stdout
+    floor = json.loads(out)["peak_anon_floor_bytes"]
+    assert floor >= 64 * MIB  # the freed buffer still counts: VmHWM is the kernel's exact peak
+
+
+def test_a_real_trial_with_a_known_buffer_reports_it_in_its_peak(tmp_path: Path) -> None:
+    """Two real bilstm trials, one with 256 MiB of ballast allocated at interpreter start (sitecustomize): the
+    judged peak memory rises by the ballast within 5%, and the sampled peak is not below the trial's floor."""
+    config = BenchmarkConfig(model="bilstm", preset="tiny", steps=20, warmup_steps=20, window_steps=10)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        textwrap.dedent(f"""
+        BALLAST = bytearray({BUFFER})
+        for i in range(0, len(BALLAST), 4096):
+            BALLAST[i] = 1
+        """)
+    )
+    rows = []
+    for name, extra in (("plain", None), ("ballast", {"PYTHONPATH": str(site)})):
+        work = tmp_path / name
+        work.mkdir()
+        child, _, code = runner.run_child(config, sys.executable, work, extra)
+        assert child["status"] == "ok", child.get("error_message")
+        assert child["peak_memory_kind"] == memory.HOST_ANON
+        assert child["memory_samples"] > 100
+        assert child["peak_rss_bytes"] > child["peak_memory_bytes"]  # RSS also counts the mapped libraries
+        assert child["peak_file_bytes"] > 0
+        assert child["peak_anon_missed_bytes"] <= 0.01 * child["peak_memory_bytes"]
+        rows.append(child)
+    rise = rows[1]["peak_memory_bytes"] - rows[0]["peak_memory_bytes"]
+    assert abs(rise - BUFFER) <= 0.05 * BUFFER, rise / MIB
+
+
+def test_rows_from_before_move_their_rss_aside_and_never_mix_with_anonymous_peaks() -> None:
+    old = to_table(
+        [
+            {"run_id": "a", "suite_run_id": "s", "config_key": "k", "status": "ok", "model": "bert", "trial": 0,
+             "started_at": None, "device": "cpu", "peak_memory_bytes": 800 * MIB, "peak_memory_kind": "host_rss"},
+            {"run_id": "b", "suite_run_id": "s", "config_key": "k", "status": "ok", "model": "bert", "trial": 1,
+             "started_at": None, "device": "gpu", "peak_memory_bytes": 3 * 2**30, "peak_memory_kind": "device"},
+        ]
+    ).drop_columns(["peak_rss_bytes", "peak_file_bytes"])  # fmt: skip
+    old = old.set_column(0, "schema_version", pa.array([3, 3], pa.int64()))
+    old = old.set_column(
+        old.column_names.index("started_at"), "started_at", pa.array([0, 0], pa.timestamp("us", "UTC"))
+    )
+    new = conform(old.replace_schema_metadata({b"stepwatch_schema_version": b"3"})).to_pylist()
+    assert new[0]["peak_memory_bytes"] is None and new[0]["peak_rss_bytes"] == 800 * MIB
+    assert new[1]["peak_memory_bytes"] == 3 * 2**30 and new[1]["peak_rss_bytes"] is None

@@ -33,7 +33,11 @@ METRICS: dict[str, Metric] = {
         Metric("step_time_p90_s", "Step time (p90)", "ms", False, 0.05, 1000.0),
         Metric("compile_s", "Compile / first step time", "s", False, 0.15),
         Metric("startup_s", "Startup time", "s", False, 0.15),
+        # On CPU the peak anonymous memory (the program's own); on an accelerator the allocator's peak.
         Metric("peak_memory_bytes", "Peak memory", "GiB", False, 0.01, 1 / 2**30),
+        # ru_maxrss: also counts the mapped shared libraries, which move with the page cache and the files'
+        # layout on disk (two builds of the same packages differ by ~2%); CPU peak memory before schema 4.
+        Metric("peak_rss_bytes", "Peak RSS (libraries included)", "GiB", False, 0.01, 1 / 2**30),
         Metric("mfu", "Model FLOPs utilisation", "%", True, 0.03, 100.0),
         Metric("max_per_device_batch", "Largest per-device batch (--find-max-batch)", "examples", True, 0.05),
         Metric("cost_usd", "Cost per run", "USD", False, 0.03),

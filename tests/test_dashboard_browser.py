@@ -19,11 +19,11 @@ from dashboard.serve import CHROMIUM, REPO, serve
 # (path, link query, screenshot name, title)
 VISITS = (
     ("", "", "overview", "Overview"),
-    ("", "?metric=peak_memory_bytes", "overview-memory", "Overview"),
+    ("", "?metric=peak_rss_bytes", "overview-memory", "Overview"),
     ("history", "", "history", "History"),
-    ("history", "?metric=peak_memory_bytes&model=bert,transformer&x=tf_version", "history-memory", "History"),
+    ("history", "?metric=peak_rss_bytes&model=bert,transformer&x=tf_version", "history-memory", "History"),
     ("versions", "?model=bert", "versions", "Versions"),
-    ("compare", "?metric=examples_per_sec,peak_memory_bytes", "compare", "Compare"),
+    ("compare", "?metric=examples_per_sec,peak_rss_bytes", "compare", "Compare"),
     ("speedups", "", "speedups", "Speedups"),
     ("cost", "", "cost", "Cost"),
     ("run", "", "run", "Run"),

@@ -51,6 +51,7 @@ class Comparison:
     rows: list[Row]
     summaries: dict[str, stats.Summary]
     versions: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    aa: Comparison | None = None  # an upgrade check's A/A: the baseline against a second environment of it
 
     def by_verdict(self, verdict: str) -> list[Row]:
         return [row for row in self.rows if row.verdict == verdict]

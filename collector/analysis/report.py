@@ -262,6 +262,11 @@ def alerts_markdown(alerts: list[dict[str, Any]], title: str = "stepwatch alerts
 
 
 def to_json(comparison: Comparison) -> str:
+    return json.dumps(json_payload(comparison), indent=2, default=str)
+
+
+def json_payload(comparison: Comparison) -> dict[str, Any]:
+    """The comparison as plain data (and, for an upgrade check with ``--aa``, its A/A beside it)."""
     rows = [
         {
             "series": row.series,
@@ -285,6 +290,8 @@ def to_json(comparison: Comparison) -> str:
             "n_candidate": row.result.candidate.n,
             "failed_baseline": row.failed_baseline,
             "failed_candidate": row.failed_candidate,
+            "between_environments_cv": row.result.between.cv if row.result.between else None,
+            "between_environments_source": row.result.between.source if row.result.between else None,
             "repro": repro_command(row.series),
         }
         for row in comparison.rows
@@ -307,7 +314,9 @@ def to_json(comparison: Comparison) -> str:
         "summaries": summaries,
         "rows": rows,
     }
-    return json.dumps(payload, indent=2, default=str)
+    if comparison.aa is not None:
+        payload["aa"] = json_payload(comparison.aa)
+    return payload
 
 
 # --- The terminal ------------------------------------------------------------------------------------
@@ -418,6 +427,26 @@ def run_summary(rows: Sequence[dict[str, Any]]) -> Table:
         label = config_from_row(first).label()
         table.add_row(label, f"{len(ok)}/{len(group)}", throughput, cv, p50, compile_s, failures)
     return table
+
+
+def memory_help(row: dict[str, Any]) -> str:
+    """What a run's peak memory is, in words, with the figures recorded beside it."""
+    gib = 2**30
+    kind = row.get("peak_memory_kind")
+    if kind == "device":
+        text = "The framework allocator's peak on the accelerator(s)."
+    elif kind == "host_anon":
+        text = ("The process's peak anonymous (private) memory, sampled every 2 ms from outside the trial: what the "
+                "program allocated, not the shared libraries it mapped.")  # fmt: skip
+        if row.get("peak_file_bytes"):
+            text += f" File-backed pages at that peak: {row['peak_file_bytes'] / gib:.2f} GiB."
+    elif kind == "host_rss":
+        text = "Recorded before peak memory was the anonymous peak: this run has only its peak RSS (below)."
+    else:
+        text = "Not recorded."
+    if row.get("peak_rss_bytes"):
+        text += f" Peak resident set (ru_maxrss, libraries included): {row['peak_rss_bytes'] / gib:.2f} GiB."
+    return text
 
 
 def trial_line(label: str, row: dict[str, Any], trial: int) -> str:

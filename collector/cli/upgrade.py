@@ -120,6 +120,7 @@ def measure(
                 if pooled is not None:
                     known[name] = pooled
         result = comparison.build(con, selections["baseline"], selections["candidate"], metric_names, thresholds, known)
+    result.aa = aa
     return Measured(check, result, aa, known)
 
 

@@ -66,6 +66,7 @@ HISTORY_COLUMNS = (
     "step_time_p50_s",
     "compile_s",
     "peak_memory_bytes",
+    "peak_rss_bytes",
     "per_device_batch",
     "global_batch",
     "cost_usd",

@@ -7,13 +7,16 @@ import pandas as pd
 import streamlit as st
 
 from collector import metrics
+from collector.analysis import calibration
 from collector.analysis.report import (
+    between_lines,
     headline,
     interval,
     percent,
     records,
     repro_command,
     resolution,
+    resolution_lead,
     row_cells,
     series_label,
     summary_text,
@@ -106,12 +109,21 @@ if not baseline_text or not candidate_text or not picked_metrics:
     )
     st.stop()
 
-comparison = data.load("compare", baseline, candidate, picked_metrics, load_overrides())
+try:
+    calibrated = calibration.find(None)  # this runner's calibration, as the CLI's compare reads it
+except calibration.CalibrationError as error:
+    st.warning(str(error))
+    calibrated = None
+between = calibrated.between() if calibrated else {}
+comparison = data.load("compare", baseline, candidate, picked_metrics, load_overrides(), between)
 counts = {side: int(comparison.versions[side]["runs"][0]) for side in ("baseline", "candidate")}
 for side, count in counts.items():
     if count == 0:
         st.warning(f"The {side} selection matches no runs.")
+for line in resolution_lead(comparison):
+    st.warning(line)
 st.subheader(headline(comparison))
+st.caption(" ".join(between_lines(between)).strip())
 for metric in comparison.metrics:
     text = summary_text(comparison, metric)
     if text:

@@ -3,6 +3,7 @@
 import pandas as pd
 import streamlit as st
 
+from collector.analysis import report
 from collector.store.selection import ALL
 from dashboard import charts, data, state
 
@@ -36,7 +37,11 @@ unit = row.get("unit") or "examples"
 a.metric("Throughput", f"{row['units_per_sec']:,.1f} {unit}/s" if row.get("units_per_sec") else "-")
 b.metric("Step time p50", f"{row['step_time_p50_s'] * 1000:.2f} ms" if row.get("step_time_p50_s") else "-")
 c.metric("Compile", f"{row['compile_s']:.2f} s" if row.get("compile_s") is not None else "-")
-d.metric("Peak memory", f"{row['peak_memory_bytes'] / 2**30:.2f} GiB" if row.get("peak_memory_bytes") else "-")
+d.metric(
+    "Peak memory",
+    f"{row['peak_memory_bytes'] / 2**30:.2f} GiB" if row.get("peak_memory_bytes") else "-",
+    help=report.memory_help(row),
+)
 left, right = st.columns(2)
 if windows["step_time_s"].notna().any():
     left.plotly_chart(charts.step_times(windows.dropna(subset=["step_time_s"])), width="stretch")

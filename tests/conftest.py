@@ -24,6 +24,7 @@ from collector.store.ingest import ingest
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ["KERAS_BACKEND"] = "tensorflow"  # the in-process runtime tests are TensorFlow's; trials set their own
+os.environ["STEPWATCH_CALIBRATION"] = "none"  # a calibration of this machine must not widen the tests' intervals
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

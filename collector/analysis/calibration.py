@@ -26,6 +26,7 @@ from collector.analysis import stats
 from collector.metrics import get_metric
 
 CALIBRATION_DIR = Path("data/calibration")
+CALIBRATION_ENV = "STEPWATCH_CALIBRATION"  # a calibration file, or "none", for every command that reads one
 RUNNER_ENV = ("STEPWATCH_RUNNER_LABEL", "RUNNER_NAME")  # the runner label, as trials record it
 MDE_TRIALS = (3, 5, 10, 20)
 
@@ -190,8 +191,9 @@ def load(path: Path) -> Calibration:
 
 
 def find(path: str | None) -> Calibration | None:
-    """The calibration a comparison uses: ``path``; 'none' for none; or, when not given, this runner's
-    default file if it exists."""
+    """The calibration a comparison uses: ``path``, else $STEPWATCH_CALIBRATION; 'none' for none; or, when
+    neither is given, this runner's default file if it exists."""
+    path = path or os.environ.get(CALIBRATION_ENV) or None
     if path == "none":
         return None
     if path:

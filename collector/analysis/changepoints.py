@@ -10,6 +10,13 @@ the design effect 1 + (k - 1) x ICC, the intraclass correlation measured on the 
 noise from successive nights, so a step does not count as noise). Where nights are exchangeable this gives
 the test the degrees of freedom of all the trials (a change confirmed with fewer nights after it); where
 trials of a night move together it falls back to what the nights alone say.
+
+Nights that fall on two levels (a pool of fast and slow hosts, each night on one) defeat a median: a step the
+size of the gap between the levels moves the nights from one level to the other and leaves the median where it
+was, and the successive differences that the robust noise comes from jump between the levels. On such a series
+(two clusters of nights, judged without the 5% most extreme) a night is an outlier only well beyond the gap,
+an L2 (mean) segmentation proposes changes beside the L1 one, sizes are differences of means, and each change
+is held to p < 0.0001 (two proposers, more candidates).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from collector.analysis.stats import Ratio, Side, welch_ratio
+from collector.analysis.stats import Ratio, Side, noise_of, welch_ratio
 
 MIN_SIZE = 2  # nights in a segment: one night alone is an outlier, never a level
 HAMPEL_HALF = 3  # a night is judged against the median of the 3 nights either side
@@ -69,13 +76,37 @@ def l1_costs(x: np.ndarray, min_size: int = MIN_SIZE) -> np.ndarray:
     return cost
 
 
+def l2_costs(x: np.ndarray, min_size: int = MIN_SIZE) -> np.ndarray:
+    """cost[t, s] = sum (x[t:s] - mean(x[t:s]))^2 for every segment of at least ``min_size`` (else inf)."""
+    n = len(x)
+    csum = np.concatenate([[0.0], np.cumsum(x)])
+    csq = np.concatenate([[0.0], np.cumsum(np.asarray(x, dtype=float) ** 2)])
+    t, s = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
+    length = (s - t).astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cost = (csq[s] - csq[t]) - (csum[s] - csum[t]) ** 2 / length
+    cost[length < min_size] = np.inf
+    return np.maximum(cost, 0.0)
+
+
 def pelt_l1(x: np.ndarray, penalty: float, min_size: int = MIN_SIZE) -> list[int]:
     """Exact penalised segmentation under an L1 cost (the optimum PELT finds, with jump=1): the indices
     where a new segment starts."""
-    n = len(x)
-    if n < 2 * min_size:
+    if len(x) < 2 * min_size:
         return []
-    cost = l1_costs(x, min_size)
+    return _optimal_partition(l1_costs(x, min_size), penalty, min_size)
+
+
+def pelt_l2(x: np.ndarray, penalty: float, min_size: int = MIN_SIZE) -> list[int]:
+    """The same under an L2 (mean) cost: for nights that fall on two levels (hosts), where a median does not
+    move with a step the size of the gap between the levels but a mean does."""
+    if len(x) < 2 * min_size:
+        return []
+    return _optimal_partition(l2_costs(x, min_size), penalty, min_size)
+
+
+def _optimal_partition(cost: np.ndarray, penalty: float, min_size: int) -> list[int]:
+    n = cost.shape[0] - 1
     best = np.full(n + 1, np.inf)
     best[0] = -penalty
     previous = np.zeros(n + 1, dtype=int)
@@ -110,6 +141,16 @@ class Detection:
     changes: list[Change]
     outliers: list[int]  # nights set aside as one-off dips or spikes
     sigma: float  # robust night-to-night noise of log(value)
+
+
+def two_levels(logs: np.ndarray) -> float | None:
+    """The gap (in log units) between two clusters the nights fall into (Ashman's D of the best split, as
+    ``noise_of``), or None; judged without the 5% most extreme nights at either end, which outlier nights would
+    otherwise blur into a third group."""
+    ordered = np.sort(logs)
+    cut = int(0.05 * len(ordered))
+    noise = noise_of(np.exp(ordered[cut : len(ordered) - cut]))
+    return math.log(noise.modes[1] / noise.modes[0]) if noise.bimodal and noise.modes else None
 
 
 def versions_between(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -147,13 +188,16 @@ def _segment_test(
     after: np.ndarray,
     trials: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None,
     deff: float = 1.0,
+    by_mean: bool = False,
 ) -> Ratio:
-    """Welch test of two segments: on their nights' values, or on every trial of those nights when given."""
+    """Welch test of two segments: on their nights' values, or on every trial of those nights when given. The
+    change is the segments' medians' ratio, or with ``by_mean`` their means' (nights on two levels)."""
     if trials is None:
         ratio = welch_ratio(Side.of_logs(before), Side.of_logs(after))
     else:
         ratio = welch_ratio(trial_side(trials[0], deff), trial_side(trials[1], deff))
-    level = math.exp(float(np.median(after)) - float(np.median(before)))
+    centre = np.mean if by_mean else np.median
+    level = math.exp(float(centre(after)) - float(centre(before)))
     return Ratio(level, ratio.ci_low, ratio.ci_high, ratio.p_value)
 
 
@@ -181,12 +225,21 @@ def detect_changes(
     if math.isnan(sigma) or len(logs_all) < 2 * MIN_SIZE:
         return Detection([], [], sigma)
     floor = max(sigma, 1e-4)  # a perfectly flat history still needs a positive penalty
-    outliers = outlier_nights(logs_all, threshold, floor)
+    # Nights on two levels (a pool of fast and slow hosts): successive differences jump between the levels, so
+    # their median spread says little, and a median does not move with a step the size of the gap.
+    gap = two_levels(logs_all)
+    levels = gap is not None
+    # On two levels a night is an outlier only well beyond the gap: a night on the other level is not one.
+    outliers = outlier_nights(logs_all, threshold, max(floor, 1.5 * gap / HAMPEL_K) if levels else floor)
     kept = valid[~outliers]
     logs = logs_all[~outliers]
     kept_trials = [t for t, out in zip(night_trials, outliers) if not out] if trials is not None else None
     deff = design_effect(kept_trials) if kept_trials is not None else 1.0
     starts = pelt_l1(logs, penalty * floor * math.log(len(logs)))
+    if levels:
+        spread = max(floor, float(np.std(np.diff(logs), ddof=1)) / math.sqrt(2))
+        more = pelt_l2(logs, penalty * spread**2 * math.log(len(logs)))
+        starts = sorted(set(starts) | set(more))
     band = math.log1p(threshold)
     # Drop the weakest unconfirmed change and re-test its neighbours, until every change stands.
     while True:
@@ -197,13 +250,13 @@ def detect_changes(
             parts = (
                 None if kept_trials is None else (kept_trials[bounds[i] : start], kept_trials[start : bounds[i + 2]])
             )
-            test = _segment_test(before, after, parts, deff)
+            test = _segment_test(before, after, parts, deff, by_mean=levels)
             size = abs(math.log(test.ratio))
             recent = len(logs) - start < CONFIRM_NIGHTS
             if recent:
                 ok = size >= band and size >= 3 * floor
             else:
-                ok = size >= band and test.p_value < CONFIRM_ALPHA
+                ok = size >= band and test.p_value < (CONFIRM_ALPHA / 10 if levels else CONFIRM_ALPHA)
             tested.append((ok, size, test, recent))
         failing = [i for i, (ok, *_) in enumerate(tested) if not ok]
         if not failing:

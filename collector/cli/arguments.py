@@ -136,7 +136,8 @@ def add_analysis_arguments(
         parser.add_argument(
             "--calibration", metavar="PATH",
             help="the runner's calibration (stepwatch calibrate), whose between-environment variation widens the "
-            f"intervals; 'none' for none (default {calibration.CALIBRATION_DIR}/<runner label>.json when it exists)",
+            f"intervals; 'none' for none (default ${calibration.CALIBRATION_ENV}, else "
+            f"{calibration.CALIBRATION_DIR}/<runner label>.json when it exists)",
         )  # fmt: skip
     add_db_argument(parser, default_db)
 

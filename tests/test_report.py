@@ -177,3 +177,41 @@ def test_a_bimodal_series_is_flagged_in_compare_and_detect(tmp_path: Path) -> No
     assert detect.returncode == 0, detect.stderr
     assert "on CPU M examples_per_sec is bimodal across processes: its last 16 trials cluster near" in detect.stderr
     assert "CPU U examples_per_sec is bimodal" not in detect.stderr
+
+
+def test_a_report_leads_with_what_the_runner_cannot_resolve(db: Path) -> None:
+    """Series C alone (3 trials at 5% noise): no comparison can see 3%, and the report says so first."""
+    done = compare(db, "--format", "markdown", baseline="tf_version=2.20.0,accelerator=CPU C",
+                   candidate="tf_version=2.21.0,accelerator=CPU C")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    assert lines[1].startswith("**Throughput (examples_per_sec): this runner cannot resolve ±3% here; it can see")
+    assert "Intervals cover process-to-process noise only" in done.stdout
+    resolved = compare(db, "--format", "markdown", baseline="tf_version=2.20.0,accelerator=CPU B",
+                       candidate="tf_version=2.21.0,accelerator=CPU B")  # fmt: skip
+    assert "cannot resolve" not in resolved.stdout
+
+
+def test_a_calibration_widens_compare_intervals_by_the_variation_between_environments(db: Path, tmp_path: Path) -> None:
+    """Series A is 10% slower at 2% trial noise: a regression with the trials' own intervals, but not on a
+    runner whose environments are calibrated to differ by 10% (its interval then holds no change)."""
+    calibration_file = tmp_path / "runner.json"
+    calibration_file.write_text(json.dumps({
+        "runner": "noisy", "created_at": "2026-11-23T00:00:00+00:00", "environments": 6, "trials": 5,
+        "suite": "smoke", "requirements": ["tensorflow==2.21.0"],
+        "metrics": {"examples_per_sec": {"between": {"var_log": 0.01, "df": 5}, "within_cv": 0.02,
+                                         "comparisons": 15, "false_alarms": 9, "false_alarms_widened": 0}},
+    }))  # fmt: skip
+    sides = {"baseline": "tf_version=2.20.0,accelerator=CPU A", "candidate": "tf_version=2.21.0,accelerator=CPU A"}
+    plain = json.loads(compare(db, "--format", "json", **sides).stdout)
+    widened_run = compare(db, "--format", "json", "--calibration", str(calibration_file), **sides)
+    widened = json.loads(widened_run.stdout)
+    assert plain["rows"][0]["verdict"] == "regression" and widened_run.returncode == 0
+    assert widened["rows"][0]["verdict"] == "inconclusive"
+    assert widened["rows"][0]["ci_high"] > 1 > plain["rows"][0]["ci_high"]
+    assert widened["rows"][0]["between_environments_source"].startswith("calibrate on noisy (6 environments")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    done = compare(db, "--calibration", str(broken), **sides)
+    assert done.returncode == 2 and "is not a stepwatch calibration" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

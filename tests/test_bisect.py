@@ -201,7 +201,7 @@ def test_an_upgrade_without_a_regression_is_not_bisected(tmp_path: Path) -> None
     """A version bump without an effect: no search; exit 0, or 3 where two trials cannot rule out 1%."""
     wheels = build_wheels(tmp_path / "wheels")
     done = stepwatch(
-        "bisect", "--good", "swt-alpha==1.0", "--bad", "swt-alpha==2.0", "--reuse-site-packages",
+        "bisect", "--good", "swt-alpha==1.0", "--bad", "swt-alpha==2.0", "--reuse-site-packages", "--aa",
         "--pip-arg=--no-index", f"--pip-arg=--find-links={wheels}", *SMALL, "--trials", "2",
         "--metric", "peak_memory_bytes", "--results", str(tmp_path / "results"), "--db", str(tmp_path / "check.duckdb"),
         env={upgrade.CACHE_ENV: str(tmp_path / "envs")}, timeout=600,
@@ -209,6 +209,9 @@ def test_an_upgrade_without_a_regression_is_not_bisected(tmp_path: Path) -> None
     assert done.returncode in (0, 3), done.stderr[-3000:]
     expected = "No regression between the ends" if done.returncode == 0 else "Cannot tell whether the upgrade"
     assert f"**{expected}" in done.stdout and "asking pip's resolver" not in done.stderr
+    # --aa: the first step also measured the good side in a second environment, and says what it saw
+    assert "baseline-aa: building an environment for swt-alpha==1.0" in done.stderr
+    assert "A/A (the baseline in a second environment of the same packages)" in done.stdout
 
 
 def test_an_effect_with_several_sources_is_split_until_each_is_one_group() -> None:
@@ -233,6 +236,20 @@ def test_an_effect_with_several_sources_is_split_until_each_is_one_group() -> No
     assert [parts[k].changed for k in sorted(parts)] == [True, True, False, True]
     assert parts[(2, 2)].effects[target].ratio == pytest.approx(1.16)
     assert parts[(4, 4)].effects[target].ratio == pytest.approx(0.95)
+
+
+def test_a_share_within_the_variation_between_environments_is_not_a_change() -> None:
+    """Group 1 adds 2% on top of nothing, measured to 0.1%: beyond the 1% threshold when only the trials count,
+    within the noise when environments of the same packages are known to differ by 2% (each step is one)."""
+    units = [Change(name, "1", "2") for name in "ab"]
+    ordered = bisect.groups([_needs(c) for c in units])
+    target = ("series", "peak_memory_bytes")
+    tight = {target: (stats.Side(5, 0.0, 0.001**2), stats.Side(5, math.log(1.02), 0.001**2), 0.01)}
+    plain = Probe(bisect.prefix(ordered, 1), REPRODUCES, "", tight)
+    widened = Probe(plain.applied, REPRODUCES, "", tight, {target: stats.Between(0.02**2, 5)})
+    assert bisect.contribution(ordered, 0, 1, None, plain).changed
+    part = bisect.contribution(ordered, 0, 1, None, widened)
+    assert not part.changed and part.effects[target].ci_low < 1 < part.effects[target].ci_high
 
 
 def test_a_removal_takes_along_what_still_requires_it_up_the_chain() -> None:

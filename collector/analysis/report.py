@@ -82,11 +82,18 @@ def bimodal_warnings(comparison: Comparison) -> list[str]:
 
 def can_see(r: stats.Verdict) -> str:
     """'≥9.0% (14/side for ±3%)': the minimum detectable effect, and the trials per side that would detect the
-    threshold when this comparison cannot."""
+    threshold when this comparison cannot ('out of reach' where no number of trials would)."""
     if math.isnan(r.detectable):
         return "n/a (n < 2)"
-    more = f" ({r.trials_needed}/side for ±{r.threshold:.0%})" if r.detectable > r.threshold else ""
-    return f"≥{r.detectable:.1%}{more}"
+    if r.detectable <= r.threshold:
+        return f"≥{r.detectable:.1%}"
+    if _out_of_reach(r):
+        return f"≥{r.detectable:.1%} (±{r.threshold:.0%} out of reach)"
+    return f"≥{r.detectable:.1%} ({r.trials_needed}/side for ±{r.threshold:.0%})"
+
+
+def _out_of_reach(r: stats.Verdict) -> bool:
+    return r.trials_needed is not None and r.trials_needed >= stats.MAX_TRIALS
 
 
 def resolution(r: stats.Verdict) -> str:
@@ -95,6 +102,13 @@ def resolution(r: stats.Verdict) -> str:
         return "fewer than 2 trials on a side: this run cannot tell noise from a change; run at least 2 per side"
     if r.detectable <= r.threshold:
         return f"this run can see changes of {r.detectable:.1%} or more (its threshold is {r.threshold:.0%})"
+    if _out_of_reach(r) and r.between is not None and r.between.var_log > 0:
+        return (
+            f"this run can see changes of {r.detectable:.1%} or more; no number of trials in two environments "
+            f"would see {r.threshold:.0%}: environments of the same packages differ by ±{r.between.cv:.1%} here"
+        )
+    if _out_of_reach(r):
+        return f"this run can see changes of {r.detectable:.1%} or more; {r.threshold:.0%} is out of reach here"
     return (
         f"this run can see changes of {r.detectable:.1%} or more; about {r.trials_needed} trials per side "
         f"would see {r.threshold:.0%}"

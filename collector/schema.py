@@ -237,12 +237,17 @@ RSS_KIND = "host_rss"  # peak_memory_kind of a CPU row before schema 4 (collecto
 def _anonymous_memory(table: pa.Table) -> pa.Table:
     """A CPU row's peak memory was ru_maxrss before schema 4: it moves to peak_rss_bytes, where it keeps its
     meaning, and peak_memory_bytes (now the peak anonymous memory) is left empty for it."""
-    if "peak_memory_bytes" not in table.column_names or "peak_memory_kind" not in table.column_names:
+    if "peak_memory_bytes" not in table.column_names:
         return table
-    rss = pc.fill_null(pc.equal(table.column("peak_memory_kind"), RSS_KIND), False)
+    n = table.num_rows
+    kind = table.column("peak_memory_kind") if "peak_memory_kind" in table.column_names else pa.nulls(n, _STR)
+    device = table.column("device") if "device" in table.column_names else pa.nulls(n, _STR)
+    # A row that does not say its kind was measured the only way there was: ru_maxrss on a CPU.
+    rss = pc.or_kleene(pc.equal(kind, RSS_KIND), pc.and_kleene(pc.is_null(kind), pc.equal(device, "cpu")))
+    rss = pc.fill_null(rss, False)
     peak = table.column("peak_memory_bytes").cast(_I64)
-    moved = pc.if_else(rss, peak, pa.nulls(table.num_rows, _I64))
-    kept = pc.if_else(rss, pa.nulls(table.num_rows, _I64), peak)
+    moved = pc.if_else(rss, peak, pa.nulls(n, _I64))
+    kept = pc.if_else(rss, pa.nulls(n, _I64), peak)
     table = table.set_column(table.column_names.index("peak_memory_bytes"), "peak_memory_bytes", kept)
     if "peak_rss_bytes" in table.column_names:
         moved = pc.coalesce(table.column("peak_rss_bytes").cast(_I64), moved)

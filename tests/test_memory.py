@@ -101,12 +101,15 @@ def test_rows_from_before_move_their_rss_aside_and_never_mix_with_anonymous_peak
              "started_at": None, "device": "cpu", "peak_memory_bytes": 800 * MIB, "peak_memory_kind": "host_rss"},
             {"run_id": "b", "suite_run_id": "s", "config_key": "k", "status": "ok", "model": "bert", "trial": 1,
              "started_at": None, "device": "gpu", "peak_memory_bytes": 3 * 2**30, "peak_memory_kind": "device"},
+            {"run_id": "c", "suite_run_id": "s", "config_key": "k", "status": "ok", "model": "bert", "trial": 2,
+             "started_at": None, "device": "cpu", "peak_memory_bytes": 700 * MIB, "peak_memory_kind": None},
         ]
     ).drop_columns(["peak_rss_bytes", "peak_file_bytes"])  # fmt: skip
-    old = old.set_column(0, "schema_version", pa.array([3, 3], pa.int64()))
+    old = old.set_column(0, "schema_version", pa.array([3, 3, 3], pa.int64()))
     old = old.set_column(
-        old.column_names.index("started_at"), "started_at", pa.array([0, 0], pa.timestamp("us", "UTC"))
+        old.column_names.index("started_at"), "started_at", pa.array([0, 0, 0], pa.timestamp("us", "UTC"))
     )
     new = conform(old.replace_schema_metadata({b"stepwatch_schema_version": b"3"})).to_pylist()
     assert new[0]["peak_memory_bytes"] is None and new[0]["peak_rss_bytes"] == 800 * MIB
     assert new[1]["peak_memory_bytes"] == 3 * 2**30 and new[1]["peak_rss_bytes"] is None
+    assert new[2]["peak_memory_bytes"] is None and new[2]["peak_rss_bytes"] == 700 * MIB  # a CPU row of no kind

@@ -207,6 +207,7 @@ def test_a_store_written_before_keras_backends_is_upgraded_by_the_next_ingest(tm
     db.write_bytes(gzip.decompress((FIXTURES / "store-v1.duckdb.gz").read_bytes()))
     old = duckdb.connect(str(db), read_only=True)
     before = old.execute("SELECT run_id, series_key, backend FROM runs ORDER BY run_id").fetchall()
+    rss = old.execute("SELECT run_id, peak_memory_bytes FROM runs ORDER BY run_id").fetchall()
     old.close()
     with pytest.raises(StoreError, match="run `stepwatch ingest` once to upgrade it"):
         StoreReader(db).connection()
@@ -221,7 +222,10 @@ def test_a_store_written_before_keras_backends_is_upgraded_by_the_next_ingest(tm
             r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name='runs'").fetchall()
         }
         backends = con.execute("SELECT DISTINCT keras_backend FROM latest_runs").fetchall()
+        memory = con.execute("SELECT run_id, peak_rss_bytes, peak_memory_bytes FROM runs ORDER BY run_id").fetchall()
     assert after == before and len(after) == 4
+    # Their peak memory was ru_maxrss on a CPU: it is kept as peak RSS, and is not the (anonymous) peak memory.
+    assert [(run, value, None) for run, value in rss] == memory
     assert "backend" not in columns and backends == [("tensorflow",)]
     # The results file those runs came from, rewritten (other bytes, so it is read) and ingested again into the
     # upgraded store: the same runs, no conflict.

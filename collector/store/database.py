@@ -148,7 +148,7 @@ STORE_MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: (),  # the tables are unchanged; the deltas folder is new
     3: (  # a CPU row's ru_maxrss is no longer its peak memory (collector.schema, version 4)
         f"UPDATE runs SET peak_rss_bytes = coalesce(peak_rss_bytes, peak_memory_bytes), peak_memory_bytes = NULL "
-        f"WHERE peak_memory_kind = '{RSS_KIND}'",
+        f"WHERE peak_memory_kind = '{RSS_KIND}' OR (peak_memory_kind IS NULL AND device = 'cpu')",
     ),
 }
 

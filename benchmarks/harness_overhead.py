@@ -1,8 +1,8 @@
 """Harness overhead: stepwatch's throughput / a bare model.fit timed around the call, side by side, for each
 Keras backend.
 
-Both sides run the same tiny config in fresh processes, alternating (stepwatch, bare, stepwatch, ...) and
-backend after backend, so machine drift hits all alike. The bare side sets KERAS_BACKEND, builds the same
+Both sides run the same tiny config in fresh processes, alternating (stepwatch first in odd rounds, bare first in
+even ones) and backend after backend, so machine drift hits all alike. The bare side sets KERAS_BACKEND, builds the same
 model with the same seed, warms up with one fit call, then times a second fit call of the same number of
 steps with perf_counter. It feeds what a user would: a repeated tf.data batch on TensorFlow (autotuner off, as
 stepwatch's trials), a Python
@@ -119,13 +119,20 @@ def main() -> None:
         results = ResultFile(Path(tmp) / "overhead.parquet")
         for i in range(args.rounds):
             for b, config in configs.items():
-                [outcome] = runner.run_plan([(config, i)], results, "overhead", str(uuid.uuid4()), runner.RunOptions())
-                assert outcome.row["status"] == "ok", outcome.row.get("error_message")
-                ours[b].append(outcome.row["examples_per_sec"])
-                done = subprocess.run(
-                    [sys.executable, __file__, "--bare", b, *sizes], capture_output=True, text=True, check=True
-                )
-                bare[b].append(json.loads(done.stdout.strip().splitlines()[-1]))
+                # The side that runs first alternates every round (the process after another one of the same
+                # framework finds its libraries in the page cache and the machine in another state).
+                for side in ("stepwatch", "bare") if i % 2 == 0 else ("bare", "stepwatch"):
+                    if side == "stepwatch":
+                        [outcome] = runner.run_plan(
+                            [(config, i)], results, "overhead", str(uuid.uuid4()), runner.RunOptions()
+                        )
+                        assert outcome.row["status"] == "ok", outcome.row.get("error_message")
+                        ours[b].append(outcome.row["examples_per_sec"])
+                    else:
+                        done = subprocess.run(
+                            [sys.executable, __file__, "--bare", b, *sizes], capture_output=True, text=True, check=True
+                        )
+                        bare[b].append(json.loads(done.stdout.strip().splitlines()[-1]))
                 print(
                     f"round {i + 1} {b:10s}: stepwatch {ours[b][-1]:8.1f} ex/s   bare model.fit {bare[b][-1]:8.1f} "
                     f"ex/s   ratio {ours[b][-1] / bare[b][-1]:.3f}",

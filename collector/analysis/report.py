@@ -450,7 +450,7 @@ def memory_help(row: dict[str, Any]) -> str:
     if kind == "device":
         text = "The framework allocator's peak on the accelerator(s)."
     elif kind == "host_anon":
-        text = ("The process's peak anonymous (private) memory, sampled every 2 ms from outside the trial: what the "
+        text = ("The process's peak anonymous (private) memory, sampled every 10 ms from outside the trial: what the "
                 "program allocated, not the shared libraries it mapped.")  # fmt: skip
         if row.get("peak_file_bytes"):
             text += f" File-backed pages at that peak: {row['peak_file_bytes'] / gib:.2f} GiB."

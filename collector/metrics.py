@@ -46,6 +46,10 @@ METRICS: dict[str, Metric] = {
     )
 }
 DEFAULT_METRIC = "examples_per_sec"
+# What peak_memory_bytes measured (its peak_memory_kind): on a CPU the peak anonymous memory the parent samples
+# (collector.bench.memory), or, on rows before schema 4, ru_maxrss (which the migration moves to peak_rss_bytes);
+# on an accelerator the framework allocator's peak ("device").
+ANON_KIND, RSS_KIND = "host_anon", "host_rss"
 
 
 class MetricError(ValueError):

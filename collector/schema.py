@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from collector.config import ADDED_DIMENSIONS
-from collector.metrics import METRICS
+from collector.metrics import METRICS, RSS_KIND
 
 SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, which never mix with real ones
 
@@ -229,9 +229,6 @@ def _keras_backends(table: pa.Table) -> pa.Table:
         effective = table.column("xla_effective").cast(_BOOL)
         table = table.append_column("compiler", pc.if_else(effective, "xla", "none"))
     return table
-
-
-RSS_KIND = "host_rss"  # peak_memory_kind of a CPU row before schema 4 (collector.bench.memory.HOST_RSS)
 
 
 def _anonymous_memory(table: pa.Table) -> pa.Table:

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from collector.bench import memory, runner
 from collector.config import BenchmarkConfig
+from collector.metrics import ANON_KIND
 from collector.schema import conform, to_table
 
 MIB = 2**20
@@ -84,7 +85,7 @@ def test_a_real_trial_with_a_known_buffer_reports_it_in_its_peak(tmp_path: Path)
         work.mkdir()
         child, _, code = runner.run_child(config, sys.executable, work, extra)
         assert child["status"] == "ok", child.get("error_message")
-        assert child["peak_memory_kind"] == memory.HOST_ANON
+        assert child["peak_memory_kind"] == ANON_KIND
         assert child["memory_samples"] > 100
         assert child["peak_rss_bytes"] > child["peak_memory_bytes"]  # RSS also counts the mapped libraries
         assert child["peak_file_bytes"] > 0

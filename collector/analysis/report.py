@@ -24,7 +24,7 @@ from collector.analysis.comparison import FAILED, Comparison, Row, plain
 from collector.analysis.stats import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
 from collector.bench.bisect import describe
 from collector.config import config_from_row, repro_flags
-from collector.metrics import Metric
+from collector.metrics import ANON_KIND, RSS_KIND, Metric
 from collector.store.ingest import IngestReport
 
 
@@ -357,20 +357,27 @@ def comparison_table(comparison: Comparison) -> Table:
 
 
 def show_comparison(
-    comparison: Comparison, fmt: str, out: str | None, title: str, preface: tuple[str, ...] = ()
+    comparison: Comparison,
+    fmt: str,
+    out: str | None,
+    title: str,
+    preface: tuple[str, ...] = (),
+    notes: tuple[str, ...] = (),
 ) -> None:
-    """Print the comparison as a table, markdown or JSON; with ``out`` also write it (markdown, or JSON)."""
+    """Print the comparison as a table, markdown or JSON; with ``out`` also write it (markdown, or JSON).
+    ``preface`` opens the markdown only; ``notes`` (what the intervals cover, the A/A) follow it there and are
+    printed above the table too."""
     if fmt == "json":
         publish(to_json(comparison), out)
         return
     if fmt == "markdown":
-        publish(to_markdown(comparison, title, preface), out)
+        publish(to_markdown(comparison, title, preface + notes), out)
         return
     stdout = _stdout()
     for line in resolution_lead(comparison):
         stdout.print(f"[bold yellow]{escape(line)}[/bold yellow]")
-    for line in preface:
-        if line.startswith(("A/A", "Intervals")):
+    for line in notes:
+        if line:
             stdout.print(escape(line))
     stdout.print(comparison_table(comparison))
     for row in comparison.by_verdict(INCONCLUSIVE):
@@ -388,7 +395,7 @@ def show_comparison(
             stdout.print(f"only in the {side} ({len(only)}): {labels}")
     stdout.print(f"verdict: {headline(comparison)}")
     if out:
-        write_file(to_markdown(comparison, title, preface), out)
+        write_file(to_markdown(comparison, title, preface + notes), out)
 
 
 def show_alerts(rows: list[dict[str, Any]], fmt: str, out: str | None, title: str) -> None:
@@ -449,12 +456,12 @@ def memory_help(row: dict[str, Any]) -> str:
     kind = row.get("peak_memory_kind")
     if kind == "device":
         text = "The framework allocator's peak on the accelerator(s)."
-    elif kind == "host_anon":
+    elif kind == ANON_KIND:
         text = ("The process's peak anonymous (private) memory, sampled every 10 ms from outside the trial: what the "
                 "program allocated, not the shared libraries it mapped.")  # fmt: skip
         if row.get("peak_file_bytes"):
             text += f" File-backed pages at that peak: {row['peak_file_bytes'] / gib:.2f} GiB."
-    elif kind == "host_rss":
+    elif kind == RSS_KIND:
         text = "Recorded before peak memory was the anonymous peak: this run has only its peak RSS (below)."
     else:
         text = "Not recorded."

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-HOST_ANON = "host_anon"  # peak_memory_kind of a CPU trial: its peak anonymous memory, sampled by the parent
 SAMPLE_INTERVAL_S = 0.01  # a read and a poll cost the parent ~70 us: 100 a second, under 1% of one core
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -59,7 +58,7 @@ class PeakSampler:
             self._fd = None
 
     def fields(self) -> dict[str, int]:
-        """The row's fields: the peak (None when nothing could be read) and how it was sampled."""
+        """The row's fields: the peak and how many readings found it (none when nothing could be read)."""
         if not self.samples:
             return {}
         return {
@@ -92,7 +91,7 @@ def sample_until_exit(
 def own_status() -> dict[str, int]:
     """This process's own exact figures at this moment (/proc/self/status, kB -> bytes): the peak resident set
     (VmHWM) and its file-backed and shared parts now; empty where the OS does not say."""
-    wanted = {"VmHWM": "hwm", "RssFile": "file", "RssShmem": "shmem", "RssAnon": "anon"}
+    wanted = {"VmHWM": "hwm", "RssFile": "file", "RssShmem": "shmem"}
     found: dict[str, int] = {}
     try:
         with open("/proc/self/status") as handle:

@@ -26,6 +26,7 @@ from collector.bench.environment import host_environment
 from collector.bench.results import ResultFile
 from collector.bench.trial import SPAWN_TIME_ENV
 from collector.config import BenchmarkConfig, config_columns
+from collector.metrics import ANON_KIND
 
 LOG_TAIL_LINES = 40
 PR_SET_PDEATHSIG = 1
@@ -149,7 +150,7 @@ def run_child(
         return failure("timeout", "Timeout", f"trial ran past its timeout of {config.timeout_s:g} s and was killed")
     if result_path.exists():
         child = json.loads(result_path.read_text())
-        if child.get("peak_memory_kind") == memory.HOST_ANON:
+        if child.get("peak_memory_kind") == ANON_KIND:
             child.update(memory.judged_peak(sampler.fields(), child))
         if child.get("status") != "ok":
             child["log_tail"] = tail

@@ -142,10 +142,10 @@ def add_analysis_arguments(
     add_db_argument(parser, default_db)
 
 
-def calibration_of(args: argparse.Namespace) -> tuple[calibration.Calibration | None, dict[str, stats.Between]]:
-    """The calibration a comparison uses (--calibration), and per metric its between-environment variance."""
+def calibrated_between(args: argparse.Namespace) -> dict[str, stats.Between]:
+    """Per metric, the between-environment variance of the calibration a comparison uses (--calibration)."""
     found = calibration.find(args.calibration)
-    return found, (found.between() if found else {})
+    return found.between() if found else {}
 
 
 def overrides(args: argparse.Namespace) -> list[Override]:

@@ -32,7 +32,7 @@ from collector.bench.suite import load_suite, narrow
 from collector.cli.arguments import (
     UsageError,
     add_analysis_arguments,
-    calibration_of,
+    calibrated_between,
     console,
     db_path,
     matrix_values,
@@ -105,7 +105,7 @@ class Bisection:
         self.built = 0  # environments built (not taken from the cache)
         self.resolver_runs = 0
         self.host: str | None = None
-        _, self.between = calibration_of(args)  # per metric: the between-environment variance steps cover
+        self.between = calibrated_between(args)  # per metric: the between-environment variance steps cover
         self.aa: Comparison | None = None  # the first step's A/A, with --aa
 
     def environment(
@@ -137,7 +137,7 @@ class Bisection:
                 self.args.metric, self.thresholds, label, self.between,
             )  # fmt: skip
             check, comparison = done.check, done.comparison
-            self.between, self.aa = done.between, self.aa or done.aa
+            self.between, self.aa = done.between, self.aa or comparison.aa
             if not self.targets:  # the ends: what the bad side regresses is what the search follows
                 self.targets = {(r.series["series_key"], r.metric.name) for r in comparison.by_verdict(REGRESSION)}
                 targets = self.targets or {(r.series["series_key"], r.metric.name) for r in comparison.rows}

@@ -12,15 +12,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from rich.progress import Progress
 from rich.table import Table
 
-from collector.analysis import calibration, report
+from collector.analysis import calibration
 from collector.analysis.comparison import EXIT_FAILED, EXIT_OK
 from collector.bench import catalog, runner, upgrade
 from collector.bench.suite import load_suite, narrow
 from collector.cli.arguments import (
-    PROGRESS_COLUMNS,
     UsageError,
     add_db_argument,
     add_environment_arguments,
@@ -31,6 +29,7 @@ from collector.cli.arguments import (
     matrix_values,
 )
 from collector.cli.ingest import ingest_and_report
+from collector.cli.upgrade import run_interleaved
 from collector.metrics import METRICS
 
 DEFAULT_METRICS = ["examples_per_sec", "peak_memory_bytes"]
@@ -127,17 +126,7 @@ def run(args: argparse.Namespace) -> int:
         for i in range(args.environments)
     }
     options = runner.RunOptions(price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices))
-    with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:
-        task = progress.add_task("starting", total=len(configs) * args.trials * len(envs))
-
-        def on_start(side: str, config: Any, trial: int) -> None:
-            progress.update(task, description=f"{side}: {config.label()} trial {trial + 1}/{args.trials}")
-
-        def on_done(side: str, outcome: runner.Outcome) -> None:
-            progress.console.print(report.trial_line(f"{side}: {outcome.config.label()}", outcome.row, outcome.trial))
-            progress.advance(task)
-
-        check = upgrade.run(configs, args.trials, suite.name, envs, args.results, options, on_start, on_done)
+    check = run_interleaved(configs, args.trials, suite.name, envs, args.results, options)
     ingest_and_report([str(check.out_dir)], db_path(args), synthetic=False)
     values = values_by_environment(check, args.metric)
     found = calibration.build(label, suite.name, requirements, args.trials, values)

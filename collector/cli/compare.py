@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from collector.analysis import comparison, report
-from collector.cli.arguments import UsageError, add_analysis_arguments, calibration_of, db_path, overrides
+from collector.cli.arguments import UsageError, add_analysis_arguments, calibrated_between, db_path, overrides
 from collector.store import database
 from collector.store.selection import Selection
 
@@ -25,11 +25,11 @@ def run(args: argparse.Namespace) -> int:
     baseline, candidate = Selection.parse(args.baseline), Selection.parse(args.candidate)
     thresholds = overrides(args)
     db = db_path(args)
-    _, offsets = calibration_of(args)
+    offsets = calibrated_between(args)
     with database.open_store(db) as reader:
         result = comparison.build(reader.connection(), baseline, candidate, args.metric, thresholds, offsets)
     for side, selection in (("baseline", baseline), ("candidate", candidate)):
         if result.versions[side]["runs"] == ["0"]:
             raise UsageError(f"the {side} selection {selection.describe()!r} matches no runs in {db}")
-    report.show_comparison(result, args.format, args.out, "stepwatch comparison", report.between_lines(offsets))
+    report.show_comparison(result, args.format, args.out, "stepwatch comparison", notes=report.between_lines(offsets))
     return result.exit_code(args.fail_on_inconclusive)

@@ -20,7 +20,7 @@ from collector.cli.arguments import (
     add_analysis_arguments,
     add_environment_arguments,
     add_matrix_arguments,
-    calibration_of,
+    calibrated_between,
     console,
     db_path,
     matrix_values,
@@ -67,14 +67,37 @@ def register(commands: Any) -> None:
 
 @dataclass
 class Measured:
-    """One interleaved check, ingested and compared: the trials, baseline vs candidate, the A/A (baseline vs a
-    second environment of the same packages) when one ran, and the between-environment variance per metric
-    that baseline vs candidate's intervals cover."""
+    """One interleaved check, ingested and compared: the trials, baseline vs candidate (with its A/A, when one
+    ran, as ``comparison.aa``), and the between-environment variance per metric that its intervals cover."""
 
     check: upgrade.Check
     comparison: comparison.Comparison
-    aa: comparison.Comparison | None
     between: dict[str, stats.Between]
+
+
+def run_interleaved(
+    configs: list[BenchmarkConfig],
+    trials: int,
+    suite: str,
+    envs: dict[str, upgrade.Environment],
+    results: str | Path,
+    options: runner.RunOptions,
+    label: str = "",
+) -> upgrade.Check:
+    """Every environment's trials, interleaved, with a progress bar and a line per trial (``label`` prefixes
+    them): an upgrade check, a bisect step, a calibration."""
+    with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:
+        task = progress.add_task("starting", total=len(configs) * trials * len(envs))
+
+        def on_start(side: str, config: Any, trial: int) -> None:
+            progress.update(task, description=f"{label}{side}: {config.label()} trial {trial + 1}/{trials}")
+
+        def on_done(side: str, outcome: runner.Outcome) -> None:
+            progress.console.print(report.trial_line(f"{label}{side}: {outcome.config.label()}", outcome.row,
+                                                     outcome.trial))  # fmt: skip
+            progress.advance(task)
+
+        return upgrade.run(configs, trials, suite, envs, results, options, on_start, on_done)
 
 
 def measure(
@@ -94,18 +117,7 @@ def measure(
     check, and each step of a bisect. ``label`` prefixes the progress lines. ``between``: what is already known
     of the between-environment variance (a calibration, an earlier A/A); with an A/A side in ``envs`` its own
     estimate is pooled in."""
-    with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:
-        task = progress.add_task("starting", total=len(configs) * trials * len(envs))
-
-        def on_start(side: str, config: Any, trial: int) -> None:
-            progress.update(task, description=f"{label}{side}: {config.label()} trial {trial + 1}/{trials}")
-
-        def on_done(side: str, outcome: runner.Outcome) -> None:
-            progress.console.print(report.trial_line(f"{label}{side}: {outcome.config.label()}", outcome.row,
-                                                     outcome.trial))  # fmt: skip
-            progress.advance(task)
-
-        check = upgrade.run(configs, trials, suite, envs, results, options, on_start, on_done)
+    check = run_interleaved(configs, trials, suite, envs, results, options, label)
     ingest_and_report([str(check.out_dir)], db, synthetic=False)
     selections = {side: Selection.of(suite_run_id=run_id) for side, run_id in check.suite_run_ids.items()}
     known = dict(between or {})
@@ -121,7 +133,7 @@ def measure(
                     known[name] = pooled
         result = comparison.build(con, selections["baseline"], selections["candidate"], metric_names, thresholds, known)
     result.aa = aa
-    return Measured(check, result, aa, known)
+    return Measured(check, result, known)
 
 
 def side_environments(
@@ -151,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{side} {config.label()} trial {trial + 1}")
         return EXIT_OK
     thresholds = overrides(args)
-    _, known = calibration_of(args)
+    known = calibrated_between(args)
     envs = side_environments(sides, args, args.aa)
     options = runner.RunOptions(price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices))
     done = measure(
@@ -164,10 +176,10 @@ def run(args: argparse.Namespace) -> int:
         sides["baseline"], sides["candidate"], len(configs), args.trials, suite.name, check.host(),
         len(failed), len(check.outcomes), upgrade.package_diff(envs["baseline"], envs["candidate"]),
     )  # fmt: skip
-    preface += report.aa_lines(done.aa) + report.between_lines(done.between)
+    notes = report.aa_lines(result.aa) + report.between_lines(done.between)
     title = f"stepwatch upgrade check: {' '.join(sides['baseline'])} -> {' '.join(sides['candidate'])}"
-    report.write_file(report.to_markdown(result, title, preface), check.out_dir / "report.md")
-    report.show_comparison(result, args.format, args.out, title, preface)
+    report.write_file(report.to_markdown(result, title, preface + notes), check.out_dir / "report.md")
+    report.show_comparison(result, args.format, args.out, title, preface, notes)
     console.print(f"report: {check.out_dir / 'report.md'}")
     code = result.exit_code(args.fail_on_inconclusive)
     if code == EXIT_OK and failed:

@@ -45,7 +45,8 @@ import duckdb
 import pyarrow as pa
 
 from collector.config import ADDED_DIMENSIONS, SERIES_FIELDS
-from collector.schema import RSS_KIND, SCHEMA
+from collector.metrics import RSS_KIND
+from collector.schema import SCHEMA
 from collector.store import objectstore
 from collector.store.selection import as_fields
 

@@ -15,6 +15,7 @@ import keras
 from collector.bench import memory
 from collector.bench.measure import WindowClock, window_mean_from_running
 from collector.config import BenchmarkConfig
+from collector.metrics import ANON_KIND
 from trainers.spec import ModelSpec, sparse_ce_loss
 
 POLICIES = {"fp32": "float32", "tf32": "float32", "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16"}
@@ -154,7 +155,7 @@ def cudnn_text(version: int | None) -> str | None:
 def host_peak_memory() -> tuple[int | None, str]:
     """A CPU trial's peak memory on every backend: its peak anonymous memory, which the parent samples from
     outside (collector.bench.memory), so nothing to read here."""
-    return None, memory.HOST_ANON
+    return None, ANON_KIND
 
 
 def host_memory_fields() -> dict[str, int]:

@@ -7,6 +7,7 @@ Only a trial process with KERAS_BACKEND=jax imports this module. It never import
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -82,11 +83,11 @@ def train(
     common.train_fit(model, data, clock, total_steps, running_loss_reader(model))
 
 
-def running_loss_reader(model: Any) -> Any:
-    """The running mean loss read straight from the trainer's current state. A callback's ``self.model`` on JAX
-    first copies every variable of the trainer's state back into the model (``jax_state_sync``, a Python loop
-    over the weights and optimizer slots) and the next step rebuilds the state from them: at a window of 10
-    steps that cost resnet50 tiny about a tenth of its throughput against a bare ``model.fit``, which never
+def running_loss_reader(model: Any) -> Callable[[Any], float]:
+    """The running mean loss read straight from the trainer's current state (the loss tracker's total and count),
+    the same value the model's own tracker gives. A callback's ``self.model`` on JAX would first copy every
+    variable of that state back into the model (``jax_state_sync``: a Python loop over the weights and optimizer
+    slots), and the next step would rebuild the state from them, once per window; a bare ``model.fit`` never
     syncs mid-epoch. Falls back to the synced read where the trainer keeps no such state."""
     positions: dict[str, int] = {}
 

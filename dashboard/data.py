@@ -15,8 +15,8 @@ from typing import Any
 import duckdb
 import streamlit as st
 
-from collector.analysis import alerts, comparison, latest
-from collector.store import database, queries
+from collector.analysis import comparison, latest
+from collector.store import database, queries, records
 
 QUERIES = {
     "catalog": queries.series_catalog,
@@ -27,7 +27,7 @@ QUERIES = {
     "costs": queries.costs,
     "recent_runs": queries.recent_runs,
     "run_detail": queries.run_detail,
-    "alerts": alerts.list_alerts,
+    "alerts": records.list_alerts,
     "overview": latest.overview,
     "compare": comparison.build,
     "versions": queries.side_versions,

@@ -22,7 +22,7 @@ import pytest
 
 from collector.config import BenchmarkConfig
 from collector.schema import SCHEMA, SCHEMA_VERSION, series_key, to_table
-from collector.store import database
+from collector.store import database, engine, files, tables
 from collector.store.database import StoreError, StoreReader
 from collector.store.ingest import ingest
 from collector.store.synthetic import generate
@@ -404,16 +404,21 @@ def test_a_store_of_a_newer_layout_is_refused_and_left_as_it_is(tmp_path: Path) 
 
 
 def _derived_equal_full_recompute(db: Path) -> None:
-    """``series`` and ``latest_runs`` as the store keeps them equal what a full recompute over ``runs`` gives."""
+    """The derived tables as the store keeps them (``series``, ``latest_runs``, and ``summaries`` pooled write by
+    write) equal what a full recompute over ``runs`` gives."""
     with StoreReader(db) as reader:
         con = reader.connection()
-        for table, statement in zip(("series", "latest_runs"), database.DERIVED):
+        for table, statement in zip(tables.DERIVED_TABLES, database.DERIVED, strict=True):
             full = statement.replace(f"CREATE OR REPLACE TABLE {table} AS ", "")
             kept = con.sql(f"SELECT * FROM {table}").to_df()
             recomputed = con.sql(full).to_df()[list(kept.columns)]
-            order = ["series_key", "run_id"] if "run_id" in kept else ["series_key"]
+            order = {"latest_runs": ["series_key", "run_id"], "summaries": ["group_key"]}.get(table, ["series_key"])
             pd.testing.assert_frame_equal(
-                kept.sort_values(order).reset_index(drop=True), recomputed.sort_values(order).reset_index(drop=True)
+                kept.sort_values(order).reset_index(drop=True),
+                recomputed.sort_values(order).reset_index(drop=True),
+                check_exact=False,
+                rtol=1e-9,
+                atol=1e-12,
             )
 
 
@@ -423,8 +428,8 @@ def test_deltas_merges_and_compaction_keep_every_table_as_a_full_rebuild_would(
     """Writes go into delta files; the derived tables they update series by series equal a full recompute,
     through a merge of deltas and a compaction into the base, and in the rare case where an older suite run
     continued later becomes the latest."""
-    monkeypatch.setattr(database, "MAX_DELTAS", 3)
-    monkeypatch.setattr(database, "COMPACT_SHARE", 5.0)
+    monkeypatch.setattr(engine, "MAX_DELTAS", 3)
+    monkeypatch.setattr(engine, "COMPACT_SHARE", 5.0)
     results, db = tmp_path / "results", tmp_path / "s.duckdb"
     day = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
 
@@ -439,7 +444,7 @@ def test_deltas_merges_and_compaction_keep_every_table_as_a_full_rebuild_would(
 
     night("a", "s1", day, 40)
     night("a-other", "s1-b", day, 40, accelerator="CPU B")
-    assert database._deltas(db) and count(db) == 80  # the first write is the base, the second a delta
+    assert files.deltas(db) and count(db) == 80  # the first write is the base, the second a delta
     night("b", "s2", day + timedelta(days=1), 3)
     night("c", "s1", day + timedelta(days=2), 2, start=40)  # the first suite run, continued after s2: latest again
     with StoreReader(db) as reader:
@@ -447,11 +452,11 @@ def test_deltas_merges_and_compaction_keep_every_table_as_a_full_rebuild_would(
     assert sorted(latest) == [("s1",), ("s1-b",)]
     assert count(db, "latest_runs") == 40 + 2 + 40
     night("d", "s3", day + timedelta(days=3), 3)  # a fifth write: more than 3 deltas, the newest are merged
-    assert any(d.first < d.last for d in database._deltas(db))
+    assert any(d.first < d.last for d in files.deltas(db))
     night("e", "s4", day + timedelta(days=4), 3)
-    monkeypatch.setattr(database, "COMPACT_SHARE", 0.01)
+    monkeypatch.setattr(engine, "COMPACT_SHARE", 0.01)
     night("f", "s5", day + timedelta(days=5), 3)  # the deltas outgrow their share: one base again
-    assert database._deltas(db) == [] and count(db) == 80 + 3 + 2 + 3 + 3 + 3
+    assert files.deltas(db) == [] and count(db) == 80 + 3 + 2 + 3 + 3 + 3
     with StoreReader(db) as reader:
         con = reader.connection()
         assert con.execute("SELECT count(*), count(DISTINCT run_id) FROM samples").fetchall()[0][1] == count(db)

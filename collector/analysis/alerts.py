@@ -10,7 +10,6 @@ that series look only at the nights from it on, so it is never raised again.
 from __future__ import annotations
 
 import bisect
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -21,19 +20,12 @@ from collector.analysis import changepoints, stats
 from collector.analysis.thresholds import Override, threshold_for
 from collector.metrics import Metric
 from collector.schema import VERSION_COLUMNS
-from collector.store import queries
+from collector.store import queries, records
+from collector.store.records import CONFIRMED, FALSE_POSITIVE, NEW, OPEN, AlertChange
 from collector.store.selection import Selection
 
-NEW, CONFIRMED, ACKNOWLEDGED, FALSE_POSITIVE, FIXED = "new", "confirmed", "acknowledged", "false positive", "fixed"
-STATUSES = (NEW, CONFIRMED, ACKNOWLEDGED, FALSE_POSITIVE, FIXED)
-OPEN = (NEW, CONFIRMED)
-NEW_BASELINE = (ACKNOWLEDGED, FIXED)
 MATCH_NIGHTS = 2  # a change found within this many nights of an alert's is the same change
 DEFAULT_NIGHTS = 180  # nights of history looked at per series
-
-
-class AlertError(ValueError):
-    """An unknown alert id or status, in one line."""
 
 
 @dataclass(frozen=True)
@@ -57,15 +49,6 @@ class Scan:
     fields: dict[str, dict] = field(default_factory=dict)  # per series scanned, its config fields
 
 
-def baselines(con: duckdb.DuckDBPyConnection, metric: str) -> dict[str, datetime]:
-    """Per series, the latest acknowledged or fixed change: where its current baseline segment starts."""
-    rows = con.execute(
-        "SELECT series_key, max(change_at) FROM alerts WHERE metric = ? AND status IN (?, ?) GROUP BY series_key",
-        [metric, *NEW_BASELINE],
-    ).fetchall()
-    return dict(rows)
-
-
 def scan(
     con: duckdb.DuckDBPyConnection,
     selection: Selection,
@@ -75,7 +58,7 @@ def scan(
 ) -> Scan:
     """Run change-point detection on the last ``nights_limit`` nights (since its baseline) of each series."""
     history = queries.history_points(con, selection, metric.name)
-    starts = baselines(con, metric.name)
+    starts = records.baselines(con, metric.name)
     fields = {row["series_key"]: row for row in queries.series_catalog(con).to_dict("records")}
     found, seen, outliers = [], {}, 0
     for key, nights in history.groupby("series_key", sort=False):
@@ -104,63 +87,36 @@ def scan(
 
 
 def record(con: duckdb.DuckDBPyConnection, result: Scan, metric: str, now: datetime) -> dict[str, int]:
-    """Merge a scan into ``alerts`` (a writable connection): new changes become alerts, a suspected one the
-    nights have confirmed becomes confirmed, and a suspected one no longer seen is withdrawn as a false
+    """Merge a scan into the store's alerts (a writable connection): new changes become alerts, a suspected one
+    the nights have confirmed becomes confirmed, and a suspected one no longer seen is withdrawn as a false
     positive. Statuses a person set are kept. Returns counts of what happened."""
     counts = {"created": 0, "confirmed": 0, "updated": 0, "withdrawn": 0}
-    existing = con.execute(
-        "SELECT id, series_key, change_at, status FROM alerts WHERE metric = ? ORDER BY id", [metric]
-    ).fetchall()
     by_series: dict[str, list[tuple[int, datetime, str]]] = {}
-    for alert_id, key, change_at, status in existing:
+    for alert_id, key, change_at, status in records.alerts_of(con, metric):
         by_series.setdefault(key, []).append((alert_id, change_at, status))
     matched: set[int] = set()
     for item in result.found:
         change = item.change
         status = CONFIRMED if change.status == "confirmed" else NEW
-        values = [
-            now,
-            item.change_at,
-            item.suite_run_id,
-            change.before,
-            change.after,
-            change.ratio,
-            _finite(change.ci_low),
-            _finite(change.ci_high),
-            json.dumps(change.versions_changed, default=str),
-        ]
+        measured = AlertChange(item.change_at, item.suite_run_id, change.before, change.after, change.ratio,
+                               change.ci_low, change.ci_high, change.versions_changed)  # fmt: skip
         twin = _match(item, by_series.get(item.series_key, []), matched)
         if twin is None:
-            con.execute(
-                "INSERT INTO alerts (created_at, updated_at, series_key, metric, status, change_at, suite_run_id, "
-                "before_value, after_value, ratio, ci_low, ci_high, versions_changed) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [now, now, item.series_key, metric, status, *values[1:]],
-            )
+            records.add_alert(con, item.series_key, metric, status, measured, now)
             counts["created"] += 1
             continue
         alert_id, _, old_status = twin
         matched.add(alert_id)
         new_status = status if old_status in OPEN else old_status
-        con.execute(
-            "UPDATE alerts SET updated_at = ?, change_at = ?, suite_run_id = ?, before_value = ?, after_value = ?, "
-            "ratio = ?, ci_low = ?, ci_high = ?, versions_changed = ?, status = ? WHERE id = ?",
-            [*values, new_status, alert_id],
-        )
+        records.revise_alert(con, alert_id, new_status, measured, now)
         counts["confirmed" if (old_status, new_status) == (NEW, CONFIRMED) else "updated"] += 1
     for key, nights in result.nights.items():
         for alert_id, change_at, status in by_series.get(key, []):
             if status == NEW and alert_id not in matched and nights and nights[0] <= change_at <= nights[-1]:
-                con.execute(
-                    "UPDATE alerts SET status = ?, updated_at = ?, note = ? WHERE id = ?",
-                    [FALSE_POSITIVE, now, "withdrawn: later nights did not show this change (an outlier)", alert_id],
-                )
+                note = "withdrawn: later nights did not show this change (an outlier)"
+                records.set_status(con, alert_id, FALSE_POSITIVE, note, now)
                 counts["withdrawn"] += 1
     return counts
-
-
-def _finite(x: float) -> float | None:
-    return None if x != x else x
 
 
 def _match(item: Found, alerts: list[tuple[int, datetime, str]], taken: set[int]) -> tuple[int, datetime, str] | None:
@@ -173,34 +129,3 @@ def _match(item: Found, alerts: list[tuple[int, datetime, str]], taken: set[int]
         if abs(here - there) <= MATCH_NIGHTS:
             return alert
     return None
-
-
-def list_alerts(
-    con: duckdb.DuckDBPyConnection, statuses: tuple[str, ...] = STATUSES, metric: str | None = None
-) -> pd.DataFrame:
-    """Alerts with their series' fields, newest change first."""
-    marks = ", ".join("?" for _ in statuses)
-    extra, params = ("AND a.metric = ?", [metric]) if metric else ("", [])
-    return (
-        con.sql(
-            f"SELECT a.*, s.* EXCLUDE (series_key) FROM alerts a LEFT JOIN series s USING (series_key) "
-            f"WHERE a.status IN ({marks}) {extra} ORDER BY a.change_at DESC, a.id",
-            params=[*statuses, *params],
-        )
-        .to_arrow_table()
-        .to_pandas()
-    )
-
-
-def set_status(con: duckdb.DuckDBPyConnection, alert_id: int, status: str, note: str | None, now: datetime) -> str:
-    """Move one alert to ``status`` (a writable connection); returns the status it had."""
-    if status not in STATUSES:
-        raise AlertError(f"status {status!r} is not one of {', '.join(STATUSES)}")
-    rows = con.execute("SELECT status FROM alerts WHERE id = ?", [alert_id]).fetchall()
-    if not rows:
-        raise AlertError(f"no alert with id {alert_id} (see `stepwatch alerts list`)")
-    con.execute(
-        "UPDATE alerts SET status = ?, updated_at = ?, note = coalesce(?, note) WHERE id = ?",
-        [status, now, note, alert_id],
-    )
-    return rows[0][0]

@@ -15,12 +15,12 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from collector.analysis import alerts, stats
+from collector.analysis import stats
 from collector.analysis.changepoints import trial_side
 from collector.analysis.comparison import FAILED, VERDICT_ORDER
 from collector.analysis.thresholds import Override, threshold_for
 from collector.metrics import DEFAULT_METRIC, Metric, get_metric
-from collector.store import queries
+from collector.store import queries, records
 from collector.store.selection import Selection
 
 BASELINE_NIGHTS = 7  # a baseline pools the trials of up to this many nights before the latest
@@ -99,9 +99,9 @@ def overview(
     keys = list(runs["series_key"])
     points = queries.recent_points(con, keys, metric.name, SPARK_NIGHTS)
     fields = {row["series_key"]: row for row in runs.to_dict("records")}
-    found = changes(points, metric, fields, overrides, alerts.baselines(con, metric.name))
+    found = changes(points, metric, fields, overrides, records.baselines(con, metric.name))
     table = runs.merge(found, on="series_key", how="left")
-    counts = alerts.list_alerts(con, alerts.OPEN).groupby("series_key").size()
+    counts = records.list_alerts(con, records.OPEN).groupby("series_key").size()
     table["alerts"] = table["series_key"].map(counts).fillna(0).astype(int)
     table["verdict"] = [
         worst(p, b) if isinstance(p, str) else stats.MISSING

@@ -260,7 +260,7 @@ def versions_text(versions_changed: str | None) -> str:
 
 
 def alerts_markdown(alerts: list[dict[str, Any]], title: str = "stepwatch alerts") -> str:
-    """Alerts (rows of ``collector.analysis.alerts.list_alerts``) as a markdown table, e.g. for an issue body."""
+    """Alerts (rows of ``collector.store.records.list_alerts``) as a markdown table, e.g. for an issue body."""
     lines = [f"## {title}", ""]
     if not alerts:
         return "\n".join([*lines, "No alerts.", ""])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from collector.analysis.alerts import AlertError
 from collector.analysis.calibration import CalibrationError
 from collector.analysis.comparison import EXIT_FAILED, EXIT_USAGE
 from collector.analysis.report import ReportError
@@ -25,6 +24,7 @@ from collector.cli.arguments import OneLineParser, UsageError
 from collector.metrics import MetricError
 from collector.store.database import NoStoreError, StoreError
 from collector.store.objectstore import StorageError
+from collector.store.records import AlertError
 from collector.store.selection import SelectionError
 
 COMMANDS = (run, ingest, export, compare, alerts, upgrade, bisect, calibrate)

@@ -22,7 +22,7 @@ from collector.cli.arguments import (
     db_path,
     overrides,
 )
-from collector.store import database, history
+from collector.store import database, history, records
 from collector.store.selection import Selection
 
 
@@ -36,7 +36,7 @@ def register(commands: Any) -> None:
     alert = commands.add_parser("alerts", help="list alerts or move one along (ack, false-positive, fixed)")
     actions = alert.add_subparsers(dest="action", required=True, parser_class=OneLineParser)
     listing = actions.add_parser("list", help="show alerts")
-    listing.add_argument("--status", default="open", choices=("open", "all", *alerts.STATUSES))
+    listing.add_argument("--status", default="open", choices=("open", "all", *records.STATUSES))
     listing.add_argument("--metric", help="only this metric")
     listing.add_argument("--format", choices=FORMATS, default="table")
     listing.add_argument("--out", help="also write the markdown (or JSON) to this file")
@@ -47,9 +47,9 @@ def register(commands: Any) -> None:
     add_db_argument(save)
     save.set_defaults(handler=run_save)
     for name, status, needs_note in (
-        ("ack", alerts.ACKNOWLEDGED, True),
-        ("false-positive", alerts.FALSE_POSITIVE, False),
-        ("fixed", alerts.FIXED, False),
+        ("ack", records.ACKNOWLEDGED, True),
+        ("false-positive", records.FALSE_POSITIVE, False),
+        ("fixed", records.FIXED, False),
     ):
         action = actions.add_parser(name, help=f"mark an alert {status}")
         action.add_argument("id", type=int, help="alert id (from `stepwatch alerts list`)")
@@ -70,7 +70,7 @@ def run_detect(args: argparse.Namespace) -> int:
         scanned = alerts.scan(reader.connection(), selection, metric, thresholds, args.nights)
     with database.update(db) as con:
         counts = alerts.record(con, scanned, metric.name, datetime.now(UTC))
-        open_alerts = report.records(alerts.list_alerts(con, alerts.OPEN, metric.name))
+        open_alerts = report.records(records.list_alerts(con, records.OPEN, metric.name))
     open_alerts = [a for a in open_alerts if a["series_key"] in scanned.nights]
     console.print(
         f"{len(scanned.nights)} series, {len(scanned.found)} change(s) found, {scanned.outliers} outlier night(s) "
@@ -82,7 +82,7 @@ def run_detect(args: argparse.Namespace) -> int:
         warning = report.bimodal_warning(report.series_label(scanned.fields[key]), metric.name, noise)
         if warning:
             console.print(f"[yellow]{escape(warning)}[/yellow]")
-    regressions = [a for a in open_alerts if a["status"] == alerts.CONFIRMED and metric.worse(a["ratio"])]
+    regressions = [a for a in open_alerts if a["status"] == records.CONFIRMED and metric.worse(a["ratio"])]
     if regressions:
         console.print(f"[red]{len(regressions)} confirmed regression(s)[/red]: triage with `stepwatch alerts ack ID`")
         return EXIT_REGRESSION
@@ -91,9 +91,9 @@ def run_detect(args: argparse.Namespace) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     """Show alerts: open ones by default, or a given status, or all."""
-    statuses = {"open": alerts.OPEN, "all": alerts.STATUSES}.get(args.status, (args.status,))
+    statuses = {"open": records.OPEN, "all": records.STATUSES}.get(args.status, (args.status,))
     with database.open_store(db_path(args)) as reader:
-        rows = report.records(alerts.list_alerts(reader.connection(), statuses, args.metric))
+        rows = report.records(records.list_alerts(reader.connection(), statuses, args.metric))
     report.show_alerts(rows, args.format, args.out, f"stepwatch alerts ({args.status})")
     return EXIT_OK
 
@@ -101,7 +101,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_set(args: argparse.Namespace) -> int:
     """Move one alert along its lifecycle (acknowledged, false positive, fixed)."""
     with database.update(db_path(args)) as con:
-        before = alerts.set_status(con, args.id, args.new_status, args.note, datetime.now(UTC))
+        before = records.set_status(con, args.id, args.new_status, args.note, datetime.now(UTC))
     note = f" ({escape(args.note)})" if args.note else ""
     console.print(f"alert {args.id}: {before} -> {args.new_status}{note}")
     return EXIT_OK

@@ -16,8 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collector.analysis.alerts import STATUSES
-from collector.store import objectstore
+from collector.store import objectstore, records
 from collector.store.database import (
     StoreError,
     compact,
@@ -36,7 +35,7 @@ def save_alerts(db: Path, target: str) -> int:
     """Write the store's alerts (every column, ids included) to ``target``, a local path or s3:// / gs:// URI;
     the file appears whole or not at all. Returns how many alerts."""
     with open_store(db) as reader:
-        table = reader.connection().sql("SELECT * FROM alerts ORDER BY id").to_arrow_table()
+        table = records.all_alerts(reader.connection())
     folder, name = target.rsplit("/", 1) if "/" in target else (".", target)
     with tempfile.TemporaryDirectory(prefix=".stepwatch-alerts-") as work:
         local = Path(work) / name
@@ -64,7 +63,7 @@ def read_alerts(source: str) -> pa.Table:
     missing = [c for c in ALERT_KEYS if c not in table.column_names]
     if missing:
         raise StoreError(f"{source} is not a saved alerts file (no column {', '.join(missing)})")
-    unknown = set(table.column("status").to_pylist()) - set(STATUSES)
+    unknown = set(table.column("status").to_pylist()) - set(records.STATUSES)
     if unknown:
         raise StoreError(f"{source} holds alerts of unknown status {', '.join(map(repr, sorted(unknown, key=str)))}")
     return table
@@ -91,10 +90,7 @@ def rebuild(
             raise StoreError(f"nothing to rebuild from: no results files under {', '.join(sources)}")
         if saved is not None:
             with update(built) as con:
-                con.register("saved", saved)
-                con.execute("DELETE FROM alerts")
-                con.execute("INSERT INTO alerts BY NAME SELECT * FROM saved")
-                con.unregister("saved")
+                records.restore_alerts(con, saved)
         with writer_lock(built):
             compact(built, snapshot(built, views=False))
         with writer_lock(db):

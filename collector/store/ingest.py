@@ -41,16 +41,8 @@ from collector.schema import (
     hostile_values,
 )
 from collector.store import objectstore
-from collector.store.database import (
-    STORE_VERSION,
-    WINDOW_COLUMNS,
-    WRITE,
-    StoreError,
-    clean,
-    snapshot,
-    store_kind,
-    write,
-)
+from collector.store.database import StoreError, Write, clean, snapshot, write
+from collector.store.tables import STORE_VERSION, WINDOW_COLUMNS, store_kind
 
 BATCH_FILES = 2_000  # files staged and inserted together (bounds the memory an ingest holds)
 READ_THREADS = 4
@@ -188,13 +180,17 @@ class _Batch:
 class _Ingest:
     """One ingest's write: files in, rows staged per batch, checked, and inserted into the new delta."""
 
-    con: duckdb.DuckDBPyConnection
+    write: Write
     kind: str
     digests: set[str]  # of every file the store holds or this ingest has taken
     report: IngestReport
     on_file: Callable[[str, str], None]
     spool: Path  # local copies of remote files, for DuckDB's reader
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        return self.write.con
 
     def file(self, loc: objectstore.Location, entry: objectstore.Entry, read: _Read, batch: _Batch) -> None:
         report, on_file = self.report, self.on_file
@@ -326,12 +322,11 @@ class _Ingest:
         con.execute("DROP TABLE known")
         report.rows_added += con.execute("SELECT count(*) FROM fresh").fetchall()[0][0]
         excluded = ", ".join(WINDOW_COLUMNS)
-        con.execute(
-            f"INSERT INTO {WRITE}.runs BY NAME SELECT * EXCLUDE ({excluded}), ? AS ingested_at FROM fresh", [self.now]
-        )
-        con.execute(
-            f"INSERT INTO {WRITE}.samples SELECT run_id, unnest(range(greatest(len(window_step_times_s), "
-            "len(window_losses)))) AS window_index, unnest(window_step_times_s), unnest(window_losses) FROM fresh"
+        self.write.append("runs", f"SELECT * EXCLUDE ({excluded}), ? AS ingested_at FROM fresh", [self.now])
+        self.write.append(
+            "samples",
+            "SELECT run_id, unnest(range(greatest(len(window_step_times_s), len(window_losses)))) AS window_index, "
+            "unnest(window_step_times_s) AS step_time_s, unnest(window_losses) AS loss FROM fresh",
         )
         con.execute("DROP TABLE fresh")
         if batch.manifest:
@@ -378,10 +373,10 @@ def ingest(
                 todo.append((loc, entry))
     if todo or outdated:  # an older store is upgraded even when nothing is new
         kind = kind or ("synthetic" if synthetic else "real")
-        with write(db, kind, on_wait) as con, tempfile.TemporaryDirectory(dir=db.parent, prefix=".spool-") as spool:
+        with write(db, kind, on_wait) as done, tempfile.TemporaryDirectory(dir=db.parent, prefix=".spool-") as spool:
             # A store written meanwhile by another ingest: what it added is known to this one now.
-            digests |= {d for (d,) in con.execute("SELECT digest FROM ingested_files").fetchall()}
-            work = _Ingest(con, kind, digests, report, on_file, Path(spool))
+            digests |= {d for (d,) in done.con.execute("SELECT digest FROM ingested_files").fetchall()}
+            work = _Ingest(done, kind, digests, report, on_file, Path(spool))
             for start_at in range(0, len(todo), BATCH_FILES):
                 chunk = todo[start_at : start_at + BATCH_FILES]
                 batch = _Batch()

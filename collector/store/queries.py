@@ -15,6 +15,7 @@ from collector.config import FIELD_NAMES, SERIES_DIMENSIONS
 from collector.metrics import METRICS
 from collector.schema import VERSION_COLUMNS
 from collector.store.selection import ALIASES, ALL, Selection, SelectionError, as_fields, named
+from collector.store.tables import SUMMARY_KEYS, log_value, pooled
 
 SERIES_ORDER = ", ".join(f'"{name}"' for name in SERIES_DIMENSIONS)
 # The dimensions that stay equal between the two points of a speedup (XLA on/off, a precision vs fp32).
@@ -103,6 +104,14 @@ def contrast(baseline: Selection, candidate: Selection) -> tuple[str, ...]:
     return tuple(names)
 
 
+def summarized(*selections: Selection) -> bool:
+    """Whether the selections pick whole groups of ``summaries`` (they name only series dimensions, versions and
+    labels, and no time range): then what a comparison needs is read from the summaries, not every trial."""
+    return all(
+        s.since is None and s.until is None and all(name in SUMMARY_KEYS for name, _ in s.equals) for s in selections
+    )
+
+
 def compare_sides(
     con: duckdb.DuckDBPyConnection,
     baseline: Selection,
@@ -113,40 +122,55 @@ def compare_sides(
     (what a ratio of geometric means and its Welch interval need), failed trials per side, and the
     series' config fields. Failed trials never enter the statistics. Where the sides differ in a series
     dimension (see ``contrast``), a row pairs the series that match on the others, and shows the candidate's
-    series (its key and fields)."""
+    series (its key and fields). Read from the per-version summaries when the sides allow (``summarized``),
+    else from every trial: the same figures either way."""
     _known(metric, "compares")
     where_a, params_a = baseline.where()
     where_b, params_b = candidate.where()
     differ = contrast(baseline, candidate)
+    columns = [f'"{ALIASES.get(n, n)}"' for n in ("series_key", *SERIES_COLUMNS)]
     if differ:
-        group = ", ".join(f'"{ALIASES.get(d, d)}"' for d in SERIES_DIMENSIONS if d not in differ)
+        grouped = [f'"{ALIASES.get(d, d)}"' for d in SERIES_DIMENSIONS if d not in differ]
+        group = ", ".join(grouped)
         pick = "coalesce(any_value({0}) FILTER (WHERE side = 'candidate'), any_value({0}))"
-        fields = ", ".join(
-            pick.format(f'"{ALIASES.get(n, n)}"') + f' AS "{n}"' for n in ("series_key", *SERIES_COLUMNS)
-        )
+        fields = ", ".join(pick.format(c) + f' AS "{n}"' for c, n in zip(columns, ("series_key", *SERIES_COLUMNS)))
     else:
-        group, fields = "series_key", f"series_key, {as_fields(SERIES_COLUMNS)}"
+        grouped, group, fields = ['"series_key"'], "series_key", f"series_key, {as_fields(SERIES_COLUMNS)}"
+    if summarized(baseline, candidate):
+        carried = ", ".join(f"any_value({c}) AS {c}" for c in dict.fromkeys(columns) if c not in grouped)
+        parts = f"""
+            SELECT 'baseline' AS side, * FROM summaries WHERE {where_a}
+            UNION ALL BY NAME
+            SELECT 'candidate' AS side, * FROM summaries WHERE {where_b}"""
+        source = f"({pooled(f'({parts})', f'side, {group}', (metric,), carried)})"
+        stat = {
+            "n": f'coalesce(sum("n_{metric}") FILTER (WHERE side = \'{{0}}\'), 0)',
+            "mean": f'max("mean_{metric}") FILTER (WHERE side = \'{{0}}\')',
+            "var": f'max("m2_{metric}" / nullif("n_{metric}" - 1, 0)) FILTER (WHERE side = \'{{0}}\')',
+            "failed": "coalesce(sum(failed) FILTER (WHERE side = '{0}'), 0)",
+        }
+    else:
+        value = log_value(metric)
+        source = f"""(
+            SELECT 'baseline' AS side, *, {value} AS v FROM runs WHERE {where_a}
+            UNION ALL BY NAME
+            SELECT 'candidate' AS side, *, {value} AS v FROM runs WHERE {where_b})"""
+        stat = {
+            "n": "count(v) FILTER (WHERE side = '{0}')",
+            "mean": "avg(v) FILTER (WHERE side = '{0}')",
+            "var": "var_samp(v) FILTER (WHERE side = '{0}')",
+            "failed": "count(*) FILTER (WHERE side = '{0}' AND status <> 'ok')",
+        }
+    names = {"n": "n_{0}", "mean": "mean_log_{0}", "var": "var_log_{0}", "failed": "failed_{0}"}
+    per_side = ", ".join(
+        f"{stat[s].format(side)} AS {name.format(side)}" for side in ("baseline", "candidate") for s, name in names.items()
+    )
     return _frame(
         con,
         f"""
-        WITH sides AS (
-            SELECT 'baseline' AS side, *, CASE WHEN status = 'ok' AND "{metric}" > 0 THEN ln("{metric}") END AS v
-            FROM runs WHERE {where_a}
-            UNION ALL BY NAME
-            SELECT 'candidate' AS side, *, CASE WHEN status = 'ok' AND "{metric}" > 0 THEN ln("{metric}") END AS v
-            FROM runs WHERE {where_b}
-        )
-        SELECT {fields},
-               count(v) FILTER (WHERE side = 'baseline') AS n_baseline,
-               avg(v) FILTER (WHERE side = 'baseline') AS mean_log_baseline,
-               var_samp(v) FILTER (WHERE side = 'baseline') AS var_log_baseline,
-               count(*) FILTER (WHERE side = 'baseline' AND status <> 'ok') AS failed_baseline,
-               count(v) FILTER (WHERE side = 'candidate') AS n_candidate,
-               avg(v) FILTER (WHERE side = 'candidate') AS mean_log_candidate,
-               var_samp(v) FILTER (WHERE side = 'candidate') AS var_log_candidate,
-               count(*) FILTER (WHERE side = 'candidate' AND status <> 'ok') AS failed_candidate,
-               exp(avg(v) FILTER (WHERE side = 'candidate') - avg(v) FILTER (WHERE side = 'baseline')) AS ratio
-        FROM sides GROUP BY {group}
+        SELECT {fields}, {per_side},
+               exp({stat["mean"].format("candidate")} - {stat["mean"].format("baseline")}) AS ratio
+        FROM {source} GROUP BY {group}
         ORDER BY {SERIES_ORDER}, series_key
         """,
         [*params_a, *params_b],

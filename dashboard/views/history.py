@@ -2,9 +2,9 @@
 
 import streamlit as st
 
-from collector.analysis import alerts
 from collector.config import SERIES_DIMENSIONS
 from collector.metrics import DEFAULT_METRIC, METRICS
+from collector.store import records
 from collector.store.queries import X_AXES, version_key
 from collector.store.selection import Selection
 from dashboard import charts, data, state
@@ -66,7 +66,7 @@ else:
     if baseline != "(none)":
         measured = charts.normalise(measured, "tf_version", baseline)
     drawn, every = charts.thin(measured) if x == "night" else (measured, 1)
-    found = data.load("alerts", alerts.STATUSES, metric_name)
+    found = data.load("alerts", records.STATUSES, metric_name)
     changes = found[found["series_key"].isin(measured["series_key"])] if len(found) else found
     figure = charts.history(
         drawn, metric, x, color, None if facet == "none" else facet, scale == "log",

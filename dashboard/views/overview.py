@@ -4,11 +4,12 @@ its open alerts; series with open alerts and regressions first."""
 
 import streamlit as st
 
-from collector.analysis import alerts, latest, stats
+from collector.analysis import latest, stats
 from collector.analysis.comparison import FAILED
 from collector.analysis.report import interval, percent, series_label
 from collector.analysis.thresholds import load_overrides
 from collector.metrics import DEFAULT_METRIC, METRICS
+from collector.store import records
 from collector.store.selection import Selection
 from dashboard import charts, data, state
 
@@ -43,8 +44,8 @@ metric = METRICS[metric_name]
 
 selection = Selection.of(accelerator=picked_accelerators, device=picked_devices, keras_backend=picked_keras)
 table = data.load("overview", selection, metric_name, load_overrides())
-open_alerts = data.load("alerts", alerts.OPEN, None)
-confirmed = open_alerts[open_alerts["status"] == alerts.CONFIRMED]
+open_alerts = data.load("alerts", records.OPEN, None)
+confirmed = open_alerts[open_alerts["status"] == records.CONFIRMED]
 regressed = latest.regressed(table)
 
 unit = metric.unit.replace("{unit}", "units")

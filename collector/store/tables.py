@@ -1,0 +1,340 @@
+"""The store's tables: their definitions (every column of ``runs`` from collector/schema.py), the migrations
+that bring an older store to this layout, and the derived tables each write keeps up to date (``series``,
+``latest_runs``, ``summaries``). How they are laid out in files, written and read is ``collector.store.engine``.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+
+from collector.config import ADDED_DIMENSIONS, FIELD_NAMES, SERIES_FIELDS
+from collector.metrics import METRICS, RSS_KIND
+from collector.schema import SCHEMA, VERSION_COLUMNS
+from collector.store.errors import StoreError
+from collector.store.selection import ALIASES, as_fields
+
+# The tables' layout; a store written by a newer layout is refused, never rewritten. 2: Keras backends (runs'
+# ``backend`` column becomes ``device``; earlier runs are TensorFlow runs; compiler from xla_effective).
+# 3: a base file and delta files (a stepwatch that reads only the base must not read a store with deltas).
+# 4: CPU peak memory is the peak anonymous memory. 5: per-series, per-version ``summaries``.
+STORE_VERSION = 5
+WINDOW_COLUMNS = ("window_step_times_s", "window_losses")
+
+_DUCK_TYPES = {"int64": "BIGINT", "double": "DOUBLE", "string": "VARCHAR", "bool": "BOOLEAN"}
+
+
+def _duck_type(dtype: pa.DataType) -> str:
+    if pa.types.is_timestamp(dtype):
+        return "TIMESTAMPTZ"
+    return _DUCK_TYPES[str(dtype)]
+
+
+RUN_COLUMNS = tuple(f for f in SCHEMA if f.name not in WINDOW_COLUMNS)
+
+# Tables. Every column of ``runs`` comes from collector/schema.py; new schema columns are added
+# to an older store on its next ingest.
+DDL = (
+    "CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
+    "CREATE TABLE IF NOT EXISTS runs ("
+    + ", ".join(f'"{f.name}" {_duck_type(f.type)}' for f in RUN_COLUMNS)
+    + ", source_uri VARCHAR, ingested_at TIMESTAMPTZ)",
+    "CREATE TABLE IF NOT EXISTS samples (run_id VARCHAR, window_index INTEGER, step_time_s DOUBLE, loss DOUBLE)",
+    "CREATE TABLE IF NOT EXISTS ingested_files (uri VARCHAR, size BIGINT, mtime_ns BIGINT, digest VARCHAR, "
+    "rows_read BIGINT, ingested_at TIMESTAMPTZ)",
+    "CREATE SEQUENCE IF NOT EXISTS alert_ids",
+    "CREATE TABLE IF NOT EXISTS alerts (id BIGINT DEFAULT nextval('alert_ids') PRIMARY KEY, "
+    "created_at TIMESTAMPTZ, updated_at TIMESTAMPTZ, series_key VARCHAR, metric VARCHAR, status VARCHAR, "
+    "change_at TIMESTAMPTZ, suite_run_id VARCHAR, before_value DOUBLE, after_value DOUBLE, ratio DOUBLE, "
+    "ci_low DOUBLE, ci_high DOUBLE, versions_changed VARCHAR, note VARCHAR)",
+    # The path of each ``stepwatch bisect``: one row per measured step and target series (a skipped step has
+    # no series). ``applied`` is the step's changes as JSON [[package, good version, bad version], ...].
+    "CREATE TABLE IF NOT EXISTS bisect_steps (bisect_id VARCHAR, step INTEGER, created_at TIMESTAMPTZ, "
+    "good VARCHAR, bad VARCHAR, why VARCHAR, applied VARCHAR, outcome VARCHAR, reason VARCHAR, "
+    "series_key VARCHAR, metric VARCHAR, verdict VARCHAR, ratio DOUBLE, ci_low DOUBLE, ci_high DOUBLE, "
+    "baseline_suite_run_id VARCHAR, candidate_suite_run_id VARCHAR)",
+)
+
+
+def series_of(source: str) -> str:
+    """One row per series of ``source`` (a table of runs): its dimensions (config fields under their own
+    names) and how much history it has."""
+    return (
+        f"SELECT series_key, any_value(config_key) AS config_key, {as_fields(SERIES_FIELDS)}, "
+        "any_value(accelerator) AS accelerator, any_value(unit) AS unit, count(*) AS trials, "
+        "count(DISTINCT suite_run_id) AS suite_runs, min(started_at) AS first_at, max(started_at) AS last_at "
+        f"FROM {source} GROUP BY series_key"
+    )
+
+
+# How two rows of ``series`` for one series (what the store had, what a write adds) combine; other columns
+# are the series' dimensions, equal in both.
+SERIES_TOTALS = {"trials": "sum", "suite_runs": "sum", "first_at": "min", "last_at": "max"}
+
+
+
+def log_value(metric: str) -> str:
+    """A trial's value of ``metric`` as the statistics use it: its log, for an ok trial with a positive value."""
+    return f"""CASE WHEN status = 'ok' AND "{metric}" > 0 THEN ln("{metric}") END"""
+
+
+# Per-series, per-version summaries: one row per series, software versions and label (and config, which a
+# series holds fixed), with per metric the count, mean and sum of squared deviations (M2) of the logs of its
+# ok trials. A comparison whose sides are named by those columns reads these instead of every trial: what it
+# needs (count, mean and variance of each side's logs) pools exactly from them.
+SUMMARY_KEYS = tuple(
+    dict.fromkeys(
+        (
+            "series_key",
+            *(ALIASES.get(n, n) for n in (*FIELD_NAMES, "accelerator", "unit", "suite")),
+            *VERSION_COLUMNS,
+            "label",
+        )
+    )
+)
+SUMMARY_METRICS = tuple(METRICS)
+
+
+def _keys(alias: str = "") -> str:
+    return ", ".join(f'{alias}"{k}"' for k in SUMMARY_KEYS)
+
+
+def summaries_of(source: str) -> str:
+    """The summaries of the runs in ``source``; ``group_key`` identifies a row's key columns (NULLs included)."""
+    logs = ", ".join(f'{log_value(m)} AS "v_{m}"' for m in SUMMARY_METRICS)
+    stats = ", ".join(
+        f'count("v_{m}") AS "n_{m}", avg("v_{m}") AS "mean_{m}", coalesce(var_pop("v_{m}") * count("v_{m}"), 0) '
+        f'AS "m2_{m}"'
+        for m in SUMMARY_METRICS
+    )
+    return (
+        f"SELECT hash({_keys()}) AS group_key, {_keys()}, count(*) AS trials, "
+        f"count(*) FILTER (WHERE status <> 'ok') AS failed, {stats} "
+        f"FROM (SELECT *, {logs} FROM {source}) GROUP BY {_keys()}"
+    )
+
+
+def pooled(source: str, by: str, metrics: tuple[str, ...] = SUMMARY_METRICS, carry: str = "") -> str:
+    """Rows of summaries in ``source`` pooled by the expressions ``by``: counts add, means weight by count, and
+    M2 adds each part's own and its mean's deviation from the pooled mean (exact, in one pass over the parts).
+    ``carry``: more select expressions (aggregates)."""
+    mu = ", ".join(
+        f'sum("n_{m}" * "mean_{m}") OVER w / nullif(sum("n_{m}") OVER w, 0) AS "mu_{m}"' for m in metrics
+    )
+    totals = ", ".join(
+        f'sum("n_{m}") AS "n_{m}", sum("n_{m}" * "mean_{m}") / nullif(sum("n_{m}"), 0) AS "mean_{m}", '
+        f'coalesce(sum("m2_{m}" + "n_{m}" * ("mean_{m}" - "mu_{m}") ^ 2), 0) AS "m2_{m}"'
+        for m in metrics
+    )
+    extra = f"{carry}, " if carry else ""
+    return (
+        f"SELECT {by}, {extra}sum(trials) AS trials, sum(failed) AS failed, {totals} "
+        f"FROM (SELECT *, {mu} FROM {source} WINDOW w AS (PARTITION BY {by})) GROUP BY {by}"
+    )
+
+
+# Derived tables, so that readers never aggregate all of ``runs`` for the overview (at 1M rows that is the
+# difference between a few and a few hundred milliseconds). A compaction rebuilds them; a delta updates the
+# series it touches (``update_derived``).
+DERIVED = (
+    f"CREATE OR REPLACE TABLE series AS {series_of('runs')}",
+    # Every trial of each series' most recent suite run.
+    "CREATE OR REPLACE TABLE latest_runs AS SELECT r.* FROM runs r JOIN "
+    "(SELECT series_key, arg_max(suite_run_id, started_at) AS suite_run_id FROM runs GROUP BY series_key) l "
+    "USING (series_key, suite_run_id)",
+    f"CREATE OR REPLACE TABLE summaries AS {summaries_of('runs')}",
+)
+
+
+# STORE_MIGRATIONS[v] brings the tables of store version v to v + 1 (new columns are already added). The
+# same change as the results schema's migration (collector.schema), for rows ingested before it.
+STORE_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "UPDATE runs SET device = backend WHERE device IS NULL",
+        # keras_backend is filled with its default like every added dimension (ensure_schema, ADDED_DIMENSIONS).
+        "UPDATE runs SET compiler = CASE WHEN xla_effective THEN 'xla' ELSE 'none' END "
+        "WHERE compiler IS NULL AND xla_effective IS NOT NULL",
+        "ALTER TABLE runs DROP COLUMN backend",
+    ),
+    2: (),  # the tables are unchanged; the deltas folder is new
+    3: (  # a CPU row's ru_maxrss is no longer its peak memory (collector.schema, version 4)
+        f"UPDATE runs SET peak_rss_bytes = coalesce(peak_rss_bytes, peak_memory_bytes), peak_memory_bytes = NULL "
+        f"WHERE peak_memory_kind = '{RSS_KIND}' OR (peak_memory_kind IS NULL AND device = 'cpu')",
+    ),
+    4: (),  # a derived table, ``summaries``: built with the others
+}
+
+
+def run_id_index(table: str = "runs") -> str:
+    """The base's index on run_id: an ingest looks up a night's run ids in it instead of scanning the store."""
+    return f"CREATE INDEX IF NOT EXISTS runs_run_id ON {table} (run_id)"
+
+
+LOG_TABLES = ("runs", "samples")
+STATE_TABLES = ("store_meta", "ingested_files", "alerts", "bisect_steps", "series", "latest_runs", "summaries")
+DERIVED_TABLES = ("series", "latest_runs", "summaries")  # rebuilt from the log tables, never edited
+KEPT_TABLES = ("ingested_files", "alerts", "bisect_steps")  # state a write carries forward as it was
+
+
+LOG_COLUMNS = {
+    "runs": (*(f.name for f in RUN_COLUMNS), "source_uri", "ingested_at"),
+    "samples": ("run_id", "window_index", "step_time_s", "loss"),
+}  # as DDL creates them; every file of a store is at this layout (an older base is compacted first)
+
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection, kind: str) -> None:
+    """Create missing tables and columns in a writable store; refuse one of a newer layout."""
+    for statement in DDL:
+        con.execute(statement)
+    version = store_version(con)
+    if version is not None and version > STORE_VERSION:
+        refuse_newer(version)
+    present = {
+        row[0]
+        for row in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = 'runs' AND database_name = current_database()"
+        ).fetchall()
+    }
+    for column in RUN_COLUMNS:
+        if column.name not in present:
+            con.execute(f'ALTER TABLE runs ADD COLUMN "{column.name}" {_duck_type(column.type)}')
+            if column.name in ADDED_DIMENSIONS:  # every run before this dimension existed had its default
+                con.execute(f'UPDATE runs SET "{column.name}" = ?', [ADDED_DIMENSIONS[column.name]])
+    for step in range(version or STORE_VERSION, STORE_VERSION):
+        for statement in (*STORE_MIGRATIONS[step], *DERIVED):
+            con.execute(statement)
+    con.execute("INSERT OR IGNORE INTO store_meta VALUES ('kind', ?)", [kind])
+    con.execute("INSERT OR REPLACE INTO store_meta VALUES ('store_version', ?)", [str(STORE_VERSION)])
+
+
+def refuse_newer(version: int) -> None:
+    raise StoreError(
+        f"the store was written by a newer stepwatch (store version {version}, this one writes up to "
+        f"{STORE_VERSION}); upgrade stepwatch or pick another --db"
+    )
+
+
+def meta(con: duckdb.DuckDBPyConnection, key: str, catalog: str = "") -> str | None:
+    table = f"{catalog}.store_meta" if catalog else "store_meta"
+    rows = con.execute(f"SELECT value FROM {table} WHERE key = ?", [key]).fetchall()
+    return rows[0][0] if rows else None
+
+
+def store_version(con: duckdb.DuckDBPyConnection, catalog: str = "") -> int | None:
+    """The layout version a store was written with (None for a store being created)."""
+    value = meta(con, "store_version", catalog)
+    return int(value) if value is not None else None
+
+
+def store_kind(con: duckdb.DuckDBPyConnection, catalog: str = "") -> str:
+    """'real' or 'synthetic': a store made for synthetic test data says so, so it is never taken for real."""
+    return meta(con, "kind", catalog) or "real"
+
+
+def missing_columns(con: duckdb.DuckDBPyConnection, catalogs: list[str]) -> bool:
+    """Whether a file of the store lacks a column this stepwatch's schema has (a metric or column added since
+    it was written): such a store is compacted before a write, which adds it everywhere."""
+    wanted = {("runs", c) for c in LOG_COLUMNS["runs"]}
+    wanted |= {("summaries", f"n_{m}") for m in SUMMARY_METRICS}
+    for catalog in catalogs:
+        found = set(
+            con.execute(
+                "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = ? "
+                "AND table_name IN ('runs', 'summaries')",
+                [catalog],
+            ).fetchall()
+        )
+        if wanted - found:
+            return True
+    return False
+
+
+def has_table(con: duckdb.DuckDBPyConnection, catalog: str, table: str) -> bool:
+    """Whether ``catalog`` holds ``table`` (a file written before the table existed does not)."""
+    found = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = ?", [catalog, table]
+    ).fetchall()
+    return bool(found[0][0])
+
+
+def update_derived(con: duckdb.DuckDBPyConnection, new: str) -> None:
+    """Bring the derived tables up to date with the rows a write adds (the table ``new``), touching only the
+    series it adds to: what it costs follows what was added, not the store. Runs in the store's default
+    catalog, where the derived tables are the write's own; ``stored_runs`` is the store before the write."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE touched AS {series_of(new)}")
+    # Suite runs of touched series that the store already had (a resumed file): not counted twice.
+    # (Constant lists, so that the base, sorted by series, is read only where those series are.)
+    keys = [k for (k,) in con.execute(f"SELECT DISTINCT series_key FROM {new}").fetchall()]
+    suites = [k for (k,) in con.execute(f"SELECT DISTINCT suite_run_id FROM {new}").fetchall()]
+    marks = ", ".join("?" for _ in keys) or "NULL"
+    suite_marks = ", ".join("?" for _ in suites) or "NULL"
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE seen AS SELECT DISTINCT series_key, suite_run_id FROM stored_runs "
+        f"SEMI JOIN (SELECT DISTINCT series_key, suite_run_id FROM {new}) USING (series_key, suite_run_id) "
+        f"WHERE series_key IN ({marks}) AND suite_run_id IN ({suite_marks})",
+        [*keys, *suites],
+    )
+    con.execute(
+        "UPDATE touched t SET suite_runs = t.suite_runs - "
+        "(SELECT count(*) FROM seen s WHERE s.series_key = t.series_key)"
+    )
+    columns = [
+        c
+        for (c,) in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND table_name = 'series' "
+            "ORDER BY column_index"
+        ).fetchall()
+    ]
+    merged = ", ".join(f'{SERIES_TOTALS.get(c, "any_value")}("{c}") AS "{c}"' for c in columns if c != "series_key")
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE combined AS SELECT series_key, {merged} FROM (SELECT s.* FROM series s "
+        "SEMI JOIN touched USING (series_key) UNION ALL BY NAME SELECT * FROM touched) GROUP BY series_key"
+    )
+    con.execute("DELETE FROM series WHERE series_key IN (SELECT series_key FROM touched)")
+    con.execute("INSERT INTO series BY NAME SELECT * FROM combined")
+    # Each touched series' latest suite run: the stored latest one or one of the new rows, whichever started last.
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE pick AS SELECT series_key, arg_max(suite_run_id, started_at) AS suite_run_id "
+        "FROM (SELECT series_key, suite_run_id, started_at FROM latest_runs SEMI JOIN touched USING (series_key) "
+        f"UNION ALL SELECT series_key, suite_run_id, started_at FROM {new}) GROUP BY series_key"
+    )
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE latest_new AS SELECT l.* FROM latest_runs l JOIN pick USING (series_key, "
+        f"suite_run_id) UNION ALL BY NAME SELECT r.* FROM {new} r JOIN pick USING (series_key, suite_run_id)"
+    )
+    # A picked suite run whose stored rows were not the latest (an older run continued later): rare, looked up.
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE rare AS SELECT * FROM pick SEMI JOIN seen USING (series_key, suite_run_id) "
+        "ANTI JOIN (SELECT DISTINCT series_key, suite_run_id FROM latest_runs) USING (series_key, suite_run_id)"
+    )
+    if con.execute("SELECT count(*) FROM rare").fetchall()[0][0]:
+        con.execute(
+            "INSERT INTO latest_new BY NAME SELECT r.* FROM stored_runs r JOIN rare USING (series_key, suite_run_id)"
+        )
+    con.execute("DELETE FROM latest_runs WHERE series_key IN (SELECT series_key FROM touched)")
+    con.execute("INSERT INTO latest_runs BY NAME SELECT * FROM latest_new")
+    # The summaries of the groups the new rows fall in, pooled with what the store had of them.
+    con.execute(f"CREATE OR REPLACE TEMP TABLE fresh AS {summaries_of(new)}")
+    keys = ", ".join(f'any_value("{k}") AS "{k}"' for k in SUMMARY_KEYS)
+    both = "(SELECT s.* FROM summaries s SEMI JOIN fresh USING (group_key) UNION ALL BY NAME SELECT * FROM fresh)"
+    con.execute(f"CREATE OR REPLACE TEMP TABLE summed AS {pooled(both, 'group_key', carry=keys)}")
+    con.execute("DELETE FROM summaries WHERE group_key IN (SELECT group_key FROM fresh)")
+    con.execute("INSERT INTO summaries BY NAME SELECT * FROM summed")
+    for table in ("touched", "seen", "combined", "pick", "latest_new", "rare", "fresh", "summed"):
+        con.execute(f"DROP TABLE {table}")
+
+
+def carry_state(con: duckdb.DuckDBPyConnection, catalog: str) -> None:
+    """The state tables of the store's newest file, into the new delta (alert ids continue after its last)."""
+    next_id = con.execute(f"SELECT coalesce(max(id), 0) + 1 FROM {catalog}.alerts").fetchall()[0][0]
+    con.execute(f"CREATE SEQUENCE alert_ids START {int(next_id)}")
+    for statement in DDL:
+        con.execute(statement)
+    for table in STATE_TABLES:
+        if table in DERIVED_TABLES and has_table(con, catalog, table):
+            con.execute(f"CREATE TABLE {table} AS SELECT * FROM {catalog}.{table}")
+        elif has_table(con, catalog, table):
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {catalog}.{table}")
+

@@ -25,7 +25,7 @@ import duckdb
 from collector.store import database, queries
 from collector.store.ingest import ingest
 from collector.store.selection import Selection
-from collector.store.synthetic import generate
+from collector.workflows.synthetic import generate
 
 QUERY_GOAL_MS, NIGHTLY_GOAL_S, BULK_GOAL_S = 100.0, 1.0, 5.0
 

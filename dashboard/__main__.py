@@ -16,8 +16,10 @@ from streamlit.web import cli
 _CACHE_LOG = logging.getLogger("streamlit.runtime.caching.cache_data_api")
 _CACHE_LOG.setLevel(logging.ERROR)
 import collector.analysis.latest  # noqa: E402, F401
-import collector.analysis.report  # noqa: E402, F401
 import collector.analysis.speedups  # noqa: E402, F401
+import collector.output.comparison  # noqa: E402, F401
+import collector.output.runs  # noqa: E402, F401
+import collector.output.text  # noqa: E402, F401
 import dashboard.charts  # noqa: E402, F401
 import dashboard.data  # noqa: E402, F401
 import dashboard.state  # noqa: E402, F401

@@ -14,9 +14,9 @@ from pandas.io.formats.style import Styler
 from plotly.subplots import make_subplots
 
 from collector.analysis.comparison import Comparison
-from collector.analysis.report import series_label
 from collector.config import SERIES_DIMENSIONS
 from collector.metrics import Metric
+from collector.output.text import series_label
 
 VERDICT_COLORS = {
     "regression": "#d62728",

@@ -9,7 +9,8 @@ import pytest
 from scipy import stats as scipy_stats
 
 from collector.analysis import changepoints, stats
-from collector.analysis.stats import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, Side
+from collector.analysis.stats import Side
+from collector.outcomes import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
 
 SEEDS = range(100)
 

@@ -20,9 +20,12 @@ from pathlib import Path
 import pytest
 
 from collector.analysis import stats
-from collector.bench import bisect, upgrade
-from collector.bench.bisect import CLEARS, INCONCLUSIVE, REPRODUCES, SKIPPED, Change, Needs, Probe
+from collector.bench import packages, upgrade
+from collector.bench.packages import Change, Needs
+from collector.outcomes import CLEARS, INCONCLUSIVE, REPRODUCES, SKIPPED
 from collector.store.database import open_store
+from collector.workflows import search as searching
+from collector.workflows.search import Probe
 from tests.conftest import stepwatch
 
 PLANTED_MB = 400
@@ -77,10 +80,10 @@ def build_wheels(folder: Path) -> Path:
 def test_changes_and_pins_cover_versions_additions_and_removals() -> None:
     good = {"a": "1", "b": "1", "gone": "3", "pip": "23", "same": "5"}
     bad = {"a": "2", "b": "1", "new": "4", "pip": "24", "same": "5"}
-    found = bisect.changes(good, bad)
+    found = packages.changes(good, bad)
     assert [c.text() for c in found] == ["a 1 -> 2", "gone 3 (removed)", "new 4 (added)"]
     applied = {Change("gone", "3", None), Change("new", None, "4")}
-    assert bisect.pins(good, applied) == ("a==1", "b==1", "new==4", "same==5")
+    assert packages.pins(good, applied) == ("a==1", "b==1", "new==4", "same==5")
 
 
 def test_the_conflict_names_come_from_pip_own_words() -> None:
@@ -89,7 +92,7 @@ def test_the_conflict_names_come_from_pip_own_words() -> None:
         "have conflicting dependencies.\n\nThe conflict is caused by:\n    The user requested h5py==3.16.0\n"
         "    keras 3.15.1 depends on h5py\n    tensorflow 2.21.0 depends on h5py<3.15.0 and >=3.11.0\n"
     )
-    assert bisect.conflict_names(output) == {"h5py", "keras", "tensorflow"}
+    assert packages.conflict_names(output) == {"h5py", "keras", "tensorflow"}
 
 
 def _needs(change: Change, *others: Change, reason: str = "") -> Needs:
@@ -99,14 +102,14 @@ def _needs(change: Change, *others: Change, reason: str = "") -> Needs:
 def test_groups_put_what_needs_each_other_together_and_after_what_it_needs() -> None:
     h5py, tf = Change("h5py", "3.16", "3.14"), Change("tensorflow", "2.20", "2.21")
     text, board = Change("tensorflow-text", "2.20", "2.21"), Change("tensorboard", "2.20", None)
-    ordered = bisect.groups([
+    ordered = packages.groups([
         _needs(h5py), _needs(tf, h5py, text), _needs(text, tf), _needs(board, tf),
     ])  # fmt: skip
     assert [g.changes for g in ordered] == [(h5py,), (tf, text), (board,)]
     assert ordered[1].closure == {h5py, tf, text}  # the pair needs h5py (transitively, through tensorflow-text too)
     assert ordered[2].closure == {h5py, tf, text, board}
     for k in range(len(ordered) + 1):  # every prefix holds everything its groups need
-        applied = bisect.prefix(ordered, k)
+        applied = packages.prefix(ordered, k)
         assert all(g.closure <= applied for g in ordered[:k])
 
 
@@ -122,9 +125,9 @@ def _measure_planted(culprit: set[Change], log: list[frozenset[Change]], unbuild
 
 def test_the_search_halves_then_measures_the_culprit_alone() -> None:
     units = [Change(name, "1", "2") for name in "abcdefgh"]
-    ordered = bisect.groups([_needs(c) for c in units])
+    ordered = packages.groups([_needs(c) for c in units])
     log: list[frozenset[Change]] = []
-    found = bisect.search(ordered, _measure_planted({units[5]}, log))
+    found = searching.search(ordered, _measure_planted({units[5]}, log))
     assert found.culprit is not None and found.culprit.changes == (units[5],)
     assert len(log) == 4  # three halvings of eight groups, then f alone
     assert found.culprit_alone is not None and found.culprit_alone.applied == {units[5]}
@@ -133,25 +136,25 @@ def test_the_search_halves_then_measures_the_culprit_alone() -> None:
 
 def test_a_culprit_that_needs_company_is_reported_with_it() -> None:
     units = [Change(name, "1", "2") for name in "abcd"]
-    ordered = bisect.groups([_needs(c) for c in units])
-    found = bisect.search(ordered, _measure_planted({units[0], units[2]}, []))
+    ordered = packages.groups([_needs(c) for c in units])
+    found = searching.search(ordered, _measure_planted({units[0], units[2]}, []))
     assert found.culprit is not None and found.culprit.changes == (units[2],)
     assert found.together == {units[0], units[1], units[2]}  # c alone clears: it needs a (and b came along)
 
 
 def test_a_step_that_cannot_be_built_is_skipped_for_its_neighbour() -> None:
     units = [Change(name, "1", "2") for name in "abcd"]
-    ordered = bisect.groups([_needs(c) for c in units])
+    ordered = packages.groups([_needs(c) for c in units])
     log: list[frozenset[Change]] = []
-    found = bisect.search(ordered, _measure_planted({units[3]}, log, frozenset({bisect.prefix(ordered, 2)})))
-    assert log[0] == bisect.prefix(ordered, 2) and log[1] == bisect.prefix(ordered, 3)
+    found = searching.search(ordered, _measure_planted({units[3]}, log, frozenset({packages.prefix(ordered, 2)})))
+    assert log[0] == packages.prefix(ordered, 2) and log[1] == packages.prefix(ordered, 3)
     assert found.culprit is not None and found.culprit.changes == (units[3],)
 
 
 def test_an_inconclusive_step_stops_the_search() -> None:
     units = [Change(name, "1", "2") for name in "abcd"]
-    ordered = bisect.groups([_needs(c) for c in units])
-    found = bisect.search(ordered, lambda applied, why: Probe(applied, INCONCLUSIVE))
+    ordered = packages.groups([_needs(c) for c in units])
+    found = searching.search(ordered, lambda applied, why: Probe(applied, INCONCLUSIVE))
     assert found.stopped and found.culprit is None
 
 
@@ -219,7 +222,7 @@ def test_an_effect_with_several_sources_is_split_until_each_is_one_group() -> No
     then TensorFlow itself, then the removal of tensorboard): the search names the first, then splits every
     stretch that still moves the target until each source is one group."""
     units = [Change(name, "1", "2") for name in "abcd"]
-    ordered = bisect.groups([_needs(c) for c in units])
+    ordered = packages.groups([_needs(c) for c in units])
     sizes = {units[0]: 0.05, units[1]: 0.16, units[3]: -0.05}
     target = ("series", "peak_memory_bytes")
     noise = 0.001**2
@@ -229,7 +232,7 @@ def test_an_effect_with_several_sources_is_split_until_each_is_one_group() -> No
         sides = {target: (stats.Side(5, 0.0, noise), stats.Side(5, effect, noise), 0.01)}
         return Probe(applied, REPRODUCES if effect > math.log1p(0.01) else CLEARS, "", sides)
 
-    found = bisect.search(ordered, measure, measure(bisect.prefix(ordered, 4)))
+    found = searching.search(ordered, measure, measure(packages.prefix(ordered, 4)))
     assert found.culprit is not None and found.culprit.changes == (units[0],)
     parts = {(c.first, c.last): c for c in found.contributions()}
     assert set(parts) == {(1, 1), (2, 2), (3, 3), (4, 4)}
@@ -242,13 +245,13 @@ def test_a_share_within_the_variation_between_environments_is_not_a_change() -> 
     """Group 1 adds 2% on top of nothing, measured to 0.1%: beyond the 1% threshold when only the trials count,
     within the noise when environments of the same packages are known to differ by 2% (each step is one)."""
     units = [Change(name, "1", "2") for name in "ab"]
-    ordered = bisect.groups([_needs(c) for c in units])
+    ordered = packages.groups([_needs(c) for c in units])
     target = ("series", "peak_memory_bytes")
     tight = {target: (stats.Side(5, 0.0, 0.001**2), stats.Side(5, math.log(1.02), 0.001**2), 0.01)}
-    plain = Probe(bisect.prefix(ordered, 1), REPRODUCES, "", tight)
+    plain = Probe(packages.prefix(ordered, 1), REPRODUCES, "", tight)
     widened = Probe(plain.applied, REPRODUCES, "", tight, {target: stats.Between(0.02**2, 5)})
-    assert bisect.contribution(ordered, 0, 1, None, plain).changed
-    part = bisect.contribution(ordered, 0, 1, None, widened)
+    assert searching.contribution(ordered, 0, 1, None, plain).changed
+    part = searching.contribution(ordered, 0, 1, None, widened)
     assert not part.changed and part.effects[target].ci_low < 1 < part.effects[target].ci_high
 
 
@@ -260,15 +263,15 @@ def test_a_removal_takes_along_what_still_requires_it_up_the_chain() -> None:
     good = {"tensorflow": "2.20", "tensorboard": "2.20", "markdown": "3.1"}
     requires = {("tensorflow", "2.20"): ["tensorboard"], ("tensorboard", "2.20"): ["markdown"]}
 
-    def resolve(pinned: tuple[str, ...]) -> bisect.Resolution:
+    def resolve(pinned: tuple[str, ...]) -> packages.Resolution:
         installs = dict(p.split("==") for p in pinned)
         for _ in range(len(good)):
             for name, version in list(installs.items()):
                 for needed in requires.get((name, version), []):
                     installs.setdefault(needed, good[needed])
         listed = {name: requires.get((name, version), []) for name, version in installs.items()}
-        return bisect.Resolution(True, installs, listed)
+        return packages.Resolution(True, installs, listed)
 
-    found = bisect.needs(markdown, [board, markdown, tf], good, resolve)
+    found = packages.needs(markdown, [board, markdown, tf], good, resolve)
     assert found.closure == {markdown, board, tf} and not found.reason
-    assert bisect.needs(tf, [board, markdown, tf], good, resolve).closure == {tf}
+    assert packages.needs(tf, [board, markdown, tf], good, resolve).closure == {tf}

@@ -41,7 +41,8 @@ PROBE = textwrap.dedent(
     import collector
     from streamlit.testing.v1 import AppTest
 
-    from collector.analysis import comparison, report
+    from collector.analysis import comparison
+from collector.output.text import repro_command
     from collector.config import BenchmarkConfig, SERIES_DIMENSIONS, config_columns
     from collector.schema import to_table
     from collector.store.database import StoreReader
@@ -82,7 +83,7 @@ PROBE = textwrap.dedent(
         "dimensions": list(SERIES_DIMENSIONS),
         "series_table": [s for (s,) in series],
         "selected": picked,
-        "repro": report.repro_command(built.rows[0].series),
+        "repro": repro_command(built.rows[0].series),
         "keys": [BenchmarkConfig(model="bilstm", shard=s).key for s in ("a", "b")],
         "colours": list(colours),
         "errors": [str(e.value) for e in at.exception],

@@ -11,7 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from collector.analysis import latest, stats
+from collector import outcomes
+from collector.analysis import latest
 from collector.metrics import METRICS
 from collector.store.ingest import ingest
 from dashboard import charts
@@ -62,9 +63,9 @@ def test_overview_flags_a_planted_regression_and_calls_a_flat_series_unchanged(
 ) -> None:
     at = render(planted, "overview", monkeypatch)
     found = verdicts(at)
-    assert found["CPU step"][0] == stats.REGRESSION
+    assert found["CPU step"][0] == outcomes.REGRESSION
     assert found["CPU step"][1].startswith("-10.0% [") and found["CPU step"][2].startswith("-10.0% [")
-    assert found["CPU flat"][0] == stats.NO_CHANGE
+    assert found["CPU flat"][0] == outcomes.NO_CHANGE
     assert all(re.match(r"[+-]0\.0% \[", cell) for cell in found["CPU flat"][1:])
     assert list(at.dataframe[0].value["series"].str.split(" on ").str[-1]) == ["CPU step", "CPU flat"]  # worst first
     assert {m.label: m.value for m in at.metric}["Regressed"] == "1"
@@ -85,9 +86,9 @@ def test_the_baseline_starts_again_after_an_acknowledged_change() -> None:
     metric = METRICS["examples_per_sec"]
     spanning = latest.changes(points, metric, {}, [], {})
     accepted = latest.changes(points, metric, {}, [], {"k": START - timedelta(days=5)})
-    assert spanning["baseline_verdict"].iloc[0] == stats.REGRESSION and spanning["baseline_nights"].iloc[0] == 7
-    assert accepted["baseline_verdict"].iloc[0] == stats.NO_CHANGE and accepted["baseline_nights"].iloc[0] == 4
-    assert accepted["previous_verdict"].iloc[0] == stats.NO_CHANGE
+    assert spanning["baseline_verdict"].iloc[0] == outcomes.REGRESSION and spanning["baseline_nights"].iloc[0] == 7
+    assert accepted["baseline_verdict"].iloc[0] == outcomes.NO_CHANGE and accepted["baseline_nights"].iloc[0] == 4
+    assert accepted["previous_verdict"].iloc[0] == outcomes.NO_CHANGE
     assert accepted["spark"].iloc[0] == [100.0] * 5 + [90.0] * 5
 
 

@@ -11,7 +11,7 @@ import pytest
 from collector.store import database, queries
 from collector.store.ingest import ingest
 from collector.store.selection import Selection, SelectionError
-from collector.store.synthetic import generate
+from collector.workflows.synthetic import generate
 
 
 @pytest.fixture(scope="module")

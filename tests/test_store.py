@@ -25,7 +25,7 @@ from collector.schema import SCHEMA, SCHEMA_VERSION, series_key, to_table
 from collector.store import database, engine, files, tables
 from collector.store.database import StoreError, StoreReader
 from collector.store.ingest import ingest
-from collector.store.synthetic import generate
+from collector.workflows.synthetic import generate
 from tests.conftest import REPO, result_rows, stepwatch, write_results
 
 FIXTURES = REPO / "tests" / "data"  # real files written by earlier versions of stepwatch

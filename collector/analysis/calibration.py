@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from collector import outcomes
 from collector.analysis import stats
 from collector.metrics import get_metric
 
@@ -119,8 +120,8 @@ def calibrate_metric(
         plain = stats.judge(pairs, thresholds, directions)
         widened = stats.judge(pairs, thresholds, directions, [between] * len(pairs))
         comparisons += len(pairs)
-        alarms += sum(call in (stats.REGRESSION, stats.IMPROVEMENT) for _, _, call in plain)
-        alarms_widened += sum(call in (stats.REGRESSION, stats.IMPROVEMENT) for _, _, call in widened)
+        alarms += sum(call in (outcomes.REGRESSION, outcomes.IMPROVEMENT) for _, _, call in plain)
+        alarms_widened += sum(call in (outcomes.REGRESSION, outcomes.IMPROVEMENT) for _, _, call in widened)
     sizes = sorted({*MDE_TRIALS, *([trials] if trials else [])})
     side = {n: stats.Side(n, 0.0, within_var) for n in sizes}
     detectable = {n: stats.detectable_change(side[n], side[n], between=between) for n in sizes}

@@ -1,6 +1,6 @@
 """A comparison of two selections: the store's two sides through the statistics, per series and metric, with
 a verdict per row and the exit code it gives. The CLI, the upgrade check and the dashboard build it the same
-way; ``collector.analysis.report`` shows it."""
+way; ``collector.output.comparison`` shows it."""
 
 from __future__ import annotations
 
@@ -13,17 +13,11 @@ import duckdb
 import pandas as pd
 
 from collector.analysis import stats
-from collector.analysis.stats import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
 from collector.analysis.thresholds import Override, threshold_for
 from collector.metrics import Metric, get_metric
+from collector.outcomes import FAILED, VERDICT_ORDER
 from collector.store import queries
 from collector.store.selection import Selection
-
-EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_FAILED = 0, 1, 2, 3, 4
-FAILED = "failed"  # every trial of a side failed: nothing to compare, and not a pass
-# Verdicts worst first, the order every list of them is read in: what got worse, what failed, what cannot be
-# told, then the rest.
-VERDICT_ORDER = (REGRESSION, FAILED, INCONCLUSIVE, IMPROVEMENT, NO_CHANGE, MISSING)
 
 
 @dataclass(frozen=True)
@@ -72,16 +66,6 @@ class Comparison:
         """Rows worst first: regressions, failures, inconclusive, improvements, no change, missing."""
         order = {v: i for i, v in enumerate(VERDICT_ORDER)}
         return sorted(self.rows, key=lambda r: order[r.verdict])
-
-    def exit_code(self, fail_on_inconclusive: bool = False) -> int:
-        """1 on any regression, else 4 if a series' trials all failed, else 3 on inconclusive when asked, else 0."""
-        if self.by_verdict(REGRESSION):
-            return EXIT_REGRESSION
-        if self.by_verdict(FAILED):
-            return EXIT_FAILED
-        if fail_on_inconclusive and self.by_verdict(INCONCLUSIVE):
-            return EXIT_INCONCLUSIVE
-        return EXIT_OK
 
 
 def build(

@@ -16,13 +16,8 @@ from functools import cache
 import numpy as np
 from scipy import special
 
-REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE, MISSING = (
-    "regression",
-    "improvement",
-    "no change",
-    "inconclusive",
-    "missing",
-)
+from collector.outcomes import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
+
 ALPHA = 0.05
 CONFIDENCE = 0.95
 POWER = 0.8  # the minimum detectable effect is the change a comparison finds 80% of the time

@@ -1,9 +1,6 @@
 """The ``stepwatch`` command. Each subcommand is a module here: its arguments (``register``) and one ``run``
-function that parses, calls the bench, store or analysis, and prints through ``collector.analysis.report``.
-
-Exit codes: 0 no problem (no regression), 1 regression, 2 usage error (bad flags, suite, catalog,
-selection or metric), 3 inconclusive (with --fail-on-inconclusive), 4 benchmarks failed to run, results
-could not be stored, or a file was quarantined.
+function that parses, calls a workflow, the store or the analysis, and prints through ``collector.output``;
+``collector.cli.exits`` says what each exit code means.
 """
 
 from __future__ import annotations
@@ -12,24 +9,26 @@ import argparse
 import sys
 
 from collector.analysis.calibration import CalibrationError
-from collector.analysis.comparison import EXIT_FAILED, EXIT_USAGE
-from collector.analysis.report import ReportError
 from collector.bench.catalog import CatalogError
 from collector.bench.results import ResultsError
 from collector.bench.runner import MaxBatchError
 from collector.bench.suite import SuiteError
 from collector.bench.upgrade import UpgradeError
-from collector.cli import alerts, bisect, calibrate, compare, export, ingest, run, upgrade
+from collector.cli import alerts, bisect, calibrate, compare, export, ingest, query, run, upgrade
 from collector.cli.arguments import OneLineParser, UsageError
+from collector.cli.exits import EXIT_FAILED, EXIT_USAGE
 from collector.metrics import MetricError
+from collector.output.text import ReportError
 from collector.store.database import NoStoreError, StoreError
 from collector.store.objectstore import StorageError
+from collector.store.query import QueryError
 from collector.store.records import AlertError
 from collector.store.selection import SelectionError
 
-COMMANDS = (run, ingest, export, compare, alerts, upgrade, bisect, calibrate)
+COMMANDS = (run, ingest, export, query, compare, alerts, upgrade, bisect, calibrate)
 USAGE_ERRORS = (
     SuiteError, UsageError, CatalogError, SelectionError, MetricError, AlertError, NoStoreError, CalibrationError,
+    QueryError,
 )  # fmt: skip
 FAILURES = (ResultsError, MaxBatchError, StoreError, StorageError, UpgradeError, ReportError)
 

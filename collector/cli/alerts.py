@@ -10,8 +10,7 @@ from typing import Any
 from rich.markup import escape
 
 from collector import metrics
-from collector.analysis import alerts, changepoints, report
-from collector.analysis.comparison import EXIT_OK, EXIT_REGRESSION
+from collector.analysis import alerts, changepoints
 from collector.cli.arguments import (
     FORMATS,
     OneLineParser,
@@ -22,6 +21,10 @@ from collector.cli.arguments import (
     db_path,
     overrides,
 )
+from collector.cli.exits import EXIT_OK, EXIT_REGRESSION
+from collector.output.comparison import bimodal_warning
+from collector.output.runs import show_alerts
+from collector.output.text import plain_rows, series_label
 from collector.store import database, history, records
 from collector.store.selection import Selection
 
@@ -70,16 +73,16 @@ def run_detect(args: argparse.Namespace) -> int:
         scanned = alerts.scan(reader.connection(), selection, metric, thresholds, args.nights)
     with database.update(db) as con:
         counts = alerts.record(con, scanned, metric.name, datetime.now(UTC))
-        open_alerts = report.records(records.list_alerts(con, records.OPEN, metric.name))
+        open_alerts = plain_rows(records.list_alerts(con, records.OPEN, metric.name))
     open_alerts = [a for a in open_alerts if a["series_key"] in scanned.nights]
     console.print(
         f"{len(scanned.nights)} series, {len(scanned.found)} change(s) found, {scanned.outliers} outlier night(s) "
         f"set aside; alerts: {counts['created']} new, {counts['confirmed']} confirmed, {counts['updated']} updated, "
         f"{counts['withdrawn']} withdrawn"
     )
-    report.show_alerts(open_alerts, args.format, args.out, f"stepwatch: open {metric.name} alerts")
+    show_alerts(open_alerts, args.format, args.out, f"stepwatch: open {metric.name} alerts")
     for key, noise in scanned.noise.items():
-        warning = report.bimodal_warning(report.series_label(scanned.fields[key]), metric.name, noise)
+        warning = bimodal_warning(series_label(scanned.fields[key]), metric.name, noise)
         if warning:
             console.print(f"[yellow]{escape(warning)}[/yellow]")
     regressions = [a for a in open_alerts if a["status"] == records.CONFIRMED and metric.worse(a["ratio"])]
@@ -93,8 +96,8 @@ def run_list(args: argparse.Namespace) -> int:
     """Show alerts: open ones by default, or a given status, or all."""
     statuses = {"open": records.OPEN, "all": records.STATUSES}.get(args.status, (args.status,))
     with database.open_store(db_path(args)) as reader:
-        rows = report.records(records.list_alerts(reader.connection(), statuses, args.metric))
-    report.show_alerts(rows, args.format, args.out, f"stepwatch alerts ({args.status})")
+        rows = plain_rows(records.list_alerts(reader.connection(), statuses, args.metric))
+    show_alerts(rows, args.format, args.out, f"stepwatch alerts ({args.status})")
     return EXIT_OK
 
 

@@ -14,9 +14,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 
 from collector import metrics
 from collector.analysis import calibration, stats
-from collector.analysis.comparison import EXIT_USAGE
 from collector.analysis.thresholds import THRESHOLDS_PATH, Override, load_overrides
 from collector.bench import catalog
+from collector.cli.exits import EXIT_USAGE
 from collector.config import FLAGGED, ROLES, TYPES, ConfigError, parse_bool
 from collector.store import database
 

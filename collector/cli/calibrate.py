@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections import defaultdict
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from collector.analysis import calibration
-from collector.analysis.comparison import EXIT_FAILED, EXIT_OK
 from collector.bench import catalog, runner, upgrade
 from collector.bench.suite import load_suite, narrow
 from collector.cli.arguments import (
@@ -28,9 +24,11 @@ from collector.cli.arguments import (
     db_path,
     matrix_values,
 )
-from collector.cli.ingest import ingest_and_report
-from collector.cli.upgrade import run_interleaved
+from collector.cli.exits import EXIT_FAILED, EXIT_OK
+from collector.cli.progress import TerminalHooks
 from collector.metrics import METRICS
+from collector.output.runs import calibration_table
+from collector.workflows import check as workflow
 
 DEFAULT_METRICS = ["examples_per_sec", "peak_memory_bytes"]
 
@@ -70,39 +68,6 @@ def register(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def values_by_environment(check: upgrade.Check, metrics: list[str]) -> dict[str, dict[str, list[list[float]]]]:
-    """metric -> config -> per environment (in the check's order), the ok trials' values."""
-    sides = list(check.results)
-    found: dict[str, dict[str, list[list[float]]]] = {m: defaultdict(lambda: [[] for _ in sides]) for m in metrics}
-    for i, side in enumerate(sides):
-        for row in check.results[side].rows:
-            if row.get("status") != "ok":
-                continue
-            for metric in metrics:
-                value = row.get(metric)
-                if value is not None and value > 0 and math.isfinite(value):
-                    found[metric][row["config_key"]][i].append(float(value))
-    return {m: dict(per) for m, per in found.items()}
-
-
-def table(found: calibration.Calibration) -> Table:
-    """Per metric: the variation between environments and within, the A/A false alarms, the detectable effect."""
-    sizes = sorted({n for m in found.metrics.values() for n in m.detectable})
-    out = Table(title=f"calibration of {found.runner}: {found.environments} environments x {found.trials} trials")
-    for name in ("metric", "between envs", "trial CV", "A/A false alarms", "widened", *(f"MDE n={n}" for n in sizes)):
-        out.add_column(name, justify="left" if name == "metric" else "right")
-    for name, m in found.metrics.items():
-        out.add_row(
-            name,
-            f"±{m.between.cv:.2%} ({m.between.df:.0f} df)",
-            f"{m.within_cv:.2%}",
-            f"{m.false_alarms}/{m.comparisons}",
-            f"{m.false_alarms_widened}/{m.comparisons}",
-            *(f"{m.detectable[n]:.1%}" if n in m.detectable else "" for n in sizes),
-        )
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     """Build the environments, run the suite in each (interleaved), and write the runner's calibration."""
     if args.environments < 2:
@@ -119,22 +84,16 @@ def run(args: argparse.Namespace) -> int:
     configs = list(narrow(suite.configs, matrix_values(args)))
     label = args.runner or calibration.runner_label()
     out = args.out or calibration.default_path(label)
-    envs = {
-        f"env-{i}": upgrade.ensure(
-            f"env-{i}", requirements, args.reuse_site_packages, tuple(args.pip_arg), console.print, copy=i
-        )  # fmt: skip
-        for i in range(args.environments)
-    }
     options = runner.RunOptions(price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices))
-    check = run_interleaved(configs, args.trials, suite.name, envs, args.results, options)
-    ingest_and_report([str(check.out_dir)], db_path(args), synthetic=False)
-    values = values_by_environment(check, args.metric)
-    found = calibration.build(label, suite.name, requirements, args.trials, values)
+    ran, found = workflow.calibrate(
+        label, requirements, args.environments, configs, args.trials, suite.name, args.metric, args.results, options,
+        db_path(args), args.reuse_site_packages, tuple(args.pip_arg), TerminalHooks(),
+    )  # fmt: skip
     if not found.metrics:
         console.print(f"[red]no metric had two environments with 2+ ok trials; nothing written to {out}[/red]")
         return EXIT_FAILED
     calibration.save(found, out)
-    console.print(table(found))
+    console.print(calibration_table(found))
     for name, m in found.metrics.items():
         rate = m.false_alarm_rate
         console.print(
@@ -143,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
             f"changes of ≥{m.detectable.get(args.trials, math.nan):.1%} (threshold {METRICS[name].threshold:.0%})"
         )
     console.print(f"calibration: {out} (compare, upgrade-check and bisect read it on this runner)")
-    failed = check.failed()
+    failed = ran.failed()
     if failed:
-        console.print(f"[red]{len(failed)} of {len(check.outcomes)} trials failed[/red]")
+        console.print(f"[red]{len(failed)} of {len(ran.outcomes)} trials failed[/red]")
         return EXIT_FAILED
     return EXIT_OK

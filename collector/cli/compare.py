@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from collector.analysis import comparison, report
+from collector.analysis import comparison
+from collector.cli import exits
 from collector.cli.arguments import UsageError, add_analysis_arguments, calibrated_between, db_path, overrides
+from collector.output.comparison import between_lines, show_comparison
 from collector.store import database
 from collector.store.selection import Selection
 
@@ -31,5 +33,6 @@ def run(args: argparse.Namespace) -> int:
     for side, selection in (("baseline", baseline), ("candidate", candidate)):
         if result.versions[side]["runs"] == ["0"]:
             raise UsageError(f"the {side} selection {selection.describe()!r} matches no runs in {db}")
-    report.show_comparison(result, args.format, args.out, "stepwatch comparison", notes=report.between_lines(offsets))
-    return result.exit_code(args.fail_on_inconclusive)
+    show_comparison(result, args.format, args.out, "stepwatch comparison", exits.of_comparison,
+                    notes=between_lines(offsets))  # fmt: skip
+    return exits.of_comparison(result, args.fail_on_inconclusive)

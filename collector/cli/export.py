@@ -8,9 +8,9 @@ from typing import Any
 
 from rich.markup import escape
 
-from collector.analysis.comparison import EXIT_OK
 from collector.bench.results import ResultsError
 from collector.cli.arguments import add_db_argument, console, db_path
+from collector.cli.exits import EXIT_OK
 from collector.store import database, export
 from collector.store.selection import Selection
 

@@ -4,18 +4,14 @@ store rebuilt from its results and saved alerts, and synthetic history for load 
 from __future__ import annotations
 
 import argparse
-import contextlib
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rich.progress import MofNCompleteColumn, Progress, TextColumn
-
-from collector.analysis import report
-from collector.analysis.comparison import EXIT_FAILED, EXIT_OK
 from collector.cli.arguments import DEFAULT_OUT, UsageError, add_db_argument, console, db_path
+from collector.cli.exits import EXIT_FAILED, EXIT_OK
+from collector.cli.progress import TerminalHooks
 from collector.store import database, history, objectstore
-from collector.store.ingest import ingest
+from collector.workflows.check import ingest_into
 
 
 def register(commands: Any) -> None:
@@ -51,10 +47,10 @@ def run_rebuild(args: argparse.Namespace) -> int:
     """A new store from results and a saved alerts file (a store lost with a cache, say)."""
     db = db_path(args, args.synthetic)
     _check_sources(args.sources)
-    with _progress(db) as (on_file, _):
+    hooks = TerminalHooks()
+    with hooks.ingesting(db) as (on_file, _):
         done, restored = history.rebuild(args.sources, db, args.alerts, args.synthetic, on_file)
-    for line in report.ingest_lines(done, db):
-        console.print(line)
+    hooks.ingested(done, db)
     console.print(f"rebuilt {db}: {done.rows_added:,} run(s), {restored} alert(s) restored")
     return EXIT_FAILED if done.quarantined or done.refused else EXIT_OK
 
@@ -66,35 +62,16 @@ def _check_sources(sources: list[str]) -> None:
             raise UsageError(f"{source} does not exist{hint}")
 
 
-@contextlib.contextmanager
-def _progress(db: Path) -> Iterator[tuple[Callable[[str, str], None], Callable[[], None]]]:
-    """A progress line counting files, and what to say while another write holds the store."""
-    columns = TextColumn("{task.description}"), MofNCompleteColumn()
-    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
-        task = bar.add_task("ingesting", total=None)
-
-        def on_file(uri: str, outcome: str) -> None:
-            bar.advance(task)
-
-        def on_wait() -> None:
-            bar.console.print(f"waiting for another ingest into {db} to finish ...")
-
-        yield on_file, on_wait
-
-
 def ingest_and_report(sources: list[str], db: Path, synthetic: bool) -> int:
     """Ingest with a progress line, then say what was ingested, skipped and quarantined; exit 4 on any refusal."""
     _check_sources(sources)
-    with _progress(db) as (on_file, on_wait):
-        done = ingest(sources, db, synthetic, on_file, on_wait)
-    for line in report.ingest_lines(done, db):
-        console.print(line)
+    done = ingest_into(sources, db, synthetic, TerminalHooks())
     return EXIT_FAILED if done.quarantined or done.refused else EXIT_OK
 
 
 def run_synthesize(args: argparse.Namespace) -> int:
     """Write synthetic history (for load tests) and ingest it into a store of its own."""
-    from collector.store import synthetic  # numpy-heavy generator, only needed here
+    from collector.workflows import synthetic  # numpy-heavy generator, only needed here
 
     if args.rows < 1:
         raise UsageError("--rows must be at least 1")

@@ -8,8 +8,6 @@ from typing import Any
 
 from rich.progress import Progress
 
-from collector.analysis import report
-from collector.analysis.comparison import EXIT_FAILED, EXIT_OK
 from collector.bench import catalog, runner, upgrade
 from collector.bench.results import ResultsError
 from collector.bench.suite import load_suite, narrow
@@ -22,6 +20,8 @@ from collector.cli.arguments import (
     console,
     matrix_values,
 )
+from collector.cli.exits import EXIT_FAILED, EXIT_OK
+from collector.output.runs import run_summary, trial_line
 from collector.store import objectstore
 
 
@@ -111,11 +111,11 @@ def run(args: argparse.Namespace) -> int:
             progress.update(task, description=f"{config.label()} trial {trial + 1}/{trials}")
 
         def on_done(outcome: runner.Outcome) -> None:
-            progress.console.print(report.trial_line(outcome.config.label(), outcome.row, outcome.trial))
+            progress.console.print(trial_line(outcome.config.label(), outcome.row, outcome.trial))
             progress.advance(task)
 
         outcomes = runner.run_plan(todo, results, suite.name, opened.suite_run_id, options, on_start, on_done)
-    console.print(report.run_summary(results.rows))
+    console.print(run_summary(results.rows))
     failed = [o for o in outcomes if o.row["status"] != "ok"]
     print(f"results: {results.path}")
     if remote:

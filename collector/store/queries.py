@@ -163,7 +163,9 @@ def compare_sides(
         }
     names = {"n": "n_{0}", "mean": "mean_log_{0}", "var": "var_log_{0}", "failed": "failed_{0}"}
     per_side = ", ".join(
-        f"{stat[s].format(side)} AS {name.format(side)}" for side in ("baseline", "candidate") for s, name in names.items()
+        f"{stat[key].format(side)} AS {name.format(side)}"
+        for side in ("baseline", "candidate")
+        for key, name in names.items()
     )
     return _frame(
         con,

@@ -5,25 +5,14 @@ import math
 
 import pandas as pd
 import streamlit as st
+from collector.bench.bisect import Change, describe
 
 from collector import metrics
 from collector.analysis import calibration
-from collector.analysis.report import (
-    between_lines,
-    headline,
-    interval,
-    percent,
-    records,
-    repro_command,
-    resolution,
-    resolution_lead,
-    row_cells,
-    series_label,
-    summary_text,
-)
-from collector.analysis.stats import INCONCLUSIVE
 from collector.analysis.thresholds import load_overrides
-from collector.bench.bisect import Change, describe
+from collector.outcomes import INCONCLUSIVE
+from collector.output.comparison import between_lines, headline, resolution, resolution_lead, row_cells, summary_text
+from collector.output.text import interval, percent, plain_rows, repro_command, series_label
 from collector.store.queries import version_key
 from collector.store.selection import ALL, Selection, SelectionError
 from dashboard import charts, data, state
@@ -66,7 +55,7 @@ def bisect_steps() -> None:
                 "series": series_label(r) if r["series_key"] else "",
                 "metric": r["metric"] or "",
             }
-            for r in records(mine)
+            for r in plain_rows(mine)
         ]
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
         measured = mine.dropna(subset=["candidate_suite_run_id"]).drop_duplicates("step")

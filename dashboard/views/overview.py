@@ -4,11 +4,12 @@ its open alerts; series with open alerts and regressions first."""
 
 import streamlit as st
 
-from collector.analysis import latest, stats
-from collector.analysis.comparison import FAILED
-from collector.analysis.report import interval, percent, series_label
+from collector import outcomes
+from collector.analysis import latest
 from collector.analysis.thresholds import load_overrides
 from collector.metrics import DEFAULT_METRIC, METRICS
+from collector.outcomes import FAILED
+from collector.output.text import interval, percent, series_label
 from collector.store import records
 from collector.store.selection import Selection
 from dashboard import charts, data, state
@@ -60,7 +61,7 @@ e.metric("Open alerts", len(open_alerts), help=f"{len(confirmed)} confirmed")
 
 
 # A series' first run has nothing to be compared with: said so, rather than as the verdict's "missing".
-WORDS = {stats.MISSING: "nothing earlier"}
+WORDS = {outcomes.MISSING: "nothing earlier"}
 
 
 def change(row: dict, against: str) -> str:
@@ -68,7 +69,7 @@ def change(row: dict, against: str) -> str:
     verdict = row[f"{against}_verdict"]
     if not isinstance(verdict, str):
         return ""
-    if verdict in (stats.MISSING, FAILED):
+    if verdict in (outcomes.MISSING, FAILED):
         return WORDS.get(verdict, verdict)
     return f"{percent(row[f'{against}_ratio'])} {interval(row[f'{against}_ci_low'], row[f'{against}_ci_high'])}"
 

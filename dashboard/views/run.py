@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from collector.analysis import report
+from collector.output.runs import memory_help
 from collector.store.selection import ALL
 from dashboard import charts, data, state
 
@@ -40,7 +40,7 @@ c.metric("Compile", f"{row['compile_s']:.2f} s" if row.get("compile_s") is not N
 d.metric(
     "Peak memory",
     f"{row['peak_memory_bytes'] / 2**30:.2f} GiB" if row.get("peak_memory_bytes") else "-",
-    help=report.memory_help(row),
+    help=memory_help(row),
 )
 left, right = st.columns(2)
 if windows["step_time_s"].notna().any():

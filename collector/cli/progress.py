@@ -1,0 +1,61 @@
+"""The workflows' hooks on a terminal: a progress bar and a line per trial while trials run, a progress line
+while an ingest reads files, and what the ingest did."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.progress import MofNCompleteColumn, Progress, TextColumn
+
+from collector.bench import runner
+from collector.cli.arguments import PROGRESS_COLUMNS, console
+from collector.output.bisect import step_line
+from collector.output.runs import ingest_lines, trial_line
+from collector.store.ingest import IngestReport
+from collector.workflows.bisect import BisectHooks, Step
+from collector.workflows.check import OnDone, OnStart
+
+
+class TerminalHooks(BisectHooks):
+    def say(self, text: str) -> None:
+        console.print(text)
+
+    @contextlib.contextmanager
+    def trials(self, total: int, label: str, trials: int) -> Iterator[tuple[OnStart, OnDone]]:
+        with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:
+            task = progress.add_task("starting", total=total)
+
+            def on_start(side: str, config: Any, trial: int) -> None:
+                progress.update(task, description=f"{label}{side}: {config.label()} trial {trial + 1}/{trials}")
+
+            def on_done(side: str, outcome: runner.Outcome) -> None:
+                progress.console.print(trial_line(f"{label}{side}: {outcome.config.label()}", outcome.row,
+                                                  outcome.trial))  # fmt: skip
+                progress.advance(task)
+
+            yield on_start, on_done
+
+    @contextlib.contextmanager
+    def ingesting(self, db: Path) -> Iterator[tuple[Callable[[str, str], None], Callable[[], None]]]:
+        """A progress line counting files, and what to say while another write holds the store."""
+        columns = TextColumn("{task.description}"), MofNCompleteColumn()
+        with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
+            task = bar.add_task("ingesting", total=None)
+
+            def on_file(uri: str, outcome: str) -> None:
+                bar.advance(task)
+
+            def on_wait() -> None:
+                bar.console.print(f"waiting for another ingest into {db} to finish ...")
+
+            yield on_file, on_wait
+
+    def ingested(self, done: IngestReport, db: Path) -> None:
+        for line in ingest_lines(done, db):
+            console.print(line)
+
+    def stepped(self, step: Step) -> None:
+        console.print(f"step {step.number}: {step_line(step)}")

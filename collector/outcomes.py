@@ -1,0 +1,23 @@
+"""Every outcome stepwatch reports, named once: a comparison's verdicts and a bisect step's outcomes. The
+analysis decides them, the store keeps them as these words, the output shows them and the CLI turns them
+into exit codes (``collector.cli.exits``)."""
+
+from __future__ import annotations
+
+# A verdict on one series and metric.
+REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE, MISSING = (
+    "regression",
+    "improvement",
+    "no change",
+    "inconclusive",
+    "missing",
+)
+FAILED = "failed"  # every trial of a side failed: nothing to compare, and not a pass
+# Verdicts worst first, the order every list of them is read in: what got worse, what failed, what cannot be
+# told, then the rest.
+VERDICT_ORDER = (REGRESSION, FAILED, INCONCLUSIVE, IMPROVEMENT, NO_CHANGE, MISSING)
+
+# A bisect step against the good side: it reproduces the regression, clears it, cannot tell (INCONCLUSIVE), or
+# was skipped (it could not be built, or its trials failed).
+REPRODUCES, CLEARS, SKIPPED = "reproduces", "clears", "skipped"
+STEP_OUTCOMES = (REPRODUCES, CLEARS, INCONCLUSIVE, SKIPPED)

@@ -1,0 +1,364 @@
+"""A comparison rendered: the terminal table, markdown (a PR comment, a job summary) and JSON. One formatting
+of a row (``row_cells``) serves the terminal, the markdown and the dashboard."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from collector.analysis import stats
+from collector.analysis.comparison import Comparison, Row, plain
+from collector.metrics import Metric
+from collector.outcomes import FAILED, IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
+from collector.output.text import (
+    MARKS,
+    interval,
+    percent,
+    publish,
+    repro_command,
+    series_label,
+    stdout_console,
+    write_file,
+)
+
+CodeOf = Callable[[Comparison], int]  # the exit code a comparison gives (the CLI's, collector.cli.exits)
+
+def row_cells(row: Row) -> dict[str, str]:
+    """The row as display text, shared by the terminal table, the markdown report and the dashboard."""
+    r = row.result
+    failed = row.failed_baseline or row.failed_candidate
+    return {
+        "verdict": row.verdict,
+        "series": series_label(row.series),
+        "metric": row.metric.name,
+        "change": percent(r.ratio),
+        "95% CI": interval(r.ci_low, r.ci_high),
+        "n": f"{r.baseline.n}/{r.candidate.n}"
+        + (f" ({row.failed_baseline}/{row.failed_candidate} failed)" if failed else ""),
+        "q": "" if math.isnan(r.q_value) else f"{r.q_value:.3g}",
+        "threshold": f"±{r.threshold:.0%}",
+        "can see": can_see(r),
+        "noise": stats.noise_text(row.noise),
+    }
+
+
+def bimodal_warning(label: str, metric: str, noise: stats.Noise | None) -> str | None:
+    """One line for a series whose trials fall into two clusters, or None."""
+    if not noise or not noise.bimodal or not noise.modes:
+        return None
+    low, high = noise.modes
+    return (
+        f"warning: {label} {metric} is bimodal across processes: its last {noise.n} trials cluster near "
+        f"{low:,.4g} and {high:,.4g} ({high / low - 1:.0%} apart); a verdict can flip with the cluster a trial "
+        "lands in"
+    )
+
+
+def bimodal_warnings(comparison: Comparison) -> list[str]:
+    lines = (bimodal_warning(series_label(r.series), r.metric.name, r.noise) for r in comparison.rows)
+    return sorted({line for line in lines if line})
+
+
+def can_see(r: stats.Verdict) -> str:
+    """'≥9.0% (14/side for ±3%)': the minimum detectable effect, and the trials per side that would detect the
+    threshold when this comparison cannot ('out of reach' where no number of trials would)."""
+    if math.isnan(r.detectable):
+        return "n/a (n < 2)"
+    if r.detectable <= r.threshold:
+        return f"≥{r.detectable:.1%}"
+    if _out_of_reach(r):
+        return f"≥{r.detectable:.1%} (±{r.threshold:.0%} out of reach)"
+    return f"≥{r.detectable:.1%} ({r.trials_needed}/side for ±{r.threshold:.0%})"
+
+
+def _out_of_reach(r: stats.Verdict) -> bool:
+    return r.trials_needed is not None and r.trials_needed >= stats.MAX_TRIALS
+
+
+def resolution(r: stats.Verdict) -> str:
+    """The same in words: 'this run can see changes of 9.0% or more; about 14 trials per side would see 3%'."""
+    if math.isnan(r.detectable):
+        return "fewer than 2 trials on a side: this run cannot tell noise from a change; run at least 2 per side"
+    if r.detectable <= r.threshold:
+        return f"this run can see changes of {r.detectable:.1%} or more (its threshold is {r.threshold:.0%})"
+    if _out_of_reach(r) and r.between is not None and r.between.var_log > 0:
+        return (
+            f"this run can see changes of {r.detectable:.1%} or more; no number of trials in two environments "
+            f"would see {r.threshold:.0%}: environments of the same packages differ by ±{r.between.cv:.1%} here"
+        )
+    if _out_of_reach(r):
+        return f"this run can see changes of {r.detectable:.1%} or more; {r.threshold:.0%} is out of reach here"
+    return (
+        f"this run can see changes of {r.detectable:.1%} or more; about {r.trials_needed} trials per side "
+        f"would see {r.threshold:.0%}"
+    )
+
+
+def resolution_lead(comparison: Comparison) -> list[str]:
+    """One line per metric that this comparison cannot resolve at its threshold in any series (its minimum
+    detectable effect exceeds the threshold everywhere), to lead the report: the verdicts below can then only
+    be 'inconclusive' or a change far larger than the threshold."""
+    lines = []
+    for metric in comparison.metrics:
+        seen = [r.result for r in comparison.rows if r.metric == metric and not math.isnan(r.result.detectable)]
+        if not seen or any(r.detectable <= r.threshold for r in seen):
+            continue
+        low, high = min(r.detectable for r in seen), max(r.detectable for r in seen)
+        span = f"{low:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{low:.0%}-{high:.0%}"
+        needed = [r.trials_needed for r in seen if r.trials_needed]
+        more = (
+            "more trials in these environments cannot reach it (the environments themselves differ by more)"
+            if needed and max(needed) >= stats.MAX_TRIALS
+            else f"about {max(needed)} trials per side would"
+            if needed
+            else ""
+        )
+        lines.append(
+            f"{metric.label} ({metric.name}): this runner cannot resolve ±{seen[0].threshold:.0%} here; it can "
+            f"see changes of ≥{span}" + (f"; {more}" if more else "") + "."
+        )
+    return lines
+
+
+def aa_lines(aa: Comparison | None) -> tuple[str, ...]:
+    """The A/A of a check (baseline vs a second environment of the same packages), for the report's preface:
+    quiet, or which series it called a change (a verdict there is a false alarm of this runner)."""
+    if aa is None:
+        return ()
+    alarms = [r for r in aa.rows if r.verdict in (REGRESSION, IMPROVEMENT)]
+    head = f"A/A (the baseline in a second environment of the same packages): {headline(aa)}."
+    if not alarms:
+        return (head + " No false alarm.", "")
+    cells = "; ".join(f"{series_label(r.series)} {r.metric.name} {percent(r.result.ratio)} "
+                      f"{interval(r.result.ci_low, r.result.ci_high)}" for r in alarms)  # fmt: skip
+    return (head + f" ⚠️ It called {len(alarms)} change(s) where nothing changed: {cells}.", "")
+
+
+def between_lines(between: dict[str, stats.Between]) -> tuple[str, ...]:
+    """What the intervals cover beyond the trials: per metric, the between-environment variation and where it was
+    measured; or that they cover only process-to-process noise."""
+    if not between:
+        return (
+            "Intervals cover process-to-process noise only: no calibration of this runner and no A/A "
+            "(`stepwatch calibrate`, or `--aa`).",
+            "",
+        )
+    parts = [f"{name} ±{b.cv:.2%} ({b.source}, {b.df:g} df)" for name, b in between.items()]
+    return ("Intervals also cover the variation between environments of the same packages: " + "; ".join(parts)
+            + ".", "")  # fmt: skip
+
+
+def summary_text(comparison: Comparison, metric: Metric) -> str | None:
+    """'geometric mean over N series on both sides +x% [lo, hi]', or None when no series is on both."""
+    summary = comparison.summaries[metric.name]
+    if not summary.series:
+        return None
+    return (
+        f"geometric mean over {summary.series} series on both sides "
+        f"{percent(summary.geomean)} {interval(summary.ci_low, summary.ci_high)}"
+    )
+
+
+def headline(comparison: Comparison) -> str:
+    counts = {v: len(comparison.by_verdict(v)) for v in (REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE, FAILED)}
+    parts = [
+        f"{n} {name}" + ("s" if n != 1 and name in (REGRESSION, IMPROVEMENT) else "") for name, n in counts.items() if n
+    ]
+    return ", ".join(parts) or "nothing to compare"
+
+
+def to_markdown(comparison: Comparison, title: str = "stepwatch comparison", preface: tuple[str, ...] = ()) -> str:
+    """A report for a PR comment or a job summary: headline, sides, geomeans, the verdict table, gaps."""
+    lead = resolution_lead(comparison)
+    lines = [f"## {title}", "", *(f"**{line}**" for line in lead), *([""] if lead else [])]
+    lines += [f"**{headline(comparison)}**", "", *preface]
+    lines += ["| | baseline | candidate |", "|---|---|---|"]
+    lines.append(f"| selection | `{comparison.baseline.describe()}` | `{comparison.candidate.describe()}` |")
+    for name in comparison.versions.get("baseline", {}):
+        a = ", ".join(comparison.versions["baseline"][name]) or "-"
+        b = ", ".join(comparison.versions["candidate"][name]) or "-"
+        if a != "-" or b != "-":
+            lines.append(f"| {name} | {a} | {b} |")
+    lines.append("")
+    for metric in comparison.metrics:
+        text = summary_text(comparison, metric)
+        if text:
+            lines.append(f"**{metric.label}**: {text}")
+    lines += [
+        "",
+        "| | series | metric | change | 95% CI | n (base/cand) | q | threshold | can see | noise |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in comparison.ordered():
+        cells = row_cells(row)
+        cells["verdict"] = f"{MARKS[row.verdict]} {row.verdict}"
+        lines.append("| " + " | ".join(cells.values()) + " |")
+    warnings = bimodal_warnings(comparison)
+    if warnings:
+        lines += ["", *(f"⚠️ {line}" for line in warnings)]
+    inconclusive = comparison.by_verdict(INCONCLUSIVE)
+    if inconclusive:
+        lines += ["", "Inconclusive:", ""]
+        lines += [f"- {series_label(r.series)} {r.metric.name}: {resolution(r.result)}" for r in inconclusive]
+    for side in ("baseline", "candidate"):
+        only = comparison.only_on(side)
+        if only:
+            lines += ["", f"Only in the {side} ({len(only)}): " + "; ".join(series_label(row.series) for row in only)]
+    lines += [
+        "",
+        "Ratio of geometric means (candidate / baseline) with a 95% Welch interval on log values; q is the "
+        "Benjamini-Hochberg adjusted p-value across the table. A regression or improvement is significant "
+        "(q < 0.05) and beyond the threshold; no change means the whole interval is within the threshold. "
+        '"can see" is the minimum detectable effect: the change this many trials with this much noise find '
+        "80% of the time, and, where that exceeds the threshold, the trials per side that would see the threshold. "
+        f"Noise is the series' trial-to-trial CV over its last {stats.NOISE_TRIALS} ok trials in the store, and "
+        '"bimodal" where those fall into two separate clusters (processes landing on one of two speeds).',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def to_json(comparison: Comparison, code_of: CodeOf) -> str:
+    return json.dumps(json_payload(comparison, code_of), indent=2, default=str)
+
+
+def json_payload(comparison: Comparison, code_of: CodeOf) -> dict[str, Any]:
+    """The comparison as plain data, with the exit code ``code_of`` gives it (and, for an upgrade check with
+    ``--aa``, its A/A beside it)."""
+    rows = [
+        {
+            "series": row.series,
+            "label": series_label(row.series),
+            "metric": row.metric.name,
+            "verdict": row.verdict,
+            "ratio": plain(row.result.ratio),
+            "ci_low": plain(row.result.ci_low),
+            "ci_high": plain(row.result.ci_high),
+            "p_value": plain(row.result.p_value),
+            "q_value": plain(row.result.q_value),
+            "threshold": row.result.threshold,
+            "detectable_change": plain(row.result.detectable),
+            "trials_per_side_for_threshold": row.result.trials_needed,
+            "resolution": resolution(row.result),
+            "noise_cv": plain(row.noise.cv) if row.noise else None,
+            "noise_trials": row.noise.n if row.noise else 0,
+            "bimodal": bool(row.noise and row.noise.bimodal),
+            "modes": list(row.noise.modes) if row.noise and row.noise.modes else None,
+            "n_baseline": row.result.baseline.n,
+            "n_candidate": row.result.candidate.n,
+            "failed_baseline": row.failed_baseline,
+            "failed_candidate": row.failed_candidate,
+            "between_environments_cv": row.result.between.cv if row.result.between else None,
+            "between_environments_source": row.result.between.source if row.result.between else None,
+            "repro": repro_command(row.series),
+        }
+        for row in comparison.rows
+    ]
+    summaries = {
+        name: {
+            "series": s.series,
+            "geomean": plain(s.geomean),
+            "ci_low": plain(s.ci_low),
+            "ci_high": plain(s.ci_high),
+        }
+        for name, s in comparison.summaries.items()
+    }
+    payload = {
+        "baseline": comparison.baseline.describe(),
+        "candidate": comparison.candidate.describe(),
+        "headline": headline(comparison),
+        "exit_code": code_of(comparison),
+        "versions": comparison.versions,
+        "summaries": summaries,
+        "rows": rows,
+    }
+    if comparison.aa is not None:
+        payload["aa"] = json_payload(comparison.aa, code_of)
+    return payload
+
+
+VERDICT_STYLES = {REGRESSION: "red", IMPROVEMENT: "green", INCONCLUSIVE: "yellow", FAILED: "red"}
+
+
+def comparison_table(comparison: Comparison) -> Table:
+    table = Table(title=f"{escape(comparison.baseline.describe())}  ->  {escape(comparison.candidate.describe())}")
+    for name in ("verdict", "series", "metric", "change", "95% CI", "n", "q", "threshold", "can see", "noise"):
+        table.add_column(name, justify="left" if name in ("verdict", "series", "metric") else "right")
+    for row in comparison.ordered():
+        cells = row_cells(row)
+        style = VERDICT_STYLES.get(row.verdict, "")
+        if style:
+            cells["verdict"] = f"[{style}]{row.verdict}[/{style}]"
+        cells["series"] = escape(cells["series"])
+        table.add_row(*cells.values())
+    return table
+
+
+def show_comparison(
+    comparison: Comparison,
+    fmt: str,
+    out: str | None,
+    title: str,
+    code_of: CodeOf,
+    preface: tuple[str, ...] = (),
+    notes: tuple[str, ...] = (),
+) -> None:
+    """Print the comparison as a table, markdown or JSON; with ``out`` also write it (markdown, or JSON).
+    ``preface`` opens the markdown only; ``notes`` (what the intervals cover, the A/A) follow it there and are
+    printed above the table too."""
+    if fmt == "json":
+        publish(to_json(comparison, code_of), out)
+        return
+    if fmt == "markdown":
+        publish(to_markdown(comparison, title, preface + notes), out)
+        return
+    stdout = stdout_console()
+    for line in resolution_lead(comparison):
+        stdout.print(f"[bold yellow]{escape(line)}[/bold yellow]")
+    for line in notes:
+        if line:
+            stdout.print(escape(line))
+    stdout.print(comparison_table(comparison))
+    for row in comparison.by_verdict(INCONCLUSIVE):
+        stdout.print(f"inconclusive: {escape(series_label(row.series))} {row.metric.name}: {resolution(row.result)}")
+    for line in bimodal_warnings(comparison):
+        stdout.print(f"[yellow]{escape(line)}[/yellow]")
+    for metric in comparison.metrics:
+        text = summary_text(comparison, metric)
+        if text:
+            stdout.print(f"{metric.name}: {text}")
+    for side in ("baseline", "candidate"):
+        only = comparison.only_on(side)
+        if only:
+            labels = "; ".join(escape(series_label(row.series)) for row in only)
+            stdout.print(f"only in the {side} ({len(only)}): {labels}")
+    stdout.print(f"verdict: {headline(comparison)}")
+    if out:
+        write_file(to_markdown(comparison, title, preface + notes), out)
+
+
+def upgrade_preface(
+    baseline: Sequence[str],
+    candidate: Sequence[str],
+    configs: int,
+    trials: int,
+    suite: str,
+    host: str | None,
+    failed: int,
+    total: int,
+    changed: Sequence[tuple[str, str, str]],
+) -> tuple[str, ...]:
+    """The lines an upgrade-check report opens with: what ran where, and every package that differs."""
+    lines = (
+        f"Baseline `{' '.join(baseline)}`, candidate `{' '.join(candidate)}`: {configs} config(s) x {trials} "
+        f"trials per side of suite `{suite}`, interleaved on {host}; {failed} of {total} trials failed.",
+        "",
+    )
+    if changed:
+        packages = ", ".join(f"{name} {a} -> {b}" for name, a, b in changed)
+        lines += (f"Packages that differ between the two environments: {packages}.", "")
+    return lines

@@ -1,0 +1,162 @@
+"""An interleaved check: environments' trials run in turn on one machine, ingested, and compared. An upgrade
+check is one (baseline, candidate and, with an A/A, a second baseline), each step of a bisect is one, and a
+calibration runs k environments of the same requirements the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from collector.analysis import calibration, comparison, stats
+from collector.analysis.thresholds import Override
+from collector.bench import runner, upgrade
+from collector.config import BenchmarkConfig
+from collector.store import database
+from collector.store.ingest import IngestReport, ingest
+from collector.store.selection import Selection
+
+OnStart = Callable[[str, BenchmarkConfig, int], None]
+OnDone = Callable[[str, runner.Outcome], None]
+
+
+class Hooks:
+    """What a workflow tells the one who runs it. Each does nothing here; a front end overrides them (the CLI
+    draws progress bars and prints a line per trial)."""
+
+    def say(self, text: str) -> None:
+        """A line of what is going on (environments being built, a step's outcome)."""
+
+    @contextlib.contextmanager
+    def trials(self, total: int, label: str, trials: int) -> Iterator[tuple[OnStart, OnDone]]:
+        """While ``total`` trials run: what to call as each starts and ends."""
+        yield (lambda side, config, trial: None), (lambda side, outcome: None)
+
+    @contextlib.contextmanager
+    def ingesting(self, db: Path) -> Iterator[tuple[Callable[[str, str], None], Callable[[], None]]]:
+        """While an ingest runs: what to call per file, and when another write holds the store."""
+        yield (lambda uri, outcome: None), (lambda: None)
+
+    def ingested(self, done: IngestReport, db: Path) -> None:
+        """What an ingest did."""
+
+
+def ingest_into(sources: list[str], db: Path, synthetic: bool, hooks: Hooks) -> IngestReport:
+    with hooks.ingesting(db) as (on_file, on_wait):
+        done = ingest(sources, db, synthetic, on_file, on_wait)
+    hooks.ingested(done, db)
+    return done
+
+
+def interleave(
+    configs: list[BenchmarkConfig],
+    trials: int,
+    suite: str,
+    envs: dict[str, upgrade.Environment],
+    results: str | Path,
+    options: runner.RunOptions,
+    hooks: Hooks,
+    label: str = "",
+) -> upgrade.Check:
+    """Every environment's trials, interleaved (``label`` names them in the hooks' progress)."""
+    with hooks.trials(len(configs) * trials * len(envs), label, trials) as (on_start, on_done):
+        return upgrade.run(configs, trials, suite, envs, results, options, on_start, on_done)
+
+
+def environments(
+    sides: dict[str, tuple[str, ...]], reuse: bool, pip_args: tuple[str, ...], aa: bool, hooks: Hooks
+) -> dict[str, upgrade.Environment]:
+    """Every side's environment and, with ``aa``, a second one of the baseline's requirements (built separately)."""
+    envs = upgrade.ensure_all(sides, reuse, pip_args, hooks.say)
+    if aa:
+        envs[upgrade.AA] = upgrade.ensure(upgrade.AA, sides["baseline"], reuse, pip_args, hooks.say, copy=1)
+    return envs
+
+
+@dataclass
+class Measured:
+    """One interleaved check, ingested and compared: the trials, baseline vs candidate (with its A/A, when one
+    ran, as ``comparison.aa``), and the between-environment variance per metric that its intervals cover."""
+
+    check: upgrade.Check
+    comparison: comparison.Comparison
+    between: dict[str, stats.Between]
+
+
+def measure(
+    configs: list[BenchmarkConfig],
+    trials: int,
+    suite: str,
+    envs: dict[str, upgrade.Environment],
+    results: str | Path,
+    options: runner.RunOptions,
+    db: Path,
+    metric_names: list[str],
+    thresholds: list[Override],
+    hooks: Hooks,
+    label: str = "",
+    between: dict[str, stats.Between] | None = None,
+) -> Measured:
+    """Run the environments' trials interleaved, ingest them and compare them: an upgrade check, and each step
+    of a bisect. ``between``: what is already known of the between-environment variance (a calibration, an
+    earlier A/A); with an A/A side in ``envs`` its own estimate is pooled in."""
+    check = interleave(configs, trials, suite, envs, results, options, hooks, label)
+    ingest_into([str(check.out_dir)], db, False, hooks)
+    selections = {side: Selection.of(suite_run_id=run_id) for side, run_id in check.suite_run_ids.items()}
+    known = dict(between or {})
+    aa = None
+    with database.open_store(db) as reader:
+        con = reader.connection()
+        if upgrade.AA in envs:
+            aa = comparison.build(con, selections["baseline"], selections[upgrade.AA], metric_names, thresholds, known)
+            for name in metric_names:
+                pairs = [(r.result.baseline, r.result.candidate) for r in aa.rows if r.metric.name == name]
+                pooled = stats.pool_between([known.get(name), calibration.aa_between(pairs)])
+                if pooled is not None:
+                    known[name] = pooled
+        result = comparison.build(con, selections["baseline"], selections["candidate"], metric_names, thresholds, known)
+    result.aa = aa
+    return Measured(check, result, known)
+
+
+def values_by_environment(check: upgrade.Check, metrics: list[str]) -> dict[str, dict[str, list[list[float]]]]:
+    """metric -> config -> per environment (in the check's order), the ok trials' values."""
+    sides = list(check.results)
+    found: dict[str, dict[str, list[list[float]]]] = {m: defaultdict(lambda: [[] for _ in sides]) for m in metrics}
+    for i, side in enumerate(sides):
+        for row in check.results[side].rows:
+            if row.get("status") != "ok":
+                continue
+            for metric in metrics:
+                value = row.get(metric)
+                if value is not None and value > 0 and math.isfinite(value):
+                    found[metric][row["config_key"]][i].append(float(value))
+    return {m: dict(per) for m, per in found.items()}
+
+
+def calibrate(
+    label: str,
+    requirements: tuple[str, ...],
+    count: int,
+    configs: list[BenchmarkConfig],
+    trials: int,
+    suite: str,
+    metrics: list[str],
+    results: str | Path,
+    options: runner.RunOptions,
+    db: Path,
+    reuse: bool,
+    pip_args: tuple[str, ...],
+    hooks: Hooks,
+) -> tuple[upgrade.Check, calibration.Calibration]:
+    """``count`` separately built environments of ``requirements``, their trials interleaved and ingested, and
+    the runner's calibration from them (``collector.analysis.calibration``)."""
+    envs = {f"env-{i}": upgrade.ensure(f"env-{i}", requirements, reuse, pip_args, hooks.say, copy=i)
+            for i in range(count)}  # fmt: skip
+    check = interleave(configs, trials, suite, envs, results, options, hooks)
+    ingest_into([str(check.out_dir)], db, False, hooks)
+    return check, calibration.build(label, suite, requirements, trials, values_by_environment(check, metrics))

@@ -42,7 +42,7 @@ PROBE = textwrap.dedent(
     from streamlit.testing.v1 import AppTest
 
     from collector.analysis import comparison
-from collector.output.text import repro_command
+    from collector.output.text import repro_command
     from collector.config import BenchmarkConfig, SERIES_DIMENSIONS, config_columns
     from collector.schema import to_table
     from collector.store.database import StoreReader

@@ -5,7 +5,7 @@ import math
 
 import pandas as pd
 import streamlit as st
-from collector.bench.bisect import Change, describe
+from collector.bench.packages import Change, describe
 
 from collector import metrics
 from collector.analysis import calibration

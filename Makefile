@@ -56,11 +56,13 @@ browser:
 
 test: $(BACKENDS_STAMP) browser
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q --durations=8 -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) data/results data/synthetic data/upgrade-check data/*.duckdb data/*.duckdb.lock data/*.duckdb.d

@@ -28,6 +28,7 @@ from collector.output.text import (
 
 CodeOf = Callable[[Comparison], int]  # the exit code a comparison gives (the CLI's, collector.cli.exits)
 
+
 def row_cells(row: Row) -> dict[str, str]:
     """The row as display text, shared by the terminal table, the markdown report and the dashboard."""
     r = row.result

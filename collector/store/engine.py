@@ -98,7 +98,6 @@ class Snapshot:
         return self.con.execute(f"SELECT count(*) FROM {catalog}.runs").fetchall()[0][0]
 
 
-
 def _log_views(con: duckdb.DuckDBPyConnection, catalogs: list[str], prefix: str = "", kind: str = "") -> None:
     """Views of the log tables across ``catalogs``: in the in-memory catalog for a reader (so that its cursors
     see them too), ``kind="TEMP"`` for a writer (searched before the delta it writes). Columns by name in one
@@ -108,7 +107,6 @@ def _log_views(con: duckdb.DuckDBPyConnection, catalogs: list[str], prefix: str 
         columns = ", ".join(_quote(c) for c in names)
         union = " UNION ALL ".join(f"SELECT {columns} FROM {c}.{table}" for c in catalogs)
         con.execute(f"CREATE OR REPLACE {kind} VIEW {prefix}{table} AS {union}")
-
 
 
 def _state_views(con: duckdb.DuckDBPyConnection, catalog: str) -> None:
@@ -249,7 +247,6 @@ def _write(db: Path, kind: str, snap: Snapshot | None) -> Iterator[Write]:
             con.close()
         tmp.unlink(missing_ok=True)
         tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
-
 
 
 def _tidy(db: Path) -> None:

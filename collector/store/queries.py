@@ -144,8 +144,8 @@ def compare_sides(
             SELECT 'candidate' AS side, * FROM summaries WHERE {where_b}"""
         source = f"({pooled(f'({parts})', f'side, {group}', (metric,), carried)})"
         stat = {
-            "n": f'coalesce(sum("n_{metric}") FILTER (WHERE side = \'{{0}}\'), 0)',
-            "mean": f'max("mean_{metric}") FILTER (WHERE side = \'{{0}}\')',
+            "n": f"coalesce(sum(\"n_{metric}\") FILTER (WHERE side = '{{0}}'), 0)",
+            "mean": f"max(\"mean_{metric}\") FILTER (WHERE side = '{{0}}')",
             "var": f'max("m2_{metric}" / nullif("n_{metric}" - 1, 0)) FILTER (WHERE side = \'{{0}}\')',
             "failed": "coalesce(sum(failed) FILTER (WHERE side = '{0}'), 0)",
         }

@@ -153,4 +153,3 @@ def add_bisect_steps(con: duckdb.DuckDBPyConnection, steps: list[BisectStep]) ->
     ]  # fmt: skip
     marks = ", ".join("?" for _ in columns)
     con.executemany(f"INSERT INTO bisect_steps ({', '.join(columns)}) VALUES ({marks})", rows)
-

@@ -72,7 +72,6 @@ def series_of(source: str) -> str:
 SERIES_TOTALS = {"trials": "sum", "suite_runs": "sum", "first_at": "min", "last_at": "max"}
 
 
-
 def log_value(metric: str) -> str:
     """A trial's value of ``metric`` as the statistics use it: its log, for an ok trial with a positive value."""
     return f"""CASE WHEN status = 'ok' AND "{metric}" > 0 THEN ln("{metric}") END"""
@@ -118,9 +117,7 @@ def pooled(source: str, by: str, metrics: tuple[str, ...] = SUMMARY_METRICS, car
     """Rows of summaries in ``source`` pooled by the expressions ``by``: counts add, means weight by count, and
     M2 adds each part's own and its mean's deviation from the pooled mean (exact, in one pass over the parts).
     ``carry``: more select expressions (aggregates)."""
-    mu = ", ".join(
-        f'sum("n_{m}" * "mean_{m}") OVER w / nullif(sum("n_{m}") OVER w, 0) AS "mu_{m}"' for m in metrics
-    )
+    mu = ", ".join(f'sum("n_{m}" * "mean_{m}") OVER w / nullif(sum("n_{m}") OVER w, 0) AS "mu_{m}"' for m in metrics)
     totals = ", ".join(
         f'sum("n_{m}") AS "n_{m}", sum("n_{m}" * "mean_{m}") / nullif(sum("n_{m}"), 0) AS "mean_{m}", '
         f'coalesce(sum("m2_{m}" + "n_{m}" * ("mean_{m}" - "mu_{m}") ^ 2), 0) AS "m2_{m}"'
@@ -180,7 +177,6 @@ LOG_COLUMNS = {
     "runs": (*(f.name for f in RUN_COLUMNS), "source_uri", "ingested_at"),
     "samples": ("run_id", "window_index", "step_time_s", "loss"),
 }  # as DDL creates them; every file of a store is at this layout (an older base is compacted first)
-
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection, kind: str) -> None:
@@ -337,4 +333,3 @@ def carry_state(con: duckdb.DuckDBPyConnection, catalog: str) -> None:
             con.execute(f"CREATE TABLE {table} AS SELECT * FROM {catalog}.{table}")
         elif has_table(con, catalog, table):
             con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {catalog}.{table}")
-

@@ -1,0 +1,38 @@
+"""The layers of pyproject.toml's import-linter contract hold in this tree, and an upward import breaks them:
+the same check `make lint` and `make test` run."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+LINT = Path(sys.executable).parent / "lint-imports"
+
+
+def _lint(tree: Path) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "HOME": str(tree)}
+    return subprocess.run([str(LINT), "--no-cache"], cwd=tree, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    for part in ("collector", "dashboard", "trainers"):
+        shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tree / "pyproject.toml")
+    kept = _lint(tree)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert "stepwatch layers KEPT" in kept.stdout
+
+    queries = tree / "collector" / "store" / "queries.py"  # the store reaching up into the output layer
+    text = queries.read_text()
+    queries.write_text(
+        text.replace("\nimport duckdb\n", "\nimport duckdb\n\nimport collector.output.text  # noqa\n", 1)
+    )
+    broken = _lint(tree)
+    assert broken.returncode != 0
+    assert "stepwatch layers BROKEN" in broken.stdout
+    assert "collector.store.queries -> collector.output.text" in broken.stdout

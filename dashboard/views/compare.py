@@ -5,11 +5,11 @@ import math
 
 import pandas as pd
 import streamlit as st
-from collector.bench.packages import Change, describe
 
 from collector import metrics
 from collector.analysis import calibration
 from collector.analysis.thresholds import load_overrides
+from collector.bench.packages import Change, describe
 from collector.outcomes import INCONCLUSIVE
 from collector.output.comparison import between_lines, headline, resolution, resolution_lead, row_cells, summary_text
 from collector.output.text import interval, percent, plain_rows, repro_command, series_label

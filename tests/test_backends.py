@@ -193,7 +193,8 @@ def test_the_parent_store_analysis_and_dashboard_import_no_framework() -> None:
         """
         import sys
         import collector.cli, collector.bench.runner, collector.bench.upgrade, collector.bench.runtime
-        import collector.store.ingest, collector.store.queries, collector.output.comparison, collector.output.runs, collector.analysis.alerts
+        import collector.store.ingest, collector.store.queries, collector.analysis.alerts
+        import collector.output.comparison, collector.output.runs, collector.workflows.check
         import dashboard.data, dashboard.charts
         from collector.cli import build_parser
         build_parser()

@@ -95,6 +95,8 @@ PARITY = textwrap.dedent(
     from collector.bench import runtime
     from collector.config import BenchmarkConfig
     runtime.prepare(BenchmarkConfig(model="bert", keras_backend=sys.argv[1]))
+    backend = runtime.load(BenchmarkConfig(model="bert", keras_backend=sys.argv[1]))
+    interface = {"is_backend": isinstance(backend, runtime.Backend), "own": sorted(vars(type(backend)))}
     import keras
     from trainers import get_model
     from trainers.spec import sparse_ce_loss
@@ -123,7 +125,7 @@ PARITY = textwrap.dedent(
             pass
 
     dispatch = [keras.callbacks.CallbackList([c])._async_train for c in (FitWindows(WindowClock(1, 1), 2), Blocking())]
-    print(json.dumps({"losses": losses, "async": dispatch}))
+    print(json.dumps({"losses": losses, "async": dispatch, "interface": interface}))
     """
 )
 
@@ -139,8 +141,8 @@ def test_the_same_weights_give_the_same_first_loss_on_every_backend(tmp_path: Pa
     """Keras' initializers draw from each backend's own generator, so one seed gives different weights per
     backend; from the same weights (saved on TensorFlow, loaded on the others) each model's loss on the
     synthetic batch agrees: the four trainers are the same model on every backend (two by default, the other two
-    with --run-large). And the timing callback
-    keeps Keras' asynchronous batch-end dispatch on JAX and torch."""
+    with --run-large). The timing callback keeps Keras' asynchronous batch-end dispatch on JAX and torch, and
+    every backend implements the runtime's Backend interface."""
     losses = {}
     for backend in ("tensorflow", "jax", "torch"):  # TensorFlow first: it saves the weights the others load
         done = subprocess.run(
@@ -152,6 +154,9 @@ def test_the_same_weights_give_the_same_first_loss_on_every_backend(tmp_path: Pa
         # JAX and torch run batch-end callbacks on a worker thread: stepwatch's adds no sync per step, where a
         # callback overriding on_train_batch_end would. TensorFlow's Keras backend never dispatches them async.
         assert out["async"] == ([False, False] if backend == "tensorflow" else [True, False]), backend
+        # Each backend is the runtime's Backend interface, and fills in what the shared skeleton cannot.
+        assert out["interface"]["is_backend"], backend
+        assert {"configure", "software_environment", "device_peak_memory"} <= set(out["interface"]["own"]), backend
     for name, reference in losses["tensorflow"].items():
         for backend in ("jax", "torch"):
             assert losses[backend][name] == pytest.approx(reference, rel=1e-4), (name, backend)

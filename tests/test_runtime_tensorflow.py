@@ -19,10 +19,10 @@ def losses_of(loop: str, model_name: str) -> tuple[list[float], list[np.ndarray]
     """Per-step losses of ``STEPS`` steps with one-step windows, and the initial weights."""
     config = BenchmarkConfig(model=model_name, loop=loop, precision="fp32", window_steps=1, warmup_steps=2, steps=1)
     spec = get_model(model_name)
-    runtime = tfruntime.configure(config)
-    model, optimizer = tfruntime.build_model(spec, config, runtime)
+    runtime = tfruntime.BACKEND.configure(config)
+    model, optimizer = tfruntime.BACKEND.build_model(spec, config, runtime)
     initial = [np.array(w) for w in model.get_weights()]
-    dataset = tfruntime.make_data(spec, config, runtime)
+    dataset = tfruntime.BACKEND.make_data(spec, config, runtime)
     clock = WindowClock(first_steps=1, window_steps=1)
     if loop == "fit":
         common.train_fit(model, dataset, clock, STEPS)
@@ -44,11 +44,11 @@ def test_fit_and_ctl_train_the_same_thing(model_name: str) -> None:
 
 
 def test_fp32_turns_tf32_off_and_tf32_turns_it_on() -> None:
-    fp32 = tfruntime.configure(BenchmarkConfig(model="bilstm", precision="fp32"))
+    fp32 = tfruntime.BACKEND.configure(BenchmarkConfig(model="bilstm", precision="fp32"))
     assert fp32.tf32_enabled is False and fp32.compute_dtype == "float32"
-    tf32 = tfruntime.configure(BenchmarkConfig(model="bilstm", precision="tf32"))
+    tf32 = tfruntime.BACKEND.configure(BenchmarkConfig(model="bilstm", precision="tf32"))
     assert tf32.tf32_enabled is True
-    bf16 = tfruntime.configure(BenchmarkConfig(model="bilstm", precision="mixed_bfloat16"))
+    bf16 = tfruntime.BACKEND.configure(BenchmarkConfig(model="bilstm", precision="mixed_bfloat16"))
     assert (bf16.compute_dtype, bf16.variable_dtype) == ("bfloat16", "float32")
     keras.mixed_precision.set_global_policy("float32")
 
@@ -56,9 +56,9 @@ def test_fp32_turns_tf32_off_and_tf32_turns_it_on() -> None:
 @pytest.mark.parametrize("xla", [False, True])
 def test_the_compiler_is_read_from_the_models_jit_compile(xla: bool) -> None:
     config = BenchmarkConfig(model="bilstm", xla=xla)
-    runtime = tfruntime.configure(config)
-    model, _ = tfruntime.build_model(get_model("bilstm"), config, runtime)
-    assert tfruntime.compiler(model, config) == ("xla" if xla else "none")
+    runtime = tfruntime.BACKEND.configure(config)
+    model, _ = tfruntime.BACKEND.build_model(get_model("bilstm"), config, runtime)
+    assert tfruntime.BACKEND.compiler(model, config) == ("xla" if xla else "none")
 
 
 @pytest.mark.parametrize("loop", ["fit", pytest.param("ctl", marks=pytest.mark.large)])
@@ -67,13 +67,13 @@ def test_windows_close_on_execution_boundaries_with_a_pipeline(loop: str) -> Non
         model="resnet50", loop=loop, data="pipeline", steps_per_execution=5, window_steps=10, warmup_steps=20, steps=20
     )
     spec = get_model(config.model)
-    runtime = tfruntime.configure(config)
-    model, optimizer = tfruntime.build_model(spec, config, runtime)
-    dataset = tfruntime.make_data(spec, config, runtime)
+    runtime = tfruntime.BACKEND.configure(config)
+    model, optimizer = tfruntime.BACKEND.build_model(spec, config, runtime)
+    dataset = tfruntime.BACKEND.make_data(spec, config, runtime)
     images, labels = next(iter(dataset))
     assert images.shape == (8, 32, 32, 3) and float(images.numpy().min()) >= -1.0  # decoded, cropped, scaled
     clock = WindowClock(first_steps=5, window_steps=10)
     total = 5 + 20 + 20
-    tfruntime.train(model, optimizer, dataset, clock, total, config, runtime)
+    tfruntime.BACKEND.train(model, optimizer, dataset, clock, total, config, runtime)
     assert [m.steps for m in clock.marks] == [5, 15, 25, 35, 45]
     assert all(b.time > a.time for a, b in zip(clock.marks, clock.marks[1:]))

@@ -41,8 +41,6 @@ def run_trial(config: BenchmarkConfig, spawn_time: float) -> dict[str, Any]:
     # records the crash with the log tail.
     runtime.prepare(config)
     backend = runtime.load(config)
-    from collector.bench.runtime import common
-
     result.update(backend.software_environment())
     spec = get_model(config.model)
     preset = spec.preset(config.preset)
@@ -85,7 +83,7 @@ def run_trial(config: BenchmarkConfig, spawn_time: float) -> dict[str, Any]:
             result.update(
                 compiler=compiler,
                 xla_effective=compiler == "xla",
-                loss_scaling=common.loss_scaling(model, optimizer),
+                loss_scaling=backend.loss_scaling(model, optimizer),
             )
         if clock.marks:
             result["startup_s"] = clock.marks[0].time - _perf_at(spawn_time)
@@ -93,7 +91,7 @@ def run_trial(config: BenchmarkConfig, spawn_time: float) -> dict[str, Any]:
         result.update(asdict(stats))
         result.update(host_load(clock, config.warmup_steps))  # kept in extras: how busy the host was
         result["peak_memory_bytes"], result["peak_memory_kind"] = backend.peak_memory(config)
-        result.update(common.host_memory_fields())
+        result.update(backend.host_memory_fields())
         result["frameworks_loaded"] = loaded_frameworks()  # kept in extras: what this process really imported
     return result
 

@@ -2,19 +2,10 @@
 trial process. This package's own module imports no framework: ``prepare`` sets the process environment a
 backend reads at import time, then ``load`` imports the backend's module.
 
-Each backend module provides:
-
-- ``configure(config) -> Runtime``: devices, distribution, TF32 / matmul precision and the Keras dtype
-  policy, every setting read back from the framework;
-- ``build_model(spec, config, runtime) -> (model, optimizer)``: built, seeded and compiled for ``fit``;
-- ``make_data(spec, config, runtime)``: what the train loop consumes (synthetic batches on the device);
-- ``train(model, optimizer, data, clock, total_steps, config, runtime)``: the timed loop;
-- ``compiler(model, config) -> str``: what jit_compile really ran (``xla``, ``inductor`` or ``none``);
-- ``peak_memory(config)``, ``is_out_of_memory(error)``, ``software_environment()``,
-  ``accelerator_details(config)``.
-
-The backend-neutral parts (dtype policy, build and compile, the ``fit`` timing callback) live in
-``keras_fit``.
+Each backend module's ``BACKEND`` is a ``Backend`` (the Protocol below, which a test checks); they subclass
+``common.KerasBackend``, where the skeleton they share is written once (build and compile for ``fit``,
+batches on the device, the ``fit`` loop and its timing callback, the host's peak memory on a CPU) and each
+fills in what differs.
 """
 
 from __future__ import annotations
@@ -22,7 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from types import ModuleType
+from typing import Any, Protocol, runtime_checkable
 
 from collector.config import BenchmarkConfig
 
@@ -55,11 +46,46 @@ def prepare(config: BenchmarkConfig) -> None:
         os.environ["KERAS_TORCH_DEVICE"] = "cuda" if config.device == "gpu" else "cpu"
 
 
-def load(config: BenchmarkConfig) -> ModuleType:
-    """The runtime module of the config's Keras backend (after ``prepare``)."""
+@runtime_checkable
+class Backend(Protocol):
+    """What a trial asks of a Keras backend. ``runtime`` is what ``configure`` set up and read back
+    (``common.Runtime``); ``clock`` the trial's ``WindowClock``."""
+
+    def configure(self, config: BenchmarkConfig) -> Any:
+        """Devices, distribution, TF32 / matmul precision and the Keras dtype policy, read back."""
+
+    def build_model(self, spec: Any, config: BenchmarkConfig, runtime: Any) -> tuple[Any, Any]:
+        """Model and optimizer, built, seeded and compiled for ``fit``."""
+
+    def make_data(self, spec: Any, config: BenchmarkConfig, runtime: Any) -> Any:
+        """What the train loop consumes: synthetic batches on the device, or a host pipeline."""
+
+    def train(self, model: Any, optimizer: Any, data: Any, clock: Any, total_steps: int, config: BenchmarkConfig,
+              runtime: Any) -> None:  # fmt: skip
+        """The timed loop, marking windows on ``clock``."""
+
+    def compiler(self, model: Any, config: BenchmarkConfig) -> str:
+        """What jit_compile really ran: ``xla``, ``inductor`` or ``none``."""
+
+    def loss_scaling(self, model: Any, optimizer: Any) -> bool: ...
+
+    def peak_memory(self, config: BenchmarkConfig) -> tuple[int | None, str | None]:
+        """The peak memory and its kind (``collector.metrics``: host_anon on a CPU, device on an accelerator)."""
+
+    def host_memory_fields(self) -> dict[str, int]: ...
+
+    def software_environment(self) -> dict[str, Any]: ...
+
+    def accelerator_details(self, config: BenchmarkConfig) -> dict[str, Any]: ...
+
+    def is_out_of_memory(self, error: BaseException) -> bool: ...
+
+
+def load(config: BenchmarkConfig) -> Backend:
+    """The config's Keras backend (after ``prepare``)."""
     module = importlib.import_module(f"{__name__}.{config.keras_backend}")
     import keras
 
     if keras.backend.backend() != config.keras_backend:
         raise RuntimeError(f"Keras runs on {keras.backend.backend()}, not {config.keras_backend}")
-    return module
+    return module.BACKEND

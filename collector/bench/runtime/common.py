@@ -163,3 +163,62 @@ def host_memory_fields() -> dict[str, int]:
     resident set, shared libraries included) and the floor that checks the parent's sampled peak."""
     fields = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     return {**fields, **memory.trial_end_fields(memory.own_status())}
+
+
+class KerasBackend:
+    """The skeleton of a Keras backend (``collector.bench.runtime.Backend``), written once: building and compiling
+    for ``fit``, batches placed on the device once, the ``fit`` loop with window marks, what jit_compile ran,
+    and on a CPU the host's peak memory. A backend subclasses it and fills in what differs: ``configure``, its
+    software versions, and on an accelerator its peak memory, device details and out-of-memory error."""
+
+    compiled_by = "xla"  # what jit_compile runs on this backend
+
+    def configure(self, config: BenchmarkConfig) -> Runtime:
+        raise NotImplementedError
+
+    def software_environment(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def build_model(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> tuple[Any, Any]:
+        return build_model(spec, config)
+
+    def place(self, runtime: Runtime) -> Callable[[Any], Any]:
+        """How an array of the synthetic batch goes onto the device."""
+        return keras.ops.convert_to_tensor
+
+    def make_data(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
+        return device_batches(spec, config, config.per_device_batch * runtime.replicas, self.place(runtime))
+
+    def loss_reader(self, model: Any) -> Callable[[Any], float] | None:
+        """A cheaper read of the running mean loss than the model's tracker, if the backend has one."""
+        return None
+
+    def train(self, model: Any, optimizer: Any, data: Any, clock: WindowClock, total_steps: int,
+              config: BenchmarkConfig, runtime: Runtime) -> None:  # fmt: skip
+        train_fit(model, data, clock, total_steps, self.loss_reader(model))
+
+    def compiler(self, model: Any, config: BenchmarkConfig) -> str:
+        return compiler_of(model, config, self.compiled_by)
+
+    def loss_scaling(self, model: Any, optimizer: Any) -> bool:
+        return loss_scaling(model, optimizer)
+
+    def peak_memory(self, config: BenchmarkConfig) -> tuple[int | None, str | None]:
+        """On a CPU the peak anonymous host memory (sampled by the parent); else the device allocator's peak."""
+        return host_peak_memory() if config.device == "cpu" else self.device_peak_memory(config)
+
+    def device_peak_memory(self, config: BenchmarkConfig) -> tuple[int | None, str | None]:
+        return None, None
+
+    def host_memory_fields(self) -> dict[str, int]:
+        return host_memory_fields()
+
+    def accelerator_details(self, config: BenchmarkConfig) -> dict[str, Any]:
+        """Product name, count and compute capability of the accelerators (none on a CPU)."""
+        return {} if config.device == "cpu" else self.device_details(config)
+
+    def device_details(self, config: BenchmarkConfig) -> dict[str, Any]:
+        return {}
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        return False

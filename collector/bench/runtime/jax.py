@@ -13,11 +13,9 @@ from typing import Any
 import jax
 import keras
 
-from collector.bench.measure import WindowClock
 from collector.bench.runtime import common
 from collector.bench.runtime.common import Runtime
 from collector.config import BenchmarkConfig, ConfigError
-from trainers.spec import ModelSpec
 
 # fp32 is true fp32 (no TF32 on tensor cores), tf32 asks for TF32; the mixed modes keep JAX's default, which
 # allows TF32 for the float32 matmuls that remain, as TensorFlow does. (Setting a precision for every dot
@@ -31,56 +29,6 @@ def _devices(config: BenchmarkConfig) -> list[Any]:
     if len(found) < config.num_devices:
         raise ConfigError(f"device {config.device} asks for {config.num_devices} device(s), JAX sees {len(found)}")
     return found[: config.num_devices]
-
-
-def configure(config: BenchmarkConfig) -> Runtime:
-    """Matmul precision and the dtype policy; DataParallel over the devices when there are several."""
-    jax.config.update("jax_default_matmul_precision", MATMUL_PRECISION.get(config.precision))
-    compute_dtype, variable_dtype = common.set_policy(config.precision)
-    devices = _devices(config)
-    distribution = None
-    if len(devices) > 1:
-        distribution = keras.distribution.DataParallel(devices=devices)
-        keras.distribution.set_distribution(distribution)
-    precision = jax.config.jax_default_matmul_precision
-    return Runtime(
-        replicas=len(devices),
-        tf32_enabled=str(precision) not in EXACT,
-        matmul_precision=str(precision) if precision is not None else "default",
-        compute_dtype=compute_dtype,
-        variable_dtype=variable_dtype,
-        strategy=distribution,
-    )
-
-
-def build_model(spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> tuple[Any, Any]:
-    return common.build_model(spec, config)
-
-
-def make_data(spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
-    """The synthetic batch as jax.Arrays, sharded on the batch axis as the distribution lays out inputs (so
-    Keras' per-step device_put has nothing to move)."""
-    distribution = runtime.strategy
-
-    def place(array: Any) -> Any:
-        if distribution is None:
-            return jax.device_put(array, jax.devices()[0])
-        layout = distribution.get_data_layout(array.shape)
-        return keras.distribution.distribute_tensor(array, layout)
-
-    return common.device_batches(spec, config, config.per_device_batch * runtime.replicas, place)
-
-
-def train(
-    model: Any,
-    optimizer: Any,
-    data: Any,
-    clock: WindowClock,
-    total_steps: int,
-    config: BenchmarkConfig,
-    runtime: Runtime,
-) -> None:
-    common.train_fit(model, data, clock, total_steps, running_loss_reader(model))
 
 
 def running_loss_reader(model: Any) -> Callable[[Any], float]:
@@ -105,63 +53,91 @@ def running_loss_reader(model: Any) -> Callable[[Any], float]:
     return read
 
 
-def compiler(model: Any, config: BenchmarkConfig) -> str:
-    """JAX's jit_compile is XLA; without it Keras runs the step op by op."""
-    return common.compiler_of(model, config, "xla")
+class JaxBackend(common.KerasBackend):
+    """XLA through jit_compile; DataParallel over several devices; the loss read from the trainer's state."""
+
+    def configure(self, config: BenchmarkConfig) -> Runtime:
+        """Matmul precision and the dtype policy; DataParallel over the devices when there are several."""
+        jax.config.update("jax_default_matmul_precision", MATMUL_PRECISION.get(config.precision))
+        compute_dtype, variable_dtype = common.set_policy(config.precision)
+        devices = _devices(config)
+        distribution = None
+        if len(devices) > 1:
+            distribution = keras.distribution.DataParallel(devices=devices)
+            keras.distribution.set_distribution(distribution)
+        precision = jax.config.jax_default_matmul_precision
+        return Runtime(
+            replicas=len(devices),
+            tf32_enabled=str(precision) not in EXACT,
+            matmul_precision=str(precision) if precision is not None else "default",
+            compute_dtype=compute_dtype,
+            variable_dtype=variable_dtype,
+            strategy=distribution,
+        )
+
+    def place(self, runtime: Runtime) -> Callable[[Any], Any]:
+        """As jax.Arrays, sharded on the batch axis as the distribution lays out inputs (so Keras' per-step
+        device_put has nothing to move)."""
+        distribution = runtime.strategy
+
+        def place(array: Any) -> Any:
+            if distribution is None:
+                return jax.device_put(array, jax.devices()[0])
+            layout = distribution.get_data_layout(array.shape)
+            return keras.distribution.distribute_tensor(array, layout)
+
+        return place
+
+    def loss_reader(self, model: Any) -> Callable[[Any], float]:
+        return running_loss_reader(model)
+
+    def device_peak_memory(self, config: BenchmarkConfig) -> tuple[int | None, str | None]:
+        """peak_bytes_in_use summed over the devices used (GPU/TPU)."""
+        try:
+            stats = [device.memory_stats() or {} for device in jax.devices()[: config.num_devices]]
+        except RuntimeError:
+            return None, None
+        peaks = [s.get("peak_bytes_in_use") for s in stats]
+        if any(p is None for p in peaks):
+            return None, None
+        return int(sum(peaks)), "device"
+
+    def software_environment(self) -> dict[str, Any]:
+        """JAX's versions and the CUDA / cuDNN its plugin loaded (on a CUDA build)."""
+        import jaxlib
+
+        env: dict[str, Any] = {
+            "jax_version": jax.__version__,
+            "jaxlib_version": jaxlib.__version__,
+            "keras_version": keras.__version__,
+        }
+        try:  # not public API; absent on CPU-only installs
+            from jax._src.lib import cuda_versions
+
+            if cuda_versions is not None:
+                cuda = cuda_versions.cuda_runtime_get_version()
+                env["cuda_runtime_version"] = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None  # 12080 -> 12.8
+                env["cudnn_runtime_version"] = common.cudnn_text(cuda_versions.cudnn_get_version())
+        except (ImportError, AttributeError, RuntimeError):
+            pass
+        return env
+
+    def device_details(self, config: BenchmarkConfig) -> dict[str, Any]:
+        """Product name, count and compute capability of the devices, from JAX."""
+        device = jax.devices()[0]
+        name = device.device_kind
+        capability = getattr(device, "compute_capability", None)
+        if config.device == "tpu":
+            name = f"TPU {os.environ.get('TPU_ACCELERATOR_TYPE') or name}"
+        return {
+            "accelerator": name,
+            "accelerator_count": config.num_devices,
+            "compute_capability": str(capability) if capability else None,
+        }
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        """XLA's RESOURCE_EXHAUSTED, raised as a JaxRuntimeError (XlaRuntimeError in older jaxlib)."""
+        return type(error).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and "RESOURCE_EXHAUSTED" in str(error)
 
 
-def peak_memory(config: BenchmarkConfig) -> tuple[int | None, str | None]:
-    """peak_bytes_in_use summed over the devices used (GPU/TPU),
-    or on CPU the peak anonymous host memory (sampled by the parent)."""
-    if config.device == "cpu":
-        return common.host_peak_memory()
-    try:
-        stats = [device.memory_stats() or {} for device in jax.devices()[: config.num_devices]]
-    except RuntimeError:
-        return None, None
-    peaks = [s.get("peak_bytes_in_use") for s in stats]
-    if any(p is None for p in peaks):
-        return None, None
-    return int(sum(peaks)), "device"
-
-
-def software_environment() -> dict[str, Any]:
-    """JAX's versions and the CUDA / cuDNN its plugin loaded (on a CUDA build)."""
-    import jaxlib
-
-    env: dict[str, Any] = {
-        "jax_version": jax.__version__,
-        "jaxlib_version": jaxlib.__version__,
-        "keras_version": keras.__version__,
-    }
-    try:  # not public API; absent on CPU-only installs
-        from jax._src.lib import cuda_versions
-
-        if cuda_versions is not None:
-            cuda = cuda_versions.cuda_runtime_get_version()
-            env["cuda_runtime_version"] = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None  # 12080 -> 12.8
-            env["cudnn_runtime_version"] = common.cudnn_text(cuda_versions.cudnn_get_version())
-    except (ImportError, AttributeError, RuntimeError):
-        pass
-    return env
-
-
-def accelerator_details(config: BenchmarkConfig) -> dict[str, Any]:
-    """Product name, count and compute capability of the devices, from JAX."""
-    if config.device == "cpu":
-        return {}
-    device = jax.devices()[0]
-    name = device.device_kind
-    capability = getattr(device, "compute_capability", None)
-    if config.device == "tpu":
-        name = f"TPU {os.environ.get('TPU_ACCELERATOR_TYPE') or name}"
-    return {
-        "accelerator": name,
-        "accelerator_count": config.num_devices,
-        "compute_capability": str(capability) if capability else None,
-    }
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    """XLA's RESOURCE_EXHAUSTED, raised as a JaxRuntimeError (XlaRuntimeError in older jaxlib)."""
-    return type(error).__name__ in ("JaxRuntimeError", "XlaRuntimeError") and "RESOURCE_EXHAUSTED" in str(error)
+BACKEND = JaxBackend()

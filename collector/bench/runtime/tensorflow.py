@@ -22,36 +22,6 @@ from trainers.spec import ModelSpec
 PIPELINE_EXAMPLES = 256  # distinct host examples a data=pipeline run cycles through
 
 
-def configure(config: BenchmarkConfig) -> Runtime:
-    """Set host threads, pick devices, build the strategy, set TF32 and the Keras dtype policy (before any model
-    is built)."""
-    counts = thread_counts(config.threads)
-    if counts:  # before TensorFlow's runtime starts: it sizes its pools once
-        tf.config.threading.set_intra_op_parallelism_threads(counts[0])
-        tf.config.threading.set_inter_op_parallelism_threads(counts[1])
-    gpus = tf.config.list_physical_devices("GPU")
-    if config.device == "gpu":
-        if len(gpus) < config.num_devices:
-            raise ConfigError(f"device gpu asks for {config.num_devices} GPU(s), {len(gpus)} visible")
-        tf.config.set_visible_devices(gpus[: config.num_devices], "GPU")
-    elif gpus:
-        tf.config.set_visible_devices([], "GPU")
-    # fp32 means true fp32: TF32 tensor-core math is off unless asked for. Mixed modes keep TF's default.
-    tf.config.experimental.enable_tensor_float_32_execution(config.precision not in ("fp32",))
-    compute_dtype, variable_dtype = common.set_policy(config.precision)
-    strategy = make_strategy(config)
-    return Runtime(
-        replicas=strategy.num_replicas_in_sync,
-        tf32_enabled=bool(tf.config.experimental.tensor_float_32_execution_enabled()),
-        matmul_precision=None,  # TensorFlow's one switch is tf32_enabled
-        compute_dtype=compute_dtype,
-        variable_dtype=variable_dtype,
-        strategy=strategy,
-        intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),
-        inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads(),
-    )
-
-
 def make_strategy(config: BenchmarkConfig) -> Any:
     """default: the current device; mirrored: one replica per visible GPU; multi-worker: one replica per worker
     process (and its devices) in TF_CONFIG; tpu: TPUStrategy over the slice."""
@@ -69,11 +39,6 @@ def make_strategy(config: BenchmarkConfig) -> Any:
     return tf.distribute.get_strategy()
 
 
-def build_model(spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> tuple[Any, Any]:
-    """Model and optimizer under the strategy scope."""
-    return common.build_model(spec, config, runtime.strategy.scope())
-
-
 def constant_dataset(batch: Any) -> tf.data.Dataset:
     """One batch repeated forever, with tf.data's autotuner off. A constant batch has nothing to tune, and the
     tuner costs a trial seconds: in about a third of the processes the iterator's teardown at the end of fit
@@ -82,49 +47,6 @@ def constant_dataset(batch: Any) -> tf.data.Dataset:
     options = tf.data.Options()
     options.autotune.enabled = False
     return tf.data.Dataset.from_tensors(batch).repeat().with_options(options)
-
-
-def make_data(spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
-    """synthetic: one fixed batch repeated; pipeline: a host tf.data pipeline (JPEG decode + augment for images)."""
-    preset = spec.preset(config.preset)
-    global_batch = config.per_device_batch * runtime.replicas
-    if config.data == "synthetic":
-        return constant_dataset(spec.synthetic_batch(preset, global_batch, config.seed))
-    x, y = spec.synthetic_batch(preset, PIPELINE_EXAMPLES, config.seed)
-    autotune = tf.data.AUTOTUNE
-    if spec.unit == "images":
-        size = x.shape[1]
-        pixels = np.clip(x * 64 + 128, 0, 255).astype(np.uint8)
-        jpegs = [tf.io.encode_jpeg(image).numpy() for image in pixels]
-
-        def decode(jpeg: Any, label: Any) -> Any:
-            image = tf.io.decode_jpeg(jpeg, channels=3)
-            image = tf.image.resize_with_crop_or_pad(image, size + size // 8, size + size // 8)
-            image = tf.image.random_crop(image, (size, size, 3))
-            image = tf.image.random_flip_left_right(image)
-            return tf.cast(image, tf.float32) / 127.5 - 1.0, label
-
-        dataset = tf.data.Dataset.from_tensor_slices((jpegs, y)).repeat().shuffle(PIPELINE_EXAMPLES)
-        dataset = dataset.map(decode, num_parallel_calls=autotune)
-    else:
-        dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().shuffle(PIPELINE_EXAMPLES)
-    return dataset.batch(global_batch, drop_remainder=True).prefetch(autotune)
-
-
-def train(
-    model: Any,
-    optimizer: Any,
-    data: Any,
-    clock: WindowClock,
-    total_steps: int,
-    config: BenchmarkConfig,
-    runtime: Runtime,
-) -> None:
-    """fit (shared by every backend) or the TensorFlow custom loop."""
-    if config.loop == "fit":
-        common.train_fit(model, data, clock, total_steps)
-    else:
-        train_ctl(model, optimizer, data, clock, total_steps, config, runtime)
 
 
 def train_ctl(
@@ -197,53 +119,125 @@ def train_ctl(
             window_losses = []
 
 
-def compiler(model: Any, config: BenchmarkConfig) -> str:
-    """fit: XLA when the model's jit_compile is still on (Keras may turn it off); ctl: what the loop compiled with."""
-    return common.compiler_of(model, config, "xla")
+class TensorFlowBackend(common.KerasBackend):
+    """XLA through jit_compile; tf.distribute strategies; tf.data; the custom training loop beside ``fit``."""
 
-
-def peak_memory(config: BenchmarkConfig) -> tuple[int | None, str | None]:
-    """Peak device memory summed over the devices used,
-    or on CPU the peak anonymous host memory (sampled by the parent)."""
-    if config.device == "cpu":
-        return common.host_peak_memory()
-    kind = "GPU" if config.device == "gpu" else "TPU"
-    try:
-        total = sum(tf.config.experimental.get_memory_info(f"{kind}:{i}")["peak"] for i in range(config.num_devices))
-    except (ValueError, tf.errors.OpError):
-        return None, None
-    return int(total), "device"
-
-
-def software_environment() -> dict[str, Any]:
-    """TensorFlow's own view: versions and the CUDA/cuDNN it was built against."""
-    build = tf.sysconfig.get_build_info()
-    return {
-        "tf_version": tf.__version__,
-        "tf_git_version": tf.version.GIT_VERSION,
-        "keras_version": keras.__version__,
-        "cuda_build_version": build.get("cuda_version") if build.get("is_cuda_build") else None,
-        "cudnn_build_version": build.get("cudnn_version") if build.get("is_cuda_build") else None,
-    }
-
-
-def accelerator_details(config: BenchmarkConfig) -> dict[str, Any]:
-    """Product name, count and compute capability of the devices the trial runs on (GPU/TPU)."""
-    if config.device == "gpu":
+    def configure(self, config: BenchmarkConfig) -> Runtime:
+        """Set host threads, pick devices, build the strategy, set TF32 and the Keras dtype policy (before any model
+        is built)."""
+        counts = thread_counts(config.threads)
+        if counts:  # before TensorFlow's runtime starts: it sizes its pools once
+            tf.config.threading.set_intra_op_parallelism_threads(counts[0])
+            tf.config.threading.set_inter_op_parallelism_threads(counts[1])
         gpus = tf.config.list_physical_devices("GPU")
-        details = tf.config.experimental.get_device_details(gpus[0]) if gpus else {}
-        capability = details.get("compute_capability")
+        if config.device == "gpu":
+            if len(gpus) < config.num_devices:
+                raise ConfigError(f"device gpu asks for {config.num_devices} GPU(s), {len(gpus)} visible")
+            tf.config.set_visible_devices(gpus[: config.num_devices], "GPU")
+        elif gpus:
+            tf.config.set_visible_devices([], "GPU")
+        # fp32 means true fp32: TF32 tensor-core math is off unless asked for. Mixed modes keep TF's default.
+        tf.config.experimental.enable_tensor_float_32_execution(config.precision not in ("fp32",))
+        compute_dtype, variable_dtype = common.set_policy(config.precision)
+        strategy = make_strategy(config)
+        return Runtime(
+            replicas=strategy.num_replicas_in_sync,
+            tf32_enabled=bool(tf.config.experimental.tensor_float_32_execution_enabled()),
+            matmul_precision=None,  # TensorFlow's one switch is tf32_enabled
+            compute_dtype=compute_dtype,
+            variable_dtype=variable_dtype,
+            strategy=strategy,
+            intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),
+            inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads(),
+        )
+
+    def build_model(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> tuple[Any, Any]:
+        """Model and optimizer under the strategy scope."""
+        return common.build_model(spec, config, runtime.strategy.scope())
+
+    def make_data(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
+        """synthetic: one fixed batch repeated; pipeline: a host tf.data pipeline (JPEG decode + augment for images)."""
+        preset = spec.preset(config.preset)
+        global_batch = config.per_device_batch * runtime.replicas
+        if config.data == "synthetic":
+            return constant_dataset(spec.synthetic_batch(preset, global_batch, config.seed))
+        x, y = spec.synthetic_batch(preset, PIPELINE_EXAMPLES, config.seed)
+        autotune = tf.data.AUTOTUNE
+        if spec.unit == "images":
+            size = x.shape[1]
+            pixels = np.clip(x * 64 + 128, 0, 255).astype(np.uint8)
+            jpegs = [tf.io.encode_jpeg(image).numpy() for image in pixels]
+
+            def decode(jpeg: Any, label: Any) -> Any:
+                image = tf.io.decode_jpeg(jpeg, channels=3)
+                image = tf.image.resize_with_crop_or_pad(image, size + size // 8, size + size // 8)
+                image = tf.image.random_crop(image, (size, size, 3))
+                image = tf.image.random_flip_left_right(image)
+                return tf.cast(image, tf.float32) / 127.5 - 1.0, label
+
+            dataset = tf.data.Dataset.from_tensor_slices((jpegs, y)).repeat().shuffle(PIPELINE_EXAMPLES)
+            dataset = dataset.map(decode, num_parallel_calls=autotune)
+        else:
+            dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().shuffle(PIPELINE_EXAMPLES)
+        return dataset.batch(global_batch, drop_remainder=True).prefetch(autotune)
+
+    def train(
+        self,
+        model: Any,
+        optimizer: Any,
+        data: Any,
+        clock: WindowClock,
+        total_steps: int,
+        config: BenchmarkConfig,
+        runtime: Runtime,
+    ) -> None:
+        """fit (shared by every backend) or the TensorFlow custom loop."""
+        if config.loop == "fit":
+            super().train(model, optimizer, data, clock, total_steps, config, runtime)
+        else:
+            train_ctl(model, optimizer, data, clock, total_steps, config, runtime)
+
+    def device_peak_memory(self, config: BenchmarkConfig) -> tuple[int | None, str | None]:
+        """Peak device memory summed over the devices used."""
+        kind = "GPU" if config.device == "gpu" else "TPU"
+        try:
+            total = sum(
+                tf.config.experimental.get_memory_info(f"{kind}:{i}")["peak"] for i in range(config.num_devices)
+            )
+        except (ValueError, tf.errors.OpError):
+            return None, None
+        return int(total), "device"
+
+    def software_environment(self) -> dict[str, Any]:
+        """TensorFlow's own view: versions and the CUDA/cuDNN it was built against."""
+        build = tf.sysconfig.get_build_info()
         return {
-            "accelerator": details.get("device_name"),
-            "accelerator_count": config.num_devices,
-            "compute_capability": ".".join(map(str, capability)) if capability else None,
+            "tf_version": tf.__version__,
+            "tf_git_version": tf.version.GIT_VERSION,
+            "keras_version": keras.__version__,
+            "cuda_build_version": build.get("cuda_version") if build.get("is_cuda_build") else None,
+            "cudnn_build_version": build.get("cudnn_version") if build.get("is_cuda_build") else None,
         }
-    if config.device == "tpu":
-        name = os.environ.get("TPU_ACCELERATOR_TYPE") or os.environ.get("ACCELERATOR_TYPE")
-        return {"accelerator": f"TPU {name}" if name else None, "accelerator_count": config.num_devices}
-    return {}
+
+    def device_details(self, config: BenchmarkConfig) -> dict[str, Any]:
+        """Product name, count and compute capability of the devices the trial runs on (GPU/TPU)."""
+        if config.device == "gpu":
+            gpus = tf.config.list_physical_devices("GPU")
+            details = tf.config.experimental.get_device_details(gpus[0]) if gpus else {}
+            capability = details.get("compute_capability")
+            return {
+                "accelerator": details.get("device_name"),
+                "accelerator_count": config.num_devices,
+                "compute_capability": ".".join(map(str, capability)) if capability else None,
+            }
+        if config.device == "tpu":
+            name = os.environ.get("TPU_ACCELERATOR_TYPE") or os.environ.get("ACCELERATOR_TYPE")
+            return {"accelerator": f"TPU {name}" if name else None, "accelerator_count": config.num_devices}
+        return {}
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        """TensorFlow's way of saying a device ran out of memory."""
+        return isinstance(error, tf.errors.ResourceExhaustedError)
 
 
-def is_out_of_memory(error: BaseException) -> bool:
-    """TensorFlow's way of saying a device ran out of memory."""
-    return isinstance(error, tf.errors.ResourceExhaustedError)
+BACKEND = TensorFlowBackend()

@@ -11,96 +11,67 @@ from typing import Any
 import keras
 import torch
 
-from collector.bench.measure import WindowClock
 from collector.bench.runtime import common
 from collector.bench.runtime.common import Runtime
 from collector.config import BenchmarkConfig, ConfigError, thread_counts
-from trainers.spec import ModelSpec
 
 
-def configure(config: BenchmarkConfig) -> Runtime:
-    """fp32 is true fp32 (TF32 off for matmuls and cuDNN); every other mode allows TF32, as TensorFlow does."""
-    if config.device == "gpu" and not torch.cuda.is_available():
-        raise ConfigError("device gpu: torch sees no CUDA device")
-    counts = thread_counts(config.threads)
-    if counts:
-        torch.set_num_threads(counts[0])
-        torch.set_num_interop_threads(counts[1])  # before any inter-op work, or torch refuses
-    tf32 = config.precision != "fp32"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    compute_dtype, variable_dtype = common.set_policy(config.precision)
-    return Runtime(
-        replicas=1,
-        tf32_enabled=bool(torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32),
-        matmul_precision=torch.get_float32_matmul_precision(),
-        compute_dtype=compute_dtype,
-        variable_dtype=variable_dtype,
-        intra_op_threads=torch.get_num_threads(),
-        inter_op_threads=torch.get_num_interop_threads(),
-    )
+class TorchBackend(common.KerasBackend):
+    """torch.compile (inductor) through jit_compile; the synthetic batch as tensors on Keras' device."""
+
+    compiled_by = "inductor"
+
+    def configure(self, config: BenchmarkConfig) -> Runtime:
+        """fp32 is true fp32 (TF32 off for matmuls and cuDNN); every other mode allows TF32, as TensorFlow does."""
+        if config.device == "gpu" and not torch.cuda.is_available():
+            raise ConfigError("device gpu: torch sees no CUDA device")
+        counts = thread_counts(config.threads)
+        if counts:
+            torch.set_num_threads(counts[0])
+            torch.set_num_interop_threads(counts[1])  # before any inter-op work, or torch refuses
+        tf32 = config.precision != "fp32"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        compute_dtype, variable_dtype = common.set_policy(config.precision)
+        return Runtime(
+            replicas=1,
+            tf32_enabled=bool(torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32),
+            matmul_precision=torch.get_float32_matmul_precision(),
+            compute_dtype=compute_dtype,
+            variable_dtype=variable_dtype,
+            intra_op_threads=torch.get_num_threads(),
+            inter_op_threads=torch.get_num_interop_threads(),
+        )
+
+    def device_peak_memory(self, config: BenchmarkConfig) -> tuple[int | None, str | None]:
+        """torch.cuda.max_memory_allocated."""
+        try:
+            return int(torch.cuda.max_memory_allocated(0)), "device"
+        except RuntimeError:
+            return None, None
+
+    def software_environment(self) -> dict[str, Any]:
+        """torch's version, the CUDA it was built with and the cuDNN it loads."""
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        return {
+            "torch_version": torch.__version__,
+            "keras_version": keras.__version__,
+            "cuda_build_version": torch.version.cuda,
+            "cudnn_runtime_version": common.cudnn_text(cudnn),
+        }
+
+    def device_details(self, config: BenchmarkConfig) -> dict[str, Any]:
+        """Product name and compute capability of the GPU, from torch."""
+        major, minor = torch.cuda.get_device_capability(0)
+        return {
+            "accelerator": torch.cuda.get_device_name(0),
+            "accelerator_count": config.num_devices,
+            "compute_capability": f"{major}.{minor}",
+        }
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        return isinstance(error, torch.OutOfMemoryError)
 
 
-def build_model(spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> tuple[Any, Any]:
-    return common.build_model(spec, config)
-
-
-def make_data(spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
-    """The synthetic batch as torch tensors on Keras' device."""
-    return common.device_batches(spec, config, config.per_device_batch, keras.ops.convert_to_tensor)
-
-
-def train(
-    model: Any,
-    optimizer: Any,
-    data: Any,
-    clock: WindowClock,
-    total_steps: int,
-    config: BenchmarkConfig,
-    runtime: Runtime,
-) -> None:
-    common.train_fit(model, data, clock, total_steps)
-
-
-def compiler(model: Any, config: BenchmarkConfig) -> str:
-    """torch's jit_compile is torch.compile with its default backend, inductor; without it, eager."""
-    return common.compiler_of(model, config, "inductor")
-
-
-def peak_memory(config: BenchmarkConfig) -> tuple[int | None, str | None]:
-    """torch.cuda.max_memory_allocated on GPU,
-    or on CPU the peak anonymous host memory (sampled by the parent)."""
-    if config.device == "cpu":
-        return common.host_peak_memory()
-    try:
-        return int(torch.cuda.max_memory_allocated(0)), "device"
-    except RuntimeError:
-        return None, None
-
-
-def software_environment() -> dict[str, Any]:
-    """torch's version, the CUDA it was built with and the cuDNN it loads."""
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    return {
-        "torch_version": torch.__version__,
-        "keras_version": keras.__version__,
-        "cuda_build_version": torch.version.cuda,
-        "cudnn_runtime_version": common.cudnn_text(cudnn),
-    }
-
-
-def accelerator_details(config: BenchmarkConfig) -> dict[str, Any]:
-    """Product name and compute capability of the GPU, from torch."""
-    if config.device != "gpu":
-        return {}
-    major, minor = torch.cuda.get_device_capability(0)
-    return {
-        "accelerator": torch.cuda.get_device_name(0),
-        "accelerator_count": config.num_devices,
-        "compute_capability": f"{major}.{minor}",
-    }
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    return isinstance(error, torch.OutOfMemoryError)
+BACKEND = TorchBackend()

@@ -412,7 +412,11 @@ def _derived_equal_full_recompute(db: Path) -> None:
             full = statement.replace(f"CREATE OR REPLACE TABLE {table} AS ", "")
             kept = con.sql(f"SELECT * FROM {table}").to_df()
             recomputed = con.sql(full).to_df()[list(kept.columns)]
-            order = {"latest_runs": ["series_key", "run_id"], "summaries": ["group_key"]}.get(table, ["series_key"])
+            order = {
+                "latest_runs": ["series_key", "run_id"],
+                "summaries": ["group_key"],
+                "recent_values": ["series_key", "metric", "run_id"],
+            }.get(table, ["series_key"])
             pd.testing.assert_frame_equal(
                 kept.sort_values(order).reset_index(drop=True),
                 recomputed.sort_values(order).reset_index(drop=True),

@@ -17,6 +17,7 @@ import numpy as np
 from scipy import special
 
 from collector.outcomes import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
+from collector.store.tables import RECENT_TRIALS
 
 ALPHA = 0.05
 CONFIDENCE = 0.95
@@ -357,7 +358,7 @@ def max_between(parts: Sequence[Between | None]) -> Between | None:
 
 # --- Noise: a property of a series ------------------------------------------------------------------------------
 
-NOISE_TRIALS = 30  # a series' noise is judged on its last 30 ok trials
+NOISE_TRIALS = RECENT_TRIALS  # a series' noise is judged on its last 30 ok trials, which the store keeps
 BIMODAL_MIN_TRIALS = 8  # fewer cannot tell two clusters from chance
 BIMODAL_FALSE_RATE = 0.01  # how often one Gaussian cluster of the same size is called bimodal
 MIN_CLUSTER_SHARE = 0.2

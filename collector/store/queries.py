@@ -15,7 +15,7 @@ from collector.config import FIELD_NAMES, SERIES_DIMENSIONS
 from collector.metrics import METRICS
 from collector.schema import VERSION_COLUMNS
 from collector.store.selection import ALIASES, ALL, Selection, SelectionError, as_fields, named
-from collector.store.tables import SUMMARY_KEYS, log_value, pooled
+from collector.store.tables import RECENCY, RECENT_TRIALS, SUMMARY_KEYS, log_value, pooled
 
 SERIES_ORDER = ", ".join(f'"{name}"' for name in SERIES_DIMENSIONS)
 # The dimensions that stay equal between the two points of a speedup (XLA on/off, a precision vs fp32).
@@ -182,20 +182,21 @@ def compare_sides(
 def trial_values(
     con: duckdb.DuckDBPyConnection, series_keys: Sequence[str], metric: str, last: int
 ) -> dict[str, list[float]]:
-    """The metric of each series' last ``last`` ok trials (positive values only), from all of its history: what
-    its noise is judged on."""
+    """The metric of each series' last ``last`` ok trials (positive values only, newest first), from all of its
+    history: what its noise is judged on. Read from ``recent_values`` (which keeps RECENT_TRIALS of them)."""
     _known(metric)
     if not series_keys:
         return {}
+    if last > RECENT_TRIALS:
+        raise ValueError(f"the store keeps the last {RECENT_TRIALS} trials of a series, not {last}")
     rows = con.sql(
         f"""
-        SELECT series_key, list(v) FROM (
-            SELECT series_key, "{metric}" AS v,
-                   row_number() OVER (PARTITION BY series_key ORDER BY started_at DESC) AS recent
-            FROM runs WHERE status = 'ok' AND "{metric}" > 0 AND list_contains(?, series_key)
+        SELECT series_key, list(value ORDER BY {RECENCY}) FROM (
+            SELECT *, row_number() OVER (PARTITION BY series_key ORDER BY {RECENCY}) AS recent
+            FROM recent_values WHERE metric = ? AND list_contains(?, series_key)
         ) WHERE recent <= ? GROUP BY series_key
         """,
-        params=[list(series_keys), last],
+        params=[metric, list(series_keys), last],
     ).fetchall()
     return {key: values for key, values in rows}
 
@@ -209,7 +210,8 @@ def side_versions(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[
     """The distinct software versions among the selected runs, per version field (what a side *is*)."""
     where, params = selection.where()
     lists = ", ".join(f'list(DISTINCT "{f}" ORDER BY "{f}") FILTER (WHERE "{f}" IS NOT NULL)' for f in VERSION_COLUMNS)
-    row = con.sql(f"SELECT count(*), {lists} FROM runs WHERE {where}", params=params).fetchall()[0]
+    source, count = ("summaries", "coalesce(sum(trials), 0)") if summarized(selection) else ("runs", "count(*)")
+    row = con.sql(f"SELECT {count}, {lists} FROM {source} WHERE {where}", params=params).fetchall()[0]
     return {"runs": [str(row[0])], **{f: list(v or []) for f, v in zip(VERSION_COLUMNS, row[1:])}}
 
 

@@ -130,6 +130,27 @@ def pooled(source: str, by: str, metrics: tuple[str, ...] = SUMMARY_METRICS, car
     )
 
 
+# The last trials of each series, per metric: what its noise is judged on (``stats.NOISE_TRIALS`` of them), kept
+# by each write so that judging every series' noise never reads all of ``runs``.
+RECENT_TRIALS = 30
+RECENCY = "started_at DESC, trial DESC, run_id DESC"
+
+
+def _metrics() -> str:
+    return ", ".join(f'"{m}"' for m in SUMMARY_METRICS)
+
+
+def recent_of(source: str) -> str:
+    """Per series and metric, the values of its last RECENT_TRIALS ok trials in ``source`` (positive values)."""
+    metrics = ", ".join(f'CAST("{m}" AS DOUBLE) AS "{m}"' for m in SUMMARY_METRICS)
+    return (
+        "SELECT series_key, metric, started_at, trial, run_id, value FROM ("
+        f"SELECT *, row_number() OVER (PARTITION BY series_key, metric ORDER BY {RECENCY}) AS recent FROM ("
+        f"UNPIVOT (SELECT series_key, started_at, trial, run_id, {metrics} FROM {source} WHERE status = 'ok') "
+        f"ON {_metrics()} INTO NAME metric VALUE value) WHERE value > 0) WHERE recent <= {RECENT_TRIALS}"
+    )
+
+
 # Derived tables, so that readers never aggregate all of ``runs`` for the overview (at 1M rows that is the
 # difference between a few and a few hundred milliseconds). A compaction rebuilds them; a delta updates the
 # series it touches (``update_derived``).
@@ -140,6 +161,7 @@ DERIVED = (
     "(SELECT series_key, arg_max(suite_run_id, started_at) AS suite_run_id FROM runs GROUP BY series_key) l "
     "USING (series_key, suite_run_id)",
     f"CREATE OR REPLACE TABLE summaries AS {summaries_of('runs')}",
+    f"CREATE OR REPLACE TABLE recent_values AS {recent_of('runs')}",
 )
 
 
@@ -158,7 +180,7 @@ STORE_MIGRATIONS: dict[int, tuple[str, ...]] = {
         f"UPDATE runs SET peak_rss_bytes = coalesce(peak_rss_bytes, peak_memory_bytes), peak_memory_bytes = NULL "
         f"WHERE peak_memory_kind = '{RSS_KIND}' OR (peak_memory_kind IS NULL AND device = 'cpu')",
     ),
-    4: (),  # a derived table, ``summaries``: built with the others
+    4: (),  # derived tables, ``summaries`` and ``recent_values``: built with the others
 }
 
 
@@ -168,8 +190,10 @@ def run_id_index(table: str = "runs") -> str:
 
 
 LOG_TABLES = ("runs", "samples")
-STATE_TABLES = ("store_meta", "ingested_files", "alerts", "bisect_steps", "series", "latest_runs", "summaries")
-DERIVED_TABLES = ("series", "latest_runs", "summaries")  # rebuilt from the log tables, never edited
+STATE_TABLES = (
+    "store_meta", "ingested_files", "alerts", "bisect_steps", "series", "latest_runs", "summaries", "recent_values"
+)  # fmt: skip
+DERIVED_TABLES = ("series", "latest_runs", "summaries", "recent_values")  # rebuilt from the log tables, never edited
 KEPT_TABLES = ("ingested_files", "alerts", "bisect_steps")  # state a write carries forward as it was
 
 
@@ -318,7 +342,21 @@ def update_derived(con: duckdb.DuckDBPyConnection, new: str) -> None:
     con.execute(f"CREATE OR REPLACE TEMP TABLE summed AS {pooled(both, 'group_key', carry=keys)}")
     con.execute("DELETE FROM summaries WHERE group_key IN (SELECT group_key FROM fresh)")
     con.execute("INSERT INTO summaries BY NAME SELECT * FROM summed")
-    for table in ("touched", "seen", "combined", "pick", "latest_new", "rare", "fresh", "summed"):
+    # The touched series' last trials: the ones kept and the new rows', the newest RECENT_TRIALS of them.
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE recent_new AS "
+        + recent_of(f"(SELECT series_key, started_at, trial, run_id, status, {_metrics()} FROM {new})")
+    )
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE recent_both AS SELECT * EXCLUDE (recent) FROM (SELECT *, row_number() OVER "
+        f"(PARTITION BY series_key, metric ORDER BY {RECENCY}) AS recent FROM (SELECT r.* FROM recent_values r "
+        "SEMI JOIN touched USING (series_key) UNION ALL SELECT * FROM recent_new)) "
+        f"WHERE recent <= {RECENT_TRIALS}"
+    )
+    con.execute("DELETE FROM recent_values WHERE series_key IN (SELECT series_key FROM touched)")
+    con.execute("INSERT INTO recent_values BY NAME SELECT * FROM recent_both")
+    for table in ("touched", "seen", "combined", "pick", "latest_new", "rare", "fresh", "summed", "recent_new",
+                  "recent_both"):  # fmt: skip
         con.execute(f"DROP TABLE {table}")
 
 

@@ -28,11 +28,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from dashboard.pages import PAGES as DECLARED  # noqa: E402
+from dashboard.pages import TITLES as PAGE_TITLES  # noqa: E402
 from dashboard.serve import CHROMIUM, serve  # noqa: E402
 
 APP = REPO / "dashboard" / "app.py"
-PAGES = ("overview", "history", "versions", "compare", "speedups", "cost", "run")
-TITLES = {page: page.capitalize() for page in (*PAGES, "floor")}
+PAGES = tuple(PAGE_TITLES)
+TITLES = {**PAGE_TITLES, "floor": "Floor"}
 # The floor: what Streamlit and Plotly alone cost here, a page with a title and one three-point figure.
 FLOOR = """import plotly.graph_objects as go
 import streamlit as st
@@ -51,7 +53,7 @@ SETTLED = """([title, charts, tables]) => {
 
 
 def path_of(page: str) -> str:
-    return "" if page in ("overview", "floor") else page
+    return "" if page in (DECLARED[0].key, "floor") else page
 
 
 def settle(page, name: str, expected: tuple[int, int]) -> float:

@@ -15,21 +15,12 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` from a checkout without install
 
 from dashboard import data  # noqa: E402
+from dashboard.pages import FIRST_RUN, PAGES  # noqa: E402
 
 st.set_page_config(page_title="stepwatch", page_icon=":material/timer:", layout="wide")
-HERE = Path(__file__).parent / "views"
-
 if data.has_runs():
-    pages = [
-        st.Page(HERE / "overview.py", title="Overview", icon=":material/home:", default=True),
-        st.Page(HERE / "history.py", title="History", icon=":material/show_chart:"),
-        st.Page(HERE / "versions.py", title="Versions", icon=":material/upgrade:"),
-        st.Page(HERE / "compare.py", title="Compare", icon=":material/compare_arrows:"),
-        st.Page(HERE / "speedups.py", title="Speedups", icon=":material/speed:"),
-        st.Page(HERE / "cost.py", title="Cost", icon=":material/payments:"),
-        st.Page(HERE / "run.py", title="Run", icon=":material/search:"),
-    ]
+    pages = [st.Page(p.script, title=p.title, icon=p.icon, default=i == 0) for i, p in enumerate(PAGES)]
 else:
-    pages = [st.Page(HERE / "first_run.py", title="Get started", icon=":material/rocket_launch:", default=True)]
+    pages = [st.Page(FIRST_RUN.script, title=FIRST_RUN.title, icon=FIRST_RUN.icon, default=True)]
 st.sidebar.caption(f"store: {data.store_label()}")
 st.navigation(pages).run()

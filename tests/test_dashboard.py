@@ -15,11 +15,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from collector.store.database import StoreReader, delta_dir, update
+from dashboard.pages import PAGES, TITLES
 from tests.conftest import REPO
 
 APP = str(REPO / "dashboard" / "app.py")
-PAGES = {"overview": "Overview", "history": "History", "versions": "Versions", "compare": "Compare",
-         "speedups": "Speedups", "cost": "Cost", "run": "Run"}  # fmt: skip
 
 
 def render(db: Path, page: str, monkeypatch: pytest.MonkeyPatch, **params: str) -> AppTest:
@@ -27,7 +26,7 @@ def render(db: Path, page: str, monkeypatch: pytest.MonkeyPatch, **params: str) 
     at = AppTest.from_file(APP, default_timeout=60)
     for key, value in params.items():
         at.query_params[key] = value
-    if page != "overview":  # opened directly, as a link to it is
+    if page != PAGES[0].key:  # opened directly, as a link to it is
         at.switch_page(f"views/{page}.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -53,10 +52,10 @@ def query(db: Path, sql: str, params: list | None = None) -> list[tuple]:
         con.close()
 
 
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", TITLES)
 def test_every_page_renders_on_real_results(smoke_store: Path, page: str, monkeypatch: pytest.MonkeyPatch) -> None:
     at = render(smoke_store, page, monkeypatch)
-    assert [t.value for t in at.title] == [PAGES[page]]
+    assert [t.value for t in at.title] == [TITLES[page]]
     # The only error a page may show is a failed trial's own (the Run page opens on the latest, timed-out one).
     assert all(e.value.startswith("timeout: ") for e in at.error) and (page == "run") == bool(at.error)
 

@@ -14,21 +14,16 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
+from dashboard.pages import PAGES, TITLES
 from dashboard.serve import CHROMIUM, REPO, serve
 
-# (path, link query, screenshot name, title)
+# (page, link query, screenshot name): every page (some opened from a link), and two again with memory picked
+LINKS = {"versions": "?model=bert", "compare": "?metric=examples_per_sec,peak_rss_bytes"}
 VISITS = (
-    ("", "", "overview", "Overview"),
-    ("", "?metric=peak_rss_bytes", "overview-memory", "Overview"),
-    ("history", "", "history", "History"),
-    ("history", "?metric=peak_rss_bytes&model=bert,transformer&x=tf_version", "history-memory", "History"),
-    ("versions", "?model=bert", "versions", "Versions"),
-    ("compare", "?metric=examples_per_sec,peak_rss_bytes", "compare", "Compare"),
-    ("speedups", "", "speedups", "Speedups"),
-    ("cost", "", "cost", "Cost"),
-    ("run", "", "run", "Run"),
+    *((page.key, LINKS.get(page.key, ""), page.key) for page in PAGES),
+    ("overview", "?metric=peak_rss_bytes", "overview-memory"),
+    ("history", "?metric=peak_rss_bytes&model=bert,transformer&x=tf_version", "history-memory"),
 )
-TITLES = ("Overview", "History", "Versions", "Compare", "Speedups", "Cost", "Run")
 NEEDS_CHROMIUM = pytest.mark.skipif(
     CHROMIUM is None, reason="needs chromium (Debian's; `make test` installs it as root) or Chrome"
 )
@@ -52,9 +47,10 @@ def test_every_page_opens_on_the_reference_history_without_errors(reference_stor
     with serve(reference_store) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        for path, query, name, title in VISITS:
+        for key, query, name in VISITS:
+            path = "" if key == PAGES[0].key else key
             page.goto(f"{url}/{path}{query}")
-            settled(page, title)
+            settled(page, TITLES[key])
             if path:
                 page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
             no_errors(page, name)

@@ -17,6 +17,21 @@ class Metric:
     higher_is_better: bool
     threshold: float  # the smallest relative change that counts (0.03 = 3%)
     scale: float = 1.0  # multiply the column by this for display in ``unit``
+    short: str = ""  # a column heading in a run's summary (its label if empty)
+    headline: bool = False  # one of the few figures a run shows first (the Run page's tiles, `run`'s summary)
+
+    @property
+    def heading(self) -> str:
+        return self.short or self.label
+
+    def shown(self, value: float | None, model_unit: str | None = None) -> str:
+        """A value in its display unit ("12.3 ms", "1,234.5 images/s", "2.10 GiB"); "-" when there is none."""
+        if value is None or value != value:
+            return "-"
+        unit = self.unit.replace("{unit}", model_unit or "examples")
+        shown = value * self.scale
+        digits = 2 if abs(shown) < 100 else 1
+        return f"{shown:,.{digits}f} {unit}".rstrip()
 
     def worse(self, ratio: float) -> bool:
         """True if candidate/baseline = ``ratio`` is a change in the bad direction."""
@@ -27,14 +42,16 @@ METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
         Metric("examples_per_sec", "Throughput", "examples/s", True, 0.03),
-        Metric("units_per_sec", "Throughput in the model's unit", "{unit}/s", True, 0.03),
+        Metric(
+            "units_per_sec", "Throughput in the model's unit", "{unit}/s", True, 0.03, short="throughput", headline=True
+        ),
         Metric("examples_per_sec_per_device", "Throughput per device", "examples/s", True, 0.03),
-        Metric("step_time_p50_s", "Step time (median)", "ms", False, 0.03, 1000.0),
+        Metric("step_time_p50_s", "Step time (median)", "ms", False, 0.03, 1000.0, "step p50", True),
         Metric("step_time_p90_s", "Step time (p90)", "ms", False, 0.05, 1000.0),
-        Metric("compile_s", "Compile / first step time", "s", False, 0.15),
+        Metric("compile_s", "Compile / first step time", "s", False, 0.15, short="compile", headline=True),
         Metric("startup_s", "Startup time", "s", False, 0.15),
         # On CPU the peak anonymous memory (the program's own); on an accelerator the allocator's peak.
-        Metric("peak_memory_bytes", "Peak memory", "GiB", False, 0.01, 1 / 2**30),
+        Metric("peak_memory_bytes", "Peak memory", "GiB", False, 0.01, 1 / 2**30, "peak memory", True),
         # ru_maxrss: also counts the mapped shared libraries, which move with the page cache and the files'
         # layout on disk (two builds of the same packages differ by ~2%); CPU peak memory before schema 4.
         Metric("peak_rss_bytes", "Peak RSS (libraries included)", "GiB", False, 0.01, 1 / 2**30),
@@ -46,6 +63,7 @@ METRICS: dict[str, Metric] = {
     )
 }
 DEFAULT_METRIC = "examples_per_sec"
+HEADLINE = tuple(m for m in METRICS.values() if m.headline)  # in the table's order
 # What peak_memory_bytes measured (its peak_memory_kind): on a CPU the peak anonymous memory the parent samples
 # (collector.bench.memory), or, on rows before schema 4, ru_maxrss (which the migration moves to peak_rss_bytes);
 # on an accelerator the framework allocator's peak ("device").

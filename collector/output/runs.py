@@ -18,7 +18,7 @@ from rich.table import Table
 
 from collector.analysis.calibration import Calibration
 from collector.config import config_from_row
-from collector.metrics import ANON_KIND, RSS_KIND
+from collector.metrics import ANON_KIND, HEADLINE, RSS_KIND, Metric
 from collector.output.text import interval, percent, publish, series_label, stdout_console, versions_text, write_file
 from collector.store.ingest import IngestReport
 
@@ -63,9 +63,11 @@ def show_alerts(rows: list[dict[str, Any]], fmt: str, out: str | None, title: st
 
 
 def run_summary(rows: Sequence[dict[str, Any]]) -> Table:
-    """One line per config of a suite run: trials ok, median throughput in the model's unit, CV across trials."""
+    """One line per config of a suite run: trials ok, the median of each headline metric over the ok trials (in
+    the model's unit), the first one's CV across trials, and the failures."""
     table = Table(title="stepwatch results", show_lines=False)
-    for name in ("config", "ok", "throughput", "cv", "step p50", "compile", "failures"):
+    first_metric = HEADLINE[0]
+    for name in ("config", "ok", first_metric.heading, "cv", *(m.heading for m in HEADLINE[1:]), "failures"):
         table.add_column(name, justify="left" if name in ("config", "failures") else "right")
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
@@ -73,16 +75,18 @@ def run_summary(rows: Sequence[dict[str, Any]]) -> Table:
     for group in groups.values():
         first = group[0]
         ok = [r for r in group if r["status"] == "ok"]
-        rates = [r["units_per_sec"] for r in ok]
         unit = first.get("unit") or "examples"
-        throughput = f"{statistics.median(rates):,.1f} {unit}/s" if rates else "-"
+
+        def median(metric: Metric, ok: list[dict[str, Any]] = ok, unit: str = unit) -> str:
+            values = [r[metric.name] for r in ok if r.get(metric.name) is not None]
+            return metric.shown(statistics.median(values) if values else None, unit)
+
+        rates = [r[first_metric.name] for r in ok if r.get(first_metric.name)]
         cv = f"{statistics.stdev(rates) / statistics.mean(rates):.1%}" if len(rates) > 1 else "-"
-        p50 = f"{statistics.median(r['step_time_p50_s'] for r in ok) * 1000:.1f} ms" if ok else "-"
-        compiles = [r["compile_s"] for r in group if r.get("compile_s") is not None]
-        compile_s = f"{statistics.median(compiles):.1f} s" if compiles else "-"
         failures = ", ".join(sorted({r["status"] for r in group if r["status"] != "ok"}))
         label = config_from_row(first).label()
-        table.add_row(label, f"{len(ok)}/{len(group)}", throughput, cv, p50, compile_s, failures)
+        table.add_row(label, f"{len(ok)}/{len(group)}", median(first_metric), cv,
+                      *(median(m) for m in HEADLINE[1:]), failures)  # fmt: skip
     return table
 
 

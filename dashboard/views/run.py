@@ -3,6 +3,7 @@
 import pandas as pd
 import streamlit as st
 
+from collector.metrics import HEADLINE
 from collector.output.runs import memory_help
 from collector.store.selection import ALL
 from dashboard import charts, data, state
@@ -32,16 +33,11 @@ state.keep(run=picked)
 
 if row["status"] != "ok":
     st.error(f"{row['status']}: {row.get('error_type') or ''} {row.get('error_message') or ''}")
-a, b, c, d = st.columns(4)
-unit = row.get("unit") or "examples"
-a.metric("Throughput", f"{row['units_per_sec']:,.1f} {unit}/s" if row.get("units_per_sec") else "-")
-b.metric("Step time p50", f"{row['step_time_p50_s'] * 1000:.2f} ms" if row.get("step_time_p50_s") else "-")
-c.metric("Compile", f"{row['compile_s']:.2f} s" if row.get("compile_s") is not None else "-")
-d.metric(
-    "Peak memory",
-    f"{row['peak_memory_bytes'] / 2**30:.2f} GiB" if row.get("peak_memory_bytes") else "-",
-    help=memory_help(row),
-)
+TILE_HELP = {"peak_memory_bytes": memory_help}  # what a figure means, where it needs saying
+for column, metric in zip(st.columns(len(HEADLINE)), HEADLINE):
+    explain = TILE_HELP.get(metric.name)
+    column.metric(metric.heading.capitalize(), metric.shown(row.get(metric.name), row.get("unit")),
+                  help=explain(row) if explain else metric.label)  # fmt: skip
 left, right = st.columns(2)
 if windows["step_time_s"].notna().any():
     left.plotly_chart(charts.step_times(windows.dropna(subset=["step_time_s"])), width="stretch")

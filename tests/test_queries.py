@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import duckdb
 import numpy as np
+import pandas as pd
 import pytest
 
+from collector.analysis import comparison
+from collector.metrics import DEFAULT_METRIC
+from collector.outcomes import INCONCLUSIVE, NO_CHANGE, REGRESSION
 from collector.store import database, queries
+from collector.store.database import StoreReader
 from collector.store.ingest import ingest
 from collector.store.selection import Selection, SelectionError
 from collector.workflows.synthetic import generate
+from tests.conftest import result_rows, write_results
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +111,37 @@ def test_compare_sides_gives_the_log_statistics_of_each_side(con: duckdb.DuckDBP
     assert row["ratio"] == pytest.approx(np.exp(values["candidate"].mean() - values["baseline"].mean()))
     with pytest.raises(SelectionError, match="not a metric stepwatch compares"):
         queries.compare_sides(con, base, cand, metric="model; DROP TABLE runs")
+
+
+def test_summaries_give_every_trial_statistics_and_an_aa_stays_quiet(tmp_path: Path) -> None:
+    """A comparison by version reads the per-version summaries that each write pools; they give the same counts,
+    means and variances as every trial, and the same verdicts: quiet on an A/A (two versions, one distribution,
+    40 series), a regression where one series was planted 10% slower."""
+    rng = np.random.default_rng(7)
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    for night in range(3):  # three writes: the summaries of each series and version are pooled across them
+        rows = []
+        for version in ("2.20.0", "2.21.0"):
+            for k in range(40):
+                slower = 0.9 if (k == 0 and version == "2.21.0") else 1.0
+                values = 1000.0 * (1 + k / 10) * slower * rng.lognormal(0.0, 0.02, 2)
+                suite = f"{version}-{night}-{k}"
+                for row, value in zip(result_rows(2, suite, accelerator=f"CPU {k}", tf_version=version), values):
+                    row["examples_per_sec"] = value
+                    rows.append(row)
+        write_results(results / f"night-{night}.parquet", rows)
+        ingest([str(results)], db)
+    before, after = Selection.parse("tf_version=2.20.0"), Selection.parse("tf_version=2.21.0")
+    every = [Selection(s.equals, since=datetime(1970, 1, 1, tzinfo=UTC)) for s in (before, after)]
+    assert queries.summarized(before, after) and not queries.summarized(*every)
+    with StoreReader(db) as reader:
+        con = reader.connection()
+        fast, slow = queries.compare_sides(con, before, after), queries.compare_sides(con, *every)
+        pd.testing.assert_frame_equal(fast, slow, check_exact=False, rtol=1e-9, check_dtype=False)
+        assert list(fast["n_baseline"]) == [6] * 40
+        verdicts = {
+            r.series["accelerator"]: r.verdict for r in comparison.build(con, before, after, [DEFAULT_METRIC], []).rows
+        }
+    assert verdicts.pop("CPU 0") == REGRESSION
+    assert list(verdicts.values()).count(NO_CHANGE) >= 30  # quiet because it can tell, not because it cannot
+    assert set(verdicts.values()) <= {NO_CHANGE, INCONCLUSIVE}, verdicts  # the A/A: no regression, no improvement

@@ -124,7 +124,7 @@ def test_summaries_give_every_trial_statistics_and_an_aa_stays_quiet(tmp_path: P
         for version in ("2.20.0", "2.21.0"):
             for k in range(40):
                 slower = 0.9 if (k == 0 and version == "2.21.0") else 1.0
-                values = 1000.0 * (1 + k / 10) * slower * rng.lognormal(0.0, 0.02, 2)
+                values = 1000.0 * (1 + k / 10) * slower * rng.lognormal(0.0, 0.01, 2)
                 suite = f"{version}-{night}-{k}"
                 for row, value in zip(result_rows(2, suite, accelerator=f"CPU {k}", tf_version=version), values):
                     row["examples_per_sec"] = value

@@ -82,7 +82,7 @@ def scan(
         for change in detection.changes:
             found.append(Found(key, metric.name, change, times[change.index], runs[change.index], times))
     values = queries.trial_values(con, list(seen), metric.name, stats.NOISE_TRIALS)
-    noise = {key: stats.noise_of(v) for key, v in values.items()}
+    noise = stats.noises_of(values)
     return Scan(found, seen, outliers, noise, {key: fields.get(key, {}) for key in seen})
 
 

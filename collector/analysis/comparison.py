@@ -94,18 +94,14 @@ def build(
             offsets.append((between or {}).get(metric.name))
     results = stats.compare(pairs, thresholds, directions, offsets)
     keys = sorted({series["series_key"] for _, series, _, _ in cells})
-    values = {m.name: queries.trial_values(con, keys, m.name, stats.NOISE_TRIALS) for m in metrics}
+    noise = {m.name: stats.noises_of(queries.trial_values(con, keys, m.name, stats.NOISE_TRIALS)) for m in metrics}
     rows = [
-        Row(series, metric, fb, fc, result, _noise(values[metric.name].get(series["series_key"])))
+        Row(series, metric, fb, fc, result, noise[metric.name].get(series["series_key"]))
         for (metric, series, fb, fc), result in zip(cells, results)
     ]
     summaries = {m.name: stats.geomean_summary([r.result for r in rows if r.metric == m]) for m in metrics}
     versions = {"baseline": queries.side_versions(con, baseline), "candidate": queries.side_versions(con, candidate)}
     return Comparison(baseline, candidate, metrics, rows, summaries, versions)
-
-
-def _noise(values: list[float] | None) -> stats.Noise | None:
-    return stats.noise_of(values) if values else None
 
 
 def plain(value: Any) -> Any:

@@ -111,7 +111,7 @@ def overview(
     # Noise is the series' throughput's (trials on one of two speeds is a property of its processes); another
     # metric's trials would show its own steps as clusters.
     values = queries.trial_values(con, keys, DEFAULT_METRIC, stats.NOISE_TRIALS)
-    noise = {key: stats.noise_of(v) for key, v in values.items()}
+    noise = stats.noises_of(values)
     table["noise"] = [stats.noise_text(noise.get(key)) for key in table["series_key"]]
     table["bimodal"] = [key in noise and bool(noise[key].bimodal) for key in table["series_key"]]
     order = table["verdict"].map({v: i for i, v in enumerate(VERDICT_ORDER)})

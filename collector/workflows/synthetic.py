@@ -167,8 +167,11 @@ def _night_file(rng, out_dir, host, chosen, trials, n, started, version, effects
     relative = eps / np.median(eps)
     for metric in METRICS.values():  # every other metric: a level that moves with the series and the version
         if metric.name not in columns and metric.name not in NOT_SYNTHESIZED:
-            level = relative if metric.higher_is_better else 1.0 / relative
-            columns[metric.name] = np.where(failed, np.nan, level * rng.lognormal(0.0, 0.01, n))
+            level = (relative if metric.higher_is_better else 1.0 / relative) / metric.scale  # about 1 unit shown
+            values = level * rng.lognormal(0.0, 0.01, n)
+            if pa.types.is_integer(SCHEMA.field(metric.name).type):
+                values = np.round(values)
+            columns[metric.name] = np.where(failed, np.nan, values)
     as_columns = [config_columns(c) for c in configs]
     for name in as_columns[0]:
         columns[name] = [row[name] for row in as_columns]

@@ -277,9 +277,11 @@ def _tidy(db: Path) -> None:
 
 
 def _append_logs(con: duckdb.DuckDBPyConnection, catalog: str, into: str = "") -> None:
-    """The rows of ``catalog``'s log tables, appended to those of ``into`` (a catalog prefix, or the default)."""
+    """The rows of ``catalog``'s log tables, appended to those of ``into`` (a catalog prefix, or the default). (A
+    file of an older layout may lack a derived log; the compaction that migrates it rebuilds them.)"""
     for table in LOG_TABLES:
-        con.execute(f"INSERT INTO {into}{table} BY NAME SELECT * FROM {catalog}.{table}")
+        if has_table(con, catalog, table):
+            con.execute(f"INSERT INTO {into}{table} BY NAME SELECT * FROM {catalog}.{table}")
 
 
 def merge_deltas(db: Path, deltas: list[files.Delta]) -> None:

@@ -92,6 +92,7 @@ SUMMARY_KEYS = tuple(
     )
 )
 SUMMARY_METRICS = tuple(METRICS)
+SUMMARY_STATS = tuple(f"{stat}_{m}" for m in SUMMARY_METRICS for stat in ("n", "mean", "m2"))
 
 
 def _keys(alias: str = "") -> str:
@@ -163,6 +164,7 @@ DERIVED = (
     f"CREATE OR REPLACE TABLE summaries AS {summaries_of('runs')}",
     f"CREATE OR REPLACE TABLE recent_values AS {recent_of('runs')}",
 )
+DERIVED_OF = {"summaries": summaries_of("runs"), "recent_values": recent_of("runs")}
 
 
 # STORE_MIGRATIONS[v] brings the tables of store version v to v + 1 (new columns are already added). The
@@ -189,17 +191,21 @@ def run_id_index(table: str = "runs") -> str:
     return f"CREATE INDEX IF NOT EXISTS runs_run_id ON {table} (run_id)"
 
 
-LOG_TABLES = ("runs", "samples")
-STATE_TABLES = (
-    "store_meta", "ingested_files", "alerts", "bisect_steps", "series", "latest_runs", "summaries", "recent_values"
-)  # fmt: skip
-DERIVED_TABLES = ("series", "latest_runs", "summaries", "recent_values")  # rebuilt from the log tables, never edited
+# Log tables are split across the files (the base, each delta its part); state tables are whole in the newest file.
+# ``summaries`` and ``recent_values`` are derived logs: each write appends the parts of its new rows (a reader
+# pools them: the summaries of a group add, the last trials of a series are the newest of every part), and a
+# compaction rebuilds them whole, so a write never copies them.
+LOG_TABLES = ("runs", "samples", "summaries", "recent_values")
+STATE_TABLES = ("store_meta", "ingested_files", "alerts", "bisect_steps", "series", "latest_runs")
+DERIVED_TABLES = ("series", "latest_runs", "summaries", "recent_values")  # rebuilt from the runs, never edited
 KEPT_TABLES = ("ingested_files", "alerts", "bisect_steps")  # state a write carries forward as it was
 
 
 LOG_COLUMNS = {
     "runs": (*(f.name for f in RUN_COLUMNS), "source_uri", "ingested_at"),
     "samples": ("run_id", "window_index", "step_time_s", "loss"),
+    "summaries": ("group_key", *SUMMARY_KEYS, "trials", "failed", *SUMMARY_STATS),
+    "recent_values": ("series_key", "metric", "started_at", "trial", "run_id", "value"),
 }  # as DDL creates them; every file of a store is at this layout (an older base is compacted first)
 
 
@@ -221,6 +227,8 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, kind: str) -> None:
             con.execute(f'ALTER TABLE runs ADD COLUMN "{column.name}" {_duck_type(column.type)}')
             if column.name in ADDED_DIMENSIONS:  # every run before this dimension existed had its default
                 con.execute(f'UPDATE runs SET "{column.name}" = ?', [ADDED_DIMENSIONS[column.name]])
+    for table in ("summaries", "recent_values"):  # empty, with the columns of the runs as they now are
+        con.execute(f"CREATE TABLE IF NOT EXISTS {table} AS SELECT * FROM ({DERIVED_OF[table]}) LIMIT 0")
     for step in range(version or STORE_VERSION, STORE_VERSION):
         for statement in (*STORE_MIGRATIONS[step], *DERIVED):
             con.execute(statement)
@@ -335,28 +343,11 @@ def update_derived(con: duckdb.DuckDBPyConnection, new: str) -> None:
         )
     con.execute("DELETE FROM latest_runs WHERE series_key IN (SELECT series_key FROM touched)")
     con.execute("INSERT INTO latest_runs BY NAME SELECT * FROM latest_new")
-    # The summaries of the groups the new rows fall in, pooled with what the store had of them.
-    con.execute(f"CREATE OR REPLACE TEMP TABLE fresh AS {summaries_of(new)}")
-    keys = ", ".join(f'any_value("{k}") AS "{k}"' for k in SUMMARY_KEYS)
-    both = "(SELECT s.* FROM summaries s SEMI JOIN fresh USING (group_key) UNION ALL BY NAME SELECT * FROM fresh)"
-    con.execute(f"CREATE OR REPLACE TEMP TABLE summed AS {pooled(both, 'group_key', carry=keys)}")
-    con.execute("DELETE FROM summaries WHERE group_key IN (SELECT group_key FROM fresh)")
-    con.execute("INSERT INTO summaries BY NAME SELECT * FROM summed")
-    # The touched series' last trials: the ones kept and the new rows', the newest RECENT_TRIALS of them.
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE recent_new AS "
-        + recent_of(f"(SELECT series_key, started_at, trial, run_id, status, {_metrics()} FROM {new})")
-    )
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE recent_both AS SELECT * EXCLUDE (recent) FROM (SELECT *, row_number() OVER "
-        f"(PARTITION BY series_key, metric ORDER BY {RECENCY}) AS recent FROM (SELECT r.* FROM recent_values r "
-        "SEMI JOIN touched USING (series_key) UNION ALL SELECT * FROM recent_new)) "
-        f"WHERE recent <= {RECENT_TRIALS}"
-    )
-    con.execute("DELETE FROM recent_values WHERE series_key IN (SELECT series_key FROM touched)")
-    con.execute("INSERT INTO recent_values BY NAME SELECT * FROM recent_both")
-    for table in ("touched", "seen", "combined", "pick", "latest_new", "rare", "fresh", "summed", "recent_new",
-                  "recent_both"):  # fmt: skip
+    # The summaries and the last trials of the new rows, appended like them: a reader pools every part.
+    catalog = new.rsplit(".", 1)[0]
+    con.execute(f"INSERT INTO {catalog}.summaries BY NAME {summaries_of(new)}")
+    con.execute(f"INSERT INTO {catalog}.recent_values BY NAME {recent_of(new)}")
+    for table in ("touched", "seen", "combined", "pick", "latest_new", "rare"):
         con.execute(f"DROP TABLE {table}")
 
 

@@ -513,3 +513,38 @@ def test_a_store_written_before_bisect_steps_reads_it_empty_and_gains_it_on_the_
         con = reader.connection()
         assert con.execute("SELECT bisect_id FROM bisect_steps").fetchall() == [("b",)]
         assert con.execute("SELECT count(*) FROM runs").fetchall() == [(33,)]
+
+
+def test_query_reads_the_base_and_its_deltas_and_only_reads(tmp_path: Path) -> None:
+    """`stepwatch query` sees the store a reader sees (base and deltas), as a table, CSV or parquet; anything but
+    a read is refused in one line with exit 2, and the store is unchanged."""
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    write_results(results / "a.parquet", result_rows(100, "s1"))
+    ingest([str(results)], db)
+    write_results(results / "b.parquet", result_rows(5, "s2"))
+    ingest([str(results)], db)  # a delta: the base file alone holds 100 runs
+    assert files.deltas(db)
+    with StoreReader(db) as reader:
+        expected = reader.connection().execute("SELECT count(*) FROM runs").fetchall()[0][0]
+    assert expected == 105 and duckdb.connect(str(db), read_only=True).sql("SELECT count(*) FROM runs").fetchall() == [
+        (100,)
+    ]
+    done = stepwatch("query", "select count(*) as n from runs", "--db", str(db), "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ['"n"', "105"]
+    table = stepwatch("query", "select suite_run_id, count(*) from runs group by 1 order by 1", "--db", str(db))
+    assert table.returncode == 0 and "s1" in table.stdout and "s2" in table.stdout
+    out = tmp_path / "q.parquet"
+    saved = stepwatch("query", "select * from summaries", "--db", str(db), "--format", "parquet", "--out", str(out))
+    assert saved.returncode == 0 and pq.read_table(out).column("trials").to_pylist() == [100, 5]  # one part per write
+    for sql, why in (
+        ("delete from runs", "DELETE is refused"),
+        ("select 1; select 2", "expected one SQL statement"),
+        ("select * from read_csv('/etc/passwd')", "disabled by configuration"),
+        ("select * from nope", "nope"),
+    ):
+        refused = stepwatch("query", sql, "--db", str(db))
+        assert refused.returncode == 2, (sql, refused.stderr)
+        assert len(refused.stderr.strip().splitlines()) == 1 and why in refused.stderr, refused.stderr
+    with StoreReader(db) as reader:
+        assert reader.connection().execute("SELECT count(*) FROM runs").fetchall() == [(105,)]

@@ -45,6 +45,7 @@ from collector.store.tables import (
     DDL,
     DERIVED,
     KEPT_TABLES,
+    LAYOUT,
     LOG_COLUMNS,
     LOG_TABLES,
     STATE_TABLES,
@@ -58,6 +59,7 @@ from collector.store.tables import (
     run_id_index,
     store_kind,
     store_version,
+    tables_in,
     update_derived,
 )
 
@@ -110,8 +112,9 @@ def _log_views(con: duckdb.DuckDBPyConnection, catalogs: list[str], prefix: str 
 
 
 def _state_views(con: duckdb.DuckDBPyConnection, catalog: str) -> None:
+    present = tables_in(con, catalog)
     for table in STATE_TABLES:
-        if has_table(con, catalog, table):
+        if table in present:
             con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {catalog}.{table}")
         else:  # an older file: the table as it would be, empty
             con.execute(next(d for d in DDL if f"TABLE IF NOT EXISTS {table} " in d))
@@ -183,7 +186,7 @@ def write(db: Path, kind: str, on_wait: Callable[[], None] = lambda: None) -> It
         if snap is not None and snap.version is not None and snap.version > STORE_VERSION:
             snap.con.close()
             refuse_newer(snap.version)
-        if snap is not None and (snap.version != STORE_VERSION or missing_columns(snap.con, snap.catalogs)):
+        if snap is not None and (snap.version != STORE_VERSION or missing_columns(snap.con, snap.catalogs[-1])):
             snap.con.close()
             compact(db, snap)
             snap = snapshot(db, views=False)
@@ -279,8 +282,9 @@ def _tidy(db: Path) -> None:
 def _append_logs(con: duckdb.DuckDBPyConnection, catalog: str, into: str = "") -> None:
     """The rows of ``catalog``'s log tables, appended to those of ``into`` (a catalog prefix, or the default). (A
     file of an older layout may lack a derived log; the compaction that migrates it rebuilds them.)"""
+    present = tables_in(con, catalog)
     for table in LOG_TABLES:
-        if has_table(con, catalog, table):
+        if table in present:
             con.execute(f"INSERT INTO {into}{table} BY NAME SELECT * FROM {catalog}.{table}")
 
 
@@ -342,6 +346,7 @@ def compact(db: Path, snap: Snapshot | None) -> None:
                 con.execute(statement)
             con.execute("INSERT OR REPLACE INTO store_meta VALUES ('merged_through', ?)", [str(merged)])
             con.execute("INSERT OR REPLACE INTO store_meta VALUES ('store_version', ?)", [str(STORE_VERSION)])
+            con.execute("INSERT OR REPLACE INTO store_meta VALUES ('layout', ?)", [LAYOUT])
             con.execute("COMMIT")
             con.execute("CHECKPOINT")
         finally:

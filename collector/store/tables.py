@@ -5,6 +5,8 @@ that bring an older store to this layout, and the derived tables each write keep
 
 from __future__ import annotations
 
+import hashlib
+
 import duckdb
 import pyarrow as pa
 
@@ -227,13 +229,16 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, kind: str) -> None:
             con.execute(f'ALTER TABLE runs ADD COLUMN "{column.name}" {_duck_type(column.type)}')
             if column.name in ADDED_DIMENSIONS:  # every run before this dimension existed had its default
                 con.execute(f'UPDATE runs SET "{column.name}" = ?', [ADDED_DIMENSIONS[column.name]])
-    for table in ("summaries", "recent_values"):  # empty, with the columns of the runs as they now are
-        con.execute(f"CREATE TABLE IF NOT EXISTS {table} AS SELECT * FROM ({DERIVED_OF[table]}) LIMIT 0")
+    present = tables_in(con, current(con))
+    for table, query in DERIVED_OF.items():  # empty, with the columns of the runs as they now are
+        if table not in present:
+            con.execute(f"CREATE TABLE {table} AS SELECT * FROM ({query}) LIMIT 0")
     for step in range(version or STORE_VERSION, STORE_VERSION):
         for statement in (*STORE_MIGRATIONS[step], *DERIVED):
             con.execute(statement)
     con.execute("INSERT OR IGNORE INTO store_meta VALUES ('kind', ?)", [kind])
     con.execute("INSERT OR REPLACE INTO store_meta VALUES ('store_version', ?)", [str(STORE_VERSION)])
+    con.execute("INSERT OR REPLACE INTO store_meta VALUES ('layout', ?)", [LAYOUT])
 
 
 def refuse_newer(version: int) -> None:
@@ -260,30 +265,30 @@ def store_kind(con: duckdb.DuckDBPyConnection, catalog: str = "") -> str:
     return meta(con, "kind", catalog) or "real"
 
 
-def missing_columns(con: duckdb.DuckDBPyConnection, catalogs: list[str]) -> bool:
-    """Whether a file of the store lacks a column this stepwatch's schema has (a metric or column added since
-    it was written): such a store is compacted before a write, which adds it everywhere."""
-    wanted = {("runs", c) for c in LOG_COLUMNS["runs"]}
-    wanted |= {("summaries", f"n_{m}") for m in SUMMARY_METRICS}
-    for catalog in catalogs:
-        found = set(
-            con.execute(
-                "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = ? "
-                "AND table_name IN ('runs', 'summaries')",
-                [catalog],
-            ).fetchall()
-        )
-        if wanted - found:
-            return True
-    return False
+# What the columns of the log tables are, as this stepwatch writes them: a file records it (store_meta 'layout'),
+# and a store whose newest file records another is compacted before a write, which brings every file to it.
+LAYOUT = hashlib.sha256(repr(sorted(LOG_COLUMNS.items())).encode()).hexdigest()[:16]
+
+
+def missing_columns(con: duckdb.DuckDBPyConnection, catalog: str) -> bool:
+    """Whether the store (its newest file, ``catalog``) was written with other log columns than this stepwatch's
+    (a metric or column added since): such a store is compacted before a write, which adds them everywhere."""
+    return meta(con, "layout", catalog) != LAYOUT
+
+
+def current(con: duckdb.DuckDBPyConnection) -> str:
+    return con.execute("SELECT current_database()").fetchall()[0][0]
 
 
 def has_table(con: duckdb.DuckDBPyConnection, catalog: str, table: str) -> bool:
     """Whether ``catalog`` holds ``table`` (a file written before the table existed does not)."""
-    found = con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = ?", [catalog, table]
-    ).fetchall()
-    return bool(found[0][0])
+    return table in tables_in(con, catalog)
+
+
+def tables_in(con: duckdb.DuckDBPyConnection, catalog: str) -> set[str]:
+    """The tables ``catalog`` holds, in one look-up."""
+    found = con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [catalog]).fetchall()
+    return {name for (name,) in found}
 
 
 def update_derived(con: duckdb.DuckDBPyConnection, new: str) -> None:
@@ -357,8 +362,9 @@ def carry_state(con: duckdb.DuckDBPyConnection, catalog: str) -> None:
     con.execute(f"CREATE SEQUENCE alert_ids START {int(next_id)}")
     for statement in DDL:
         con.execute(statement)
+    present = tables_in(con, catalog)
     for table in STATE_TABLES:
-        if table in DERIVED_TABLES and has_table(con, catalog, table):
+        if table in DERIVED_TABLES and table in present:
             con.execute(f"CREATE TABLE {table} AS SELECT * FROM {catalog}.{table}")
-        elif has_table(con, catalog, table):
+        elif table in present:
             con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {catalog}.{table}")

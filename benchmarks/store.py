@@ -65,7 +65,7 @@ def copy_and_swap(db: Path, night: Path) -> float:
         "now() AS ingested_at FROM read_parquet(?) r WHERE NOT EXISTS (SELECT 1 FROM runs s WHERE s.run_id = r.run_id)",
         [str(night), str(night)],
     )
-    for statement in database.DERIVED:
+    for statement in database.DERIVED[:2]:  # the derived tables it kept (series, latest_runs)
         con.execute(statement)
     con.execute("COMMIT")
     con.execute("CHECKPOINT")

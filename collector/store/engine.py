@@ -48,6 +48,7 @@ from collector.store.tables import (
     LAYOUT,
     LOG_COLUMNS,
     LOG_TABLES,
+    RAW_LOGS,
     STATE_TABLES,
     STORE_VERSION,
     carry_state,
@@ -100,13 +101,19 @@ class Snapshot:
         return self.con.execute(f"SELECT count(*) FROM {catalog}.runs").fetchall()[0][0]
 
 
-def _log_views(con: duckdb.DuckDBPyConnection, catalogs: list[str], prefix: str = "", kind: str = "") -> None:
+def _log_views(
+    con: duckdb.DuckDBPyConnection,
+    catalogs: list[str],
+    prefix: str = "",
+    kind: str = "",
+    tables: tuple[str, ...] = LOG_TABLES,
+) -> None:
     """Views of the log tables across ``catalogs``: in the in-memory catalog for a reader (so that its cursors
     see them too), ``kind="TEMP"`` for a writer (searched before the delta it writes). Columns by name in one
     order (a migrated base may hold them in another), in a plain UNION ALL through which DuckDB pushes filters
     and projections down to each file."""
-    for table, names in LOG_COLUMNS.items():
-        columns = ", ".join(_quote(c) for c in names)
+    for table in tables:
+        columns = ", ".join(_quote(c) for c in LOG_COLUMNS[table])
         union = " UNION ALL ".join(f"SELECT {columns} FROM {c}.{table}" for c in catalogs)
         con.execute(f"CREATE OR REPLACE {kind} VIEW {prefix}{table} AS {union}")
 
@@ -233,9 +240,9 @@ def _write(db: Path, kind: str, snap: Snapshot | None) -> Iterator[Write]:
         con.execute(f"USE {WRITE}")
         if snap is not None:
             carry_state(con, snap.catalogs[-1])
-            _log_views(con, snap.catalogs, prefix="stored_", kind="TEMP")  # the store before this write
+            _log_views(con, snap.catalogs, prefix="stored_", kind="TEMP", tables=("runs",))  # the store before it
         ensure_schema(con, kind)
-        _log_views(con, [*(snap.catalogs if snap else []), WRITE], kind="TEMP")
+        _log_views(con, [*(snap.catalogs if snap else []), WRITE], kind="TEMP", tables=RAW_LOGS)
         # No transaction: the new file is invisible until its rename, which is the commit. (Inside one, a
         # temporary table of more than one row group written in it read back empty: DuckDB 2.0.0.)
         yield Write(con)

@@ -198,6 +198,7 @@ def run_id_index(table: str = "runs") -> str:
 # pools them: the summaries of a group add, the last trials of a series are the newest of every part), and a
 # compaction rebuilds them whole, so a write never copies them.
 LOG_TABLES = ("runs", "samples", "summaries", "recent_values")
+RAW_LOGS = ("runs", "samples")  # what a write appends to; the derived logs follow from them
 STATE_TABLES = ("store_meta", "ingested_files", "alerts", "bisect_steps", "series", "latest_runs")
 DERIVED_TABLES = ("series", "latest_runs", "summaries", "recent_values")  # rebuilt from the runs, never edited
 KEPT_TABLES = ("ingested_files", "alerts", "bisect_steps")  # state a write carries forward as it was

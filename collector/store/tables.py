@@ -136,7 +136,7 @@ def pooled(source: str, by: str, metrics: tuple[str, ...] = SUMMARY_METRICS, car
 # The last trials of each series, per metric: what its noise is judged on (``stats.NOISE_TRIALS`` of them), kept
 # by each write so that judging every series' noise never reads all of ``runs``.
 RECENT_TRIALS = 30
-RECENCY = "started_at DESC, trial DESC, run_id DESC"
+RECENCY = "started_at DESC, trial DESC, run_id DESC"  # newest first, as recent_of picks them
 
 
 def _metrics() -> str:
@@ -144,13 +144,17 @@ def _metrics() -> str:
 
 
 def recent_of(source: str) -> str:
-    """Per series and metric, the values of its last RECENT_TRIALS ok trials in ``source`` (positive values)."""
-    metrics = ", ".join(f'CAST("{m}" AS DOUBLE) AS "{m}"' for m in SUMMARY_METRICS)
+    """Per series and metric, the values of its last RECENT_TRIALS ok trials in ``source`` (positive values): each
+    metric's newest trials picked per series in one pass (max_by with a count), then one row per value."""
+    picks = ", ".join(
+        f"max_by({{'started_at': started_at, 'trial': trial, 'run_id': run_id, 'value': CAST(\"{m}\" AS DOUBLE)}}, "
+        f'(started_at, trial, run_id), {RECENT_TRIALS}) FILTER (WHERE status = \'ok\' AND "{m}" > 0) AS "{m}"'
+        for m in SUMMARY_METRICS
+    )
     return (
-        "SELECT series_key, metric, started_at, trial, run_id, value FROM ("
-        f"SELECT *, row_number() OVER (PARTITION BY series_key, metric ORDER BY {RECENCY}) AS recent FROM ("
-        f"UNPIVOT (SELECT series_key, started_at, trial, run_id, {metrics} FROM {source} WHERE status = 'ok') "
-        f"ON {_metrics()} INTO NAME metric VALUE value) WHERE value > 0) WHERE recent <= {RECENT_TRIALS}"
+        "SELECT series_key, metric, v.started_at, v.trial, v.run_id, v.value FROM ("
+        f"SELECT series_key, metric, unnest(picked) AS v FROM (UNPIVOT (SELECT series_key, {picks} FROM {source} "
+        f"GROUP BY series_key) ON {_metrics()} INTO NAME metric VALUE picked))"
     )
 
 

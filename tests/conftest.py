@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -160,3 +162,29 @@ def _make_smoke_store(root: Path) -> None:
     run(runs[-1])  # alone and last: the timed-out run is the latest
     done = stepwatch("ingest", str(results), "--db", str(db))
     assert done.returncode == 0, done.stderr
+
+
+def edited_source(tree: Path, edits: Iterable[tuple[str, str, str]]) -> dict[str, str]:
+    """A copy of the source under ``tree`` with each (file, anchor, line) edit: ``line`` inserted before the
+    anchor's first occurrence (a test adds a dimension or a metric as a user would). Returns the environment
+    that runs the copy."""
+    ignore = shutil.ignore_patterns("__pycache__", "results", "synthetic", "upgrade-check", "*.duckdb*")
+    for part in ("collector", "trainers", "dashboard", "data"):
+        shutil.copytree(REPO / part, tree / part, ignore=ignore)
+    for name, anchor, line in edits:
+        path = tree / name
+        text = path.read_text()
+        assert anchor in text, (name, anchor)
+        path.write_text(text.replace(anchor, line + anchor, 1))
+    return {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "HOME": str(tree.parent), "STEPWATCH_CALIBRATION": "none"}
+
+
+def probe_edited(tree: Path, env: dict[str, str], probe: str, *args: str) -> dict[str, Any]:
+    """Run ``probe`` (a script printing one JSON line last) on the edited copy; what it found."""
+    done = subprocess.run([sys.executable, "-c", probe, *args], cwd=tree, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["source"].startswith(str(tree))  # the probe ran the edited copy
+    assert found["errors"] == []
+    return found

@@ -5,8 +5,6 @@ and the dashboard's dimension pickers."""
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -27,7 +25,7 @@ from collector.config import (
     repro_flags,
 )
 from collector.schema import COLUMN_NAMES
-from tests.conftest import REPO
+from tests.conftest import edited_source, probe_edited
 
 NEW_FIELD = '    shard: str = _field("a", series=True, flag="--shard", choices=("a", "b"), help="test-only")\n'
 NEW_COLUMN = '    ("shard", _STR, "config"),\n'
@@ -131,26 +129,15 @@ def test_a_boolean_that_is_not_one_names_the_field() -> None:
         parse_bool("maybe", "xla")
 
 
-def _source_with_a_new_dimension(tree: Path) -> None:
-    ignore = shutil.ignore_patterns("__pycache__", "results", "synthetic", "upgrade-check", "*.duckdb*")
-    for part in ("collector", "trainers", "dashboard", "data"):
-        shutil.copytree(REPO / part, tree / part, ignore=ignore)
-    config = tree / "collector" / "config.py"
-    text = config.read_text()
-    anchor = "    steps: int = _field("
-    assert anchor in text
-    config.write_text(text.replace(anchor, NEW_FIELD + anchor, 1))
-    schema = tree / "collector" / "schema.py"
-    text = schema.read_text()
-    anchor = '    ("steps", _I64, "config"),\n'
-    assert anchor in text
-    schema.write_text(text.replace(anchor, NEW_COLUMN + anchor, 1))
-
-
 def test_a_new_dimension_is_one_field_and_shows_everywhere(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
-    _source_with_a_new_dimension(tree)
-    env = {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = edited_source(
+        tree,
+        (
+            ("collector/config.py", "    steps: int = _field(", NEW_FIELD),
+            ("collector/schema.py", '    ("steps", _I64, "config"),\n', NEW_COLUMN),
+        ),
+    )
 
     def cli(*args: str) -> subprocess.CompletedProcess:
         command = [sys.executable, "-m", "collector", *args]
@@ -167,13 +154,7 @@ def test_a_new_dimension_is_one_field_and_shows_everywhere(tmp_path: Path) -> No
     bad = cli("run", "--shard", "c", "--dry-run")
     assert bad.returncode == 2 and "'c' is not one of a, b" in bad.stderr
 
-    probe = subprocess.run(
-        [sys.executable, "-c", PROBE, str(tmp_path)], cwd=tree, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert probe.returncode == 0, probe.stderr[-3000:]
-    found = json.loads(probe.stdout.splitlines()[-1])
-    assert found["source"].startswith(str(tree))  # the probe ran the edited copy
-    assert found["errors"] == []
+    found = probe_edited(tree, env, PROBE, str(tmp_path))
     assert "shard" in found["dimensions"] and "shard" in found["colours"]  # the dashboard's pickers
     assert found["series_table"] == ["b"] and found["selected"] == 6  # the series table and the selections
     assert found["keys"][0] != found["keys"][1]  # part of the series key

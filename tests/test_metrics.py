@@ -4,14 +4,10 @@ the Run page, with nothing else edited."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import edited_source, probe_edited
 
 NEW_METRIC = '        Metric("energy_j", "Energy per run", "J", False, 0.03, headline=True),\n'
 NEW_COLUMN = '    ("energy_j", _F64, "metrics"),\n'
@@ -80,24 +76,14 @@ PROBE = textwrap.dedent(
 
 def test_a_new_metric_is_one_row_and_one_column_and_shows_everywhere(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
-    ignore = shutil.ignore_patterns("__pycache__", "results", "synthetic", "upgrade-check", "*.duckdb*")
-    for part in ("collector", "trainers", "dashboard", "data"):
-        shutil.copytree(REPO / part, tree / part, ignore=ignore)
-    for path, anchor, line in (
-        (tree / "collector" / "metrics.py", '        Metric("final_loss",', NEW_METRIC),
-        (tree / "collector" / "schema.py", '    ("compile_s", _F64, "metrics"),\n', NEW_COLUMN),
-    ):
-        text = path.read_text()
-        assert anchor in text
-        path.write_text(text.replace(anchor, line + anchor, 1))
-    env = {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "STEPWATCH_CALIBRATION": "none"}
-    probe = subprocess.run(
-        [sys.executable, "-c", PROBE, str(tmp_path)], cwd=tree, env=env, capture_output=True, text=True, timeout=300
+    env = edited_source(
+        tree,
+        (
+            ("collector/metrics.py", '        Metric("final_loss",', NEW_METRIC),
+            ("collector/schema.py", '    ("compile_s", _F64, "metrics"),\n', NEW_COLUMN),
+        ),
     )
-    assert probe.returncode == 0, probe.stderr[-3000:]
-    found = json.loads(probe.stdout.splitlines()[-1])
-    assert found["source"].startswith(str(tree))  # the probe ran the edited copy
-    assert found["errors"] == []
+    found = probe_edited(tree, env, PROBE, str(tmp_path))
     assert found["stored"] == 8 and found["summarized"] == 8  # the store's column and its summaries
     assert found["compare_exit"] == 1, found["compare"]  # compare judges it: +20% energy is a regression
     assert [(r["metric"], r["verdict"]) for r in found["compare"]] == [("energy_j", "regression")]

@@ -15,12 +15,11 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from collector import outcomes
 from collector.analysis import stats
 from collector.analysis.changepoints import trial_side
 from collector.analysis.thresholds import Override, threshold_for
 from collector.metrics import DEFAULT_METRIC, Metric, get_metric
-from collector.outcomes import FAILED, VERDICT_ORDER
+from collector.outcomes import FAILED, MISSING, REGRESSION, VERDICT_ORDER
 from collector.store import queries, records
 from collector.store.selection import Selection
 
@@ -105,7 +104,7 @@ def overview(
     counts = records.list_alerts(con, records.OPEN).groupby("series_key").size()
     table["alerts"] = table["series_key"].map(counts).fillna(0).astype(int)
     table["verdict"] = [
-        worst(p, b) if isinstance(p, str) else outcomes.MISSING
+        worst(p, b) if isinstance(p, str) else MISSING
         for p, b in zip(table["previous_verdict"], table["baseline_verdict"])
     ]
     # Noise is the series' throughput's (trials on one of two speeds is a property of its processes); another
@@ -124,4 +123,4 @@ def overview(
 
 def regressed(table: pd.DataFrame) -> pd.Series:
     """The rows of an ``overview`` that regressed: a regression against either reference, or an open alert."""
-    return table["verdict"].eq(outcomes.REGRESSION) | table["alerts"].gt(0)
+    return table["verdict"].eq(REGRESSION) | table["alerts"].gt(0)

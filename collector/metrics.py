@@ -1,6 +1,10 @@
 """Every metric stepwatch judges, in one table: its column, unit, which direction is better and the smallest
 change that matters. The CLI, the analysis and the dashboard all read it; none repeats it. (A series can
 have its own threshold: see ``collector.analysis.thresholds``.)
+
+A *deterministic* metric is a count of what the compiler emitted for the training step (HLO instructions,
+fusions, the cost analysis' flops and bytes, torch.compile's graphs and kernels): the same program and software
+give the same value in every process, so two sides are compared exactly (``stats.exact``), not by a t-test.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ class Metric:
     scale: float = 1.0  # multiply the column by this for display in ``unit``
     short: str = ""  # a column heading in a run's summary (its label if empty)
     headline: bool = False  # one of the few figures a run shows first (the Run page's tiles, `run`'s summary)
+    deterministic: bool = False  # the same for every trial of one program and stack: compared exactly
 
     @property
     def heading(self) -> str:
@@ -30,6 +35,8 @@ class Metric:
             return "-"
         unit = self.unit.replace("{unit}", model_unit or "examples")
         shown = value * self.scale
+        if self.deterministic and not unit:  # a count
+            return f"{round(shown):,}"
         digits = 2 if abs(shown) < 100 else 1
         return f"{shown:,.{digits}f} {unit}".rstrip()
 
@@ -60,10 +67,28 @@ METRICS: dict[str, Metric] = {
         Metric("cost_usd", "Cost per run", "USD", False, 0.03),
         Metric("cost_per_1m_examples_usd", "Cost per 1M examples", "USD", False, 0.03),
         Metric("final_loss", "Final loss", "", False, 0.05),
+        # What the compiler emitted for one training step (collector.bench.counters), read after the timed steps.
+        # Less is better for each (less work, fewer kernels); any change counts (threshold 0), exactly.
+        *(
+            Metric(name, label, unit, False, 0.0, scale, deterministic=True)
+            for name, label, unit, scale in (
+                ("compiled_flops", "FLOPs per step (XLA cost analysis)", "GFLOP", 1e-9),
+                ("compiled_bytes_accessed", "Bytes accessed per step (compiler's estimate)", "MiB", 1 / 2**20),
+                ("compiled_transcendentals", "Transcendentals per step (XLA cost analysis)", "", 1.0),
+                ("hlo_instructions", "HLO instructions (optimized step)", "", 1.0),
+                ("hlo_fusions", "XLA fusions (kernels of the optimized step)", "", 1.0),
+                ("hlo_custom_calls", "XLA custom calls (library kernels)", "", 1.0),
+                ("graph_ops", "TensorFlow graph ops per step (no XLA)", "", 1.0),
+                ("compiled_graphs", "Graphs compiled (torch.compile)", "", 1.0),
+                ("graph_breaks", "Graph breaks (torch.compile)", "", 1.0),
+                ("generated_kernels", "Kernels generated (inductor)", "", 1.0),
+            )
+        ),
     )
 }
 DEFAULT_METRIC = "examples_per_sec"
 HEADLINE = tuple(m for m in METRICS.values() if m.headline)  # in the table's order
+COUNTERS = tuple(m.name for m in METRICS.values() if m.deterministic)
 # What peak_memory_bytes measured (its peak_memory_kind): on a CPU the peak anonymous memory the parent samples
 # (collector.bench.memory), or, on rows before schema 4, ru_maxrss (which the migration moves to peak_rss_bytes);
 # on an accelerator the framework allocator's peak ("device").

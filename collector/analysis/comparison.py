@@ -83,7 +83,7 @@ def build(
     tables: list[tuple[Metric, pd.DataFrame]] = [
         (m, queries.compare_sides(con, baseline, candidate, m.name)) for m in metrics
     ]
-    cells, pairs, thresholds, directions, offsets = [], [], [], [], []
+    cells, pairs, thresholds, directions, offsets, spans = [], [], [], [], [], []
     for metric, table in tables:
         for record in table.to_dict("records"):
             series = {k: plain(record[k]) for k in ("series_key", *queries.SERIES_COLUMNS)}
@@ -92,7 +92,15 @@ def build(
             thresholds.append(threshold_for(metric, series, overrides))
             directions.append(metric.higher_is_better)
             offsets.append((between or {}).get(metric.name))
-    results = stats.compare(pairs, thresholds, directions, offsets)
+            spans.append((_span(record, "baseline"), _span(record, "candidate")) if metric.deterministic else None)
+    # Timed metrics through the tests (Benjamini-Hochberg across all of them); counters exactly.
+    tested = [i for i, span in enumerate(spans) if span is None]
+    columns = (pairs, thresholds, directions, offsets)
+    compared = iter(stats.compare(*([values[i] for i in tested] for values in columns)))
+    results = [
+        next(compared) if span is None else stats.exact(*span, threshold, higher)
+        for span, threshold, higher in zip(spans, thresholds, directions)
+    ]
     keys = sorted({series["series_key"] for _, series, _, _ in cells})
     noise = {m.name: stats.noises_of(queries.trial_values(con, keys, m.name, stats.NOISE_TRIALS)) for m in metrics}
     rows = [
@@ -109,6 +117,11 @@ def plain(value: Any) -> Any:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     return value.item() if hasattr(value, "item") else value
+
+
+def _span(record: dict[str, Any], side: str) -> stats.Span:
+    n = plain(record[f"k_{side}"]) or 0
+    return stats.Span(int(n), plain(record[f"lo_{side}"]), plain(record[f"hi_{side}"])) if n else stats.Span.of([])
 
 
 def _side(record: dict[str, Any], side: str) -> stats.Side:

@@ -268,6 +268,58 @@ def verdict(result: Ratio, q_value: float, threshold: float, higher_is_better: b
 
 
 @dataclass(frozen=True)
+class Span:
+    """A deterministic metric's values on one side (``collector.metrics``): how many trials gave one, and the
+    least and greatest (equal when the counter repeated, as it should)."""
+
+    n: int
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Span:
+        return cls(len(values), min(values), max(values)) if len(values) else cls(0, math.nan, math.nan)
+
+    @property
+    def constant(self) -> bool:
+        return self.n > 0 and self.low == self.high
+
+
+def _exact_ratio(candidate: float, baseline: float) -> float:
+    """candidate / baseline of two counts, with 0 / 0 = 1 (nothing either side) and c / 0 = inf."""
+    if baseline == 0:
+        return 1.0 if candidate == 0 else math.inf
+    return candidate / baseline
+
+
+def exact(baseline: Span, candidate: Span, threshold: float, higher_is_better: bool) -> Verdict:
+    """A deterministic metric compared exactly, not by a test: the ratio's interval is the range of what the two
+    sides' values allow (a single point when each side repeated its value). regression / improvement: the whole
+    range is a change of at least ``threshold`` (any change, at 0) in one direction; no change: within it;
+    inconclusive: a side's values varied enough to straddle both. No p-value: nothing is sampled."""
+    side = {s: Side(s.n, math.log(s.high) if s.n and s.high > 0 else math.nan, 0.0) for s in (baseline, candidate)}
+    if not baseline.n or not candidate.n:
+        ratio = low = high = math.nan
+        call = MISSING
+    else:
+        low, high = _exact_ratio(candidate.low, baseline.high), _exact_ratio(candidate.high, baseline.low)
+        ratio = _exact_ratio((candidate.low + candidate.high) / 2, (baseline.low + baseline.high) / 2)
+        up, down = 1 + threshold, 1 / (1 + threshold)
+        if low > 1 and low >= up:
+            call = IMPROVEMENT if higher_is_better else REGRESSION
+        elif high < 1 and high <= down:
+            call = REGRESSION if higher_is_better else IMPROVEMENT
+        elif down <= low and high <= up:
+            call = NO_CHANGE
+        else:
+            call = INCONCLUSIVE
+    return Verdict(
+        side[baseline], side[candidate], threshold, higher_is_better, ratio, low, high, math.nan, math.nan, call,
+        0.0, None, spans=(baseline, candidate),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Verdict:
     baseline: Side
     candidate: Side
@@ -282,6 +334,7 @@ class Verdict:
     detectable: float  # the minimum detectable effect at these n and this noise (see detectable_change)
     trials_needed: int | None  # trials per side for the threshold to be detectable
     between: Between | None = None  # the between-environment variance the interval also covers
+    spans: tuple[Span, Span] | None = None  # a deterministic metric's values per side (``exact``), else None
 
 
 def judge(
@@ -333,7 +386,7 @@ class Summary:
 
 
 def geomean_summary(verdicts: Sequence[Verdict], confidence: float = CONFIDENCE) -> Summary:
-    both = [v for v in verdicts if v.baseline.n and v.candidate.n and not math.isnan(v.ratio)]
+    both = [v for v in verdicts if v.baseline.n and v.candidate.n and math.isfinite(v.ratio) and v.ratio > 0]
     if not both:
         return Summary(0, math.nan, math.nan, math.nan)
     logs = np.log([v.ratio for v in both])

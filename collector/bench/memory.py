@@ -69,15 +69,23 @@ class PeakSampler:
 
 
 def sample_until_exit(
-    pid: int, poll: Callable[[], int | None], timeout_s: float, interval_s: float = SAMPLE_INTERVAL_S
+    pid: int,
+    poll: Callable[[], int | None],
+    timeout_s: float,
+    interval_s: float = SAMPLE_INTERVAL_S,
+    measured: Callable[[], bool] = lambda: False,
 ) -> tuple[PeakSampler, int | None, bool]:
     """Sample ``pid`` every ``interval_s`` until ``poll()`` gives its exit code or ``timeout_s`` passes:
-    (the sampler, the exit code, whether it timed out)."""
+    (the sampler, the exit code, whether it timed out). Once ``measured()`` is true (the trial has written what
+    it measured), sampling stops: what the process does after that is not part of its peak."""
     sampler = PeakSampler(pid)
     deadline = time.monotonic() + timeout_s
+    sampling = True
     try:
         while True:
-            sampler.sample()
+            sampling = sampling and not measured()
+            if sampling:
+                sampler.sample()
             code = poll()
             if code is not None:
                 return sampler, code, False

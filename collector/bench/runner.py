@@ -133,7 +133,9 @@ def run_child(
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
         try:  # the parent samples the child's memory while it waits (collector.bench.memory)
-            sampler, code, timed_out = memory.sample_until_exit(proc.pid, proc.poll, config.timeout_s)
+            sampler, code, timed_out = memory.sample_until_exit(
+                proc.pid, proc.poll, config.timeout_s, measured=result_path.exists
+            )
             if timed_out:
                 _kill_group(proc)
                 code = proc.returncode
@@ -146,10 +148,12 @@ def run_child(
     def failure(status: str, error_type: str, message: str) -> tuple[dict[str, Any], float, int | None]:
         return {"status": status, "error_type": error_type, "error_message": message, "log_tail": tail}, wall_s, code
 
-    if timed_out:
+    if timed_out and not result_path.exists():
         return failure("timeout", "Timeout", f"trial ran past its timeout of {config.timeout_s:g} s and was killed")
-    if result_path.exists():
+    if result_path.exists():  # written once measured; a timeout after that only cut the counters short
         child = json.loads(result_path.read_text())
+        if timed_out:
+            child["counters_error"] = f"killed at the timeout of {config.timeout_s:g} s while reading counters"
         if child.get("peak_memory_kind") == ANON_KIND:
             child.update(memory.judged_peak(sampler.fields(), child))
         if child.get("status") != "ok":

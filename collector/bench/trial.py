@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from collector.bench import runtime
+from collector.bench import counters, runtime
 from collector.bench.environment import host_environment
 from collector.bench.measure import NonFiniteLoss, WindowClock, host_load, summarize
 from collector.config import BenchmarkConfig, usable_cores, validate
@@ -32,8 +32,10 @@ def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def run_trial(config: BenchmarkConfig, spawn_time: float) -> dict[str, Any]:
-    """Set up the config's Keras backend, train for the configured steps and return the child's part of the row."""
+def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> dict[str, Any]:
+    """Set up the config's Keras backend, train for the configured steps and write the child's part of the row to
+    ``result_path``: once when everything timed and its memory are measured (the parent stops sampling the
+    memory when the file appears), and again with the compiled step's counters, which are read after that."""
     result: dict[str, Any] = {"status": "crash"}
     result.update(host_environment(config.device))
     # Imported here, not at the top: the parent imports this module for SPAWN_TIME_ENV and must stay free of
@@ -46,7 +48,7 @@ def run_trial(config: BenchmarkConfig, spawn_time: float) -> dict[str, Any]:
     preset = spec.preset(config.preset)
     clock = WindowClock(first_steps=config.steps_per_execution, window_steps=config.window_steps)
     total_steps = config.steps_per_execution + config.warmup_steps + config.steps
-    model = optimizer = None
+    model = optimizer = data = setup = None
     try:
         setup = backend.configure(config)
         result.update(backend.accelerator_details(config))
@@ -93,7 +95,25 @@ def run_trial(config: BenchmarkConfig, spawn_time: float) -> dict[str, Any]:
         result["peak_memory_bytes"], result["peak_memory_kind"] = backend.peak_memory(config)
         result.update(backend.host_memory_fields())
         result["frameworks_loaded"] = loaded_frameworks()  # kept in extras: what this process really imported
+        write_json_atomically(result_path, result)
+    if result["status"] == "ok":
+        result.update(read_counters(backend, model, data, config, setup))
+        write_json_atomically(result_path, result)
     return result
+
+
+def read_counters(
+    backend: runtime.Backend, model: Any, data: Any, config: BenchmarkConfig, setup: Any
+) -> dict[str, Any]:
+    """The compiled step's counters (collector.bench.counters), and how long reading them took; a counter that
+    cannot be read is left out, with why in the row's extras and the traceback in the log (the trial stays ok)."""
+    start = time.perf_counter()
+    try:
+        found = counters.known(backend.counters(model, data, config, setup))
+    except Exception as error:  # noqa: BLE001 - the timed figures are measured; a counter is extra
+        traceback.print_exc()
+        return {"counters_error": f"{type(error).__name__}: {str(error).strip()[:300]}"}
+    return {**found, "counters_s": round(time.perf_counter() - start, 3)}  # counters_s: kept in extras
 
 
 def loaded_frameworks() -> list[str]:
@@ -113,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spawn_time = float(os.environ.get(SPAWN_TIME_ENV, time.time()))
     config = validate(BenchmarkConfig.from_json(args.config))
-    result = run_trial(config, spawn_time)
-    write_json_atomically(args.result, result)
+    result = run_trial(config, spawn_time, args.result)
     print(f"trial finished: {result['status']}", file=sys.stderr)
     return 0 if result["status"] == "ok" else 3
 

@@ -29,16 +29,33 @@ from collector.output.text import (
 CodeOf = Callable[[Comparison], int]  # the exit code a comparison gives (the CLI's, collector.cli.exits)
 
 
+def exact_change(metric: Metric, spans: tuple[stats.Span, stats.Span]) -> str:
+    """A counter's change as its values: '4,994 -> 5,010 (+0.3%)'; a side whose values varied shows their range."""
+
+    def values(span: stats.Span) -> str:
+        if not span.n:
+            return "-"
+        low, high = metric.shown(span.low), metric.shown(span.high)
+        return low if low == high else f"{low}..{high}"
+
+    baseline, candidate = spans
+    ratio = stats.exact(baseline, candidate, 0.0, metric.higher_is_better).ratio
+    moved = baseline.constant and candidate.constant and math.isfinite(ratio) and ratio != 1
+    shown = f" ({percent(ratio)})" if moved else ""
+    return f"{values(baseline)} -> {values(candidate)}{shown}"
+
+
 def row_cells(row: Row) -> dict[str, str]:
-    """The row as display text, shared by the terminal table, the markdown report and the dashboard."""
+    """The row as display text, shared by the terminal table, the markdown report and the dashboard. A counter's
+    row shows its values on both sides and says it was compared exactly."""
     r = row.result
     failed = row.failed_baseline or row.failed_candidate
     return {
         "verdict": row.verdict,
         "series": series_label(row.series),
         "metric": row.metric.name,
-        "change": percent(r.ratio),
-        "95% CI": interval(r.ci_low, r.ci_high),
+        "change": exact_change(row.metric, r.spans) if r.spans else percent(r.ratio),
+        "95% CI": "exact" if r.spans else interval(r.ci_low, r.ci_high),
         "n": f"{r.baseline.n}/{r.candidate.n}"
         + (f" ({row.failed_baseline}/{row.failed_candidate} failed)" if failed else ""),
         "q": "" if math.isnan(r.q_value) else f"{r.q_value:.3g}",
@@ -68,6 +85,8 @@ def bimodal_warnings(comparison: Comparison) -> list[str]:
 def can_see(r: stats.Verdict) -> str:
     """'≥9.0% (14/side for ±3%)': the minimum detectable effect, and the trials per side that would detect the
     threshold when this comparison cannot ('out of reach' where no number of trials would)."""
+    if r.spans:
+        return "any change"
     if math.isnan(r.detectable):
         return "n/a (n < 2)"
     if r.detectable <= r.threshold:
@@ -83,6 +102,9 @@ def _out_of_reach(r: stats.Verdict) -> bool:
 
 def resolution(r: stats.Verdict) -> str:
     """The same in words: 'this run can see changes of 9.0% or more; about 14 trials per side would see 3%'."""
+    if r.spans:
+        varied = r.verdict == INCONCLUSIVE
+        return "a counter compared exactly" + (": its values varied within a side, and the ranges overlap" * varied)
     if math.isnan(r.detectable):
         return "fewer than 2 trials on a side: this run cannot tell noise from a change; run at least 2 per side"
     if r.detectable <= r.threshold:
@@ -218,9 +240,17 @@ def to_markdown(comparison: Comparison, title: str = "stepwatch comparison", pre
         '"can see" is the minimum detectable effect: the change this many trials with this much noise find '
         "80% of the time, and, where that exceeds the threshold, the trials per side that would see the threshold. "
         f"Noise is the series' trial-to-trial CV over its last {stats.NOISE_TRIALS} ok trials in the store, and "
-        '"bimodal" where those fall into two separate clusters (processes landing on one of two speeds).',
+        '"bimodal" where those fall into two separate clusters (processes landing on one of two speeds). '
+        "Counters of the compiled step (HLO instructions, fusions, flops, graphs, kernels) are the same in every "
+        "process for one program and stack: they are compared exactly, their values shown, any change counted.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def finite(value: Any) -> float | None:
+    """A number JSON can carry: None for NaN and for an infinite ratio (a counter that was 0 on the baseline)."""
+    value = plain(value)
+    return value if value is None or math.isfinite(value) else None
 
 
 def to_json(comparison: Comparison, code_of: CodeOf) -> str:
@@ -236,9 +266,14 @@ def json_payload(comparison: Comparison, code_of: CodeOf) -> dict[str, Any]:
             "label": series_label(row.series),
             "metric": row.metric.name,
             "verdict": row.verdict,
-            "ratio": plain(row.result.ratio),
-            "ci_low": plain(row.result.ci_low),
-            "ci_high": plain(row.result.ci_high),
+            "ratio": finite(row.result.ratio),
+            "ci_low": finite(row.result.ci_low),
+            "ci_high": finite(row.result.ci_high),
+            "exact": {
+                side: {"n": span.n, "low": finite(span.low), "high": finite(span.high)}
+                for side, span in zip(("baseline", "candidate"), row.result.spans or ())
+            }
+            or None,
             "p_value": plain(row.result.p_value),
             "q_value": plain(row.result.q_value),
             "threshold": row.result.threshold,

@@ -15,7 +15,17 @@ from collector.config import FIELD_NAMES, SERIES_DIMENSIONS
 from collector.metrics import METRICS
 from collector.schema import VERSION_COLUMNS
 from collector.store.selection import ALIASES, ALL, Selection, SelectionError, as_fields, named
-from collector.store.tables import RECENCY, RECENT_TRIALS, SUMMARY_KEYS, log_value, pooled
+from collector.store.tables import (
+    POOL,
+    RECENCY,
+    RECENT_TRIALS,
+    SPAN_METRICS,
+    SPANS,
+    SUMMARY_KEYS,
+    log_value,
+    pooled,
+    span_of,
+)
 
 SERIES_ORDER = ", ".join(f'"{name}"' for name in SERIES_DIMENSIONS)
 # The dimensions that stay equal between the two points of a speedup (XLA on/off, a precision vs fp32).
@@ -162,6 +172,15 @@ def compare_sides(
             "failed": "count(*) FILTER (WHERE side = '{0}' AND status <> 'ok')",
         }
     names = {"n": "n_{0}", "mean": "mean_log_{0}", "var": "var_log_{0}", "failed": "failed_{0}"}
+    if metric in SPAN_METRICS:  # its raw values' count, least and greatest per side, for an exact comparison
+        for part in SPANS:
+            names[part] = f"{part}_{{0}}"
+            pool = POOL[SPANS[part]]
+            stat[part] = (
+                f"{pool}(\"{part}_{metric}\") FILTER (WHERE side = '{{0}}')"
+                if summarized(baseline, candidate)
+                else span_of(metric, part, f"CASE WHEN side = '{{0}}' AND status = 'ok' THEN \"{metric}\" END")
+            )
     per_side = ", ".join(
         f"{stat[key].format(side)} AS {name.format(side)}"
         for side in ("baseline", "candidate")

@@ -11,7 +11,7 @@ import duckdb
 import pyarrow as pa
 
 from collector.config import ADDED_DIMENSIONS, FIELD_NAMES, SERIES_FIELDS
-from collector.metrics import METRICS, RSS_KIND
+from collector.metrics import COUNTERS, METRICS, RSS_KIND
 from collector.schema import SCHEMA, VERSION_COLUMNS
 from collector.store.errors import StoreError
 from collector.store.selection import ALIASES, as_fields
@@ -94,7 +94,26 @@ SUMMARY_KEYS = tuple(
     )
 )
 SUMMARY_METRICS = tuple(METRICS)
-SUMMARY_STATS = tuple(f"{stat}_{m}" for m in SUMMARY_METRICS for stat in ("n", "mean", "m2"))
+# A deterministic metric also keeps its raw values' count, least and greatest (zeros included: no graph breaks is
+# a count too), which is what comparing it exactly needs (``stats.exact``).
+SPANS = {"k": "count", "lo": "min", "hi": "max"}  # statistic -> how it is taken over trials and pooled over parts
+SPAN_METRICS = COUNTERS
+SUMMARY_STATS = (
+    *(f"{stat}_{m}" for m in SUMMARY_METRICS for stat in ("n", "mean", "m2")),
+    *(f"{stat}_{m}" for m in SPAN_METRICS for stat in SPANS),
+)
+POOL = {"count": "sum", "min": "min", "max": "max"}
+
+
+def ok_value(metric: str) -> str:
+    """A trial's raw value of ``metric``, for an ok trial."""
+    return f"""CASE WHEN status = 'ok' THEN "{metric}" END"""
+
+
+def span_of(metric: str, stat: str, value: str | None = None) -> str:
+    """The aggregate of ``stat`` (a key of SPANS) over trials' raw values (``value``: an expression, the metric's
+    ok value by default)."""
+    return f"{SPANS[stat]}({value or ok_value(metric)})"
 
 
 def _keys(alias: str = "") -> str:
@@ -109,9 +128,10 @@ def summaries_of(source: str) -> str:
         f'AS "m2_{m}"'
         for m in SUMMARY_METRICS
     )
+    spans = "".join(f', {span_of(m, stat)} AS "{stat}_{m}"' for m in SPAN_METRICS for stat in SPANS)
     return (
         f"SELECT hash({_keys()}) AS group_key, {_keys()}, count(*) AS trials, "
-        f"count(*) FILTER (WHERE status <> 'ok') AS failed, {stats} "
+        f"count(*) FILTER (WHERE status <> 'ok') AS failed, {stats}{spans} "
         f"FROM (SELECT *, {logs} FROM {source}) GROUP BY {_keys()}"
     )
 
@@ -126,9 +146,12 @@ def pooled(source: str, by: str, metrics: tuple[str, ...] = SUMMARY_METRICS, car
         f'coalesce(sum("m2_{m}" + "n_{m}" * ("mean_{m}" - "mu_{m}") ^ 2), 0) AS "m2_{m}"'
         for m in metrics
     )
+    spans = "".join(
+        f', {POOL[SPANS[stat]]}("{stat}_{m}") AS "{stat}_{m}"' for m in metrics if m in SPAN_METRICS for stat in SPANS
+    )
     extra = f"{carry}, " if carry else ""
     return (
-        f"SELECT {by}, {extra}sum(trials) AS trials, sum(failed) AS failed, {totals} "
+        f"SELECT {by}, {extra}sum(trials) AS trials, sum(failed) AS failed, {totals}{spans} "
         f"FROM (SELECT *, {mu} FROM {source} WINDOW w AS (PARTITION BY {by})) GROUP BY {by}"
     )
 

@@ -64,6 +64,10 @@ class Backend(Protocol):
               runtime: Any) -> None:  # fmt: skip
         """The timed loop, marking windows on ``clock``."""
 
+    def counters(self, model: Any, data: Any, config: BenchmarkConfig, runtime: Any) -> dict[str, Any]:
+        """What the compiler emitted for the training step that ran (``collector.bench.counters``); read after
+        the timed steps, empty where the backend cannot tell."""
+
     def compiler(self, model: Any, config: BenchmarkConfig) -> str:
         """What jit_compile really ran: ``xla``, ``inductor`` or ``none``."""
 

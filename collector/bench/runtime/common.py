@@ -180,7 +180,25 @@ class KerasBackend:
         raise NotImplementedError
 
     def build_model(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> tuple[Any, Any]:
-        return build_model(spec, config)
+        """Built and compiled for ``fit`` (under ``scope``), with its train function made while ``recording``, so
+        that ``counters`` can find the step the framework compiles."""
+        model, optimizer = build_model(spec, config, self.scope(runtime))
+        if config.loop == "fit":
+            with self.recording():
+                model.make_train_function()  # what fit would make first; fit then keeps it
+        return model, optimizer
+
+    def scope(self, runtime: Runtime) -> Any:
+        """Where the model and optimizer are built (TensorFlow: the strategy's scope)."""
+        return None
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """While Keras makes the train function: note what a backend needs to find its compiled step again."""
+        yield
+
+    def counters(self, model: Any, data: Any, config: BenchmarkConfig, runtime: Runtime) -> dict[str, Any]:
+        return {}
 
     def place(self, runtime: Runtime) -> Callable[[Any], Any]:
         """How an array of the synthetic batch goes onto the device."""

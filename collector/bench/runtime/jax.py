@@ -6,13 +6,15 @@ Only a trial process with KERAS_BACKEND=jax imports this module. It never import
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 import keras
 
+from collector.bench import counters
 from collector.bench.runtime import common
 from collector.bench.runtime.common import Runtime
 from collector.config import BenchmarkConfig, ConfigError
@@ -53,8 +55,51 @@ def running_loss_reader(model: Any) -> Callable[[Any], float]:
     return read
 
 
+def abstract(value: Any) -> Any:
+    """An argument's shape, dtype and sharding: enough to lower the step again without holding its buffers."""
+    if isinstance(value, jax.Array):
+        return jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=value.sharding)
+    return value
+
+
 class JaxBackend(common.KerasBackend):
     """XLA through jit_compile; DataParallel over several devices; the loss read from the trainer's state."""
+
+    step: Any = None  # the jitted train step Keras made (recorded while it makes the train function)
+    step_args: Any = None  # the abstract arguments of its first call
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """Keras jits its train step with its trainer module's ``jit``; keep the jitted step and the shapes of its
+        first call's arguments (donated buffers cannot be kept)."""
+        from keras.src.backend.jax import trainer
+
+        original = trainer.jit
+
+        def jit(function: Any, **kwargs: Any) -> Any:
+            jitted = original(function, **kwargs)
+            self.step = jitted
+
+            def step(*args: Any) -> Any:
+                if self.step_args is None:
+                    self.step_args = jax.tree.map(abstract, args)
+                return jitted(*args)
+
+            return step
+
+        trainer.jit = jit
+        try:
+            yield
+        finally:
+            trainer.jit = original
+
+    def counters(self, model: Any, data: Any, config: BenchmarkConfig, runtime: Runtime) -> dict[str, Any]:
+        """The step lowered and compiled again for the same argument shapes: XLA's cost analysis and its optimized
+        HLO."""
+        if self.step is None or self.step_args is None:
+            return {}
+        compiled = self.step.lower(*self.step_args).compile()
+        return {**counters.cost_counts(compiled.cost_analysis()), **counters.hlo_counts(compiled.as_text())}
 
     def configure(self, config: BenchmarkConfig) -> Runtime:
         """Matmul precision and the dtype policy; DataParallel over the devices when there are several."""

@@ -6,13 +6,16 @@ Only a trial process with KERAS_BACKEND=tensorflow imports this module; the pare
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from collector.bench import counters
 from collector.bench.measure import WindowClock
 from collector.bench.runtime import common
 from collector.bench.runtime.common import Runtime
@@ -151,9 +154,40 @@ class TensorFlowBackend(common.KerasBackend):
             inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads(),
         )
 
-    def build_model(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> tuple[Any, Any]:
+    step: Any = None  # the tf.function of one training step that fit runs (recorded while Keras makes it)
+
+    def scope(self, runtime: Runtime) -> Any:
         """Model and optimizer under the strategy scope."""
-        return common.build_model(spec, config, runtime.strategy.scope())
+        return runtime.strategy.scope()
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """Keras makes one step's tf.function (``jit_compile`` as the model's) inside the train function's; keep
+        it. (``tf.function`` is swapped only while Keras makes the train function.)"""
+        original = tf.function
+
+        def function(*args: Any, **kwargs: Any) -> Any:
+            made = original(*args, **kwargs)
+            if "jit_compile" in kwargs and self.step is None:
+                self.step = made
+            return made
+
+        tf.function = function
+        try:
+            yield
+        finally:
+            tf.function = original
+
+    def counters(self, model: Any, data: Any, config: BenchmarkConfig, runtime: Runtime) -> dict[str, Any]:
+        """With XLA the optimized HLO of the step (as XLA compiles it for one batch); without, the ops of its
+        traced graph. One replica's fit step only: the custom loop and several replicas read nothing."""
+        if self.step is None or runtime.replicas != 1 or config.loop != "fit":
+            return {}
+        batch = next(iter(data))
+        if model.jit_compile:
+            return counters.hlo_counts(self.step.experimental_get_compiler_ir(batch)(stage="optimized_hlo"))
+        graph = self.step.get_concrete_function(batch).graph.as_graph_def()
+        return {"graph_ops": counters.graph_op_count(graph)}
 
     def make_data(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
         """synthetic: one fixed batch repeated; pipeline: a host tf.data pipeline (JPEG decode + augment for images)."""

@@ -44,6 +44,22 @@ class TorchBackend(common.KerasBackend):
             inter_op_threads=torch.get_num_interop_threads(),
         )
 
+    def counters(self, model: Any, data: Any, config: BenchmarkConfig, runtime: Runtime) -> dict[str, Any]:
+        """torch.compile's own counts for this process (only the train step was compiled): graphs (a recompile
+        is one more), graph breaks, kernels inductor generated, and its bytes-accessed estimate where it makes one
+        (0 on a CPU: not recorded)."""
+        if self.compiler(model, config) != "inductor":
+            return {}
+        from torch._dynamo.utils import counters as dynamo
+        from torch._inductor import metrics
+
+        return {
+            "compiled_graphs": dynamo["stats"]["unique_graphs"],
+            "graph_breaks": sum(dynamo["graph_break"].values()),
+            "generated_kernels": metrics.generated_kernel_count,
+            "compiled_bytes_accessed": float(metrics.num_bytes_accessed) or None,
+        }
+
     def device_peak_memory(self, config: BenchmarkConfig) -> tuple[int | None, str | None]:
         """torch.cuda.max_memory_allocated."""
         try:

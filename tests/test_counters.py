@@ -1,0 +1,211 @@
+"""Counters of the compiled training step (collector.bench.counters): read from a real compiled step on every
+backend on this CPU, equal in two processes of one config, moved the expected way by one more layer, and
+compared exactly (never by a t-test) by compare."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from collector.analysis import stats
+from collector.bench import counters
+from collector.metrics import COUNTERS, METRICS
+from collector.outcomes import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
+from collector.output.comparison import exact_change
+from tests.conftest import REPO, SHORT, edited_source, result_rows, stepwatch, two_at_a_time, write_suite
+
+HLO = """HloModule jit_train_step, is_scheduled=true, entry_computation_layout={(f32[8]{0})->f32[]}
+
+%fused_computation (param_0: f32[8]) -> f32[8] {
+  %param_0 = f32[8]{0} parameter(0)
+  ROOT %multiply.1 = f32[8]{0} multiply(f32[8]{0} %param_0, f32[8]{0} %param_0)
+}
+
+ENTRY %main.10 (Arg_0.1: f32[8]) -> (f32[], f32[8]) {
+  %Arg_0.1 = f32[8]{0} parameter(0)
+  %fusion = f32[8]{0} fusion(f32[8]{0} %Arg_0.1), kind=kLoop, calls=%fused_computation
+  %custom-call.3 = (f32[8]{0}, u8[16]{0}) custom-call(f32[8]{0} %fusion), custom_call_target="__onednn$matmul"
+  %constant.2 = f32[] constant(0)
+  ROOT %tuple.4 = (f32[], f32[8]{0}) tuple(f32[] %constant.2, f32[8]{0} %fusion)
+}
+"""
+
+
+def test_hlo_text_is_counted_by_opcode() -> None:
+    assert counters.hlo_opcodes(HLO) == ["parameter", "multiply", "parameter", "fusion", "custom-call", "constant",
+                                         "tuple"]  # fmt: skip
+    assert counters.hlo_counts(HLO) == {"hlo_instructions": 7, "hlo_fusions": 1, "hlo_custom_calls": 1}
+    cost = {"flops": 16.0, "bytes accessed": 64.0, "transcendentals": 0.0, "optimal_seconds": 1e-9}
+    expected = {"compiled_flops": 16.0, "compiled_bytes_accessed": 64.0, "compiled_transcendentals": 0.0}
+    assert counters.cost_counts(cost) == counters.cost_counts([cost]) == expected  # older JAX: one per device
+    with pytest.raises(KeyError, match="not counters"):
+        counters.known({"hlo_instructions": 7, "instructions": 3})
+
+
+def test_every_counter_is_a_deterministic_metric_with_a_column() -> None:
+    from collector.schema import COLUMN_NAMES
+
+    assert set(COUNTERS) <= COLUMN_NAMES
+    assert all(METRICS[name].deterministic and METRICS[name].threshold == 0 for name in COUNTERS)
+    assert not METRICS["examples_per_sec"].deterministic
+    assert METRICS["hlo_instructions"].shown(4994) == "4,994"
+
+
+@pytest.mark.parametrize(
+    ("baseline", "candidate", "verdict", "ratio"),
+    [
+        ((4994, 4994), (4994, 4994), NO_CHANGE, 1.0),
+        ((4994, 4994), (4995, 4995), REGRESSION, 4995 / 4994),  # one more instruction: a change, exactly
+        ((416, 416), (400, 400), IMPROVEMENT, 400 / 416),
+        ((0, 0), (2, 2), REGRESSION, math.inf),  # graph breaks appeared where there were none
+        ((0, 0), (0, 0), NO_CHANGE, 1.0),
+        ((10, 12), (11, 13), INCONCLUSIVE, 12 / 11),  # values varied within a side and the ranges overlap
+        ((10, 11), (20, 21), REGRESSION, 41 / 21),  # varied, but far apart
+    ],
+)
+def test_a_counter_is_compared_exactly(baseline: tuple, candidate: tuple, verdict: str, ratio: float) -> None:
+    b, c = stats.Span(3, *baseline), stats.Span(3, *candidate)
+    result = stats.exact(b, c, 0.0, higher_is_better=False)
+    assert result.verdict == verdict
+    assert result.ratio == pytest.approx(ratio)
+    assert math.isnan(result.p_value) and math.isnan(result.q_value)  # nothing sampled, nothing tested
+    assert stats.exact(b, stats.Span.of([]), 0.0, False).verdict == MISSING
+
+
+def test_a_threshold_on_a_counter_is_honoured() -> None:
+    b, c = stats.Span(2, 1000, 1000), stats.Span(2, 1004, 1004)
+    assert stats.exact(b, c, 0.01, higher_is_better=False).verdict == NO_CHANGE  # +0.4%, within 1%
+    assert stats.exact(b, c, 0.001, higher_is_better=False).verdict == REGRESSION
+
+
+def test_an_exact_change_shows_the_values() -> None:
+    metric = METRICS["hlo_instructions"]
+    assert exact_change(metric, (stats.Span(3, 4994, 4994), stats.Span(3, 5010, 5010))) == "4,994 -> 5,010 (+0.3%)"
+    assert exact_change(METRICS["graph_breaks"], (stats.Span(1, 0, 0), stats.Span(1, 2, 2))) == "0 -> 2"
+    assert exact_change(metric, (stats.Span(2, 10, 12), stats.Span(2, 10, 10))) == "10..12 -> 10"
+
+
+def _rows(label: str, start: datetime, timing: list[float], **counts: int) -> list[dict]:
+    rows = result_rows(len(timing), label=label, **counts)
+    for i, (row, speed) in enumerate(zip(rows, timing)):
+        row.update(examples_per_sec=speed, started_at=start + timedelta(minutes=i))
+    return rows
+
+
+@pytest.mark.parametrize("by", ["label", "time"])  # the summaries, and every trial
+def test_compare_judges_counters_exactly_beside_timing(tmp_path: Path, by: str) -> None:
+    from collector.schema import to_table
+
+    day = datetime(2026, 11, 1, tzinfo=UTC)
+    noisy = [100.0, 80.0, 125.0]  # throughput as noisy as this runner's: no verdict from three trials
+    before = _rows("before", day, noisy, hlo_instructions=4994, hlo_fusions=416, graph_breaks=0, compiled_graphs=1)
+    after = _rows("after", day + timedelta(days=1), noisy[::-1], hlo_instructions=5010, hlo_fusions=416,
+                  graph_breaks=2, compiled_graphs=1)  # fmt: skip
+    results = tmp_path / "results"
+    results.mkdir()
+    pq.write_table(to_table(before + after), results / "rows.parquet")
+    db = str(tmp_path / "store.duckdb")
+    assert stepwatch("ingest", str(results), "--db", db).returncode == 0
+    sides = (
+        ("--baseline", "label=before", "--candidate", "label=after")
+        if by == "label"
+        else ("--baseline", "until=2026-11-01T12:00", "--candidate", "since=2026-11-01T12:00")
+    )
+    metrics = "examples_per_sec,hlo_instructions,hlo_fusions,graph_breaks,compiled_graphs,compiled_flops"
+    done = stepwatch("compare", *sides, "--metric", metrics, "--db", db)
+    assert done.returncode == 1, done.stdout + done.stderr  # a counter regressed
+    out = tmp_path / "c.json"
+    assert (
+        stepwatch("compare", *sides, "--metric", metrics, "--db", db, "--format", "json", "--out", str(out)).returncode
+        == 1
+    )
+    rows = {r["metric"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["examples_per_sec"]["verdict"] == INCONCLUSIVE
+    assert rows["hlo_instructions"]["verdict"] == REGRESSION
+    assert rows["hlo_instructions"]["exact"]["candidate"] == {"n": 3, "low": 5010, "high": 5010}
+    assert rows["hlo_instructions"]["q_value"] is None  # not a test
+    assert rows["graph_breaks"]["verdict"] == REGRESSION and rows["graph_breaks"]["ratio"] is None  # 0 -> 2
+    assert rows["hlo_fusions"]["verdict"] == rows["compiled_graphs"]["verdict"] == NO_CHANGE
+    assert rows["compiled_flops"]["verdict"] == MISSING  # never read for this series
+    assert "4,994 -> 5,010 (+0.3%)" in done.stdout and "0 -> 2" in done.stdout
+
+
+# Real compiled steps on this CPU: (backend, model, xla) -> the counters its trials must read.
+READ = {
+    ("jax", "bilstm", True): {"compiled_flops", "compiled_bytes_accessed", "hlo_instructions", "hlo_fusions"},
+    ("tensorflow", "bilstm", True): {"hlo_instructions", "hlo_fusions"},
+    ("tensorflow", "bilstm", False): {"graph_ops"},
+    ("torch", "bilstm", True): {"compiled_graphs", "graph_breaks", "generated_kernels"},
+}
+
+
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    root = tmp_path_factory.mktemp("counted")
+
+    def run(backend: str) -> None:
+        configs = "".join(
+            f'[[configs]]\nkeras_backend = "{b}"\nmodel = "{m}"\nxla = {str(x).lower()}\n\n'
+            for b, m, x in READ
+            if b == backend
+        )
+        trials = "1" if backend == "torch" else "2"  # torch.compile on a CPU takes a minute: one trial
+        suite = write_suite(root / f"{backend}.toml", f'name = "counters"\n[defaults]\npreset = "tiny"\n\n{configs}')
+        done = stepwatch("run", "--suite", str(suite), *SHORT, "--trials", trials, "--out", str(root / "results"))
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    two_at_a_time(run, ("torch", "jax", "tensorflow"))
+    return [row for path in sorted((root / "results").glob("*.parquet")) for row in pq.read_table(path).to_pylist()]
+
+
+def test_counters_are_read_from_the_compiled_step_of_every_backend(counted: list[dict]) -> None:
+    seen = {}
+    for row in counted:
+        key = (row["keras_backend"], row["model"], row["xla_requested"])
+        assert row["status"] == "ok", (key, row["error_message"])
+        found = {name for name in COUNTERS if row[name] is not None}
+        assert found == READ[key], (key, found, json.loads(row["extras"]).get("counters_error"))
+        assert all(row[name] > 0 for name in READ[key] if name != "graph_breaks"), key
+        seen.setdefault(key, []).append({name: row[name] for name in COUNTERS})
+    assert set(seen) == set(READ)
+    for key, values in seen.items():  # two processes of one config read the same counters
+        assert all(v == values[0] for v in values), (key, values)
+
+
+def test_reading_counters_leaves_memory_and_timing_alone(counted: list[dict]) -> None:
+    for row in counted:
+        extras = json.loads(row["extras"])
+        assert "counters_s" in extras  # read after the measured file was written ...
+        assert extras.get("peak_anon_missed_bytes") == 0  # ... and the peak's floor was taken before it
+
+
+ONE_MORE_LAYER = '    "tiny": TransformerSize(2, 32, 2, 64, 512, 16, dropout=0.0),\n'
+
+
+def test_one_more_layer_means_more_of_every_counter(tmp_path: Path) -> None:
+    """The tiny transformer with one more layer per stack (the source edited in a copy): more instructions,
+    fusions, flops and bytes on JAX; more ops on TensorFlow without XLA."""
+    env = edited_source(
+        tmp_path / "tree", (("trainers/transformer.py", '    "base": TransformerSize', ONE_MORE_LAYER),)
+    )
+    configs = "".join(
+        f'[[configs]]\nkeras_backend = "{b}"\nmodel = "transformer"\nxla = {x}\n\n'
+        for b, x in (("jax", "true"), ("tensorflow", "false"))
+    )
+    suite = write_suite(tmp_path / "suite.toml", f'name = "layers"\n[defaults]\npreset = "tiny"\n\n{configs}')
+    rows = {}
+    for tree, where in ((REPO, {}), (tmp_path / "tree", env)):
+        out = tmp_path / f"results-{len(rows)}"
+        done = stepwatch("run", "--suite", str(suite), *SHORT, "--trials", "1", "--out", str(out), cwd=tree, env=where)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        for row in (r for path in out.glob("*.parquet") for r in pq.read_table(path).to_pylist()):
+            rows[row["keras_backend"], tree == REPO] = row
+    jax_one, jax_two = rows["jax", True], rows["jax", False]
+    for name in ("hlo_instructions", "hlo_fusions", "compiled_flops", "compiled_bytes_accessed"):
+        assert jax_two[name] > jax_one[name], (name, jax_one[name], jax_two[name])
+    assert rows["tensorflow", False]["graph_ops"] > rows["tensorflow", True]["graph_ops"]

@@ -136,12 +136,14 @@ def test_compare_judges_counters_exactly_beside_timing(tmp_path: Path, by: str) 
 
 
 # Real compiled steps on this CPU: (backend, model, xla) -> the counters its trials must read.
+HLO_COUNTS = {"hlo_instructions", "hlo_fusions", "hlo_custom_calls"}
 READ = {
-    ("jax", "bilstm", True): {"compiled_flops", "compiled_bytes_accessed", "hlo_instructions", "hlo_fusions"},
-    ("tensorflow", "bilstm", True): {"hlo_instructions", "hlo_fusions"},
+    ("jax", "bilstm", True): {"compiled_flops", "compiled_bytes_accessed", "compiled_transcendentals", *HLO_COUNTS},
+    ("tensorflow", "bilstm", True): HLO_COUNTS,
     ("tensorflow", "bilstm", False): {"graph_ops"},
     ("torch", "bilstm", True): {"compiled_graphs", "graph_breaks", "generated_kernels"},
 }
+MAY_BE_ZERO = {"compiled_transcendentals", "hlo_custom_calls", "graph_breaks"}  # none of these in some programs
 
 
 @pytest.fixture(scope="module")
@@ -170,18 +172,20 @@ def test_counters_are_read_from_the_compiled_step_of_every_backend(counted: list
         assert row["status"] == "ok", (key, row["error_message"])
         found = {name for name in COUNTERS if row[name] is not None}
         assert found == READ[key], (key, found, json.loads(row["extras"]).get("counters_error"))
-        assert all(row[name] > 0 for name in READ[key] if name != "graph_breaks"), key
+        assert all(row[name] > 0 for name in READ[key] - MAY_BE_ZERO), key
         seen.setdefault(key, []).append({name: row[name] for name in COUNTERS})
     assert set(seen) == set(READ)
     for key, values in seen.items():  # two processes of one config read the same counters
         assert all(v == values[0] for v in values), (key, values)
 
 
-def test_reading_counters_leaves_memory_and_timing_alone(counted: list[dict]) -> None:
+def test_counters_are_read_once_the_trial_has_measured(counted: list[dict]) -> None:
+    """The trial writes what it measured first (the parent then stops sampling its memory: test_memory), and
+    adds the counters and what reading them took."""
     for row in counted:
         extras = json.loads(row["extras"])
-        assert "counters_s" in extras  # read after the measured file was written ...
-        assert extras.get("peak_anon_missed_bytes") == 0  # ... and the peak's floor was taken before it
+        assert extras["counters_s"] >= 0 and "counters_error" not in extras
+        assert row["peak_memory_bytes"] > 0 and extras["memory_samples"] > 0
 
 
 ONE_MORE_LAYER = '    "tiny": TransformerSize(2, 32, 2, 64, 512, 16, dropout=0.0),\n'

@@ -114,3 +114,30 @@ def test_rows_from_before_move_their_rss_aside_and_never_mix_with_anonymous_peak
     assert new[0]["peak_memory_bytes"] is None and new[0]["peak_rss_bytes"] == 800 * MIB
     assert new[1]["peak_memory_bytes"] == 3 * 2**30 and new[1]["peak_rss_bytes"] is None
     assert new[2]["peak_memory_bytes"] is None and new[2]["peak_rss_bytes"] == 700 * MIB  # a CPU row of no kind
+
+
+# A process that says it has measured (writes a marker file), then allocates a buffer: what a trial does when it
+# reads the compiled step's counters after its timed steps.
+AFTER_MEASURED = """
+import sys, time
+from pathlib import Path
+time.sleep(0.1)
+Path(sys.argv[1]).write_text("measured")
+buffer = bytearray(int(sys.argv[2]))
+for i in range(0, len(buffer), 4096):
+    buffer[i] = 1
+time.sleep(0.2)
+"""
+
+
+def test_what_a_process_does_after_it_has_measured_is_not_in_its_peak(tmp_path: Path) -> None:
+    peaks = {}
+    for stop in (False, True):
+        marker = tmp_path / f"measured-{stop}"
+        proc = subprocess.Popen([sys.executable, "-c", AFTER_MEASURED, str(marker), str(BUFFER)])
+        measured = marker.exists if stop else (lambda: False)
+        sampler, code, timed_out = memory.sample_until_exit(proc.pid, proc.poll, timeout_s=60, measured=measured)
+        assert code == 0 and not timed_out
+        peaks[stop] = sampler.peak_anon
+    assert peaks[False] - peaks[True] >= 0.9 * BUFFER, (peaks[False] / MIB, peaks[True] / MIB)
+    assert peaks[True] < BUFFER / 4  # the interpreter alone

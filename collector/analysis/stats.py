@@ -262,7 +262,7 @@ def verdict(result: Ratio, q_value: float, threshold: float, higher_is_better: b
     if q_value < alpha and abs(size) >= band:
         worse = size < 0 if higher_is_better else size > 0
         return REGRESSION if worse else IMPROVEMENT
-    if -band < math.log(result.ci_low) and math.log(result.ci_high) < band:
+    if -band <= math.log(result.ci_low) and math.log(result.ci_high) <= band:  # (a zero band: an exact tie)
         return NO_CHANGE
     return INCONCLUSIVE
 

@@ -64,6 +64,16 @@ def comma_list(cast: Callable[[str], Any] = str, choices: Sequence[Any] | None =
     return parse
 
 
+COUNTERS_WORD = "counters"  # in a list of metrics: every deterministic metric (collector.metrics.COUNTERS)
+
+
+def metric_list(text: str) -> list[str]:
+    """Comma-separated metric names, where ``counters`` stands for every counter of the compiled step."""
+    named = comma_list(choices=(*metrics.METRICS, COUNTERS_WORD))(text)
+    expanded = (metrics.COUNTERS if name == COUNTERS_WORD else (name,) for name in named)
+    return list(dict.fromkeys(name for names in expanded for name in names))
+
+
 def _bool_word(name: str) -> Callable[[str], bool]:
     def parse(text: str) -> bool:
         try:
@@ -121,8 +131,9 @@ def add_analysis_arguments(
     names = ", ".join(metrics.METRICS)
     if several_metrics:
         parser.add_argument(
-            "--metric", type=comma_list(choices=tuple(metrics.METRICS)), default=[metrics.DEFAULT_METRIC],
-            help=f"comma-separated metrics (default {metrics.DEFAULT_METRIC}): {names}",
+            "--metric", type=metric_list, default=[metrics.DEFAULT_METRIC],
+            help=f"comma-separated metrics (default {metrics.DEFAULT_METRIC}; '{COUNTERS_WORD}': every counter of "
+            f"the compiled step, compared exactly): {names}",
         )  # fmt: skip
     else:
         parser.add_argument(

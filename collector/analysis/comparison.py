@@ -87,12 +87,15 @@ def build(
     for metric, table in tables:
         for record in table.to_dict("records"):
             series = {k: plain(record[k]) for k in ("series_key", *queries.SERIES_COLUMNS)}
+            span = (_span(record, "baseline"), _span(record, "candidate")) if metric.deterministic else None
+            if span and not (span[0].n or span[1].n or record["failed_baseline"] or record["failed_candidate"]):
+                continue  # a counter this series' backend does not read (flops on TensorFlow): not a missing value
             cells.append((metric, series, int(record["failed_baseline"]), int(record["failed_candidate"])))
             pairs.append((_side(record, "baseline"), _side(record, "candidate")))
             thresholds.append(threshold_for(metric, series, overrides))
             directions.append(metric.higher_is_better)
             offsets.append((between or {}).get(metric.name))
-            spans.append((_span(record, "baseline"), _span(record, "candidate")) if metric.deterministic else None)
+            spans.append(span)
     # Timed metrics through the tests (Benjamini-Hochberg across all of them); counters exactly.
     tested = [i for i, span in enumerate(spans) if span is None]
     columns = (pairs, thresholds, directions, offsets)
@@ -102,7 +105,12 @@ def build(
         for span, threshold, higher in zip(spans, thresholds, directions)
     ]
     keys = sorted({series["series_key"] for _, series, _, _ in cells})
-    noise = {m.name: stats.noises_of(queries.trial_values(con, keys, m.name, stats.NOISE_TRIALS)) for m in metrics}
+    noise = {  # a counter has none: values that differ across its history are versions, not noise
+        m.name: stats.noises_of(queries.trial_values(con, keys, m.name, stats.NOISE_TRIALS))
+        if not m.deterministic
+        else {}
+        for m in metrics
+    }
     rows = [
         Row(series, metric, fb, fc, result, noise[metric.name].get(series["series_key"]))
         for (metric, series, fb, fc), result in zip(cells, results)

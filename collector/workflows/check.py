@@ -113,7 +113,7 @@ def measure(
         con = reader.connection()
         if upgrade.AA in envs:
             aa = comparison.build(con, selections["baseline"], selections[upgrade.AA], metric_names, thresholds, known)
-            for name in metric_names:
+            for name in (m.name for m in aa.metrics if not m.deterministic):  # a counter is compared exactly
                 pairs = [(r.result.baseline, r.result.candidate) for r in aa.rows if r.metric.name == name]
                 pooled = stats.pool_between([known.get(name), calibration.aa_between(pairs)])
                 if pooled is not None:

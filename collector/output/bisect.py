@@ -10,18 +10,14 @@ from typing import Any
 from collector.analysis.comparison import Row, plain
 from collector.bench.packages import Change, Group, describe
 from collector.outcomes import INCONCLUSIVE, SKIPPED
-from collector.output.comparison import aa_lines, between_lines, resolution
+from collector.output.comparison import aa_lines, between_lines, change_text, resolution
 from collector.output.text import interval, percent, series_label
 from collector.workflows.bisect import Bisection, Step
 from collector.workflows.search import Contribution, Search
 
 
 def _target_cells(rows: Sequence[Row]) -> str:
-    return "; ".join(
-        f"{series_label(r.series)} {r.metric.name}: {r.verdict} {percent(r.result.ratio)} "
-        f"{interval(r.result.ci_low, r.result.ci_high)}"
-        for r in rows
-    )
+    return "; ".join(f"{series_label(r.series)} {r.metric.name}: {r.verdict} {change_text(r)}" for r in rows)
 
 
 def bisect_headline(state: Bisection, search: Search | None) -> str:
@@ -186,6 +182,5 @@ def step_line(step: Step) -> str:
     """'reproduces: bert/tiny ... peak_memory_bytes +16.1% [+15.9%, +16.3%]' for the log and the report."""
     if step.outcome == SKIPPED and not step.rows:
         return f"skipped: {step.reason}"
-    cells = [f"{r.metric.name} {percent(r.result.ratio)} {interval(r.result.ci_low, r.result.ci_high)}"
-             for r in step.rows]  # fmt: skip
+    cells = [f"{r.metric.name} {change_text(r)}" for r in step.rows]
     return f"{step.outcome}: " + "; ".join(cells) + (f" ({step.reason})" if step.reason else "")

@@ -45,6 +45,12 @@ def exact_change(metric: Metric, spans: tuple[stats.Span, stats.Span]) -> str:
     return f"{values(baseline)} -> {values(candidate)}{shown}"
 
 
+def change_text(row: Row) -> str:
+    """'+16.1% [+15.9%, +16.3%]', or a counter's values ('4,077 -> 4,209 (+3.2%)'): a row's change in one cell."""
+    r = row.result
+    return exact_change(row.metric, r.spans) if r.spans else f"{percent(r.ratio)} {interval(r.ci_low, r.ci_high)}"
+
+
 def row_cells(row: Row) -> dict[str, str]:
     """The row as display text, shared by the terminal table, the markdown report and the dashboard. A counter's
     row shows its values on both sides and says it was compared exactly."""

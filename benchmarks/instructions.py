@@ -20,6 +20,7 @@ Needs valgrind and gcc (``apt-get install valgrind gcc``).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -60,21 +61,33 @@ toggle.sw_stop()
 """
 
 
-def count(python: str, config: str, library: Path, warmup: int, steps: int, out: Path) -> tuple[int, float]:
-    """One process under callgrind: the instructions of its measured steps, and its wall seconds."""
+def count(
+    python: str, config: str, library: Path, warmup: int, steps: int, out: Path, env: dict[str, str]
+) -> tuple[list[int], float]:
+    """One process under callgrind: the instructions of its measured steps per thread (the thread that runs the
+    steps first), and its wall seconds."""
     start = time.perf_counter()
-    command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}.%p", python,
-               "-c", STEPS, str(REPO), config, str(library), str(warmup), str(steps)]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True)
+    command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
+               f"--callgrind-out-file={out}.%p", python, "-c", STEPS, str(REPO), config, str(library), str(warmup),
+               str(steps)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env})
     if done.returncode != 0:
         raise SystemExit(f"{python}: exit {done.returncode}: {done.stderr[-1500:]}")
-    dumps = [p for p in out.parent.glob(f"{out.name}.*") if re.search(r"\.\d+\.\d+$", p.name)]
-    totals = [int(m[1]) for p in dumps for m in re.finditer(r"^totals: (\d+)", p.read_text(), re.M)]
-    for path in out.parent.glob(f"{out.name}.*"):
+
+    # With --separate-threads a file per thread. The dump request writes the calling thread's counts
+    # (<out>.<pid>.1-01); every other thread's are written at exit (<out>.<pid>-NN). Instrumentation was on only
+    # during the measured steps, so every count is of those steps: the calling thread's first, then the others'.
+    def thread_of(path: Path) -> int:
+        found = re.search(r"-(\d+)$", path.name)
+        return int(found[1]) if found else 0
+
+    files = sorted(out.parent.glob(f"{out.name}.*"), key=lambda p: (".1-" not in p.name, thread_of(p)))
+    totals = [int(m[1]) for p in files for m in re.finditer(r"^totals: (\d+)", p.read_text(), re.M)]
+    for path in files:
         path.unlink()
-    if len(totals) != 1:
-        raise SystemExit(f"expected one dump of the measured steps, found {len(totals)}")
-    return totals[0], time.perf_counter() - start
+    if not files or ".1-" not in files[0].name:
+        raise SystemExit("found no dump of the measured steps")
+    return [totals[0], *(t for t in totals[1:] if t)], time.perf_counter() - start
 
 
 def main() -> int:
@@ -86,6 +99,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--python", action="append", help="an environment's python (repeatable; default this one)")
+    parser.add_argument("--hash-seed", type=int, help="PYTHONHASHSEED for every process (default: random, as a trial)")
     args = parser.parse_args()
     config = (
         f'{{"model": "{args.model}", "preset": "tiny", "keras_backend": "{args.backend}", '
@@ -97,12 +111,16 @@ def main() -> int:
         (Path(tmp) / "toggle.c").write_text(TOGGLE)
         subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", str(library), str(Path(tmp) / "toggle.c")], check=True)
         found: dict[str, list[int]] = {}
+        env = {"PYTHONHASHSEED": str(args.hash_seed)} if args.hash_seed is not None else {}
         for i in range(args.processes):  # the environments alternate, so a drift of the machine hits both
             for python in pythons:
-                total, wall = count(python, config, library, args.warmup, args.steps, Path(tmp) / "cg")
+                threads, wall = count(python, config, library, args.warmup, args.steps, Path(tmp) / "cg", env)
+                total = sum(threads)
                 found.setdefault(python, []).append(total)
                 print(f"{python}: process {i + 1}: {total:,} instructions in {args.steps} steps "
-                      f"({total / args.steps:,.0f} a step), {wall:.0f} s", flush=True)  # fmt: skip
+                      f"({total / args.steps:,.0f} a step), {wall:.0f} s; the steps' thread {threads[0]:,}, "
+                      f"the others {[f'{t:,}' for t in threads[1:]]}",
+                      flush=True)  # fmt: skip
     every = [v for values in found.values() for v in values]
     for python, values in found.items():
         spread = (max(values) - min(values)) / statistics.mean(values)

@@ -213,3 +213,12 @@ def test_one_more_layer_means_more_of_every_counter(tmp_path: Path) -> None:
     for name in ("hlo_instructions", "hlo_fusions", "compiled_flops", "compiled_bytes_accessed"):
         assert jax_two[name] > jax_one[name], (name, jax_one[name], jax_two[name])
     assert rows["tensorflow", False]["graph_ops"] > rows["tensorflow", True]["graph_ops"]
+
+
+def test_counters_names_every_counter_in_a_list_of_metrics() -> None:
+    from collector.cli.arguments import metric_list
+
+    assert metric_list("examples_per_sec,counters") == ["examples_per_sec", *COUNTERS]
+    assert metric_list("hlo_fusions,counters")[0] == "hlo_fusions" and len(metric_list("hlo_fusions,counters")) == len(
+        COUNTERS
+    )

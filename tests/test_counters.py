@@ -222,3 +222,25 @@ def test_counters_names_every_counter_in_a_list_of_metrics() -> None:
     assert metric_list("hlo_fusions,counters")[0] == "hlo_fusions" and len(metric_list("hlo_fusions,counters")) == len(
         COUNTERS
     )
+
+
+def test_the_overview_calls_a_counter_its_backend_does_not_read_missing_not_failed(tmp_path: Path) -> None:
+    from collector.analysis.latest import overview
+    from collector.schema import to_table
+    from collector.store.database import open_store
+    from collector.store.selection import Selection
+
+    day = datetime(2026, 11, 1, tzinfo=UTC)
+    rows = _rows("night-1", day, [100.0, 101.0]) + _rows("night-2", day + timedelta(days=1), [100.0, 99.0])
+    for row in rows:
+        row["suite_run_id"] = row["label"]
+    results = tmp_path / "results"
+    results.mkdir()
+    pq.write_table(to_table(rows), results / "rows.parquet")
+    db = tmp_path / "store.duckdb"
+    assert stepwatch("ingest", str(results), "--db", str(db)).returncode == 0
+    with open_store(db) as reader:
+        table = overview(reader.connection(), Selection.of(), "hlo_fusions", [])
+        timed = overview(reader.connection(), Selection.of(), "examples_per_sec", [])
+    assert list(table["verdict"]) == [MISSING]  # ok trials that read no fusions (XLA off): not a failure
+    assert list(timed["verdict"]) != [MISSING]

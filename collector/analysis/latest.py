@@ -103,6 +103,10 @@ def overview(
     table = runs.merge(found, on="series_key", how="left")
     counts = records.list_alerts(con, records.OPEN).groupby("series_key").size()
     table["alerts"] = table["series_key"].map(counts).fillna(0).astype(int)
+    # Ok trials with no value of the metric did not fail: it was not measured (a counter its backend does not read)
+    unmeasured = table["ok"].gt(0) & table["n"].fillna(0).eq(0)
+    for against in AGAINST:
+        table.loc[unmeasured, f"{against}_verdict"] = MISSING
     table["verdict"] = [
         worst(p, b) if isinstance(p, str) else MISSING
         for p, b in zip(table["previous_verdict"], table["baseline_verdict"])

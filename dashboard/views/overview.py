@@ -104,7 +104,7 @@ st.dataframe(
     width="stretch",
     height=min(38 + 35 * max(len(shown), 1), 720),
     column_config={
-        "latest": st.column_config.TextColumn(f"latest ({unit})"),
+        "latest": st.column_config.TextColumn(f"latest ({unit})" if unit else "latest"),
         "vs_previous": st.column_config.TextColumn("vs previous run", help="ratio and its 95% interval"),
         "vs_baseline": st.column_config.TextColumn(f"vs baseline (≤{latest.BASELINE_NIGHTS} nights)"),
         "series": st.column_config.TextColumn("series", width="large"),

@@ -244,3 +244,39 @@ def test_the_overview_calls_a_counter_its_backend_does_not_read_missing_not_fail
         timed = overview(reader.connection(), Selection.of(), "examples_per_sec", [])
     assert list(table["verdict"]) == [MISSING]  # ok trials that read no fusions (XLA off): not a failure
     assert list(timed["verdict"]) != [MISSING]
+
+
+def test_a_store_written_before_the_counters_is_read_and_then_upgraded(tmp_path: Path) -> None:
+    """A store of an earlier stepwatch has no counter columns: it is read (they read as empty), and the next write
+    adds them."""
+    import duckdb
+
+    from collector.schema import to_table
+    from collector.store.tables import SPANS
+
+    def ingest(label: str, days: int, **counts: int) -> None:
+        rows = _rows(label, datetime(2026, 11, 1, tzinfo=UTC) + timedelta(days=days), [100.0, 101.0, 99.0], **counts)
+        pq.write_table(to_table(rows), results / f"{label}.parquet")
+        assert stepwatch("ingest", str(results), "--db", str(db)).returncode == 0
+
+    results, db = tmp_path / "results", tmp_path / "store.duckdb"
+    results.mkdir()
+    ingest("before", 0)
+    ingest("mid", 1)
+    with duckdb.connect(str(db)) as con:  # as the earlier stepwatch wrote it
+        con.execute("DROP INDEX runs_run_id")
+        for name in COUNTERS:
+            con.execute(f'ALTER TABLE runs DROP COLUMN "{name}"')
+            for stat in SPANS:
+                con.execute(f'ALTER TABLE summaries DROP COLUMN "{stat}_{name}"')
+        con.execute("UPDATE store_meta SET value = 'earlier' WHERE key = 'layout'")
+    read = stepwatch("compare", "--baseline", "label=before", "--candidate", "label=mid", "--metric",
+                     "examples_per_sec,hlo_fusions", "--db", str(db), "--format", "json")  # fmt: skip
+    assert read.returncode == 0, read.stdout + read.stderr
+    assert [r["metric"] for r in json.loads(read.stdout)["rows"]] == ["examples_per_sec"]  # no counter was read
+    ingest("after", 2, hlo_fusions=3)  # a write: the store gains the columns
+    ingest("later", 3, hlo_fusions=4)
+    judged = stepwatch("compare", "--baseline", "label=after", "--candidate", "label=later", "--metric",
+                       "hlo_fusions", "--db", str(db), "--format", "json")  # fmt: skip
+    assert judged.returncode == 1, judged.stdout + judged.stderr
+    assert [r["verdict"] for r in json.loads(judged.stdout)["rows"]] == [REGRESSION]  # 3 -> 4 fusions

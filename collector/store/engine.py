@@ -111,10 +111,21 @@ def _log_views(
     """Views of the log tables across ``catalogs``: in the in-memory catalog for a reader (so that its cursors
     see them too), ``kind="TEMP"`` for a writer (searched before the delta it writes). Columns by name in one
     order (a migrated base may hold them in another), in a plain UNION ALL through which DuckDB pushes filters
-    and projections down to each file."""
+    and projections down to each file. A column that a file written by an earlier stepwatch lacks (a metric added
+    since; the file gains it at the next write's compaction) reads as NULL there."""
+    found = con.execute(
+        "SELECT database_name, table_name, list(column_name) FROM duckdb_columns() "
+        "WHERE list_contains(?, database_name) AND list_contains(?, table_name) GROUP BY ALL",
+        [list(catalogs), list(tables)],
+    ).fetchall()
+    present = {(catalog, table): set(names) for catalog, table, names in found}
+
+    def columns(catalog: str, table: str) -> str:
+        have = present.get((catalog, table), set())
+        return ", ".join(_quote(c) if c in have else f"NULL AS {_quote(c)}" for c in LOG_COLUMNS[table])
+
     for table in tables:
-        columns = ", ".join(_quote(c) for c in LOG_COLUMNS[table])
-        union = " UNION ALL ".join(f"SELECT {columns} FROM {c}.{table}" for c in catalogs)
+        union = " UNION ALL ".join(f"SELECT {columns(c, table)} FROM {c}.{table}" for c in catalogs)
         con.execute(f"CREATE OR REPLACE {kind} VIEW {prefix}{table} AS {union}")
 
 

@@ -297,7 +297,10 @@ def exact(baseline: Span, candidate: Span, threshold: float, higher_is_better: b
     sides' values allow (a single point when each side repeated its value). regression / improvement: the whole
     range is a change of at least ``threshold`` (any change, at 0) in one direction; no change: within it;
     inconclusive: a side's values varied enough to straddle both. No p-value: nothing is sampled."""
-    side = {s: Side(s.n, math.log(s.high) if s.n and s.high > 0 else math.nan, 0.0) for s in (baseline, candidate)}
+
+    def side(span: Span) -> Side:  # what the summaries and reports read of a side: its count, no variance
+        return Side(span.n, math.log(span.high) if span.n and span.high > 0 else math.nan, 0.0)
+
     if not baseline.n or not candidate.n:
         ratio = low = high = math.nan
         call = MISSING
@@ -314,7 +317,7 @@ def exact(baseline: Span, candidate: Span, threshold: float, higher_is_better: b
         else:
             call = INCONCLUSIVE
     return Verdict(
-        side[baseline], side[candidate], threshold, higher_is_better, ratio, low, high, math.nan, math.nan, call,
+        side(baseline), side(candidate), threshold, higher_is_better, ratio, low, high, math.nan, math.nan, call,
         0.0, None, spans=(baseline, candidate),
     )  # fmt: skip
 

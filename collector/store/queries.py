@@ -16,7 +16,6 @@ from collector.metrics import METRICS
 from collector.schema import VERSION_COLUMNS
 from collector.store.selection import ALIASES, ALL, Selection, SelectionError, as_fields, named
 from collector.store.tables import (
-    POOL,
     RECENCY,
     RECENT_TRIALS,
     SPAN_METRICS,
@@ -175,9 +174,8 @@ def compare_sides(
     if metric in SPAN_METRICS:  # its raw values' count, least and greatest per side, for an exact comparison
         for part in SPANS:
             names[part] = f"{part}_{{0}}"
-            pool = POOL[SPANS[part]]
             stat[part] = (
-                f"{pool}(\"{part}_{metric}\") FILTER (WHERE side = '{{0}}')"
+                f"{SPANS[part][1]}(\"{part}_{metric}\") FILTER (WHERE side = '{{0}}')"
                 if summarized(baseline, candidate)
                 else span_of(metric, part, f"CASE WHEN side = '{{0}}' AND status = 'ok' THEN \"{metric}\" END")
             )

@@ -96,13 +96,12 @@ SUMMARY_KEYS = tuple(
 SUMMARY_METRICS = tuple(METRICS)
 # A deterministic metric also keeps its raw values' count, least and greatest (zeros included: no graph breaks is
 # a count too), which is what comparing it exactly needs (``stats.exact``).
-SPANS = {"k": "count", "lo": "min", "hi": "max"}  # statistic -> how it is taken over trials and pooled over parts
+SPANS = {"k": ("count", "sum"), "lo": ("min", "min"), "hi": ("max", "max")}  # over trials, then over parts
 SPAN_METRICS = COUNTERS
 SUMMARY_STATS = (
     *(f"{stat}_{m}" for m in SUMMARY_METRICS for stat in ("n", "mean", "m2")),
     *(f"{stat}_{m}" for m in SPAN_METRICS for stat in SPANS),
 )
-POOL = {"count": "sum", "min": "min", "max": "max"}
 
 
 def ok_value(metric: str) -> str:
@@ -113,7 +112,7 @@ def ok_value(metric: str) -> str:
 def span_of(metric: str, stat: str, value: str | None = None) -> str:
     """The aggregate of ``stat`` (a key of SPANS) over trials' raw values (``value``: an expression, the metric's
     ok value by default)."""
-    return f"{SPANS[stat]}({value or ok_value(metric)})"
+    return f"{SPANS[stat][0]}({value or ok_value(metric)})"
 
 
 def _keys(alias: str = "") -> str:
@@ -147,7 +146,7 @@ def pooled(source: str, by: str, metrics: tuple[str, ...] = SUMMARY_METRICS, car
         for m in metrics
     )
     spans = "".join(
-        f', {POOL[SPANS[stat]]}("{stat}_{m}") AS "{stat}_{m}"' for m in metrics if m in SPAN_METRICS for stat in SPANS
+        f', {SPANS[stat][1]}("{stat}_{m}") AS "{stat}_{m}"' for m in metrics if m in SPAN_METRICS for stat in SPANS
     )
     extra = f"{carry}, " if carry else ""
     return (

@@ -139,8 +139,7 @@ def test_compare_judges_counters_exactly_beside_timing(tmp_path: Path, by: str) 
 HLO_COUNTS = {"hlo_instructions", "hlo_fusions", "hlo_custom_calls"}
 READ = {
     ("jax", "bilstm", True): {"compiled_flops", "compiled_bytes_accessed", "compiled_transcendentals", *HLO_COUNTS},
-    ("tensorflow", "bilstm", True): HLO_COUNTS,
-    ("tensorflow", "bilstm", False): {"graph_ops"},
+    ("tensorflow", "bilstm", True): HLO_COUNTS,  # graph_ops (XLA off): test_one_more_layer_means_more_of_every_counter
     ("torch", "bilstm", True): {"compiled_graphs", "graph_breaks", "generated_kernels"},
 }
 MAY_BE_ZERO = {"compiled_transcendentals", "hlo_custom_calls", "graph_breaks"}  # none of these in some programs
@@ -212,7 +211,7 @@ def test_one_more_layer_means_more_of_every_counter(tmp_path: Path) -> None:
     jax_one, jax_two = rows["jax", True], rows["jax", False]
     for name in ("hlo_instructions", "hlo_fusions", "compiled_flops", "compiled_bytes_accessed"):
         assert jax_two[name] > jax_one[name], (name, jax_one[name], jax_two[name])
-    assert rows["tensorflow", False]["graph_ops"] > rows["tensorflow", True]["graph_ops"]
+    assert rows["tensorflow", False]["graph_ops"] > rows["tensorflow", True]["graph_ops"] > 0
 
 
 def test_counters_names_every_counter_in_a_list_of_metrics() -> None:

@@ -141,3 +141,15 @@ def test_what_a_process_does_after_it_has_measured_is_not_in_its_peak(tmp_path: 
         peaks[stop] = sampler.peak_anon
     assert peaks[False] - peaks[True] >= 0.9 * BUFFER, (peaks[False] / MIB, peaks[True] / MIB)
     assert peaks[True] < BUFFER / 4  # the interpreter alone
+
+
+def test_the_trials_own_last_reading_raises_a_sampled_peak_that_missed_it() -> None:
+    sampled = {"peak_memory_bytes": 100 * MIB, "peak_file_bytes": 50 * MIB, "memory_samples": 10}
+    child = {"anon_end_bytes": 101 * MIB, "file_end_bytes": 51 * MIB, "peak_anon_floor_bytes": 101 * MIB}
+    judged = memory.judged_peak(sampled, child)
+    assert (judged["peak_memory_bytes"], judged["peak_file_bytes"], judged["peak_anon_missed_bytes"]) == (
+        101 * MIB, 51 * MIB, 0)  # fmt: skip
+    lower = memory.judged_peak(sampled, {**child, "anon_end_bytes": 90 * MIB})
+    assert lower["peak_memory_bytes"] == 100 * MIB  # a peak earlier in the trial stays the peak
+    own = memory.own_anon_fields()
+    assert 0 < own["anon_end_bytes"] < 4 * 2**30 and own["file_end_bytes"] > 0

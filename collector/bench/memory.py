@@ -120,10 +120,23 @@ def trial_end_fields(status: dict[str, int]) -> dict[str, int]:
     return {"peak_anon_floor_bytes": status["hwm"] - status["file"] - status["shmem"]}
 
 
+def own_anon_fields() -> dict[str, int]:
+    """This process's anonymous memory now, read as the parent samples it (``anon_end_bytes``): what a trial
+    reports as it writes what it measured, the moment the parent stops sampling (a last reading it may miss)."""
+    own = PeakSampler(os.getpid())
+    own.sample()
+    own.close()
+    return {"anon_end_bytes": own.peak_anon, "file_end_bytes": own.file_at_peak} if own.samples else {}
+
+
 def judged_peak(parent: dict[str, int], child: dict[str, Any]) -> dict[str, int]:
-    """Merge the parent's sampled peak into a CPU trial's row, with the check against the child's floor."""
+    """Merge the parent's sampled peak into a CPU trial's row, with the trial's own last reading (the peak when it
+    is higher) and the check against the child's floor."""
     out = dict(parent)
+    end = child.get("anon_end_bytes")
+    if end is not None and "peak_memory_bytes" in out and end > out["peak_memory_bytes"]:
+        out.update(peak_memory_bytes=end, peak_file_bytes=child.get("file_end_bytes", out.get("peak_file_bytes")))
     floor = child.get("peak_anon_floor_bytes")
-    if floor is not None and "peak_memory_bytes" in parent:
-        out["peak_anon_missed_bytes"] = max(0, floor - parent["peak_memory_bytes"])
+    if floor is not None and "peak_memory_bytes" in out:
+        out["peak_anon_missed_bytes"] = max(0, floor - out["peak_memory_bytes"])
     return out

@@ -162,7 +162,7 @@ def host_memory_fields() -> dict[str, int]:
     """What the trial itself says about its host memory at its end, on every device: ``ru_maxrss`` (the peak
     resident set, shared libraries included) and the floor that checks the parent's sampled peak."""
     fields = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
-    return {**fields, **memory.trial_end_fields(memory.own_status())}
+    return {**fields, **memory.trial_end_fields(memory.own_status()), **memory.own_anon_fields()}
 
 
 class KerasBackend:

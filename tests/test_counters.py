@@ -85,9 +85,13 @@ def test_a_threshold_on_a_counter_is_honoured() -> None:
 
 def test_an_exact_change_shows_the_values() -> None:
     metric = METRICS["hlo_instructions"]
-    assert exact_change(metric, (stats.Span(3, 4994, 4994), stats.Span(3, 5010, 5010))) == "4,994 -> 5,010 (+0.3%)"
-    assert exact_change(METRICS["graph_breaks"], (stats.Span(1, 0, 0), stats.Span(1, 2, 2))) == "0 -> 2"
-    assert exact_change(metric, (stats.Span(2, 10, 12), stats.Span(2, 10, 10))) == "10..12 -> 10"
+
+    def shown(metric: object, baseline: tuple, candidate: tuple) -> str:
+        return exact_change(metric, stats.exact(stats.Span(3, *baseline), stats.Span(3, *candidate), 0.0, False))
+
+    assert shown(metric, (4994, 4994), (5010, 5010)) == "4,994 -> 5,010 (+0.3%)"
+    assert shown(METRICS["graph_breaks"], (0, 0), (2, 2)) == "0 -> 2"
+    assert shown(metric, (10, 12), (10, 10)) == "10..12 -> 10"
 
 
 def _rows(label: str, start: datetime, timing: list[float], **counts: int) -> list[dict]:

@@ -29,8 +29,9 @@ from collector.output.text import (
 CodeOf = Callable[[Comparison], int]  # the exit code a comparison gives (the CLI's, collector.cli.exits)
 
 
-def exact_change(metric: Metric, spans: tuple[stats.Span, stats.Span]) -> str:
-    """A counter's change as its values: '4,994 -> 5,010 (+0.3%)'; a side whose values varied shows their range."""
+def exact_change(metric: Metric, result: stats.Verdict) -> str:
+    """A counter's change (``stats.exact``) as its values: '4,994 -> 5,010 (+0.3%)'; a side whose values varied
+    shows their range."""
 
     def values(span: stats.Span) -> str:
         if not span.n:
@@ -38,8 +39,8 @@ def exact_change(metric: Metric, spans: tuple[stats.Span, stats.Span]) -> str:
         low, high = metric.shown(span.low), metric.shown(span.high)
         return low if low == high else f"{low}..{high}"
 
-    baseline, candidate = spans
-    ratio = stats.exact(baseline, candidate, 0.0, metric.higher_is_better).ratio
+    baseline, candidate = result.spans
+    ratio = result.ratio
     moved = baseline.constant and candidate.constant and math.isfinite(ratio) and ratio != 1
     shown = f" ({percent(ratio)})" if moved else ""
     return f"{values(baseline)} -> {values(candidate)}{shown}"
@@ -48,7 +49,7 @@ def exact_change(metric: Metric, spans: tuple[stats.Span, stats.Span]) -> str:
 def change_text(row: Row) -> str:
     """'+16.1% [+15.9%, +16.3%]', or a counter's values ('4,077 -> 4,209 (+3.2%)'): a row's change in one cell."""
     r = row.result
-    return exact_change(row.metric, r.spans) if r.spans else f"{percent(r.ratio)} {interval(r.ci_low, r.ci_high)}"
+    return exact_change(row.metric, r) if r.spans else f"{percent(r.ratio)} {interval(r.ci_low, r.ci_high)}"
 
 
 def row_cells(row: Row) -> dict[str, str]:
@@ -60,7 +61,7 @@ def row_cells(row: Row) -> dict[str, str]:
         "verdict": row.verdict,
         "series": series_label(row.series),
         "metric": row.metric.name,
-        "change": exact_change(row.metric, r.spans) if r.spans else percent(r.ratio),
+        "change": exact_change(row.metric, r) if r.spans else percent(r.ratio),
         "95% CI": "exact" if r.spans else interval(r.ci_low, r.ci_high),
         "n": f"{r.baseline.n}/{r.candidate.n}"
         + (f" ({row.failed_baseline}/{row.failed_candidate} failed)" if failed else ""),

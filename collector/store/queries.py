@@ -12,13 +12,12 @@ import duckdb
 import pandas as pd
 
 from collector.config import FIELD_NAMES, SERIES_DIMENSIONS
-from collector.metrics import METRICS
+from collector.metrics import COUNTERS, METRICS
 from collector.schema import VERSION_COLUMNS
 from collector.store.selection import ALIASES, ALL, Selection, SelectionError, as_fields, named
 from collector.store.tables import (
     RECENCY,
     RECENT_TRIALS,
-    SPAN_METRICS,
     SPANS,
     SUMMARY_KEYS,
     log_value,
@@ -171,7 +170,7 @@ def compare_sides(
             "failed": "count(*) FILTER (WHERE side = '{0}' AND status <> 'ok')",
         }
     names = {"n": "n_{0}", "mean": "mean_log_{0}", "var": "var_log_{0}", "failed": "failed_{0}"}
-    if metric in SPAN_METRICS:  # its raw values' count, least and greatest per side, for an exact comparison
+    if metric in COUNTERS:  # its raw values' count, least and greatest per side, for an exact comparison
         for part in SPANS:
             names[part] = f"{part}_{{0}}"
             stat[part] = (

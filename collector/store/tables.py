@@ -97,10 +97,9 @@ SUMMARY_METRICS = tuple(METRICS)
 # A deterministic metric also keeps its raw values' count, least and greatest (zeros included: no graph breaks is
 # a count too), which is what comparing it exactly needs (``stats.exact``).
 SPANS = {"k": ("count", "sum"), "lo": ("min", "min"), "hi": ("max", "max")}  # over trials, then over parts
-SPAN_METRICS = COUNTERS
 SUMMARY_STATS = (
     *(f"{stat}_{m}" for m in SUMMARY_METRICS for stat in ("n", "mean", "m2")),
-    *(f"{stat}_{m}" for m in SPAN_METRICS for stat in SPANS),
+    *(f"{stat}_{m}" for m in COUNTERS for stat in SPANS),
 )
 
 
@@ -127,7 +126,7 @@ def summaries_of(source: str) -> str:
         f'AS "m2_{m}"'
         for m in SUMMARY_METRICS
     )
-    spans = "".join(f', {span_of(m, stat)} AS "{stat}_{m}"' for m in SPAN_METRICS for stat in SPANS)
+    spans = "".join(f', {span_of(m, stat)} AS "{stat}_{m}"' for m in COUNTERS for stat in SPANS)
     return (
         f"SELECT hash({_keys()}) AS group_key, {_keys()}, count(*) AS trials, "
         f"count(*) FILTER (WHERE status <> 'ok') AS failed, {stats}{spans} "
@@ -146,7 +145,7 @@ def pooled(source: str, by: str, metrics: tuple[str, ...] = SUMMARY_METRICS, car
         for m in metrics
     )
     spans = "".join(
-        f', {SPANS[stat][1]}("{stat}_{m}") AS "{stat}_{m}"' for m in metrics if m in SPAN_METRICS for stat in SPANS
+        f', {SPANS[stat][1]}("{stat}_{m}") AS "{stat}_{m}"' for m in metrics if m in COUNTERS for stat in SPANS
     )
     extra = f"{carry}, " if carry else ""
     return (

@@ -152,6 +152,18 @@ def cudnn_text(version: int | None) -> str | None:
     return f"{version // 1000}.{version % 1000 // 100}.{version % 100}"
 
 
+@contextlib.contextmanager
+def wrapped(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
+    """``owner.name`` replaced by ``wrap(original)`` for the block, and restored whatever happens: how a backend
+    watches Keras make its train step (``KerasBackend.recording``)."""
+    original = getattr(owner, name)
+    setattr(owner, name, wrap(original))
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
 def host_peak_memory() -> tuple[int | None, str]:
     """A CPU trial's peak memory on every backend: its peak anonymous memory, which the parent samples from
     outside (collector.bench.memory), so nothing to read here."""
@@ -192,10 +204,9 @@ class KerasBackend:
         """Where the model and optimizer are built (TensorFlow: the strategy's scope)."""
         return None
 
-    @contextlib.contextmanager
-    def recording(self) -> Iterator[None]:
+    def recording(self) -> contextlib.AbstractContextManager[None]:
         """While Keras makes the train function: note what a backend needs to find its compiled step again."""
-        yield
+        return contextlib.nullcontext()
 
     def counters(self, model: Any, data: Any, config: BenchmarkConfig, runtime: Runtime) -> dict[str, Any]:
         return {}

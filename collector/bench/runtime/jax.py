@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -68,30 +68,25 @@ class JaxBackend(common.KerasBackend):
     step: Any = None  # the jitted train step Keras made (recorded while it makes the train function)
     step_args: Any = None  # the abstract arguments of its first call
 
-    @contextlib.contextmanager
-    def recording(self) -> Iterator[None]:
+    def recording(self) -> contextlib.AbstractContextManager[None]:
         """Keras jits its train step with its trainer module's ``jit``; keep the jitted step and the shapes of its
         first call's arguments (donated buffers cannot be kept)."""
         from keras.src.backend.jax import trainer
 
-        original = trainer.jit
+        def keeping(original: Any) -> Any:
+            def jit(function: Any, **kwargs: Any) -> Any:
+                jitted = self.step = original(function, **kwargs)
 
-        def jit(function: Any, **kwargs: Any) -> Any:
-            jitted = original(function, **kwargs)
-            self.step = jitted
+                def step(*args: Any) -> Any:
+                    if self.step_args is None:
+                        self.step_args = jax.tree.map(abstract, args)
+                    return jitted(*args)
 
-            def step(*args: Any) -> Any:
-                if self.step_args is None:
-                    self.step_args = jax.tree.map(abstract, args)
-                return jitted(*args)
+                return step
 
-            return step
+            return jit
 
-        trainer.jit = jit
-        try:
-            yield
-        finally:
-            trainer.jit = original
+        return common.wrapped(trainer, "jit", keeping)
 
     def counters(self, model: Any, data: Any, config: BenchmarkConfig, runtime: Runtime) -> dict[str, Any]:
         """The step lowered and compiled again for the same argument shapes: XLA's cost analysis and its optimized

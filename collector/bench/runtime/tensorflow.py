@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import keras
@@ -160,23 +159,20 @@ class TensorFlowBackend(common.KerasBackend):
         """Model and optimizer under the strategy scope."""
         return runtime.strategy.scope()
 
-    @contextlib.contextmanager
-    def recording(self) -> Iterator[None]:
+    def recording(self) -> contextlib.AbstractContextManager[None]:
         """Keras makes one step's tf.function (``jit_compile`` as the model's) inside the train function's; keep
         it. (``tf.function`` is swapped only while Keras makes the train function.)"""
-        original = tf.function
 
-        def function(*args: Any, **kwargs: Any) -> Any:
-            made = original(*args, **kwargs)
-            if "jit_compile" in kwargs and self.step is None:
-                self.step = made
-            return made
+        def keeping(original: Any) -> Any:
+            def function(*args: Any, **kwargs: Any) -> Any:
+                made = original(*args, **kwargs)
+                if "jit_compile" in kwargs and self.step is None:
+                    self.step = made
+                return made
 
-        tf.function = function
-        try:
-            yield
-        finally:
-            tf.function = original
+            return function
+
+        return common.wrapped(tf, "function", keeping)
 
     def counters(self, model: Any, data: Any, config: BenchmarkConfig, runtime: Runtime) -> dict[str, Any]:
         """With XLA the optimized HLO of the step (as XLA compiles it for one batch); without, the ops of its

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from collector.bench import counters, runtime
+from collector.bench import counters, profiles, runtime
 from collector.bench.environment import host_environment
 from collector.bench.measure import NonFiniteLoss, WindowClock, host_load, summarize
 from collector.config import BenchmarkConfig, usable_cores, validate
@@ -99,7 +99,23 @@ def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> 
     if result["status"] == "ok":
         result.update(read_counters(backend, model, data, config, setup))
         write_json_atomically(result_path, result)
+    profile_dir = os.environ.get(profiles.PROFILE_ENV)
+    if result["status"] == "ok" and profile_dir:
+        result.update(record_profile(backend, model, data, config, Path(profile_dir)))
+        write_json_atomically(result_path, result)
     return result
+
+
+def record_profile(backend: runtime.Backend, model: Any, data: Any, config: BenchmarkConfig, logdir: Path) -> dict:
+    """A few more steps under the framework's profiler, after everything timed and counted: the op table, or why
+    there is none in the row's extras (the trial stays ok)."""
+    start = time.perf_counter()
+    try:
+        found = backend.profile(model, data, config, logdir)
+    except Exception as error:  # noqa: BLE001 - the timed figures are measured; a profile is extra
+        traceback.print_exc()
+        return {"profile_error": f"{type(error).__name__}: {str(error).strip()[:300]}"}
+    return {**found, "profile_s": round(time.perf_counter() - start, 3)}  # profile_s: kept in extras
 
 
 def read_counters(

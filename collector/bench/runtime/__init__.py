@@ -68,6 +68,10 @@ class Backend(Protocol):
         """What the compiler emitted for the training step that ran (``collector.bench.counters``); read after
         the timed steps, empty where the backend cannot tell."""
 
+    def profile(self, model: Any, data: Any, config: BenchmarkConfig, logdir: Any) -> dict[str, Any]:
+        """A few more steps under the framework's profiler (raw profile into ``logdir``): the per-op table of
+        ``collector.bench.profiles`` and the wall time of a profiled step."""
+
     def compiler(self, model: Any, config: BenchmarkConfig) -> str:
         """What jit_compile really ran: ``xla``, ``inductor`` or ``none``."""
 

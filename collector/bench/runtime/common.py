@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import resource
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import keras
 
-from collector.bench import memory
+from collector.bench import memory, profiles
 from collector.bench.measure import WindowClock, window_mean_from_running
 from collector.config import BenchmarkConfig
 from collector.metrics import ANON_KIND
@@ -210,6 +212,30 @@ class KerasBackend:
 
     def counters(self, model: Any, data: Any, config: BenchmarkConfig, runtime: Runtime) -> dict[str, Any]:
         return {}
+
+    def profile(self, model: Any, data: Any, config: BenchmarkConfig, logdir: Path) -> dict[str, Any]:
+        """``profiles.PROFILE_STEPS`` more steps of ``fit`` under the framework's profiler, which writes its raw
+        profile into ``logdir``: the op table (``profiles.OP_COLUMNS``) and the wall time of a profiled step."""
+        if config.loop != "fit":
+            raise NotImplementedError(f"the {config.loop} loop is not profiled (only fit)")
+        steps = profiles.PROFILE_STEPS
+        # Once unprofiled first: the first fit after the timed one compiles the step again on JAX (2.2 s for bert
+        # tiny, which a profile would take for the step's own time).
+        model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False)
+        with self.profiler(logdir, config):
+            start = time.perf_counter()
+            model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False)
+            wall_s = time.perf_counter() - start
+        table = profiles.op_table(self.op_totals(logdir), steps)
+        return {**table, "profile_steps": steps, "profile_step_time_s": wall_s / steps}
+
+    def profiler(self, logdir: Path, config: BenchmarkConfig) -> contextlib.AbstractContextManager[None]:
+        """The framework's profiler, recording into ``logdir`` for the block."""
+        raise NotImplementedError
+
+    def op_totals(self, logdir: Path) -> dict[tuple[str, str, str], tuple[float, int]]:
+        """(op type, op name, where) -> (self time in seconds, occurrences) over the profiled steps."""
+        raise NotImplementedError
 
     def place(self, runtime: Runtime) -> Callable[[Any], Any]:
         """How an array of the synthetic batch goes onto the device."""

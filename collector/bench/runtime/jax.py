@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import jax
 import keras
 
-from collector.bench import counters
+from collector.bench import counters, profiles
 from collector.bench.runtime import common
 from collector.bench.runtime.common import Runtime
 from collector.config import BenchmarkConfig, ConfigError
@@ -95,6 +96,22 @@ class JaxBackend(common.KerasBackend):
             return {}
         compiled = self.step.lower(*self.step_args).compile()
         return {**counters.cost_counts(compiled.cost_analysis()), **counters.hlo_counts(compiled.as_text())}
+
+    @contextlib.contextmanager
+    def profiler(self, logdir: Path, config: BenchmarkConfig) -> Iterator[None]:
+        """JAX's profiler (XLA's ops on the host or the device's kernels; no Python tracing)."""
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = 0
+        options.host_tracer_level = 2
+        jax.profiler.start_trace(str(logdir), profiler_options=options)
+        try:
+            yield
+        finally:
+            jax.profiler.stop_trace()
+
+    def op_totals(self, logdir: Path) -> dict[tuple[str, str, str], tuple[float, int]]:
+        data = jax.profiler.ProfileData.from_file(str(profiles.xspace_file(logdir)))
+        return profiles.self_times(profiles.xspace_spans(profiles.profile_data_planes(data)))
 
     def configure(self, config: BenchmarkConfig) -> Runtime:
         """Matmul precision and the dtype policy; DataParallel over the devices when there are several."""

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from collector.bench import counters
+from collector.bench import counters, profiles
 from collector.bench.measure import WindowClock
 from collector.bench.runtime import common
 from collector.bench.runtime.common import Runtime
@@ -184,6 +186,23 @@ class TensorFlowBackend(common.KerasBackend):
             return counters.hlo_counts(self.step.experimental_get_compiler_ir(batch)(stage="optimized_hlo"))
         graph = self.step.get_concrete_function(batch).graph.as_graph_def()
         return {"graph_ops": counters.graph_op_count(graph)}
+
+    @contextlib.contextmanager
+    def profiler(self, logdir: Path, config: BenchmarkConfig) -> Iterator[None]:
+        """TensorFlow's profiler (host ops and, on a GPU, device kernels; no Python tracing)."""
+        options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0)
+        tf.profiler.experimental.start(str(logdir), options=options)
+        try:
+            yield
+        finally:
+            tf.profiler.experimental.stop()
+
+    def op_totals(self, logdir: Path) -> dict[tuple[str, str, str], tuple[float, int]]:
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+        space = xplane_pb2.XSpace()
+        space.ParseFromString(profiles.xspace_file(logdir).read_bytes())
+        return profiles.self_times(profiles.xspace_spans(profiles.proto_planes(space)))
 
     def make_data(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
         """synthetic: one fixed batch repeated; pipeline: a host tf.data pipeline (JPEG decode + augment for images)."""

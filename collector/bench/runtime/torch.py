@@ -6,11 +6,15 @@ Only a trial process with KERAS_BACKEND=torch imports this module. It never impo
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import keras
 import torch
 
+from collector.bench import profiles
 from collector.bench.runtime import common
 from collector.bench.runtime.common import Runtime
 from collector.config import BenchmarkConfig, ConfigError, thread_counts
@@ -59,6 +63,36 @@ class TorchBackend(common.KerasBackend):
             "generated_kernels": metrics.generated_kernel_count,
             "compiled_bytes_accessed": float(metrics.num_bytes_accessed) or None,
         }
+
+    averages: Any = None  # the profiled steps' per-op totals, as torch's profiler sums them
+
+    @contextlib.contextmanager
+    def profiler(self, logdir: Path, config: BenchmarkConfig) -> Iterator[None]:
+        """torch's profiler (operators on the host; on a GPU, CUDA kernels too); its trace is kept as Chrome
+        trace JSON, which Perfetto opens."""
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if config.device == "gpu":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as recorded:
+            yield
+        recorded.export_chrome_trace(str(logdir / "trace.json.gz"))
+        self.averages = recorded.key_averages()
+
+    def op_totals(self, logdir: Path) -> dict[tuple[str, str, str], tuple[float, int]]:
+        """An operator's self time on the host and, where it launched kernels, on the device (torch sums both
+        per operator; user annotations are left out)."""
+        totals = {}
+        for entry in self.averages:
+            if getattr(entry, "is_user_annotation", False) or entry.key.startswith("ProfilerStep"):
+                continue
+            host = entry.self_cpu_time_total / 1e6
+            device = getattr(entry, "self_device_time_total", 0) / 1e6
+            op_type = profiles.torch_type(entry.key)
+            if host > 0:
+                totals[(op_type, entry.key, "host")] = (host, entry.count)
+            if device > 0:
+                totals[(op_type, entry.key, "device")] = (device, entry.count)
+        return totals
 
     def device_peak_memory(self, config: BenchmarkConfig) -> tuple[int | None, str | None]:
         """torch.cuda.max_memory_allocated."""

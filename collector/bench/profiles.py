@@ -1,0 +1,185 @@
+"""Per-op statistics of a few profiled training steps: the time each op took per step (its self time: what
+ran inside it, on the same thread, is its children's), how often it ran per step, and where (host or device).
+
+Framework-free: a backend records a profile with its framework's profiler after the timed steps and after the
+counters (``collector.bench.trial``), so profiling changes no timed figure, and hands this module the events
+its framework reads back. XSpace profiles (TensorFlow, JAX) come as planes of lines of events; torch's profiler
+gives per-op totals itself.
+
+What an op is, by backend and compiler:
+- XLA (TensorFlow with jit_compile, JAX): an HLO instruction the compiled step runs (an event with an
+  ``hlo_op`` stat): its name (``multiply_add_fusion.12``) and its type, the name less XLA's numeric suffix
+  (``multiply_add_fusion``). Numbering differs between compilations, so types are what align across versions.
+- TensorFlow without XLA: a graph op (an event named ``node:OpType``): the node's name and its op type.
+- torch: an operator (``aten::addmm``); the profiler names no instances, so name and type are one.
+On a CPU every op runs on the host; on an accelerator its kernels are ``device`` rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PROFILE_ENV = "STEPWATCH_PROFILE_DIR"  # set by the parent for a trial it profiles: where the raw profile goes
+PROFILE_STEPS = 5  # training steps recorded, after the timed ones
+# The result row's op table: one list each, one entry per (op type, op name, where).
+OP_COLUMNS = ("op_types", "op_names", "op_where", "op_time_s", "op_counts")
+WHERE = ("host", "device")
+
+_XLA_SUFFIX = re.compile(r"(?:[._]\d+)+$")
+_TORCH_SUFFIX = re.compile(r":\s*\d+/\d+$")  # a compiled region's frame and recompile: 42/0
+_TF_OP = re.compile(r"^(?P<name>[^:\s]+):(?P<type>[A-Z][A-Za-z0-9_]*)$")
+
+
+@dataclass(frozen=True)
+class Span:
+    """One op's execution on one timeline (a thread, or a device stream)."""
+
+    track: str
+    op_type: str
+    op_name: str
+    where: str
+    start_ns: float
+    end_ns: float
+
+
+@dataclass(frozen=True)
+class Event:
+    """An event of an XSpace line as a framework reads it back: its name, start and duration, and the stats
+    that say which op it is (``hlo_op``, ``tf_op``) where it has them."""
+
+    name: str
+    start_ns: float
+    duration_ns: float
+    hlo_op: str | None = None
+    tf_op: str | None = None
+
+
+def xla_type(hlo_op: str) -> str:
+    """An HLO instruction's type: its name less the numeric suffixes of repeats (``dot.21`` -> ``dot``; TensorFlow's
+    op names carry their own: ``MatMul_1.42`` -> ``MatMul``)."""
+    return _XLA_SUFFIX.sub("", hlo_op)
+
+
+def torch_type(key: str) -> str:
+    """A torch operator's type: its name, less the frame numbers of a compiled region
+    (``Torch-Compiled Region: 42/0`` -> ``Torch-Compiled Region``)."""
+    return _TORCH_SUFFIX.sub("", key)
+
+
+def op_of(event: Event) -> tuple[str, str] | None:
+    """(op type, op name) of an event that is an op, else None (the framework's own work: executors,
+    profiler and runtime annotations)."""
+    if event.hlo_op:
+        return xla_type(event.hlo_op), event.hlo_op
+    for text in (event.tf_op, event.name):
+        found = _TF_OP.match(text or "")
+        if found:
+            return found["type"], found["name"]
+    return None
+
+
+def xspace_spans(planes: Planes) -> Iterator[Span]:
+    """The op spans of an XSpace, given as (plane name, [(line name, events)]): a ``/device:`` plane's ops run
+    on the device, the rest on the host."""
+    for plane, lines in planes:
+        where = "device" if plane.startswith("/device:") else "host"
+        for index, (line, events) in enumerate(lines):
+            track = f"{plane}/{index}/{line}"
+            for event in events:
+                op = op_of(event)
+                if op is not None:
+                    end = event.start_ns + event.duration_ns
+                    yield Span(track, op[0], op[1], where, event.start_ns, end)
+
+
+Planes = list[tuple[str, list[tuple[str, Iterable[Event]]]]]
+_OP_STATS = ("hlo_op", "tf_op")
+
+
+def proto_planes(space: Any) -> Planes:
+    """The planes of an ``XSpace`` protobuf message (TensorFlow's ``xplane_pb2``): names, stats and times resolved
+    through each plane's metadata (a stat's value is a string or a reference to another metadata's name)."""
+
+    def value(plane: Any, stat: Any) -> str:
+        if stat.WhichOneof("value") == "ref_value":
+            return plane.stat_metadata[stat.ref_value].name
+        return str(getattr(stat, stat.WhichOneof("value") or "str_value"))
+
+    def events(plane: Any, line: Any) -> Iterator[Event]:
+        for event in line.events:
+            metadata = plane.event_metadata[event.metadata_id]
+            stats = {}
+            for stat in (*metadata.stats, *event.stats):
+                name = plane.stat_metadata[stat.metadata_id].name
+                if name in _OP_STATS:
+                    stats[name] = value(plane, stat)
+            start = line.timestamp_ns + event.offset_ps / 1000
+            yield Event(metadata.name, start, event.duration_ps / 1000, **stats)
+
+    return [(plane.name, [(line.name, events(plane, line)) for line in plane.lines]) for plane in space.planes]
+
+
+def profile_data_planes(data: Any) -> Planes:
+    """The planes of JAX's ``jax.profiler.ProfileData`` (an XSpace read by jaxlib)."""
+
+    def events(line: Any) -> Iterator[Event]:
+        for event in line.events:
+            stats = {name: str(value) for name, value in event.stats if name in _OP_STATS}
+            yield Event(event.name, event.start_ns, event.duration_ns, **stats)
+
+    return [(plane.name, [(line.name, events(line)) for line in plane.lines]) for plane in data.planes]
+
+
+def self_times(spans: Iterable[Span]) -> dict[tuple[str, str, str], tuple[float, int]]:
+    """(op type, op name, where) -> (total self time in seconds, occurrences). An op's self time is its duration
+    less that of the ops nested in it on the same track."""
+    by_track: dict[str, list[Span]] = {}
+    for span in spans:
+        by_track.setdefault(span.track, []).append(span)
+    totals: dict[tuple[str, str, str], list[float]] = {}
+    for track in by_track.values():
+        track.sort(key=lambda s: (s.start_ns, -s.end_ns))
+        selfs = [s.end_ns - s.start_ns for s in track]
+        stack: list[int] = []
+        for i, span in enumerate(track):
+            while stack and track[stack[-1]].end_ns <= span.start_ns:
+                stack.pop()
+            if stack:  # nested in the op on top: what this one took is not the parent's own time
+                parent = track[stack[-1]]
+                selfs[stack[-1]] -= min(span.end_ns, parent.end_ns) - span.start_ns
+            stack.append(i)
+        for span, own in zip(track, selfs):
+            entry = totals.setdefault((span.op_type, span.op_name, span.where), [0.0, 0])
+            entry[0] += max(own, 0.0) / 1e9
+            entry[1] += 1
+    return {key: (time_s, int(count)) for key, (time_s, count) in totals.items()}
+
+
+def op_table(totals: dict[tuple[str, str, str], tuple[float, int]], steps: int) -> dict[str, list[Any]]:
+    """The result row's op columns (OP_COLUMNS) from per-op totals over ``steps`` steps: time and count per
+    step, the slowest op first."""
+    rows = sorted(totals.items(), key=lambda item: (-item[1][0], item[0]))
+    return {
+        "op_types": [key[0] for key, _ in rows],
+        "op_names": [key[1] for key, _ in rows],
+        "op_where": [key[2] for key, _ in rows],
+        "op_time_s": [time_s / steps for _, (time_s, _) in rows],
+        "op_counts": [count / steps for _, (_, count) in rows],
+    }
+
+
+def xspace_file(logdir: Path) -> Path:
+    """The XSpace file a TensorFlow or JAX profile wrote under ``logdir`` (``plugins/profile/RUN/HOST.xplane.pb``)."""
+    found = sorted(logdir.glob("plugins/profile/*/*.xplane.pb"))
+    if not found:
+        raise FileNotFoundError(f"the profiler wrote no .xplane.pb under {logdir}")
+    return found[-1]
+
+
+def size_bytes(folder: Path) -> int:
+    """What a raw profile takes on disk."""
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())

@@ -34,7 +34,12 @@ SCHEMA_VERSION = 4
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 _TS = pa.timestamp("us", tz="UTC")
 
-# (column, type, group). Groups: identity, status, config, metrics, cost, software, hardware, extras.
+# A profiled trial's op table, one list each with one entry per op (collector.bench.profiles): its type, name,
+# where it ran (host or device), self time per step and occurrences per step.
+OP_LISTS = (("op_types", _STR), ("op_names", _STR), ("op_where", _STR), ("op_time_s", _F64), ("op_counts", _F64))
+OP_COLUMNS = tuple(name for name, _ in OP_LISTS)
+
+# (column, type, group). Groups: identity, status, config, metrics, profile, cost, software, hardware, extras.
 COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("schema_version", _I64, "identity"),
     ("run_id", _STR, "identity"),
@@ -125,6 +130,12 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("generated_kernels", _I64, "metrics"),
     ("window_step_times_s", pa.list_(_F64), "metrics"),
     ("window_losses", pa.list_(_F64), "metrics"),
+    # A profiled trial (``stepwatch run --profile``): its op table (OP_LISTS, one entry per op), the steps recorded,
+    # the wall time of one of them under the profiler, and where its raw profile is.
+    *((name, pa.list_(dtype), "profile") for name, dtype in OP_LISTS),
+    ("profile_steps", _I64, "profile"),
+    ("profile_step_time_s", _F64, "profile"),
+    ("profile_uri", _STR, "profile"),
     ("price_key", _STR, "cost"),
     ("price_per_device_hour", _F64, "cost"),
     ("price_source", _STR, "cost"),

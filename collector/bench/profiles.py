@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from collector.schema import OP_COLUMNS
+
 PROFILE_ENV = "STEPWATCH_PROFILE_DIR"  # set by the parent for a trial it profiles: where the raw profile goes
 PROFILE_STEPS = 5  # training steps recorded, after the timed ones
-# The result row's op table: one list each, one entry per (op type, op name, where).
-OP_COLUMNS = ("op_types", "op_names", "op_where", "op_time_s", "op_counts")
 WHERE = ("host", "device")
 
 _XLA_SUFFIX = re.compile(r"(?:[._]\d+)+$")
@@ -160,16 +160,17 @@ def self_times(spans: Iterable[Span]) -> dict[tuple[str, str, str], tuple[float,
 
 
 def op_table(totals: dict[tuple[str, str, str], tuple[float, int]], steps: int) -> dict[str, list[Any]]:
-    """The result row's op columns (OP_COLUMNS) from per-op totals over ``steps`` steps: time and count per
-    step, the slowest op first."""
+    """The result row's op columns (``collector.schema.OP_COLUMNS``) from per-op totals over ``steps`` steps: type,
+    name, where, time and count per step; the slowest op first."""
     rows = sorted(totals.items(), key=lambda item: (-item[1][0], item[0]))
-    return {
-        "op_types": [key[0] for key, _ in rows],
-        "op_names": [key[1] for key, _ in rows],
-        "op_where": [key[2] for key, _ in rows],
-        "op_time_s": [time_s / steps for _, (time_s, _) in rows],
-        "op_counts": [count / steps for _, (_, count) in rows],
-    }
+    columns = (
+        [key[0] for key, _ in rows],
+        [key[1] for key, _ in rows],
+        [key[2] for key, _ in rows],
+        [time_s / steps for _, (time_s, _) in rows],
+        [count / steps for _, (_, count) in rows],
+    )
+    return dict(zip(OP_COLUMNS, columns, strict=True))
 
 
 def xspace_file(logdir: Path) -> Path:

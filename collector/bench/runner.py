@@ -6,6 +6,7 @@ import ctypes
 import functools
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,14 +22,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from collector.bench import catalog, memory
+from collector.bench import catalog, memory, profiles
 from collector.bench.environment import host_environment
+from collector.bench.profiles import PROFILE_ENV
 from collector.bench.results import ResultFile
 from collector.bench.trial import SPAWN_TIME_ENV
 from collector.config import BenchmarkConfig, config_columns
 from collector.metrics import ANON_KIND
 
 LOG_TAIL_LINES = 40
+PROFILES_DIR = "profiles"  # beside the results file: one folder per profiled trial, named by its run_id
 PR_SET_PDEATHSIG = 1
 
 
@@ -45,6 +48,8 @@ class RunOptions:
     python: str = sys.executable
     workers: int = 2  # local worker processes of a multi-worker trial (when TF_CONFIG is not set by hand)
     max_batches: dict[str, int | None] = field(default_factory=dict)  # config key -> --find-max-batch result
+    profile: int = 0  # --profile: the first this many trials of every config record a profile after their timing
+    profile_home: str | None = None  # where the profiles will be read from, if not beside the results (--out s3://)
 
 
 @dataclass(frozen=True)
@@ -279,14 +284,31 @@ def run_one(
     """One trial in a fresh process; its row is in the parquet file before this returns."""
     started = datetime.now(UTC)
     task = tf_config_task()
+    profile_dir = workdir / "profile"
     if config.strategy == "multi-worker" and task is None:
         child, wall_s, code = run_local_workers(config, options.python, workdir, options.workers)
+    elif trial < options.profile and config.strategy != "multi-worker":
+        shutil.rmtree(profile_dir, ignore_errors=True)
+        profile_dir.mkdir(parents=True)
+        child, wall_s, code = run_child(config, options.python, workdir, {PROFILE_ENV: str(profile_dir)})
     else:
         child, wall_s, code = run_child(config, options.python, workdir)
     row = make_row(config, trial, child, wall_s, code, started, suite, suite_run_id, options)
+    if row.get("op_types") is not None and profile_dir.exists():
+        row.update(keep_profile(profile_dir, results.path.parent, row["run_id"], options.profile_home))
     if task is None or task[0] == 0:  # across hosts, the chief (worker 0) records the row
         results.append(row)
     return Outcome(config, trial, row)
+
+
+def keep_profile(profile_dir: Path, results_dir: Path, run_id: str, home: str | None) -> dict[str, Any]:
+    """Move a trial's raw profile to ``profiles/RUN_ID/`` beside the results (uploaded with them by ``run --out``
+    to object storage, which ``home`` names): its address, for the row, and its size, in extras."""
+    kept = results_dir / PROFILES_DIR / run_id
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(profile_dir), kept)
+    uri = f"{home.rstrip('/')}/{PROFILES_DIR}/{run_id}" if home else str(kept.resolve())
+    return {"profile_uri": uri, "profile_bytes": profiles.size_bytes(kept)}
 
 
 def run_plan(

@@ -108,6 +108,25 @@ def add_environment_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pip-arg", action="append", default=[], help="extra pip install argument (repeatable)")
 
 
+PROFILE_ALL = 1 << 30  # --profile without a count: every trial
+
+
+def add_profile_argument(parser: argparse.ArgumentParser) -> None:
+    """--profile [N]: run, upgrade-check and bisect (``collector.bench.profiles``)."""
+    parser.add_argument(
+        "--profile", nargs="?", type=int, const=PROFILE_ALL, default=0, metavar="N",
+        help="after its timed steps, a trial records a profile of a few more steps and its per-op times (read by "
+        "`stepwatch explain`): the first N trials of every config and side, or every trial without N",
+    )  # fmt: skip
+
+
+def profiled_trials(args: argparse.Namespace) -> int:
+    """How many trials of every config record a profile (0: none)."""
+    if args.profile < 0:
+        raise UsageError("--profile N: N must be at least 1 (0: no profiles)")
+    return args.profile
+
+
 def matrix_values(args: argparse.Namespace) -> dict[str, list[Any] | None]:
     """Field -> the values its flag listed (None where the flag was not given)."""
     return {name: getattr(args, name) for name in FLAGGED}

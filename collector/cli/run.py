@@ -17,8 +17,10 @@ from collector.cli.arguments import (
     UsageError,
     add_environment_arguments,
     add_matrix_arguments,
+    add_profile_argument,
     console,
     matrix_values,
+    profiled_trials,
 )
 from collector.cli.exits import EXIT_FAILED, EXIT_OK
 from collector.output.runs import run_summary, trial_line
@@ -46,6 +48,7 @@ def register(commands: Any) -> None:
         "use and cached like upgrade-check's sides",
     )  # fmt: skip
     add_environment_arguments(parser)
+    add_profile_argument(parser)
     parser.add_argument("--find-max-batch", action="store_true", help="binary-search the largest per-device batch")
     parser.add_argument("--dry-run", action="store_true", help="list the configs and exit")
     parser.set_defaults(handler=run)
@@ -79,8 +82,10 @@ def run(args: argparse.Namespace) -> int:
         price_per_hour=args.price_per_hour,
         prices=catalog.load_prices(args.prices),
         workers=args.workers,
+        profile=profiled_trials(args),
     )
     remote = objectstore.is_remote(args.out)
+    options.profile_home = args.out if remote else None
     out = DEFAULT_OUT if remote else Path(args.out)  # remote runs keep their file here too, then upload it
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -121,6 +126,10 @@ def run(args: argparse.Namespace) -> int:
     if remote:
         try:
             uploaded = objectstore.upload(results.path, args.out)
+            for row in results.rows:  # the profiles of this file's trials, under the same prefix
+                kept = out / runner.PROFILES_DIR / row["run_id"]
+                if row.get("profile_uri") and kept.is_dir():
+                    objectstore.upload(kept, f"{args.out.rstrip('/')}/{runner.PROFILES_DIR}")
         except objectstore.StorageError as error:
             raise ResultsError(
                 f"{error}; the results are kept in {results.path}; rerun the same command with --resume to upload them"

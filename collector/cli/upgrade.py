@@ -14,11 +14,13 @@ from collector.cli.arguments import (
     add_analysis_arguments,
     add_environment_arguments,
     add_matrix_arguments,
+    add_profile_argument,
     calibrated_between,
     console,
     db_path,
     matrix_values,
     overrides,
+    profiled_trials,
 )
 from collector.cli.exits import EXIT_FAILED, EXIT_OK
 from collector.cli.progress import TerminalHooks
@@ -39,6 +41,7 @@ def add_check_arguments(parser: argparse.ArgumentParser, results: Path) -> None:
         "step), interleaved: reported beside the verdict, and its between-environment variation widens the intervals",
     )  # fmt: skip
     add_environment_arguments(parser)
+    add_profile_argument(parser)
 
 
 def check_trials(trials: int) -> None:
@@ -78,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
     known = calibrated_between(args)
     hooks = TerminalHooks()
     envs = check.environments(sides, args.reuse_site_packages, tuple(args.pip_arg), args.aa, hooks)
-    options = runner.RunOptions(price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices))
+    options = runner.RunOptions(
+        price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices), profile=profiled_trials(args)
+    )
     done = check.measure(
         configs, args.trials, suite.name, envs, args.results, options, db_path(args), args.metric, thresholds,
         hooks, between=known,

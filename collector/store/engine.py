@@ -125,7 +125,16 @@ def _log_views(
         return ", ".join(_quote(c) if c in have else f"NULL AS {_quote(c)}" for c in LOG_COLUMNS[table])
 
     for table in tables:
-        union = " UNION ALL ".join(f"SELECT {columns(c, table)} FROM {c}.{table}" for c in catalogs)
+        having = [c for c in catalogs if (c, table) in present]  # a file older than a table lacks it
+        union = " UNION ALL ".join(f"SELECT {columns(c, table)} FROM {c}.{table}" for c in having)
+        if not having:
+            empty = next(d for d in DDL if f"TABLE IF NOT EXISTS {table} " in d)
+            con.execute(
+                empty.replace(
+                    f"CREATE TABLE IF NOT EXISTS {table} ", f"CREATE OR REPLACE {kind} TABLE {prefix}{table} ", 1
+                )
+            )
+            continue
         con.execute(f"CREATE OR REPLACE {kind} VIEW {prefix}{table} AS {union}")
 
 

@@ -11,27 +11,23 @@ import pyarrow.parquet as pq
 
 from collector.schema import SCHEMA
 from collector.store.selection import Selection, SelectionError
+from collector.store.tables import CHILD_TABLES, nest_children
 
 EXPORT_FORMATS = ("csv", "parquet")
 
 
 def write(con: duckdb.DuckDBPyConnection, selection: Selection, fmt: str, out: Path) -> int:
-    """Write the selected runs to ``out``. Parquet keeps the window arrays and the result schema, so an
+    """Write the selected runs to ``out``. Parquet keeps the lists (windows, op tables) and the result schema, so an
     exported file can be ingested into another store; CSV has one flat row per trial. Returns rows written."""
     where, params = selection.where("r")
     if fmt == "parquet":
+        children = "".join(
+            f", {table} AS ({nest_children(table, 'SELECT run_id FROM picked')})" for table in CHILD_TABLES
+        )
+        joins = "".join(f" LEFT JOIN {table} USING (run_id)" for table in CHILD_TABLES)
         table = con.sql(
-            f"""
-            WITH picked AS (SELECT r.* EXCLUDE (source_uri, ingested_at) FROM runs r WHERE {where}),
-            windows AS (
-                SELECT run_id,
-                       list(step_time_s ORDER BY window_index) FILTER (WHERE step_time_s IS NOT NULL)
-                           AS window_step_times_s,
-                       list(loss ORDER BY window_index) FILTER (WHERE loss IS NOT NULL) AS window_losses
-                FROM samples WHERE run_id IN (SELECT run_id FROM picked) GROUP BY run_id
-            )
-            SELECT * FROM picked LEFT JOIN windows USING (run_id) ORDER BY started_at, run_id
-            """,
+            f"WITH picked AS (SELECT r.* EXCLUDE (source_uri, ingested_at) FROM runs r WHERE {where}){children} "
+            f"SELECT * FROM picked{joins} ORDER BY started_at, run_id",
             params=params,
         ).to_arrow_table()
         table = table.select(SCHEMA.names).cast(SCHEMA).replace_schema_metadata(SCHEMA.metadata)

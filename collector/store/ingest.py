@@ -42,7 +42,7 @@ from collector.schema import (
 )
 from collector.store import objectstore
 from collector.store.database import StoreError, Write, clean, snapshot, write
-from collector.store.tables import STORE_VERSION, WINDOW_COLUMNS, store_kind
+from collector.store.tables import CHILD_TABLES, LIST_COLUMNS, STORE_VERSION, list_type, store_kind, unnest_children
 
 BATCH_FILES = 2_000  # files staged and inserted together (bounds the memory an ingest holds)
 READ_THREADS = 4
@@ -240,8 +240,8 @@ class _Ingest:
         that fails a check (or the reader) goes the per-file way."""
         con = self.con
         con.execute("CREATE OR REPLACE TEMP TABLE staged AS SELECT * EXCLUDE (ingested_at) FROM runs LIMIT 0")
-        con.execute(f"ALTER TABLE staged ADD COLUMN {WINDOW_COLUMNS[0]} DOUBLE[]")
-        con.execute(f"ALTER TABLE staged ADD COLUMN {WINDOW_COLUMNS[1]} DOUBLE[]")
+        for name in LIST_COLUMNS:
+            con.execute(f"ALTER TABLE staged ADD COLUMN {name} {list_type(name)}")
         retry = []
         if batch.bulk:
             retry = self._stage_bulk(batch)
@@ -321,13 +321,10 @@ class _Ingest:
         con.execute("DROP TABLE staged")
         con.execute("DROP TABLE known")
         report.rows_added += con.execute("SELECT count(*) FROM fresh").fetchall()[0][0]
-        excluded = ", ".join(WINDOW_COLUMNS)
+        excluded = ", ".join(LIST_COLUMNS)
         self.write.append("runs", f"SELECT * EXCLUDE ({excluded}), ? AS ingested_at FROM fresh", [self.now])
-        self.write.append(
-            "samples",
-            "SELECT run_id, unnest(range(greatest(len(window_step_times_s), len(window_losses)))) AS window_index, "
-            "unnest(window_step_times_s) AS step_time_s, unnest(window_losses) AS loss FROM fresh",
-        )
+        for table in CHILD_TABLES:
+            self.write.append(table, unnest_children(table, "fresh"))
         con.execute("DROP TABLE fresh")
         if batch.manifest:
             for entry in batch.manifest:

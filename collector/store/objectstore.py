@@ -169,7 +169,8 @@ def quarantine_rows(loc: Location, entry: Entry, rows: pa.Table, reasons: list[s
 
 
 def upload(local: Path, target: str) -> str:
-    """Copy a local results file to ``target`` (a folder or prefix); the object appears whole or not at all."""
+    """Copy a local results file (or a folder, with what it holds: a trial's profile) to ``target`` (a folder or
+    prefix); each object appears whole or not at all."""
     loc = location(target)
     destination = loc.child(local.name)
 

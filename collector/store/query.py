@@ -19,7 +19,7 @@ from collector.store.errors import StoreError
 from collector.store.files import one_line
 
 READS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
-TABLES = ("runs", "samples", "series", "latest_runs", "summaries", "alerts", "bisect_steps", "ingested_files")
+TABLES = ("runs", "samples", "ops", "series", "latest_runs", "summaries", "alerts", "bisect_steps", "ingested_files")
 
 
 class QueryError(ValueError):

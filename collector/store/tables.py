@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from collector.config import ADDED_DIMENSIONS, FIELD_NAMES, SERIES_FIELDS
 from collector.metrics import COUNTERS, METRICS, RSS_KIND
-from collector.schema import SCHEMA, VERSION_COLUMNS
+from collector.schema import OP_COLUMNS, SCHEMA, VERSION_COLUMNS
 from collector.store.errors import StoreError
 from collector.store.selection import ALIASES, as_fields
 
@@ -21,7 +21,17 @@ from collector.store.selection import ALIASES, as_fields
 # 3: a base file and delta files (a stepwatch that reads only the base must not read a store with deltas).
 # 4: CPU peak memory is the peak anonymous memory. 5: per-series, per-version ``summaries``.
 STORE_VERSION = 5
-WINDOW_COLUMNS = ("window_step_times_s", "window_losses")
+
+# Lists of a result row that the store keeps as rows of a table of their own, one per entry:
+# table -> (its index column, ((the row's list column, the table's column), ...)).
+CHILD_TABLES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    "samples": ("window_index", (("window_step_times_s", "step_time_s"), ("window_losses", "loss"))),
+    "ops": (
+        "op_index",
+        tuple(zip(OP_COLUMNS, ("op_type", "op_name", "host_or_device", "time_s", "count"), strict=True)),
+    ),
+}
+LIST_COLUMNS = tuple(name for _, pairs in CHILD_TABLES.values() for name, _ in pairs)
 
 _DUCK_TYPES = {"int64": "BIGINT", "double": "DOUBLE", "string": "VARCHAR", "bool": "BOOLEAN"}
 
@@ -32,7 +42,38 @@ def _duck_type(dtype: pa.DataType) -> str:
     return _DUCK_TYPES[str(dtype)]
 
 
-RUN_COLUMNS = tuple(f for f in SCHEMA if f.name not in WINDOW_COLUMNS)
+RUN_COLUMNS = tuple(f for f in SCHEMA if f.name not in LIST_COLUMNS)
+
+
+def child_columns(table: str) -> dict[str, str]:
+    """A child table's columns and their DuckDB types: the run's id, the entry's index, then one per list."""
+    index, pairs = CHILD_TABLES[table]
+    types = {"run_id": "VARCHAR", index: "INTEGER"}
+    return types | {column: _duck_type(SCHEMA.field(name).type.value_type) for name, column in pairs}
+
+
+def list_type(name: str) -> str:
+    """The DuckDB type of a list column of the result row (``DOUBLE[]``)."""
+    return _duck_type(SCHEMA.field(name).type.value_type) + "[]"
+
+
+def unnest_children(table: str, source: str) -> str:
+    """The rows of child ``table`` from the list columns of the runs in ``source``."""
+    index, pairs = CHILD_TABLES[table]
+    longest = ", ".join(f"len({name})" for name, _ in pairs)
+    lists = ", ".join(f"unnest({name}) AS {column}" for name, column in pairs)
+    return f"SELECT run_id, unnest(range(greatest({longest}))) AS {index}, {lists} FROM {source}"
+
+
+def nest_children(table: str, runs: str) -> str:
+    """The list columns of the runs in ``runs`` (a query of run_ids) from child ``table``: what ``unnest_children``
+    took apart, one row per run that has entries."""
+    index, pairs = CHILD_TABLES[table]
+    lists = ", ".join(
+        f"list({column} ORDER BY {index}) FILTER (WHERE {column} IS NOT NULL) AS {name}" for name, column in pairs
+    )
+    return f"SELECT run_id, {lists} FROM {table} WHERE run_id IN ({runs}) GROUP BY run_id"
+
 
 # Tables. Every column of ``runs`` comes from collector/schema.py; new schema columns are added
 # to an older store on its next ingest.
@@ -41,7 +82,10 @@ DDL = (
     "CREATE TABLE IF NOT EXISTS runs ("
     + ", ".join(f'"{f.name}" {_duck_type(f.type)}' for f in RUN_COLUMNS)
     + ", source_uri VARCHAR, ingested_at TIMESTAMPTZ)",
-    "CREATE TABLE IF NOT EXISTS samples (run_id VARCHAR, window_index INTEGER, step_time_s DOUBLE, loss DOUBLE)",
+    *(
+        f"CREATE TABLE IF NOT EXISTS {table} (" + ", ".join(f"{c} {t}" for c, t in child_columns(table).items()) + ")"
+        for table in CHILD_TABLES
+    ),
     "CREATE TABLE IF NOT EXISTS ingested_files (uri VARCHAR, size BIGINT, mtime_ns BIGINT, digest VARCHAR, "
     "rows_read BIGINT, ingested_at TIMESTAMPTZ)",
     "CREATE SEQUENCE IF NOT EXISTS alert_ids",
@@ -222,8 +266,8 @@ def run_id_index(table: str = "runs") -> str:
 # ``summaries`` and ``recent_values`` are derived logs: each write appends the parts of its new rows (a reader
 # pools them: the summaries of a group add, the last trials of a series are the newest of every part), and a
 # compaction rebuilds them whole, so a write never copies them.
-LOG_TABLES = ("runs", "samples", "summaries", "recent_values")
-RAW_LOGS = ("runs", "samples")  # what a write appends to; the derived logs follow from them
+LOG_TABLES = ("runs", *CHILD_TABLES, "summaries", "recent_values")
+RAW_LOGS = ("runs", *CHILD_TABLES)  # what a write appends to; the derived logs follow from them
 STATE_TABLES = ("store_meta", "ingested_files", "alerts", "bisect_steps", "series", "latest_runs")
 DERIVED_TABLES = ("series", "latest_runs", "summaries", "recent_values")  # rebuilt from the runs, never edited
 KEPT_TABLES = ("ingested_files", "alerts", "bisect_steps")  # state a write carries forward as it was
@@ -231,7 +275,7 @@ KEPT_TABLES = ("ingested_files", "alerts", "bisect_steps")  # state a write carr
 
 LOG_COLUMNS = {
     "runs": (*(f.name for f in RUN_COLUMNS), "source_uri", "ingested_at"),
-    "samples": ("run_id", "window_index", "step_time_s", "loss"),
+    **{table: tuple(child_columns(table)) for table in CHILD_TABLES},
     "summaries": ("group_key", *SUMMARY_KEYS, "trials", "failed", *SUMMARY_STATS),
     "recent_values": ("series_key", "metric", "started_at", "trial", "run_id", "value"),
 }  # as DDL creates them; every file of a store is at this layout (an older base is compacted first)

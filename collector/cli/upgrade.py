@@ -25,6 +25,7 @@ from collector.cli.arguments import (
 from collector.cli.exits import EXIT_FAILED, EXIT_OK
 from collector.cli.progress import TerminalHooks
 from collector.output.comparison import aa_lines, between_lines, show_comparison, to_markdown, upgrade_preface
+from collector.output.explain import report_lines
 from collector.output.text import write_file
 from collector.workflows import check
 
@@ -95,9 +96,10 @@ def run(args: argparse.Namespace) -> int:
         len(failed), len(ran.outcomes), upgrade.package_diff(envs["baseline"], envs["candidate"]),
     )  # fmt: skip
     notes = aa_lines(result.aa) + between_lines(done.between)
+    appendix = report_lines(*done.explained, done.aa_explained) if done.explained else ()
     title = f"stepwatch upgrade check: {' '.join(sides['baseline'])} -> {' '.join(sides['candidate'])}"
-    write_file(to_markdown(result, title, preface + notes), ran.out_dir / "report.md")
-    show_comparison(result, args.format, args.out, title, exits.of_comparison, preface, notes)
+    write_file(to_markdown(result, title, preface + notes, appendix), ran.out_dir / "report.md")
+    show_comparison(result, args.format, args.out, title, exits.of_comparison, preface, notes, appendix)
     console.print(f"report: {ran.out_dir / 'report.md'}")
     code = exits.of_comparison(result, args.fail_on_inconclusive)
     if code == EXIT_OK and failed:

@@ -11,6 +11,7 @@ from collector.analysis.comparison import Row, plain
 from collector.bench.packages import Change, Group, describe
 from collector.outcomes import INCONCLUSIVE, SKIPPED
 from collector.output.comparison import aa_lines, between_lines, change_text, resolution
+from collector.output.explain import report_lines
 from collector.output.text import interval, percent, series_label
 from collector.workflows.bisect import Bisection, Step
 from collector.workflows.search import Contribution, Search
@@ -67,6 +68,10 @@ def bisect_markdown(state: Bisection, all_changes: Sequence[Change], search: Sea
         step = next((s for s in state.steps if alone is not None and s.applied == alone.applied), ends)
         lines += [f"- Its effect alone (step {step.number}): {_target_cells(step.rows)}",
                   f"- The whole upgrade (step 0): {_target_cells(ends.rows)}", ""]  # fmt: skip
+        if step.explained:
+            lines += ["```", f"step {step.number}:", *report_lines(*step.explained), "```", ""]
+    if ends.explained:
+        lines += ["```", "step 0 (the whole upgrade):", *report_lines(*ends.explained), "```", ""]
     minutes, plan = (time.monotonic() - state.started) / 60, state.plan
     measured = sum(1 for s in state.steps if s.outcome != SKIPPED)
     lines += [

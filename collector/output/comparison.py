@@ -202,8 +202,14 @@ def headline(comparison: Comparison) -> str:
     return ", ".join(parts) or "nothing to compare"
 
 
-def to_markdown(comparison: Comparison, title: str = "stepwatch comparison", preface: tuple[str, ...] = ()) -> str:
-    """A report for a PR comment or a job summary: headline, sides, geomeans, the verdict table, gaps."""
+def to_markdown(
+    comparison: Comparison,
+    title: str = "stepwatch comparison",
+    preface: tuple[str, ...] = (),
+    appendix: tuple[str, ...] = (),
+) -> str:
+    """A report for a PR comment or a job summary: headline, sides, geomeans, the verdict table, gaps; then
+    ``appendix`` (where the time went, from the profiles) as preformatted text."""
     lead = resolution_lead(comparison)
     lines = [f"## {title}", "", *(f"**{line}**" for line in lead), *([""] if lead else [])]
     lines += [f"**{headline(comparison)}**", "", *preface]
@@ -251,6 +257,8 @@ def to_markdown(comparison: Comparison, title: str = "stepwatch comparison", pre
         "Counters of the compiled step (HLO instructions, fusions, flops, graphs, kernels) are the same in every "
         "process for one program and stack: they are compared exactly, their values shown, any change counted.",
     ]
+    if appendix:
+        lines += ["", "```", *appendix, "```"]
     return "\n".join(lines) + "\n"
 
 
@@ -349,6 +357,7 @@ def show_comparison(
     code_of: CodeOf,
     preface: tuple[str, ...] = (),
     notes: tuple[str, ...] = (),
+    appendix: tuple[str, ...] = (),
 ) -> None:
     """Print the comparison as a table, markdown or JSON; with ``out`` also write it (markdown, or JSON).
     ``preface`` opens the markdown only; ``notes`` (what the intervals cover, the A/A) follow it there and are
@@ -357,7 +366,7 @@ def show_comparison(
         publish(to_json(comparison, code_of), out)
         return
     if fmt == "markdown":
-        publish(to_markdown(comparison, title, preface + notes), out)
+        publish(to_markdown(comparison, title, preface + notes, appendix), out)
         return
     stdout = stdout_console()
     for line in resolution_lead(comparison):
@@ -380,8 +389,10 @@ def show_comparison(
             labels = "; ".join(escape(series_label(row.series)) for row in only)
             stdout.print(f"only in the {side} ({len(only)}): {labels}")
     stdout.print(f"verdict: {headline(comparison)}")
+    for line in appendix:
+        stdout.print(escape(line))
     if out:
-        write_file(to_markdown(comparison, title, preface + notes), out)
+        write_file(to_markdown(comparison, title, preface + notes, appendix), out)
 
 
 def upgrade_preface(

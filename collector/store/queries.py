@@ -415,3 +415,38 @@ def bisect_steps(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         "ORDER BY max(b.created_at) OVER (PARTITION BY b.bisect_id) DESC, b.step, b.series_key, b.metric",
         [],
     )
+
+
+OP_KEYS = ("op_type", "op_name")  # what ``stepwatch explain`` aligns the two sides' ops by
+
+
+def profiled_ops(
+    con: duckdb.DuckDBPyConnection, baseline: Selection, candidate: Selection, by: str = "op_type"
+) -> pd.DataFrame:
+    """Every profiled ok trial of either side, op by op: its side, the pair it belongs to (its series; where the
+    sides differ in a series dimension, see ``contrast``, the dimensions they share), its run_id, profiled step
+    time, raw profile and series fields, and per op (``by``: its type or its name) and host/device, the time and
+    count per step."""
+    if by not in OP_KEYS:
+        raise SelectionError(f"ops are aligned by one of {', '.join(OP_KEYS)}, not {by!r}")
+    where_a, params_a = baseline.where()
+    where_b, params_b = candidate.where()
+    differ = contrast(baseline, candidate)
+    shared = [f'CAST("{ALIASES.get(d, d)}" AS VARCHAR)' for d in SERIES_DIMENSIONS if d not in differ]
+    pair = f"concat_ws('|', {', '.join(shared)})" if differ else "series_key"
+    picked = "status = 'ok' AND profile_steps IS NOT NULL"
+    return _frame(
+        con,
+        f"""
+        WITH picked AS (
+            SELECT 'baseline' AS side, {pair} AS pair, * FROM runs WHERE ({where_a}) AND {picked}
+            UNION ALL BY NAME
+            SELECT 'candidate' AS side, {pair} AS pair, * FROM runs WHERE ({where_b}) AND {picked})
+        SELECT p.side, p.pair, p.run_id, p.profile_step_time_s AS step_s, p.profile_uri, p.series_key,
+               {named(SERIES_COLUMNS, "p", "")}, o.{by} AS op, o.host_or_device,
+               sum(o.time_s) AS time_s, sum(o.count) AS count
+        FROM picked p JOIN ops o USING (run_id)
+        GROUP BY ALL ORDER BY p.side, p.pair, p.run_id
+        """,
+        [*params_a, *params_b],
+    )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from collector.analysis import stats
 from collector.analysis.comparison import Comparison, Row
+from collector.analysis.ops import Explained
 from collector.analysis.thresholds import Override
 from collector.bench import packages, runner, upgrade
 from collector.bench.packages import Change
@@ -37,6 +38,7 @@ class Step:
     reason: str = ""
     suite_run_ids: dict[str, str] = field(default_factory=dict)
     folder: Path | None = None
+    explained: tuple[list[Explained], dict[str, list[dict]]] | None = None  # with --profile: op by op
 
 
 class BisectHooks(Hooks):
@@ -136,7 +138,8 @@ class Bisection:
             failed = check.failed()
             self.host = self.host or check.host()
             reason = f"{len(failed)} of {len(check.outcomes)} trials failed" if failed else ""
-            done = Step(number, why, applied, outcome, rows, reason, check.suite_run_ids, check.out_dir)
+            done = Step(number, why, applied, outcome, rows, reason, check.suite_run_ids, check.out_dir,
+                        measured.explained)  # fmt: skip
         self.steps.append(done)
         self.record(done)
         self.hooks.stepped(done)

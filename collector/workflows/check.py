@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.analysis import calibration, comparison, stats
+from collector.analysis import calibration, comparison, ops, stats
 from collector.analysis.thresholds import Override
 from collector.bench import runner, upgrade
 from collector.config import BenchmarkConfig
@@ -85,6 +85,8 @@ class Measured:
     check: upgrade.Check
     comparison: comparison.Comparison
     between: dict[str, stats.Between]
+    explained: tuple[list[ops.Explained], dict[str, list[dict]]] | None = None  # with --profile: op by op
+    aa_explained: list[ops.Explained] | None = None  # the A/A's, op by op
 
 
 def measure(
@@ -119,8 +121,13 @@ def measure(
                 if pooled is not None:
                     known[name] = pooled
         result = comparison.build(con, selections["baseline"], selections["candidate"], metric_names, thresholds, known)
+        measured = Measured(check, result, known)
+        if options.profile:
+            measured.explained = ops.between(con, selections["baseline"], selections["candidate"])
+            if upgrade.AA in envs:
+                measured.aa_explained = ops.between(con, selections["baseline"], selections[upgrade.AA])[0]
     result.aa = aa
-    return Measured(check, result, known)
+    return measured
 
 
 def values_by_environment(check: upgrade.Check, metrics: list[str]) -> dict[str, dict[str, list[list[float]]]]:

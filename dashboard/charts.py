@@ -14,9 +14,10 @@ from pandas.io.formats.style import Styler
 from plotly.subplots import make_subplots
 
 from collector.analysis.comparison import Comparison
+from collector.analysis.ops import Explained
 from collector.config import SERIES_DIMENSIONS
 from collector.metrics import Metric
-from collector.output.text import series_label
+from collector.output.text import interval, percent, series_label
 
 VERDICT_COLORS = {
     "regression": "#d62728",
@@ -417,4 +418,42 @@ def step_times(windows: pd.DataFrame) -> go.Figure:
 def loss_curve(windows: pd.DataFrame) -> go.Figure:
     fig = px.line(windows, x="window_index", y="loss", markers=True)
     fig.update_layout(xaxis_title="window", height=320, margin={"t": 30})
+    return fig
+
+
+OP_ROWS = 15  # ops an op diff draws
+
+
+def op_diff(pair: Explained, limit: int = OP_ROWS) -> go.Figure:
+    """A pair's op diff: the change of each op's time per step (ms), the ``limit`` largest first, coloured by
+    whether it moved (slower, faster) or not, with its share of the step's change and its ratio on hover."""
+    shown = pair.ops[:limit][::-1]  # plotly draws the first bar at the bottom
+    colors = [
+        VERDICT_COLORS["regression" if op.delta_s > 0 else "improvement"] if op.moved or op.appeared
+        else VERDICT_COLORS["no change"]
+        for op in shown
+    ]  # fmt: skip
+    hover = [
+        f"{op.op} ({op.where})<br>{op.baseline_s * 1e3:.3f} -> {op.candidate_s * 1e3:.3f} ms a step<br>"
+        + (f"{op.only} only" if op.only else f"{percent(op.ratio.ratio)} {interval(op.ratio.ci_low, op.ratio.ci_high)}")
+        + (f"<br>share of the change {op.share * 100:+.0f}%" if not math.isnan(op.share) else "")
+        for op in shown
+    ]
+    fig = go.Figure(
+        go.Bar(
+            x=[op.delta_s * 1e3 for op in shown],
+            y=[f"{op.op} ({op.where})" for op in shown],
+            orientation="h",
+            marker={"color": colors},
+            hovertext=hover,
+            hoverinfo="text",
+        )
+    )
+    fig.add_vline(x=0, line_color="#444")
+    fig.update_layout(
+        xaxis_title="change of the op's time per step, candidate vs baseline (ms)",
+        height=max(300, 26 * len(shown) + 120),
+        margin={"t": 30},
+        showlegend=False,
+    )
     return fig

@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 import streamlit as st
 
-from collector.analysis import comparison, latest
+from collector.analysis import comparison, latest, ops
 from collector.store import database, queries, records
 
 QUERIES = {
@@ -30,6 +30,7 @@ QUERIES = {
     "alerts": records.list_alerts,
     "overview": latest.overview,
     "compare": comparison.build,
+    "explain": ops.between,
     "versions": queries.side_versions,
     "trial_values": queries.trial_values,
     "bisect_steps": queries.bisect_steps,

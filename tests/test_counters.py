@@ -1,6 +1,8 @@
 """Counters of the compiled training step (collector.bench.counters): read from a real compiled step on every
 backend on this CPU, equal in two processes of one config, moved the expected way by one more layer, and
-compared exactly (never by a t-test) by compare."""
+compared exactly (never by a t-test) by compare. The same trials record a profile in their first trial
+(``--profile 1``): its op table is read from a real profile of every backend, and a trial without changes
+nothing."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from collector.bench import counters
 from collector.metrics import COUNTERS, METRICS
 from collector.outcomes import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
 from collector.output.comparison import exact_change
+from collector.schema import OP_COLUMNS
 from tests.conftest import REPO, SHORT, edited_source, result_rows, stepwatch, two_at_a_time, write_suite
 
 HLO = """HloModule jit_train_step, is_scheduled=true, entry_computation_layout={(f32[8]{0})->f32[]}
@@ -143,7 +146,8 @@ def test_compare_judges_counters_exactly_beside_timing(tmp_path: Path, by: str) 
 HLO_COUNTS = {"hlo_instructions", "hlo_fusions", "hlo_custom_calls"}
 READ = {
     ("jax", "bilstm", True): {"compiled_flops", "compiled_bytes_accessed", "compiled_transcendentals", *HLO_COUNTS},
-    ("tensorflow", "bilstm", True): HLO_COUNTS,  # graph_ops (XLA off): test_one_more_layer_means_more_of_every_counter
+    ("tensorflow", "bilstm", True): HLO_COUNTS,
+    ("tensorflow", "bilstm", False): {"graph_ops"},
     ("torch", "bilstm", True): {"compiled_graphs", "graph_breaks", "generated_kernels"},
 }
 MAY_BE_ZERO = {"compiled_transcendentals", "hlo_custom_calls", "graph_breaks"}  # none of these in some programs
@@ -161,7 +165,8 @@ def counted(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
         )
         trials = "1" if backend == "torch" else "2"  # torch.compile on a CPU takes a minute: one trial
         suite = write_suite(root / f"{backend}.toml", f'name = "counters"\n[defaults]\npreset = "tiny"\n\n{configs}')
-        done = stepwatch("run", "--suite", str(suite), *SHORT, "--trials", trials, "--out", str(root / "results"))
+        done = stepwatch("run", "--suite", str(suite), *SHORT, "--trials", trials, "--out", str(root / "results"),
+                         "--profile", "1")  # fmt: skip
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     two_at_a_time(run, ("torch", "jax", "tensorflow"))
@@ -189,6 +194,54 @@ def test_counters_are_read_once_the_trial_has_measured(counted: list[dict]) -> N
         extras = json.loads(row["extras"])
         assert extras["counters_s"] >= 0 and "counters_error" not in extras
         assert row["peak_memory_bytes"] > 0 and extras["memory_samples"] > 0
+
+
+# What a profile of each backend's trial must hold: op types of its compiler, and the raw profile's file.
+PROFILED = {
+    ("jax", "bilstm", True): ({"dot", "copy"}, "*.xplane.pb"),  # HLO instructions (XLA's ops on this CPU)
+    ("tensorflow", "bilstm", True): ({"dot", "copy"}, "*.xplane.pb"),
+    ("tensorflow", "bilstm", False): ({"MatMul", "AddV2"}, "*.xplane.pb"),  # graph ops
+    ("torch", "bilstm", True): ({"aten::mm", "Torch-Compiled Region"}, "trace.json.gz"),
+}
+PROFILE_FIELDS = ("profile_steps", "profile_step_time_s", "profile_uri", *OP_COLUMNS)
+
+
+def test_a_profile_of_every_backend_gives_its_op_table(counted: list[dict]) -> None:
+    """The first trial of every config recorded a profile after its timed steps: per-op self times and counts per
+    step, all on the host on this CPU, ops of the backend's compiler among them, the raw profile kept."""
+    seen = set()
+    for row in counted:
+        if row["trial"] != 0:
+            continue
+        key = (row["keras_backend"], row["model"], row["xla_requested"])
+        extras = json.loads(row["extras"])
+        assert "profile_error" not in extras, (key, extras.get("profile_error"))
+        types, raw = PROFILED[key]
+        assert types <= set(row["op_types"]), (key, sorted(set(row["op_types"]))[:40])
+        assert len({len(row[c]) for c in OP_COLUMNS}) == 1 and set(row["op_where"]) == {"host"}
+        assert row["profile_steps"] == 5 and 0 < row["profile_step_time_s"] < 10
+        assert all(t >= 0 for t in row["op_time_s"]) and all(c > 0 for c in row["op_counts"])
+        assert 0 < sum(row["op_time_s"]) < 4 * row["profile_step_time_s"]  # at most the two cores' (and some)
+        assert row["op_time_s"] == sorted(row["op_time_s"], reverse=True)
+        assert list(Path(row["profile_uri"]).rglob(raw)), key
+        assert extras["profile_bytes"] > 0 and extras["profile_s"] > 0
+        seen.add(key)
+    assert seen == set(PROFILED)
+
+
+def test_a_trial_without_profile_is_as_before(counted: list[dict]) -> None:
+    """Trial 1 (not profiled) has no profile fields; trials 0 and 1 of a config have the same other columns, and
+    the profiled one measured first (what it timed is written before it profiles)."""
+    by_key = {}
+    for row in counted:
+        by_key.setdefault((row["keras_backend"], row["xla_requested"], row["trial"]), row)
+    pairs = [(by_key[(b, x, 0)], by_key[(b, x, 1)]) for b, x, t in by_key if t == 1]
+    assert pairs
+    for profiled, plain in pairs:
+        assert all(plain[name] is None for name in PROFILE_FIELDS)
+        assert not {"profile_s", "profile_bytes", "profile_error"} & set(json.loads(plain["extras"]))
+        others = {name for name, value in plain.items() if value is not None}
+        assert others == {name for name, value in profiled.items() if value is not None} - set(PROFILE_FIELDS)
 
 
 ONE_MORE_LAYER = '    "tiny": TransformerSize(2, 32, 2, 64, 512, 16, dropout=0.0),\n'
@@ -272,14 +325,21 @@ def test_a_store_written_before_the_counters_is_read_and_then_upgraded(tmp_path:
             con.execute(f'ALTER TABLE runs DROP COLUMN "{name}"')
             for stat in SPANS:
                 con.execute(f'ALTER TABLE summaries DROP COLUMN "{stat}_{name}"')
+        con.execute("DROP TABLE ops")  # nor op tables, nor profiles
+        for name in ("profile_steps", "profile_step_time_s", "profile_uri"):
+            con.execute(f'ALTER TABLE runs DROP COLUMN "{name}"')
         con.execute("UPDATE store_meta SET value = 'earlier' WHERE key = 'layout'")
     read = stepwatch("compare", "--baseline", "label=before", "--candidate", "label=mid", "--metric",
                      "examples_per_sec,hlo_fusions", "--db", str(db), "--format", "json")  # fmt: skip
     assert read.returncode == 0, read.stdout + read.stderr
     assert [r["metric"] for r in json.loads(read.stdout)["rows"]] == ["examples_per_sec"]  # no counter was read
-    ingest("after", 2, hlo_fusions=3)  # a write: the store gains the columns
+    unprofiled = stepwatch("explain", "--baseline", "label=before", "--candidate", "label=mid", "--db", str(db))
+    assert unprofiled.returncode == 0 and "no profiled trials" in unprofiled.stdout, unprofiled.stderr
+    ingest("after", 2, hlo_fusions=3)  # a write: the store gains the columns (and the op tables)
     ingest("later", 3, hlo_fusions=4)
     judged = stepwatch("compare", "--baseline", "label=after", "--candidate", "label=later", "--metric",
                        "hlo_fusions", "--db", str(db), "--format", "json")  # fmt: skip
     assert judged.returncode == 1, judged.stdout + judged.stderr
     assert [r["verdict"] for r in json.loads(judged.stdout)["rows"]] == [REGRESSION]  # 3 -> 4 fusions
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM ops").fetchall() == [(0,)]

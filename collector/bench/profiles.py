@@ -184,3 +184,22 @@ def xspace_file(logdir: Path) -> Path:
 def size_bytes(folder: Path) -> int:
     """What a raw profile takes on disk."""
     return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+# The raw profile's files a viewer opens, and which viewer: XSpace (TensorFlow, JAX) in XProf, the trace JSON
+# that torch writes in Perfetto.
+VIEWERS = (
+    ("*.xplane.pb", "XProf: `pip install xprof && xprof --logdir {folder}`, then http://localhost:8791"),
+    ("trace.json.gz", "Perfetto: open the file at https://ui.perfetto.dev (Open trace file)"),
+)
+
+
+def raw_profile(uri: str) -> tuple[Path | None, str]:
+    """The raw profile's file under a profile's folder (None where it is not on this machine: object storage, or
+    deleted) and how to open it."""
+    folder = Path(uri)
+    for pattern, viewer in VIEWERS:
+        found = sorted(folder.rglob(pattern)) if folder.is_dir() else []
+        if found:
+            return found[-1], viewer.format(folder=folder)
+    return None, f"not on this machine: {uri}"

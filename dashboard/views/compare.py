@@ -1,4 +1,5 @@
-"""Compare: two selections, a forest plot of ratios with CIs, the verdict table and a repro command per row."""
+"""Compare: two selections, a forest plot of ratios with CIs, the verdict table and a repro command per row; and
+where both sides have profiled trials, the op diff of a pair of series (``stepwatch explain``) with its raw profiles."""
 
 import json
 import math
@@ -10,10 +11,12 @@ from collector import metrics
 from collector.analysis import calibration
 from collector.analysis.thresholds import load_overrides
 from collector.bench.packages import Change, describe
+from collector.bench.profiles import raw_profile
 from collector.outcomes import INCONCLUSIVE
 from collector.output.comparison import between_lines, headline, resolution, resolution_lead, row_cells, summary_text
+from collector.output.explain import pair_lines
 from collector.output.text import interval, percent, plain_rows, repro_command, series_label
-from collector.store.queries import version_key
+from collector.store.queries import OP_KEYS, version_key
 from collector.store.selection import ALL, Selection, SelectionError
 from dashboard import charts, data, state
 
@@ -145,3 +148,36 @@ for side in ("baseline", "candidate"):
     only = comparison.only_on(side)
     if only:
         st.caption(f"Only in the {side}: " + "; ".join(series_label(r.series) for r in only))
+
+
+def where_the_time_went() -> None:
+    """The op diff of the pair of series picked (``stepwatch explain``), where both sides have profiled trials."""
+    by = st.radio("Align ops by", OP_KEYS, horizontal=True, format_func=lambda k: k.replace("op_", "op "))
+    pairs, unpaired = data.load("explain", baseline, candidate, by)
+    if not pairs:
+        one_side = [f"{series_label(s)} ({side})" for side, found in unpaired.items() for s in found]
+        st.caption("No series has profiled trials on both sides" + (": " + "; ".join(one_side) if one_side else "")
+                   + ". Run with --profile (run, upgrade-check, bisect) to see which ops moved.")  # fmt: skip
+        return
+    labels = [series_label(p.series) for p in pairs]
+    picked = pairs[st.selectbox("Series", range(len(pairs)), format_func=labels.__getitem__)]
+    st.text(pair_lines(picked, top=0)[0])
+    st.plotly_chart(charts.op_diff(picked), width="stretch")
+    moved = picked.moved()
+    st.caption(
+        f"{len(picked.ops)} ops, {len(moved)} moved; the change that no op explains: "
+        f"{picked.remainder_s * 1e3:+.3f} ms a step (time outside every op, or ops overlapping on parallel threads)."
+    )
+    with st.expander("Every op, as `stepwatch explain` prints it"):
+        st.text("\n".join(pair_lines(picked, top=len(picked.ops))[1:]))
+    for column, (side, uris) in zip(st.columns(2), picked.profiles.items()):
+        for uri in uris[:1]:
+            path, viewer = raw_profile(uri)
+            column.markdown(f"**{side} profile** · {viewer}")
+            if path is not None:
+                column.download_button(f"Download {path.name} ({path.stat().st_size / 1e6:.1f} MB)", path.read_bytes(),
+                                       path.name, key=f"raw-{side}")  # fmt: skip
+
+
+st.subheader("Where the time went")
+where_the_time_went()

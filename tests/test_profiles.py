@@ -1,0 +1,186 @@
+"""Per-op statistics (collector.bench.profiles) and their diff (collector.analysis.ops, ``stepwatch explain``):
+self times from nested spans, which events are ops, and a diff of synthetic op tables whose shares are known.
+Profiles of real trials on every backend: tests/test_counters.py, whose trials also record one."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from collector.analysis import ops
+from collector.bench import profiles
+from collector.bench.profiles import Event, Span
+from collector.schema import OP_COLUMNS
+from tests.conftest import result_rows, stepwatch, write_results
+
+MS = 1e6  # nanoseconds
+
+
+def test_an_ops_self_time_leaves_out_the_ops_nested_in_it() -> None:
+    spans = [
+        Span("t1", "call", "outer", "host", 0, 10 * MS),
+        Span("t1", "mm", "mm.1", "host", 2 * MS, 5 * MS),
+        Span("t1", "add", "add.1", "host", 6 * MS, 8 * MS),
+        Span("t1", "mm", "mm.2", "host", 12 * MS, 14 * MS),
+        Span("t2", "call", "outer", "host", 0, 20 * MS),  # another thread: nothing of t1 is nested in it
+    ]
+    found = profiles.self_times(spans)
+    assert found[("call", "outer", "host")] == pytest.approx((0.005 + 0.020, 2))
+    assert found[("mm", "mm.1", "host")] == pytest.approx((0.003, 1))
+    assert found[("mm", "mm.2", "host")] == pytest.approx((0.002, 1))
+    assert found[("add", "add.1", "host")] == pytest.approx((0.002, 1))
+    table = profiles.op_table(found, steps=2)
+    assert list(table) == list(OP_COLUMNS)
+    assert table["op_names"][0] == "outer" and table["op_time_s"][0] == pytest.approx(0.0125)  # per step
+    assert table["op_counts"][0] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("event", "op"),
+    [
+        (Event("add_fusion.12", 0, 1, hlo_op="add_fusion.12"), ("add_fusion", "add_fusion.12")),
+        (Event("MatMul_1.42", 0, 1, hlo_op="MatMul_1.42"), ("MatMul", "MatMul_1.42")),  # TensorFlow's names in XLA
+        (Event("model/dense/MatMul:MatMul", 0, 1), ("MatMul", "model/dense/MatMul")),  # a TensorFlow graph op
+        (Event("volta_sgemm_128x64_nn", 0, 1, tf_op="model/dense/MatMul:MatMul"), ("MatMul", "model/dense/MatMul")),
+        (Event("ThunkExecutor::Execute", 0, 1), None),  # the framework's own work, not an op
+        (Event("IteratorGetNextOp::DoCompute", 0, 1), None),
+        (Event("end: dot.1", 0, 1), None),
+    ],
+)  # fmt: skip
+def test_which_events_are_ops(event: Event, op: tuple[str, str] | None) -> None:
+    assert profiles.op_of(event) == op
+
+
+def test_ops_on_a_device_plane_are_device_ops() -> None:
+    planes = [
+        ("/host:CPU", [("tf_Compute", [Event("a/MatMul:MatMul", 0, 5)])]),
+        ("/device:GPU:0", [("Stream #7", [Event("sgemm", 1, 3, hlo_op="dot.3")])]),
+    ]
+    spans = list(profiles.xspace_spans(planes))
+    assert [(s.op_type, s.where) for s in spans] == [("MatMul", "host"), ("dot", "device")]
+    assert profiles.torch_type("Torch-Compiled Region: 42/0") == "Torch-Compiled Region"
+    assert profiles.torch_type("aten::addmm") == "aten::addmm"
+
+
+def _trials(step_ms: float, ops_ms: dict[str, float], jitter: tuple[float, ...] = (0.0, 0.1, -0.1)) -> list:
+    """Three profiled trials (step time, op table) whose means are exactly the given figures."""
+    return [
+        ((step_ms + j) / 1e3, {(op, "host"): (ms + j * ms / 10) / 1e3 for op, ms in ops_ms.items()}) for j in jitter
+    ]
+
+
+def test_a_diff_of_two_op_tables_gives_each_ops_share_of_the_change() -> None:
+    """The step grows by 3 ms: the matmul by 2 ms (two thirds), an op that appears adds 0.5 ms (a sixth), one that
+    disappears saves 1 ms (minus a third), one is unchanged; the remaining 1.5 ms is no op's."""
+    baseline = _trials(10.0, {"mm": 4.0, "add": 3.0, "gone": 1.0})
+    candidate = _trials(13.0, {"mm": 6.0, "add": 3.0, "new": 0.5})
+    changes, remainder = ops.diff(baseline, candidate)
+    by_op = {c.op: c for c in changes}
+    assert [c.op for c in changes] == ["mm", "gone", "new", "add"]  # largest absolute change first
+    assert by_op["mm"].share == pytest.approx(2 / 3)
+    assert by_op["gone"].share == pytest.approx(-1 / 3) and by_op["gone"].only == "baseline"
+    assert by_op["new"].share == pytest.approx(1 / 6) and by_op["new"].only == "candidate"
+    assert by_op["new"].step_share == pytest.approx(0.5 / 13)
+    assert remainder == pytest.approx(1.5e-3)
+    assert by_op["mm"].ratio.ratio == pytest.approx(1.5, rel=1e-3) and by_op["mm"].moved
+    assert by_op["mm"].ratio.ci_low > 1.4
+    assert by_op["add"].ratio.ratio == pytest.approx(1.0) and not by_op["add"].moved
+    assert math.isnan(by_op["new"].q_value)  # on one side only: nothing to test
+
+
+def test_an_a_a_of_noisy_op_tables_moves_nothing() -> None:
+    """The same 200 ops, each trial 10% noisy, three trials a side: no op moves (BH across the ops)."""
+    rng = np.random.default_rng(7)
+    means = {f"op{i}": float(m) for i, m in enumerate(rng.lognormal(-1, 1.5, 200))}
+
+    def side() -> list:
+        trials = []
+        for _ in range(3):
+            table = {(op, "host"): ms * rng.lognormal(0, 0.1) / 1e3 for op, ms in means.items()}
+            trials.append((sum(table.values()) * 1.2, table))
+        return trials
+
+    changes, _ = ops.diff(side(), side())
+    assert [c.op for c in changes if c.moved or c.appeared] == []
+    assert sum(c.ratio.p_value < 0.05 for c in changes) > 0  # unadjusted, some would have fired
+
+
+def test_one_profiled_trial_a_side_gives_no_interval_and_moves_nothing() -> None:
+    changes, _ = ops.diff(_trials(10.0, {"mm": 4.0}, (0.0,)), _trials(13.0, {"mm": 8.0}, (0.0,)))
+    assert changes[0].ratio.ratio == pytest.approx(2.0) and math.isnan(changes[0].ratio.ci_low)
+    assert not changes[0].moved
+
+
+def _profiled(label: str, step_ms: float, ops_ms: dict[str, float], **fields: object) -> list[dict]:
+    rows = result_rows(3, label=label, **fields)
+    for row, (step_s, table) in zip(rows, _trials(step_ms, ops_ms)):
+        keys = sorted(table)
+        row.update(
+            profile_steps=5, profile_step_time_s=step_s, profile_uri=f"/profiles/{row['run_id']}",
+            op_types=[op for op, _ in keys], op_names=[f"{op}.1" for op, _ in keys],
+            op_where=[where for _, where in keys], op_time_s=[table[k] for k in keys], op_counts=[1.0] * len(keys),
+        )  # fmt: skip
+    return rows
+
+
+def test_explain_reads_the_stores_op_tables(tmp_path: Path) -> None:
+    """Profiled rows through ingest and ``stepwatch explain``: the op that moved first with its share; a row
+    without a profile is not read; an A/A moves nothing; JSON has the figures."""
+    rows = _profiled("before", 10.0, {"MatMul": 4.0, "Mul": 3.0}) + _profiled(
+        "after", 13.0, {"MatMul": 7.0, "Mul": 3.0}
+    )
+    rows += _profiled("again", 10.0, {"MatMul": 4.0, "Mul": 3.0})
+    rows += result_rows(2, label="after", start=3)  # not profiled
+    write_results(tmp_path / "results" / "rows.parquet", rows)
+    db = str(tmp_path / "store.duckdb")
+    assert stepwatch("ingest", str(tmp_path / "results"), "--db", db).returncode == 0
+    done = stepwatch("explain", "--baseline", "label=before", "--candidate", "label=after", "--db", db)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "3 + 3 profiled trials" in lines[0] and "+3.000 ms" in lines[0]
+    assert lines[1].split()[:2] == ["MatMul", "(host)"] and "share  +100%" in lines[1] and "moved" in lines[1]
+    assert "Mul (host)" in lines[2] and "moved" not in lines[2]
+    assert "remainder (no op): +0.000 ms" in done.stdout and "1 moved" in done.stdout
+    out = tmp_path / "explain.json"
+    assert stepwatch("explain", "--baseline", "label=before", "--candidate", "label=after", "--db", db,
+                     "--format", "json", "--out", str(out), "--by", "op_name").returncode == 0  # fmt: skip
+    pair = json.loads(out.read_text())[0]
+    assert (
+        pair["trials"] == [3, 3] and pair["ops"][0]["op"] == "MatMul.1" and pair["ops"][0]["share"] == pytest.approx(1)
+    )
+    aa = stepwatch("explain", "--baseline", "label=before", "--candidate", "label=again", "--db", db)
+    assert "0 moved, 0 on one side only" in aa.stdout
+    none = stepwatch("explain", "--baseline", "label=before", "--candidate", "label=missing", "--db", db)
+    assert none.returncode == 0 and "profiled on the baseline only" in none.stdout
+    bad = stepwatch("explain", "--baseline", "label=before", "--candidate", "label=after", "--db", db, "--top", "0")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_the_compare_page_draws_the_op_diff(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Compare page, for two labels with profiled trials: the op diff as a chart (the op that moved first,
+    drawn red), and each side's raw profile with its viewer (a download where it is on this machine)."""
+    from tests.test_dashboard import figures, render, values
+
+    rows = _profiled("before", 10.0, {"MatMul": 4.0, "Mul": 3.0}) + _profiled(
+        "after", 13.0, {"MatMul": 7.0, "Mul": 3.0}
+    )
+    raw = tmp_path / "profiles" / rows[0]["run_id"]
+    (raw / "plugins" / "profile" / "run").mkdir(parents=True)
+    (raw / "plugins" / "profile" / "run" / "host.xplane.pb").write_bytes(b"\0" * 1000)
+    for row in rows[:3]:
+        row["profile_uri"] = str(raw)
+    write_results(tmp_path / "results" / "rows.parquet", rows)
+    db = tmp_path / "store.duckdb"
+    assert stepwatch("ingest", str(tmp_path / "results"), "--db", str(db)).returncode == 0
+    at = render(db, "compare", monkeypatch, baseline="label=before", candidate="label=after")
+    forest, diff = figures(at)
+    bars = diff["data"][0]
+    assert values(bars["y"])[-1] == "MatMul (host)" and values(bars["x"])[-1] == pytest.approx(3.0)  # on top
+    assert bars["marker"]["color"][-1] == "#d62728"  # moved, slower
+    shown = " ".join(m.value for m in at.markdown)
+    assert "XProf" in shown and "not on this machine" in shown  # the baseline's is here, the candidate's is not
+    assert [b.label for b in at.get("download_button")][-1].startswith("Download host.xplane.pb")

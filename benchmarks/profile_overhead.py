@@ -48,7 +48,7 @@ def main() -> int:
                     rows[config.key][profile].append(done.row)
                     speed, wall = done.row.get("examples_per_sec") or 0, done.row["wall_s"]
                     kind = "profiled" if profile else "plain   "
-                    print(f"{config.label()} {kind}: {done.row['status']} {speed:,.1f}/s, wall {wall:.1f} s", flush=True)
+                    print(f"{config.label()} {kind}: {done.row['status']} {speed:,.1f}/s, wall {wall:.1f} s")
     print()
     print(f"{'config':<44} {'plain /s':>10} {'profiled /s':>12} {'change [95% CI]':>28} {'+wall s':>8} "
           f"{'profile MB':>10} {'profiled step / timed step':>27}")  # fmt: skip

@@ -66,7 +66,7 @@ def test_upgrade_check_runs_both_sides_interleaved_and_reports(tmp_path: Path, m
     done = stepwatch(
         "upgrade-check", "--baseline", PYTZ, "--candidate", PSUTIL, "--reuse-site-packages", "--pip-arg=--no-index",
         *SMALL, "--trials", "2", "--results", str(results), "--db", str(db), "--format", "json", "--out", str(report),
-        env={upgrade.CACHE_ENV: str(cache)}, timeout=600,
+        "--profile", "1", env={upgrade.CACHE_ENV: str(cache)}, timeout=600,
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stderr  # the verdict on two trials of identical code may go either way
     assert "baseline: building an environment for " + PYTZ in done.stderr
@@ -84,6 +84,9 @@ def test_upgrade_check_runs_both_sides_interleaved_and_reports(tmp_path: Path, m
     markdown = (check_dir / "report.md").read_text()
     assert markdown.startswith(f"## stepwatch upgrade check: {PYTZ} -> {PSUTIL}")
     assert "1 config(s) x 2 trials per side" in markdown
+    # --profile 1: the first trial of each side recorded its op table, and the report says where the time went.
+    assert [r["trial"] for r in rows if r["op_types"]] == [0, 0]
+    assert "Where the time went" in markdown and "1 + 1 profiled trials" in markdown
 
     # The environments are cached: asking again reuses them without pip.
     monkeypatch.setenv(upgrade.CACHE_ENV, str(cache))

@@ -9,6 +9,7 @@ sides (ABAB, the first side alternating each round so a steady drift of the mach
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -272,9 +273,7 @@ def run(
     for side in sides:
         run_ids[side] = str(uuid.uuid4())
         results[side] = ResultFile(out_dir / f"{suite}-{side}-{run_ids[side][:8]}.parquet")
-        side_options[side] = runner.RunOptions(
-            label=side, price_per_hour=options.price_per_hour, prices=options.prices, python=envs[side].python
-        )
+        side_options[side] = dataclasses.replace(options, label=side, python=envs[side].python)
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="stepwatch-upgrade-") as tmp:
         for side, config, trial in plan(configs, trials, sides):

@@ -160,6 +160,19 @@ def test_explain_reads_the_stores_op_tables(tmp_path: Path) -> None:
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
 
 
+def test_explain_says_when_the_sides_name_their_ops_differently(tmp_path: Path) -> None:
+    """XLA off against on pairs the series as compare does, and says that graph ops and HLO instructions do not
+    align: the ops are on one side only, the step's change still compares."""
+    rows = _profiled("x", 10.0, {"MatMul": 4.0, "Mul": 3.0}) + _profiled("x", 8.0, {"dot": 3.0}, xla_requested=True)
+    write_results(tmp_path / "results" / "rows.parquet", rows)
+    db = str(tmp_path / "store.duckdb")
+    assert stepwatch("ingest", str(tmp_path / "results"), "--db", db).returncode == 0
+    done = stepwatch("explain", "--baseline", "xla=off", "--candidate", "xla=on", "--db", db)
+    assert done.returncode == 0, done.stderr
+    assert "TensorFlow graph ops against HLO instructions" in done.stdout and "-2.000 ms" in done.stdout
+    assert "0 moved, 3 on one side only" in done.stdout
+
+
 def test_the_compare_page_draws_the_op_diff(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The Compare page, for two labels with profiled trials: the op diff as a chart (the op that moved first,
     drawn red), and each side's raw profile with its viewer (a download where it is on this machine)."""

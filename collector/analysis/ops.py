@@ -69,6 +69,12 @@ class Explained:
     ops: list[OpChange]  # largest absolute change first
     remainder_s: float
     profiles: dict[str, list[str]] = field(default_factory=dict)  # side -> the raw profiles' addresses
+    vocabularies: tuple[str, str] = ("", "")  # what names the ops on each side (see ``vocabulary``)
+
+    @property
+    def aligned(self) -> bool:
+        """Whether both sides name their ops alike: the same backend and compiler."""
+        return self.vocabularies[0] == self.vocabularies[1]
 
     @property
     def delta_s(self) -> float:
@@ -77,6 +83,14 @@ class Explained:
     def moved(self) -> list[OpChange]:
         """The ops that moved, and those on one side only that take more than a negligible share of its step."""
         return [op for op in self.ops if op.moved or op.appeared]
+
+
+def vocabulary(keras_backend: str, xla: bool) -> str:
+    """What names a series' ops: TensorFlow's graph ops, XLA's HLO instructions (TensorFlow with XLA and JAX
+    alike), or torch's operators."""
+    if keras_backend == "torch":
+        return "torch operators"
+    return "HLO instructions" if xla or keras_backend == "jax" else "TensorFlow graph ops"
 
 
 def _logs(values: Sequence[float]) -> stats.Side:
@@ -146,6 +160,10 @@ def explain(frame: pd.DataFrame) -> list[Explained]:
                 ops=changes,
                 remainder_s=remainder,
                 profiles={side: sorted(set(rows["profile_uri"].dropna())) for side, rows in sides.items()},
+                vocabularies=tuple(  # type: ignore[arg-type]
+                    vocabulary(sides[side]["keras_backend"].iloc[0], bool(sides[side]["xla"].iloc[0]))
+                    for side in ("baseline", "candidate")
+                ),
             )
         )
     return explained

@@ -52,6 +52,9 @@ def pair_lines(pair: Explained, top: int = TOP) -> list[str]:
         f"({percent(r.ratio)} {interval(r.ci_low, r.ci_high)}, {signed_ms(pair.delta_s)}); "
         f"{n_a} + {n_b} profiled trials"
     ]
+    if not pair.aligned:
+        lines.append(f"  the sides name their ops differently ({pair.vocabularies[0]} against {pair.vocabularies[1]}): "
+                     "most ops are on one side only, and only the step's change and the remainder compare")  # fmt: skip
     if min(pair.trials) < 2:
         lines.append("  one profiled trial on a side: no intervals, and no op is said to have moved")
     shown = pair.ops[:top]
@@ -93,7 +96,8 @@ def explain_json(pairs: list[Explained]) -> str:
         return {
             "op": op.op, "where": op.where, "baseline_s": op.baseline_s, "candidate_s": op.candidate_s,
             "delta_s": op.delta_s, "ratio": finite(r.ratio), "ci_low": finite(r.ci_low), "ci_high": finite(r.ci_high),
-            "q_value": finite(op.q_value), "share": finite(op.share), "only": op.only, "moved": op.moved,
+            "q_value": finite(op.q_value), "share": finite(op.share), "step_share": finite(op.step_share),
+            "only": op.only, "appeared": op.appeared, "moved": op.moved,
         }  # fmt: skip
 
     payload = [

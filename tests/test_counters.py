@@ -198,7 +198,7 @@ def test_counters_are_read_once_the_trial_has_measured(counted: list[dict]) -> N
 
 # What a profile of each backend's trial must hold: op types of its compiler, and the raw profile's file.
 PROFILED = {
-    ("jax", "bilstm", True): ({"dot", "copy"}, "*.xplane.pb"),  # HLO instructions (XLA's ops on this CPU)
+    ("jax", "bilstm", True): ({"dot", "copy"}, "*.xplane.pb"),  # HLO opcodes (XLA's ops on this CPU)
     ("tensorflow", "bilstm", True): ({"dot", "copy"}, "*.xplane.pb"),
     ("tensorflow", "bilstm", False): ({"MatMul", "AddV2"}, "*.xplane.pb"),  # graph ops
     ("torch", "bilstm", True): ({"aten::mm", "Torch-Compiled Region"}, "trace.json.gz"),

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from collector.analysis import ops
-from collector.bench import profiles
+from collector.bench import counters, profiles
 from collector.bench.profiles import Event, Span
 from collector.schema import OP_COLUMNS
 from tests.conftest import result_rows, stepwatch, write_results
@@ -53,6 +53,21 @@ def test_an_ops_self_time_leaves_out_the_ops_nested_in_it() -> None:
 )  # fmt: skip
 def test_which_events_are_ops(event: Event, op: tuple[str, str] | None) -> None:
     assert profiles.op_of(event) == op
+
+
+def test_an_hlo_instruction_is_typed_by_its_opcode_where_the_module_was_read() -> None:
+    """TensorFlow 2.21 names some dots after their TensorFlow op (``MatMul.86``), 2.20 ``dot.21``: typed by
+    the opcode of the step's optimized HLO, both are dots; a fusion keeps the type its name gives."""
+    hlo = (
+        "ENTRY %main (a: f32[4,4]) -> f32[4,4] {\n"
+        "  %MatMul.86 = f32[4,4]{1,0} dot(f32[4,4]{1,0} %a, f32[4,4]{1,0} %a), lhs_contracting_dims={1}\n"
+        "  ROOT %multiply_add_fusion.3 = f32[4,4]{1,0} fusion(f32[4,4]{1,0} %MatMul.86), kind=kLoop\n"
+        "}\n"
+    )
+    opcodes = dict(counters.hlo_instructions(hlo))
+    assert profiles.op_of(Event("MatMul.86", 0, 1, hlo_op="MatMul.86"), opcodes) == ("dot", "MatMul.86")
+    assert profiles.op_of(Event("x", 0, 1, hlo_op="multiply_add_fusion.3"), opcodes)[0] == "multiply_add_fusion"
+    assert profiles.op_of(Event("MatMul.86", 0, 1, hlo_op="MatMul.86"))[0] == "MatMul"  # without the module
 
 
 def test_ops_on_a_device_plane_are_device_ops() -> None:

@@ -16,22 +16,27 @@ from collector.metrics import COUNTERS
 
 # One HLO instruction: ``[ROOT ]%name = shape opcode(operands), attributes``. The opcode is the first
 # ``word(`` after the shape (a shape holds no such word: layouts are ``{1,0}``, tiles ``:T(8,128)``).
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(?P<rest>.*)$")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<rest>.*)$")
 _OPCODE = re.compile(r"(?:^|\s)(?P<opcode>[a-z][a-z0-9\-]*)\(")
 
 
-def hlo_opcodes(text: str) -> list[str]:
-    """The opcode of every instruction of an HLO module's text (every computation: the entry and the bodies of
-    its fusions, loops and calls)."""
-    opcodes = []
+def hlo_instructions(text: str) -> list[tuple[str, str]]:
+    """(name, opcode) of every instruction of an HLO module's text (every computation: the entry and the bodies
+    of its fusions, loops and calls)."""
+    found = []
     for line in text.splitlines():
-        found = _INSTRUCTION.match(line)
-        if not found or line.lstrip().startswith(("HloModule", "ENTRY", "//")):
+        instruction = _INSTRUCTION.match(line)
+        if not instruction or line.lstrip().startswith(("HloModule", "ENTRY", "//")):
             continue
-        opcode = _OPCODE.search(found["rest"])
+        opcode = _OPCODE.search(instruction["rest"])
         if opcode:
-            opcodes.append(opcode["opcode"])
-    return opcodes
+            found.append((instruction["name"], opcode["opcode"]))
+    return found
+
+
+def hlo_opcodes(text: str) -> list[str]:
+    """The opcode of every instruction of an HLO module's text."""
+    return [opcode for _, opcode in hlo_instructions(text)]
 
 
 def hlo_counts(text: str) -> dict[str, int]:

@@ -8,8 +8,10 @@ gives per-op totals itself.
 
 What an op is, by backend and compiler:
 - XLA (TensorFlow with jit_compile, JAX): an HLO instruction the compiled step runs (an event with an
-  ``hlo_op`` stat): its name (``multiply_add_fusion.12``) and its type, the name less XLA's numeric suffix
-  (``multiply_add_fusion``). Numbering differs between compilations, so types are what align across versions.
+  ``hlo_op`` stat): its name (``multiply_add_fusion.12``) and its type: its opcode (``dot``) where the step's
+  optimized HLO was read for its counters, the name less its numeric suffix for a fusion
+  (``multiply_add_fusion``) or where it was not. Names and numbering differ between compilations and
+  versions, so types are what align across versions.
 - TensorFlow without XLA: a graph op (an event named ``node:OpType``): the node's name and its op type.
 - torch: an operator (``aten::addmm``); the profiler names no instances, so name and type are one.
 On a CPU every op runs on the host; on an accelerator its kernels are ``device`` rows.
@@ -18,7 +20,7 @@ On a CPU every op runs on the host; on an accelerator its kernels are ``device``
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,11 +72,15 @@ def torch_type(key: str) -> str:
     return _TORCH_SUFFIX.sub("", key)
 
 
-def op_of(event: Event) -> tuple[str, str] | None:
+def op_of(event: Event, opcodes: Mapping[str, str] | None = None) -> tuple[str, str] | None:
     """(op type, op name) of an event that is an op, else None (the framework's own work: executors,
-    profiler and runtime annotations)."""
+    profiler and runtime annotations). ``opcodes`` (instruction name -> opcode, from the step's optimized HLO)
+    types an HLO instruction by its opcode, whatever the frontend named it (TensorFlow 2.21 names some dots
+    ``MatMul.86`` where 2.20 named them ``dot.21``); a fusion keeps the type of its name, which XLA makes from
+    what it fuses (``multiply_add_fusion``)."""
     if event.hlo_op:
-        return xla_type(event.hlo_op), event.hlo_op
+        opcode = (opcodes or {}).get(event.hlo_op)
+        return (opcode if opcode and opcode != "fusion" else xla_type(event.hlo_op)), event.hlo_op
     for text in (event.tf_op, event.name):
         found = _TF_OP.match(text or "")
         if found:
@@ -82,15 +88,15 @@ def op_of(event: Event) -> tuple[str, str] | None:
     return None
 
 
-def xspace_spans(planes: Planes) -> Iterator[Span]:
+def xspace_spans(planes: Planes, opcodes: Mapping[str, str] | None = None) -> Iterator[Span]:
     """The op spans of an XSpace, given as (plane name, [(line name, events)]): a ``/device:`` plane's ops run
-    on the device, the rest on the host."""
+    on the device, the rest on the host. ``opcodes``: see ``op_of``."""
     for plane, lines in planes:
         where = "device" if plane.startswith("/device:") else "host"
         for index, (line, events) in enumerate(lines):
             track = f"{plane}/{index}/{line}"
             for event in events:
-                op = op_of(event)
+                op = op_of(event, opcodes)
                 if op is not None:
                     end = event.start_ns + event.duration_ns
                     yield Span(track, op[0], op[1], where, event.start_ns, end)

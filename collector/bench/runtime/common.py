@@ -14,7 +14,7 @@ from typing import Any
 
 import keras
 
-from collector.bench import memory, profiles
+from collector.bench import counters, memory, profiles
 from collector.bench.measure import WindowClock, window_mean_from_running
 from collector.config import BenchmarkConfig
 from collector.metrics import ANON_KIND
@@ -236,6 +236,12 @@ class KerasBackend:
     def op_totals(self, logdir: Path) -> dict[tuple[str, str, str], tuple[float, int]]:
         """(op type, op name, where) -> (self time in seconds, occurrences) over the profiled steps."""
         raise NotImplementedError
+
+    hlo_text: str = ""  # the step's optimized HLO, where ``counters`` read it: what types its ops (profiles.op_of)
+
+    def opcodes(self) -> dict[str, str]:
+        """Instruction name -> opcode of the step's optimized HLO (empty where it was not read)."""
+        return dict(counters.hlo_instructions(self.hlo_text))
 
     def place(self, runtime: Runtime) -> Callable[[Any], Any]:
         """How an array of the synthetic batch goes onto the device."""

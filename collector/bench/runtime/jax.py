@@ -95,7 +95,8 @@ class JaxBackend(common.KerasBackend):
         if self.step is None or self.step_args is None:
             return {}
         compiled = self.step.lower(*self.step_args).compile()
-        return {**counters.cost_counts(compiled.cost_analysis()), **counters.hlo_counts(compiled.as_text())}
+        self.hlo_text = compiled.as_text()
+        return {**counters.cost_counts(compiled.cost_analysis()), **counters.hlo_counts(self.hlo_text)}
 
     @contextlib.contextmanager
     def profiler(self, logdir: Path, config: BenchmarkConfig) -> Iterator[None]:
@@ -111,7 +112,7 @@ class JaxBackend(common.KerasBackend):
 
     def op_totals(self, logdir: Path) -> dict[tuple[str, str, str], tuple[float, int]]:
         data = jax.profiler.ProfileData.from_file(str(profiles.xspace_file(logdir)))
-        return profiles.self_times(profiles.xspace_spans(profiles.profile_data_planes(data)))
+        return profiles.self_times(profiles.xspace_spans(profiles.profile_data_planes(data), self.opcodes()))
 
     def configure(self, config: BenchmarkConfig) -> Runtime:
         """Matmul precision and the dtype policy; DataParallel over the devices when there are several."""

@@ -183,7 +183,8 @@ class TensorFlowBackend(common.KerasBackend):
             return {}
         batch = next(iter(data))
         if model.jit_compile:
-            return counters.hlo_counts(self.step.experimental_get_compiler_ir(batch)(stage="optimized_hlo"))
+            self.hlo_text = self.step.experimental_get_compiler_ir(batch)(stage="optimized_hlo")
+            return counters.hlo_counts(self.hlo_text)
         graph = self.step.get_concrete_function(batch).graph.as_graph_def()
         return {"graph_ops": counters.graph_op_count(graph)}
 
@@ -202,7 +203,7 @@ class TensorFlowBackend(common.KerasBackend):
 
         space = xplane_pb2.XSpace()
         space.ParseFromString(profiles.xspace_file(logdir).read_bytes())
-        return profiles.self_times(profiles.xspace_spans(profiles.proto_planes(space)))
+        return profiles.self_times(profiles.xspace_spans(profiles.proto_planes(space), self.opcodes()))
 
     def make_data(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
         """synthetic: one fixed batch repeated; pipeline: a host tf.data pipeline (JPEG decode + augment for images)."""

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
+import pyarrow.parquet as pq
 import pytest
 from moto.server import ThreadedMotoServer
 
@@ -55,7 +56,7 @@ def test_run_uploads_to_s3_and_ingest_reads_it_back(tmp_path: Path, s3: dict[str
     uri = f"s3://{s3['BUCKET']}/nightly/cpu"
     run = stepwatch(
         *("run", "--suite", "smoke", "--models", "bilstm", "--xla", "off", "--precision", "fp32"),
-        *("--steps", "20", "--out", uri),
+        *("--steps", "20", "--out", uri, "--profile"),
         cwd=tmp_path,
         env=s3,
         timeout=300,
@@ -63,7 +64,12 @@ def test_run_uploads_to_s3_and_ingest_reads_it_back(tmp_path: Path, s3: dict[str
     assert run.returncode == 0, run.stderr[-2000:]
     local = sorted((tmp_path / "data" / "results").glob("*.parquet"))
     assert len(local) == 1
-    assert objects(s3, "nightly/cpu/") == [f"nightly/cpu/{local[0].name}"]
+    [row] = pq.read_table(local[0]).to_pylist()
+    profile = f"nightly/cpu/profiles/{row['run_id']}/"  # the trial's raw profile, beside its results
+    assert row["profile_uri"] == f"{uri}/profiles/{row['run_id']}"
+    uploaded = objects(s3, "nightly/cpu/")
+    assert uploaded[0] == f"nightly/cpu/{local[0].name}" and all(key.startswith(profile) for key in uploaded[1:])
+    assert [key for key in uploaded if key.endswith(".xplane.pb")]
     assert f"uploaded: {uri}/{local[0].name}" in run.stdout
 
     boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"]).put_object(

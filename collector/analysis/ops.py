@@ -16,6 +16,7 @@ trial a side there is no interval, and nothing is said to have moved.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -130,13 +131,9 @@ def diff(
     for i, q in zip(tested, q_values):
         change = changes[i]
         big = abs(change.ratio.ratio - 1) > MOVED and abs(change.delta_s) > NEGLIGIBLE * max(steps)
-        changes[i] = _with(change, q_value=float(q), moved=bool(q < stats.ALPHA and big))
+        changes[i] = dataclasses.replace(change, q_value=float(q), moved=bool(q < stats.ALPHA and big))
     changes.sort(key=lambda c: (-abs(c.delta_s), c.op, c.where))
     return changes, delta_step - sum(c.delta_s for c in changes)
-
-
-def _with(change: OpChange, **values: Any) -> OpChange:
-    return OpChange(**{**change.__dict__, **values})
 
 
 def explain(frame: pd.DataFrame) -> list[Explained]:

@@ -42,16 +42,20 @@ def op_line(op: OpChange) -> str:
     )
 
 
+def header_line(pair: Explained) -> str:
+    """A pair of series in one line: the profiled step on both sides, its change, the profiled trials."""
+    r = pair.step_ratio
+    return (
+        f"{series_label(pair.series)}: profiled step {ms(pair.step_s[0])} -> {ms(pair.step_s[1])} "
+        f"({percent(r.ratio)} {interval(r.ci_low, r.ci_high)}, {signed_ms(pair.delta_s)}); "
+        f"{pair.trials[0]} + {pair.trials[1]} profiled trials"
+    )
+
+
 def pair_lines(pair: Explained, top: int = TOP) -> list[str]:
     """A pair of series: its header line, the ``top`` ops by absolute change, every op on one side only that is
     not among them, the remainder, and where the raw profiles are."""
-    n_a, n_b = pair.trials
-    r = pair.step_ratio
-    lines = [
-        f"{series_label(pair.series)}: profiled step {ms(pair.step_s[0])} -> {ms(pair.step_s[1])} "
-        f"({percent(r.ratio)} {interval(r.ci_low, r.ci_high)}, {signed_ms(pair.delta_s)}); "
-        f"{n_a} + {n_b} profiled trials"
-    ]
+    lines = [header_line(pair)]
     if not pair.aligned:
         lines.append(f"  the sides name their ops differently ({pair.vocabularies[0]} against {pair.vocabularies[1]}): "
                      "most ops are on one side only, and only the step's change and the remainder compare")  # fmt: skip

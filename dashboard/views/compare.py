@@ -14,7 +14,7 @@ from collector.bench.packages import Change, describe
 from collector.bench.profiles import raw_profile
 from collector.outcomes import INCONCLUSIVE
 from collector.output.comparison import between_lines, headline, resolution, resolution_lead, row_cells, summary_text
-from collector.output.explain import pair_lines
+from collector.output.explain import header_line, pair_lines
 from collector.output.text import interval, percent, plain_rows, repro_command, series_label
 from collector.store.queries import OP_KEYS, version_key
 from collector.store.selection import ALL, Selection, SelectionError
@@ -161,7 +161,7 @@ def where_the_time_went() -> None:
         return
     labels = [series_label(p.series) for p in pairs]
     picked = pairs[st.selectbox("Series", range(len(pairs)), format_func=labels.__getitem__)]
-    st.text(pair_lines(picked, top=0)[0])
+    st.text(header_line(picked))
     st.plotly_chart(charts.op_diff(picked), width="stretch")
     moved = picked.moved()
     st.caption(

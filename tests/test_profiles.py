@@ -145,9 +145,8 @@ def _profiled(label: str, step_ms: float, ops_ms: dict[str, float], **fields: ob
 def test_explain_reads_the_stores_op_tables(tmp_path: Path) -> None:
     """Profiled rows through ingest and ``stepwatch explain``: the op that moved first with its share; a row
     without a profile is not read; an A/A moves nothing; JSON has the figures."""
-    rows = _profiled("before", 10.0, {"MatMul": 4.0, "Mul": 3.0}) + _profiled(
-        "after", 13.0, {"MatMul": 7.0, "Mul": 3.0}
-    )
+    rows = _profiled("before", 10.0, {"MatMul": 4.0, "Mul": 3.0})
+    rows += _profiled("after", 13.1, {"MatMul": 7.0, "Mul": 3.0, "Cast": 0.1})  # Cast: on the candidate only
     rows += _profiled("again", 10.0, {"MatMul": 4.0, "Mul": 3.0})
     rows += result_rows(2, label="after", start=3)  # not profiled
     write_results(tmp_path / "results" / "rows.parquet", rows)
@@ -156,17 +155,22 @@ def test_explain_reads_the_stores_op_tables(tmp_path: Path) -> None:
     done = stepwatch("explain", "--baseline", "label=before", "--candidate", "label=after", "--db", db)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert "3 + 3 profiled trials" in lines[0] and "+3.000 ms" in lines[0]
-    assert lines[1].split()[:2] == ["MatMul", "(host)"] and "share  +100%" in lines[1] and "moved" in lines[1]
-    assert "Mul (host)" in lines[2] and "moved" not in lines[2]
-    assert "remainder (no op): +0.000 ms" in done.stdout and "1 moved" in done.stdout
+    assert "3 + 3 profiled trials" in lines[0] and "+3.100 ms" in lines[0]
+    assert lines[1].split()[:2] == ["MatMul", "(host)"] and "share   +97%" in lines[1] and "moved" in lines[1]
+    assert "Mul (host)" in lines[3] and "moved" not in lines[3]
+    assert "1 moved, 1 on one side only" in done.stdout
+    assert "Cast (host)" in lines[2] and "candidate only, 0.100 ms a step" in lines[2]
     out = tmp_path / "explain.json"
     assert stepwatch("explain", "--baseline", "label=before", "--candidate", "label=after", "--db", db,
                      "--format", "json", "--out", str(out), "--by", "op_name").returncode == 0  # fmt: skip
     pair = json.loads(out.read_text())[0]
     assert (
-        pair["trials"] == [3, 3] and pair["ops"][0]["op"] == "MatMul.1" and pair["ops"][0]["share"] == pytest.approx(1)
+        pair["trials"] == [3, 3]
+        and pair["ops"][0]["op"] == "MatMul.1"
+        and pair["ops"][0]["share"] == pytest.approx(3 / 3.1)
     )
+    assert pair["ops"][1]["op"] == "Cast.1" and pair["ops"][1]["appeared"] is True
+    assert pair["remainder_s"] == pytest.approx(0, abs=1e-12)  # every op's change adds up to the step's
     aa = stepwatch("explain", "--baseline", "label=before", "--candidate", "label=again", "--db", db)
     assert "0 moved, 0 on one side only" in aa.stdout
     none = stepwatch("explain", "--baseline", "label=before", "--candidate", "label=missing", "--db", db)

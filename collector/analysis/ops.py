@@ -56,7 +56,7 @@ class OpChange:
     def appeared(self) -> bool:
         """On one side only, and more than a negligible share of that side's step (an iterator's bookkeeping op
         that a profile caught on one side is not a change)."""
-        return self.only is not None and self.step_share > NEGLIGIBLE
+        return self.only is not None and bool(self.step_share > NEGLIGIBLE)
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def diff(
 ) -> tuple[list[OpChange], float]:
     """The op changes between two sides' profiled trials, each (profiled step time, op table), and the remainder
     of the step's change that no op explains."""
-    steps = [np.mean([s for s, _ in side]) for side in (baseline, candidate)]
+    steps = [float(np.mean([s for s, _ in side])) for side in (baseline, candidate)]
     delta_step = steps[1] - steps[0]
     keys = sorted({key for side in (baseline, candidate) for _, table in side for key in table})
     changes, p_values = [], []
@@ -124,7 +124,8 @@ def diff(
         delta = means[1] - means[0]
         share = delta / delta_step if delta_step else math.nan
         on = 0 if only == "baseline" else 1
-        changes.append(OpChange(key[0], key[1], means[0], means[1], ratio, share, means[on] / steps[on], only))
+        step_share = float(means[on] / steps[on])
+        changes.append(OpChange(key[0], key[1], means[0], means[1], ratio, float(share), step_share, only))
         p_values.append(ratio.p_value)
     tested = [i for i, p in enumerate(p_values) if not math.isnan(p)]
     q_values = stats.benjamini_hochberg([p_values[i] for i in tested]) if tested else []

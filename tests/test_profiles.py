@@ -216,3 +216,20 @@ def test_the_compare_page_draws_the_op_diff(tmp_path: Path, monkeypatch: pytest.
     shown = " ".join(m.value for m in at.markdown)
     assert "XProf" in shown and "not on this machine" in shown  # the baseline's is here, the candidate's is not
     assert [b.label for b in at.get("download_button")][-1].startswith("Download host.xplane.pb")
+
+
+def test_a_raw_profile_that_cannot_be_kept_leaves_the_row(tmp_path: Path) -> None:
+    """Moving the raw profile beside the results fails (here the results folder is a file, as a full disk
+    fails a write): one line in the row's extras, no exception, and the op table stays in the row."""
+    from collector.bench import runner
+
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "trace.json.gz").write_bytes(b"\0" * 10)
+    blocked = tmp_path / "results"
+    blocked.write_text("not a folder")
+    kept = runner.keep_profile(profile, blocked, "run-1", None)
+    assert list(kept) == ["profile_error"] and kept["profile_error"].startswith("cannot keep the raw profile in ")
+    moved = runner.keep_profile(profile, tmp_path / "ok", "run-1", "s3://bucket/nightly/")
+    assert moved == {"profile_uri": "s3://bucket/nightly/profiles/run-1", "profile_bytes": 10}
+    assert (tmp_path / "ok" / "profiles" / "run-1" / "trace.json.gz").exists()

@@ -157,8 +157,9 @@ def run_child(
         return failure("timeout", "Timeout", f"trial ran past its timeout of {config.timeout_s:g} s and was killed")
     if result_path.exists():  # written once measured; a timeout after that only cut the counters short
         child = json.loads(result_path.read_text())
-        if timed_out:
-            child["counters_error"] = f"killed at the timeout of {config.timeout_s:g} s while reading counters"
+        if timed_out:  # after what it measured: while reading its counters, or while profiling (after them)
+            doing = ("profile_error", "profiling") if "counters_s" in child else ("counters_error", "reading counters")
+            child[doing[0]] = f"killed at the timeout of {config.timeout_s:g} s while {doing[1]}"
         if child.get("peak_memory_kind") == ANON_KIND:
             child.update(memory.judged_peak(sampler.fields(), child))
         if child.get("status") != "ok":
@@ -305,8 +306,12 @@ def keep_profile(profile_dir: Path, results_dir: Path, run_id: str, home: str | 
     """Move a trial's raw profile to ``profiles/RUN_ID/`` beside the results (uploaded with them by ``run --out``
     to object storage, which ``home`` names): its address, for the row, and its size, in extras."""
     kept = results_dir / PROFILES_DIR / run_id
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(profile_dir), kept)
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(profile_dir), kept)
+    except OSError as error:  # a full disk: the row and its op table are still recorded, the raw profile is not
+        shutil.rmtree(kept, ignore_errors=True)
+        return {"profile_error": f"cannot keep the raw profile in {kept}: {error.strerror or error}"}
     uri = f"{home.rstrip('/')}/{PROFILES_DIR}/{run_id}" if home else str(kept.resolve())
     return {"profile_uri": uri, "profile_bytes": profiles.size_bytes(kept)}
 

@@ -5,9 +5,8 @@ device: its mean time per step on each side, their ratio (of geometric means, wi
 profiled trials, as every stepwatch ratio), and the share of the whole step's change it explains (a difference
 of arithmetic means over the step's, so that the shares and the remainder add up to the change). An op that
 runs in every profiled trial of one side and in none of the other is on that side only (reported where it takes
-more than ``NEGLIGIBLE`` of that side's step). The
-remainder is the change of the profiled step time that no op explains: time outside every op (the framework's
-own Python, waiting) or ops that overlap on parallel threads.
+more than ``NEGLIGIBLE`` of that side's step). The remainder is the change of the profiled step time that no op
+explains: time outside every op (the framework's own Python, waiting) or ops that overlap on parallel threads.
 
 An op has moved when its interval excludes 1 after Benjamini-Hochberg across all ops of the pair (q < 0.05)
 and it changed by more than ``MOVED`` of itself and by more than ``NEGLIGIBLE`` of the step; with one profiled

@@ -182,7 +182,9 @@ def test_explain_reads_the_stores_op_tables(tmp_path: Path) -> None:
 def test_explain_says_when_the_sides_name_their_ops_differently(tmp_path: Path) -> None:
     """XLA off against on pairs the series as compare does, and says that graph ops and HLO instructions do not
     align: the ops are on one side only, the step's change still compares."""
-    rows = _profiled("x", 10.0, {"MatMul": 4.0, "Mul": 3.0}) + _profiled("x", 8.0, {"dot": 3.0}, xla_requested=True)
+    rows = _profiled("x", 10.0, {"MatMul": 4.0, "Mul": 3.0}) + _profiled(
+        "x", 8.0, {"dot": 3.0}, xla_requested=True, compiler="xla"
+    )
     write_results(tmp_path / "results" / "rows.parquet", rows)
     db = str(tmp_path / "store.duckdb")
     assert stepwatch("ingest", str(tmp_path / "results"), "--db", db).returncode == 0

@@ -85,12 +85,12 @@ class Explained:
         return [op for op in self.ops if op.moved or op.appeared]
 
 
-def vocabulary(keras_backend: str, xla: bool) -> str:
-    """What names a series' ops: TensorFlow's graph ops, XLA's HLO instructions (TensorFlow with XLA and JAX
-    alike), or torch's operators."""
+def vocabulary(keras_backend: str, compiler: str | None) -> str:
+    """What names a trial's ops, by what ran it: TensorFlow's graph ops, XLA's HLO instructions (TensorFlow with
+    XLA and JAX alike), or torch's operators."""
     if keras_backend == "torch":
         return "torch operators"
-    return "HLO instructions" if xla or keras_backend == "jax" else "TensorFlow graph ops"
+    return "HLO instructions" if compiler == "xla" or keras_backend == "jax" else "TensorFlow graph ops"
 
 
 def _logs(values: Sequence[float]) -> stats.Side:
@@ -136,13 +136,16 @@ def diff(
     return changes, delta_step - sum(c.delta_s for c in changes)
 
 
-def explain(frame: pd.DataFrame) -> list[Explained]:
+def explain(frame: pd.DataFrame) -> tuple[list[Explained], dict[str, list[dict[str, Any]]]]:
     """Per pair of series with profiled trials on both sides (``queries.profiled_ops``), what changed op by op;
-    pairs profiled on one side only are left out (``unpaired`` names them)."""
-    explained = []
+    and, by side, the series profiled on that side only."""
+    explained: list[Explained] = []
+    unpaired: dict[str, list[dict[str, Any]]] = {"baseline": [], "candidate": []}
     for _, pair in frame.groupby("pair", sort=True):
         sides = {side: rows for side, rows in pair.groupby("side")}
         if set(sides) != {"baseline", "candidate"}:
+            for side, rows in sides.items():
+                unpaired[side].append(rows.iloc[0].to_dict())
             continue
         trials = {side: _trials(rows) for side, rows in sides.items()}
         changes, remainder = diff(trials["baseline"], trials["candidate"])
@@ -158,22 +161,12 @@ def explain(frame: pd.DataFrame) -> list[Explained]:
                 remainder_s=remainder,
                 profiles={side: sorted(set(rows["profile_uri"].dropna())) for side, rows in sides.items()},
                 vocabularies=tuple(  # type: ignore[arg-type]
-                    vocabulary(sides[side]["keras_backend"].iloc[0], bool(sides[side]["xla"].iloc[0]))
+                    vocabulary(sides[side]["keras_backend"].iloc[0], sides[side]["compiler"].iloc[0])
                     for side in ("baseline", "candidate")
                 ),
             )
         )
-    return explained
-
-
-def unpaired(frame: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
-    """Series profiled on one side only, by that side."""
-    found: dict[str, list[dict[str, Any]]] = {"baseline": [], "candidate": []}
-    for _, pair in frame.groupby("pair", sort=True):
-        sides = set(pair["side"])
-        if len(sides) == 1:
-            found[sides.pop()].append(pair.iloc[0].to_dict())
-    return found
+    return explained, unpaired
 
 
 def _trials(rows: pd.DataFrame) -> list[tuple[float, dict[tuple[str, str], float]]]:
@@ -188,5 +181,4 @@ def between(
     con: duckdb.DuckDBPyConnection, baseline: Selection, candidate: Selection, by: str = "op_type"
 ) -> tuple[list[Explained], dict[str, list[dict[str, Any]]]]:
     """What changed op by op between two selections' profiled trials, and the series profiled on one side only."""
-    frame = queries.profiled_ops(con, baseline, candidate, by)
-    return explain(frame), unpaired(frame)
+    return explain(queries.profiled_ops(con, baseline, candidate, by))

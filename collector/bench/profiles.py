@@ -29,7 +29,6 @@ from collector.schema import OP_COLUMNS
 
 PROFILE_ENV = "STEPWATCH_PROFILE_DIR"  # set by the parent for a trial it profiles: where the raw profile goes
 PROFILE_STEPS = 5  # training steps recorded, after the timed ones
-WHERE = ("host", "device")
 
 _XLA_SUFFIX = re.compile(r"(?:[._]\d+)+$")
 _TORCH_SUFFIX = re.compile(r":\s*\d+/\d+$")  # a compiled region's frame and recompile: 42/0
@@ -58,6 +57,12 @@ class Event:
     duration_ns: float
     hlo_op: str | None = None
     tf_op: str | None = None
+
+
+# An XSpace as (plane name, [(line name, events)]), from whichever reader the framework has; the stats that say
+# which op an event is.
+Planes = list[tuple[str, list[tuple[str, Iterable[Event]]]]]
+_OP_STATS = ("hlo_op", "tf_op")
 
 
 def xla_type(hlo_op: str) -> str:
@@ -100,10 +105,6 @@ def xspace_spans(planes: Planes, opcodes: Mapping[str, str] | None = None) -> It
                 if op is not None:
                     end = event.start_ns + event.duration_ns
                     yield Span(track, op[0], op[1], where, event.start_ns, end)
-
-
-Planes = list[tuple[str, list[tuple[str, Iterable[Event]]]]]
-_OP_STATS = ("hlo_op", "tf_op")
 
 
 def proto_planes(space: Any) -> Planes:

@@ -425,8 +425,8 @@ def profiled_ops(
 ) -> pd.DataFrame:
     """Every profiled ok trial of either side, op by op: its side, the pair it belongs to (its series; where the
     sides differ in a series dimension, see ``contrast``, the dimensions they share), its run_id, profiled step
-    time, raw profile and series fields, and per op (``by``: its type or its name) and host/device, the time and
-    count per step."""
+    time, raw profile, series fields and the compiler that ran, and per op (``by``: its type or its name) and
+    host/device, the time and count per step."""
     if by not in OP_KEYS:
         raise SelectionError(f"ops are aligned by one of {', '.join(OP_KEYS)}, not {by!r}")
     where_a, params_a = baseline.where()
@@ -442,7 +442,7 @@ def profiled_ops(
             SELECT 'baseline' AS side, {pair} AS pair, * FROM runs WHERE ({where_a}) AND {picked}
             UNION ALL BY NAME
             SELECT 'candidate' AS side, {pair} AS pair, * FROM runs WHERE ({where_b}) AND {picked})
-        SELECT p.side, p.pair, p.run_id, p.profile_step_time_s AS step_s, p.profile_uri, p.series_key,
+        SELECT p.side, p.pair, p.run_id, p.profile_step_time_s AS step_s, p.profile_uri, p.series_key, p.compiler,
                {named(SERIES_COLUMNS, "p", "")}, o.{by} AS op, o.host_or_device,
                sum(o.time_s) AS time_s, sum(o.count) AS count
         FROM picked p JOIN ops o USING (run_id)

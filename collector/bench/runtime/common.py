@@ -234,7 +234,13 @@ class KerasBackend:
         raise NotImplementedError
 
     def op_totals(self, logdir: Path) -> dict[tuple[str, str, str], tuple[float, int]]:
-        """(op type, op name, where) -> (self time in seconds, occurrences) over the profiled steps."""
+        """(op type, op name, where) -> (self time in seconds, occurrences) over the profiled steps: from the
+        XSpace the profiler wrote (TensorFlow, JAX), its HLO instructions typed by the step's opcodes."""
+        planes = self.xspace_planes(profiles.xspace_file(logdir))
+        return profiles.self_times(profiles.xspace_spans(planes, self.opcodes()))
+
+    def xspace_planes(self, path: Path) -> profiles.Planes:
+        """An XSpace file read with what the framework has."""
         raise NotImplementedError
 
     hlo_text: str = ""  # the step's optimized HLO, where ``counters`` read it: what types its ops (profiles.op_of)

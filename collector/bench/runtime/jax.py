@@ -110,9 +110,9 @@ class JaxBackend(common.KerasBackend):
         finally:
             jax.profiler.stop_trace()
 
-    def op_totals(self, logdir: Path) -> dict[tuple[str, str, str], tuple[float, int]]:
-        data = jax.profiler.ProfileData.from_file(str(profiles.xspace_file(logdir)))
-        return profiles.self_times(profiles.xspace_spans(profiles.profile_data_planes(data), self.opcodes()))
+    def xspace_planes(self, path: Path) -> profiles.Planes:
+        """Through jaxlib's reader."""
+        return profiles.profile_data_planes(jax.profiler.ProfileData.from_file(str(path)))
 
     def configure(self, config: BenchmarkConfig) -> Runtime:
         """Matmul precision and the dtype policy; DataParallel over the devices when there are several."""

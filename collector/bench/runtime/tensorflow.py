@@ -198,12 +198,13 @@ class TensorFlowBackend(common.KerasBackend):
         finally:
             tf.profiler.experimental.stop()
 
-    def op_totals(self, logdir: Path) -> dict[tuple[str, str, str], tuple[float, int]]:
+    def xspace_planes(self, path: Path) -> profiles.Planes:
+        """Through the XSpace protobuf TensorFlow ships."""
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
         space = xplane_pb2.XSpace()
-        space.ParseFromString(profiles.xspace_file(logdir).read_bytes())
-        return profiles.self_times(profiles.xspace_spans(profiles.proto_planes(space), self.opcodes()))
+        space.ParseFromString(path.read_bytes())
+        return profiles.proto_planes(space)
 
     def make_data(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
         """synthetic: one fixed batch repeated; pipeline: a host tf.data pipeline (JPEG decode + augment for images)."""

@@ -71,6 +71,7 @@ def test_an_empty_store_opens_on_the_getting_started_page(tmp_path: Path) -> Non
             page.goto(f"{url}/{path}")
             settled(page, "stepwatch")
             no_errors(page, path or "/")
+            page.get_by_text("make run", exact=True).first.wait_for(timeout=60_000)  # under load it draws late
             assert page.get_by_text("make run", exact=True).count() == 1, path
         browser.close()
 

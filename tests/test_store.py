@@ -55,6 +55,26 @@ def test_double_ingest_adds_nothing_and_a_resumed_file_adds_only_its_new_rows(tm
     assert (count(db), count(db, "samples")) == (4, 12)
 
 
+def test_a_folder_whose_parquet_sits_deeper_is_named_and_ingested_only_with_recursive(tmp_path: Path) -> None:
+    top, db = tmp_path / "reference", tmp_path / "store.duckdb"
+    write_results(top / "history" / "a.parquet", result_rows(2))
+    write_results(top / "profiles" / "b.parquet", result_rows(1, start=10))
+    write_results(top / "history" / "quarantine" / "c.parquet", result_rows(1, start=20))  # never ingested
+    named = stepwatch("ingest", str(top), "--db", str(db))
+    assert named.returncode == 2 and not db.exists()
+    [line] = named.stderr.splitlines()
+    assert "holds no parquet of its own, but 2 file(s) in 2 folder(s) below it (history 1, profiles 1)" in line
+    assert f"stepwatch ingest {top}/history" in line and "--recursive" in line
+    done = stepwatch("ingest", str(top), "--recursive", "--db", str(db))
+    assert done.returncode == 0, done.stderr
+    assert "2 file(s): 2 ingested (3 new rows" in done.stderr and count(db) == 3
+    # Not named (the default folder): a note, the ingest goes on, exit 0.
+    work = tmp_path / "work"
+    write_results(work / "data" / "results" / "nightly" / "d.parquet", result_rows(1, start=30))
+    default = stepwatch("ingest", "--db", str(db), cwd=work)
+    assert default.returncode == 0 and "note: data/results holds no parquet of its own" in default.stderr
+
+
 def test_bad_files_are_quarantined_with_a_reason_and_the_good_ones_land(tmp_path: Path) -> None:
     results, db = tmp_path / "results", tmp_path / "s.duckdb"
     write_results(results / "good-1.parquet", result_rows(2, "good-1"))

@@ -17,6 +17,7 @@ from collector.workflows.check import ingest_into
 def register(commands: Any) -> None:
     parser = commands.add_parser("ingest", help="load result parquet into the DuckDB store")
     parser.add_argument("sources", nargs="*", help="folders, files or s3:// / gs:// prefixes (default data/results)")
+    add_recursive_argument(parser)
     add_db_argument(parser)
     parser.add_argument(
         "--synthetic", action="store_true", help=f"synthetic test data (default {database.SYNTHETIC_DB})"
@@ -25,6 +26,7 @@ def register(commands: Any) -> None:
 
     again = commands.add_parser("rebuild", help="make a lost store again from its results and saved alerts")
     again.add_argument("sources", nargs="+", help="folders, files or s3:// / gs:// prefixes of results")
+    add_recursive_argument(again)
     again.add_argument("--alerts", help="the alerts file `stepwatch alerts save` wrote (path or URI)")
     add_db_argument(again)
     again.add_argument("--synthetic", action="store_true", help="the results are synthetic test data")
@@ -38,34 +40,60 @@ def register(commands: Any) -> None:
     synth.set_defaults(handler=run_synthesize)
 
 
+def add_recursive_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--recursive", action="store_true", help="also the parquet in every folder below (not in quarantine/)"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Load result parquet into the DuckDB store: new files and rows only; bad files quarantined."""
-    return ingest_and_report(args.sources or [str(DEFAULT_OUT)], db_path(args, args.synthetic), args.synthetic)
+    sources = args.sources or [str(DEFAULT_OUT)]
+    return ingest_and_report(sources, db_path(args, args.synthetic), args.synthetic, args.recursive, bool(args.sources))
 
 
 def run_rebuild(args: argparse.Namespace) -> int:
     """A new store from results and a saved alerts file (a store lost with a cache, say)."""
     db = db_path(args, args.synthetic)
-    _check_sources(args.sources)
+    _check_sources(args.sources, args.recursive, named=True)
     hooks = TerminalHooks()
     with hooks.ingesting(db) as (on_file, _):
-        done, restored = history.rebuild(args.sources, db, args.alerts, args.synthetic, on_file)
+        done, restored = history.rebuild(args.sources, db, args.alerts, args.synthetic, on_file, args.recursive)
     hooks.ingested(done, db)
     console.print(f"rebuilt {db}: {done.rows_added:,} run(s), {restored} alert(s) restored")
     return EXIT_FAILED if done.quarantined or done.refused else EXIT_OK
 
 
-def _check_sources(sources: list[str]) -> None:
+def _check_sources(sources: list[str], recursive: bool, named: bool) -> None:
+    """Every source exists; a folder with no parquet of its own but some in folders below it is a usage error
+    when the user named it (a note when it is the default folder), naming them and --recursive."""
     for source in sources:
         if not objectstore.is_remote(source) and not Path(source).exists():
             hint = ": run `stepwatch run` first" if source == str(DEFAULT_OUT) else ""
             raise UsageError(f"{source} does not exist{hint}")
+        if recursive or objectstore.list_parquet(source)[1]:
+            continue
+        below = objectstore.parquet_below(source)
+        if below:
+            files = sum(len(entries) for _, entries in below)
+            top = objectstore.location(source).path.rstrip("/")
+            counts = ", ".join(f"{loc.path[len(top) + 1 :]} {len(entries)}" for loc, entries in below[:3])
+            more = ", ..." if len(below) > 3 else ""
+            first = below[0][0].path[len(top) + 1 :]
+            line = (
+                f"{source} holds no parquet of its own, but {files} file(s) in {len(below)} folder(s) below it "
+                f"({counts}{more}): name one (stepwatch ingest {source.rstrip('/')}/{first}) or pass --recursive"
+            )
+            if named:
+                raise UsageError(line)
+            console.print(f"note: {line}")
 
 
-def ingest_and_report(sources: list[str], db: Path, synthetic: bool) -> int:
-    """Ingest with a progress line, then say what was ingested, skipped and quarantined; exit 4 on any refusal."""
-    _check_sources(sources)
-    done = ingest_into(sources, db, synthetic, TerminalHooks())
+def ingest_and_report(sources: list[str], db: Path, synthetic: bool, recursive: bool = False, named: bool = True) -> int:
+    """Ingest with a progress line, then say what was ingested, skipped and quarantined; exit 4 on any refusal.
+    ``named``: the user named the sources (a folder whose parquet all sit deeper is then an error)."""
+    _check_sources(sources, recursive, named)
+    done = ingest_into(sources, db, synthetic, TerminalHooks(), recursive)
     return EXIT_FAILED if done.quarantined or done.refused else EXIT_OK
 
 

@@ -75,6 +75,7 @@ def rebuild(
     alerts: str | None,
     synthetic: bool = False,
     on_file: Callable[[str, str], None] = lambda uri, outcome: None,
+    recursive: bool = False,
 ) -> tuple[IngestReport, int]:
     """A new store at ``db`` from result files and a saved alerts file: built beside it, compacted into one
     file and renamed into place, so that ``db`` is whole or absent. Returns the ingest's report and how many
@@ -85,7 +86,7 @@ def rebuild(
     db.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=db.parent, prefix=f".{db.name}.rebuild-") as work:
         built = Path(work) / db.name
-        report = ingest(sources, built, synthetic, on_file)
+        report = ingest(sources, built, synthetic, on_file, recursive=recursive)
         if not built.exists():
             raise StoreError(f"nothing to rebuild from: no results files under {', '.join(sources)}")
         if saved is not None:

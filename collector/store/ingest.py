@@ -341,8 +341,10 @@ def ingest(
     synthetic: bool = False,
     on_file: Callable[[str, str], None] = lambda uri, outcome: None,
     on_wait: Callable[[], None] = lambda: None,
+    recursive: bool = False,
 ) -> IngestReport:
-    """Ingest every *.parquet under ``sources`` (folders, files, s3:// or gs:// prefixes) into ``db``.
+    """Ingest every *.parquet in ``sources`` (folders, files, s3:// or gs:// prefixes) into ``db``; with
+    ``recursive``, those in the folders below them too (not in quarantine/).
 
     Files already ingested unchanged are skipped without being read; rows whose run_id is present are
     skipped; a file that fails validation is quarantined beside where it was, and the rest goes on.
@@ -353,6 +355,7 @@ def ingest(
     for source in sources:
         try:
             listed.append(objectstore.list_parquet(source))
+            listed += objectstore.parquet_below(source) if recursive else []
         except FileNotFoundError:
             raise StoreError(f"{source} does not exist") from None
     known, digests, kind, outdated = _known_files(db)

@@ -125,6 +125,32 @@ def list_parquet(target: str | Path) -> tuple[Location, list[Entry]]:
     return loc, sorted(entries, key=lambda e: e.path)
 
 
+def parquet_below(target: str | Path) -> list[tuple[Location, list[Entry]]]:
+    """The *.parquet files in the folders below a folder or prefix (not the folder itself, nor any quarantine/
+    folder), one (folder, files) per folder that has some, in path order; [] for a file."""
+    loc = location(target)
+    info = with_retries(lambda: loc.fs.get_file_info(loc.path), f"looking up {loc.uri}")
+    if info.type != pafs.FileType.Directory:
+        return []
+    selector = pafs.FileSelector(loc.path, recursive=True)
+    infos = with_retries(lambda: loc.fs.get_file_info(selector), f"listing {loc.uri}")
+    folders: dict[str, list[Entry]] = {}
+    top = loc.path.rstrip("/")
+    for i in infos:
+        folder = i.path.rsplit("/", 1)[0]
+        inside = folder[len(top) :].strip("/").split("/")
+        if (
+            i.type != pafs.FileType.File or not i.base_name.endswith(".parquet") or i.base_name.startswith(".")
+            or folder == top or QUARANTINE in inside or any(part.startswith(".") for part in inside)
+        ):  # fmt: skip
+            continue
+        folders.setdefault(folder, []).append(Entry(loc.uri_of(i.path), i.path, i.size or 0, i.mtime_ns or 0))
+    return [
+        (Location(loc.fs, folder, loc.uri_of(folder)), sorted(entries, key=lambda e: e.path))
+        for folder, entries in sorted(folders.items())
+    ]
+
+
 def read_bytes(loc: Location, path: str) -> bytes:
     def read() -> bytes:
         with loc.fs.open_input_stream(path) as stream:

@@ -45,9 +45,9 @@ class Hooks:
         """What an ingest did."""
 
 
-def ingest_into(sources: list[str], db: Path, synthetic: bool, hooks: Hooks) -> IngestReport:
+def ingest_into(sources: list[str], db: Path, synthetic: bool, hooks: Hooks, recursive: bool = False) -> IngestReport:
     with hooks.ingesting(db) as (on_file, on_wait):
-        done = ingest(sources, db, synthetic, on_file, on_wait)
+        done = ingest(sources, db, synthetic, on_file, on_wait, recursive)
     hooks.ingested(done, db)
     return done
 

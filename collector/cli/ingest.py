@@ -89,7 +89,9 @@ def _check_sources(sources: list[str], recursive: bool, named: bool) -> None:
             console.print(f"note: {line}")
 
 
-def ingest_and_report(sources: list[str], db: Path, synthetic: bool, recursive: bool = False, named: bool = True) -> int:
+def ingest_and_report(
+    sources: list[str], db: Path, synthetic: bool, recursive: bool = False, named: bool = True
+) -> int:
     """Ingest with a progress line, then say what was ingested, skipped and quarantined; exit 4 on any refusal.
     ``named``: the user named the sources (a folder whose parquet all sit deeper is then an error)."""
     _check_sources(sources, recursive, named)

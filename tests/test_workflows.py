@@ -31,6 +31,10 @@ SAMPLE_ENV = {
     "ALERT_ACTION": "ack",
     "ALERT_ID": "3",
     "ALERT_NOTE": "expected with TF 2.21",
+    "BASE_SHA": "1" * 40,
+    "HEAD_SHA": "2" * 40,
+    "ENV_ARGS": "--pip-arg=--extra-index-url=https://download.pytorch.org/whl/cu126",
+    "CHECK_ARGS": "--models resnet50,bert --xla on",
 }
 
 
@@ -46,16 +50,19 @@ def commands(prefix: str) -> list[tuple[str, list[str]]]:
     for path in WORKFLOWS:
         for block in run_blocks(path):
             for line in block.splitlines():
-                line = line.split(" # ")[0].strip()
+                line = re.split(r" # | \d?>", line)[0].strip()  # less a comment or a redirection
                 if line.startswith(prefix):
                     for name, value in SAMPLE_ENV.items():
                         line = line.replace(f'"${name}"', shlex.quote(value))
+                        line = re.sub(rf"\${name}\b", value, line)  # unquoted: several arguments
                     found.append((path.name, shlex.split(line)))
     return found
 
 
-def test_there_are_the_three_workflows() -> None:
-    assert [p.name for p in WORKFLOWS] == ["ci.yml", "nightly.yml", "upgrade-check.yml"]
+def test_there_are_the_five_workflows() -> None:
+    assert [p.name for p in WORKFLOWS] == [
+        "ci.yml", "nightly.yml", "upgrade-check.yml", "upgrade-pr-verdict.yml", "upgrade-pr.yml",
+    ]  # fmt: skip
 
 
 def test_workflows_match_the_github_schema() -> None:
@@ -94,7 +101,7 @@ STEPWATCH = commands(".venv/bin/stepwatch")
 
 def test_the_workflows_call_stepwatch() -> None:
     called = {args[1] for _, args in STEPWATCH}
-    assert called == {"run", "ingest", "detect", "upgrade-check", "bisect", "rebuild", "alerts"}
+    assert called == {"run", "ingest", "detect", "upgrade-check", "bisect", "rebuild", "alerts", "package-sets"}
 
 
 @pytest.mark.parametrize(("workflow", "args"), STEPWATCH, ids=[f"{w}:{a[1]}" for w, a in STEPWATCH])

@@ -127,7 +127,7 @@ def _requirement_names(requires_dist: list[str]) -> list[str]:
 
 class Resolver:
     """pip's resolver in a bare environment built like the steps' (so with reuse, this interpreter's packages
-    count as installed, as they will when a step is built); answers are cached by their pins."""
+    count as installed, as they will when a step is built); answers to exact pins are cached by them."""
 
     def __init__(self, reuse_site_packages: bool, pip_args: tuple[str, ...], log: Callable[[str], None]) -> None:
         self.reuse, self.pip_args, self.log = reuse_site_packages, pip_args, log
@@ -149,7 +149,7 @@ class Resolver:
     def resolve(self, pinned: tuple[str, ...]) -> Resolution:
         key = hashlib.sha256(json.dumps([pinned, list(self.pip_args)]).encode()).hexdigest()[:20]
         cached = self.home / "answers" / f"{key}.json"
-        if cached.exists():
+        if cached.exists() and _exact(pinned):
             return _resolution(json.loads(cached.read_text()))
         report = self.home / "answers" / f"{key}.report.json"
         report.parent.mkdir(parents=True, exist_ok=True)
@@ -175,6 +175,19 @@ class Resolver:
         report.unlink(missing_ok=True)
         cached.write_text(json.dumps(answer))
         return _resolution(answer)
+
+
+def _exact(requirements: tuple[str, ...]) -> bool:
+    """Whether every requirement pins one version: only then is a resolver's answer the same tomorrow (a range
+    takes the newest release the index has then)."""
+    try:
+        return all(
+            [s.operator for s in Requirement(r).specifier] in (["=="], ["==="])
+            and "*" not in str(Requirement(r).specifier)
+            for r in requirements
+        )
+    except InvalidRequirement:
+        return False
 
 
 def _resolution(answer: dict) -> Resolution:

@@ -68,6 +68,12 @@ def parse_side(text: str, side: str) -> tuple[str, ...]:
     return requirements
 
 
+def environment_requirements(requirements: tuple[str, ...], reuse_site_packages: bool) -> list[str]:
+    """What a side's environment installs: its requirements and, unless it reuses this interpreter's packages,
+    stepwatch's other runtime dependencies."""
+    return [*requirements, *([] if reuse_site_packages else _base_requirements(requirements))]
+
+
 def _base_requirements(pinned: tuple[str, ...]) -> list[str]:
     """stepwatch's own runtime dependencies, less those the side pins."""
     named = {canonicalize_name(Requirement(r).name) for r in pinned}
@@ -149,7 +155,7 @@ def ensure(
     ``describe`` names the requirements in the log and errors where listing them all would not read. ``copy``
     n > 0: the n-th other environment of the same requirements, built separately (its own files on disk: an
     A/A side, a calibration's environments)."""
-    base = [] if reuse_site_packages else _base_requirements(requirements)
+    base = environment_requirements(requirements, reuse_site_packages)[len(requirements) :]
     identity = _identity(requirements, base, reuse_site_packages, pip_args, copy)
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     path = cache_root() / key

@@ -14,7 +14,7 @@ from collector.bench.results import ResultsError
 from collector.bench.runner import MaxBatchError
 from collector.bench.suite import SuiteError
 from collector.bench.upgrade import UpgradeError
-from collector.cli import alerts, bisect, calibrate, compare, explain, export, ingest, query, run, upgrade
+from collector.cli import alerts, bisect, calibrate, compare, explain, export, ingest, query, run, sides, upgrade
 from collector.cli.arguments import OneLineParser, UsageError
 from collector.cli.exits import EXIT_FAILED, EXIT_USAGE
 from collector.metrics import MetricError
@@ -25,7 +25,7 @@ from collector.store.query import QueryError
 from collector.store.records import AlertError
 from collector.store.selection import SelectionError
 
-COMMANDS = (run, ingest, export, query, compare, explain, alerts, upgrade, bisect, calibrate)
+COMMANDS = (run, ingest, export, query, compare, explain, alerts, upgrade, sides, bisect, calibrate)
 USAGE_ERRORS = (
     SuiteError, UsageError, CatalogError, SelectionError, MetricError, AlertError, NoStoreError, CalibrationError,
     QueryError,

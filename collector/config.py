@@ -232,7 +232,7 @@ def usable_cores() -> int:
 def auto_threads(device: str, keras_backend: str, cores: int) -> str:
     """What ``threads = "auto"`` runs. On a CPU device, one intra-op thread per trial on hosts of up to 3 cores
     and half the cores on larger hosts, with two inter-op threads (one on a 1-core host). Measured on this 2-core
-    machine (``benchmarks/step_floor.py``, see the README's "Threads"): 1/2 has the fastest median step on all
+    machine (``benchmarks/step_floor.py``, see docs/reference.md, "Threads"): 1/2 has the fastest median step on all
     four tiny models, because TensorFlow's default pools (2/2 plus tf.data's) keep more threads runnable than
     there are cores (about 7 ms a step waiting on the run queue, 70-100 context switches a step), while 1/1
     leaves the second core idle. Larger hosts are not measured here. On an accelerator the host threads only

@@ -113,7 +113,7 @@ REFERENCE = REPO / "data" / "reference" / "cpu-tf-history"
 def reference_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The committed reference history (real trials under four TensorFlow releases), ingested into a store of
     its own, as `make demo` does."""
-    # Where `make demo` puts it when the README's screenshots are taken (their sidebar names the store).
+    # Where `make demo` puts it when the screenshots of docs/reference.md are taken (their sidebar names the store).
     shots = os.environ.get("STEPWATCH_SCREENSHOTS")
     db = (
         REPO / "data" / "stepwatch-reference.duckdb" if shots else tmp_path_factory.mktemp("reference") / "store.duckdb"

@@ -2,7 +2,7 @@
 by playwright, every page opened on the reference history (data/reference/, real trials) and on an empty
 store, no error element, a screenshot of each page.
 
-Screenshots go to the test's temporary folder, or to $STEPWATCH_SCREENSHOTS (the README's come from
+Screenshots go to the test's temporary folder, or to $STEPWATCH_SCREENSHOTS (docs/reference.md's come from
 ``STEPWATCH_SCREENSHOTS=docs .venv/bin/python -m pytest tests/test_dashboard_browser.py``).
 """
 

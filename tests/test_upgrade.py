@@ -3,7 +3,7 @@
 The end-to-end check builds its side environments on top of this interpreter's packages
 (``--reuse-site-packages``) and pins two packages that are already installed, with ``--no-index``: it
 runs the real code paths without downloading TensorFlow twice. The checks between two TensorFlow
-releases are run by hand and reported in the README.
+releases are run by hand and reported in docs/reference.md.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def constant_dataset(batch: Any) -> tf.data.Dataset:
     """One batch repeated forever, with tf.data's autotuner off. A constant batch has nothing to tune, and the
     tuner costs a trial seconds: in about a third of the processes the iterator's teardown at the end of fit
     waits for the tuner's next wake-up (its period doubles from 10 ms, so fit returns 2.55 s, 5.11 s,
-    10.23 s ... after the iterator was made; measured with benchmarks/step_floor.py, README "Threads")."""
+    10.23 s ... after the iterator was made; measured with benchmarks/step_floor.py, docs/reference.md "Threads")."""
     options = tf.data.Options()
     options.autotune.enabled = False
     return tf.data.Dataset.from_tensors(batch).repeat().with_options(options)

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import Requirement
+
 from collector.bench import packages, pinfiles, upgrade
 from collector.bench.pinfiles import PackageSet, PinFileError, Source
 
@@ -48,7 +50,7 @@ def _narrowed(found: PackageSet, names: set[str]) -> tuple[str, ...]:
     out = []
     for name, requirement in found.requirements.items():
         if name in found.constraints:
-            requirement = pinfiles.Requirement(str(requirement))
+            requirement = Requirement(str(requirement))
             requirement.specifier &= found.constraints[name].specifier
         out.append(requirement)
     out += [found.constraints[n] for n in sorted(names) if n not in found.requirements]

@@ -161,12 +161,19 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_wheels(tmp_path_factory.mktemp("wheels"))
 
 
-def test_package_sets_of_a_pull_request_are_its_merge_base_and_head(tmp_path: Path, wheels: Path) -> None:
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One environment cache for the module: the resolver's environment is built once (its answers are keyed
+    by their pins and pip arguments, and only exact pins are kept), the sides' environments by content."""
+    return tmp_path_factory.mktemp("envs")
+
+
+def test_package_sets_of_a_pull_request_are_its_merge_base_and_head(tmp_path: Path, wheels: Path, cache: Path) -> None:
     repo, tip, head = pr_repo(tmp_path)
     outputs = tmp_path / "outputs"
     done = stepwatch(
         "package-sets", "--repo", str(repo), "--base", "main", "--head", "bump", *env_args(wheels),
-        "--format", "json", "--github-output", str(outputs), env={"STEPWATCH_ENV_CACHE": str(tmp_path / "envs")},
+        "--format", "json", "--github-output", str(outputs), env={"STEPWATCH_ENV_CACHE": str(cache)},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
@@ -189,13 +196,13 @@ def test_package_sets_of_a_pull_request_are_its_merge_base_and_head(tmp_path: Pa
     text = (repo / "requirements.txt").read_text()
     commit(repo, "comment", {"requirements.txt": text.replace("# the training stack", "# the stack")})
     same = stepwatch("package-sets", "--repo", str(repo), "--base", "bump~1", "--head", "bump", *env_args(wheels),
-                     "--github-output", str(outputs), env={"STEPWATCH_ENV_CACHE": str(tmp_path / "envs")})  # fmt: skip
+                     "--github-output", str(outputs), env={"STEPWATCH_ENV_CACHE": str(cache)})  # fmt: skip
     assert same.returncode == 0, same.stderr
     assert "Nothing that the two package sets resolve to changes (3 package(s) each)" in same.stdout
     assert outputs.read_text().splitlines()[3] == "changed=false"
 
 
-def test_a_lock_file_pins_what_the_requirements_install_and_only_that(tmp_path: Path, wheels: Path) -> None:
+def test_a_lock_file_pins_only_what_the_requirements_install(tmp_path: Path, wheels: Path, cache: Path) -> None:
     sides = {}
     for side, gamma in (("base", "1.0"), ("head", "1.1")):
         folder = tmp_path / side
@@ -207,7 +214,7 @@ def test_a_lock_file_pins_what_the_requirements_install_and_only_that(tmp_path: 
         sides[side] = [str(folder / "pyproject.toml"), str(folder / "uv.lock")]
     done = stepwatch(
         "package-sets", "--baseline-file", *sides["base"], "--candidate-file", *sides["head"], *env_args(wheels),
-        env={"STEPWATCH_ENV_CACHE": str(tmp_path / "envs")},
+        env={"STEPWATCH_ENV_CACHE": str(cache)},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "swt-beta==1.0 swt-gamma==1.1" in done.stdout  # the transitive pin, applied as pip's -c would
@@ -215,9 +222,9 @@ def test_a_lock_file_pins_what_the_requirements_install_and_only_that(tmp_path: 
     assert re.search(r"1 package\(s\) change .*\n  swt-gamma 1.0 -> 1.1\n$", done.stdout)
 
 
-def test_package_sets_that_cannot_be_derived_are_one_line(tmp_path: Path, wheels: Path) -> None:
+def test_package_sets_that_cannot_be_derived_are_one_line(tmp_path: Path, wheels: Path, cache: Path) -> None:
     repo, _, _ = pr_repo(tmp_path)
-    envs = {"STEPWATCH_ENV_CACHE": str(tmp_path / "envs")}
+    envs = {"STEPWATCH_ENV_CACHE": str(cache)}
     unknown = stepwatch("package-sets", "--repo", str(repo), "--base", "main", "--head", "nope", env=envs)
     assert unknown.returncode == 2 and unknown.stderr.strip() == (
         f"stepwatch: error: 'nope' is not a commit of the git repository {repo}"
@@ -301,7 +308,7 @@ if [ -n "$jq_filter" ]; then jq -r "$jq_filter" "$answer"; fi
 
 
 def test_the_upgrade_pr_workflow_checks_a_bump_and_the_verdict_workflow_posts_one_comment(
-    tmp_path: Path, wheels: Path
+    tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
     repo, tip, head = pr_repo(tmp_path)
     (repo / ".venv").symlink_to(REPO / ".venv")  # what `make setup` made in the checkout
@@ -310,7 +317,7 @@ def test_the_upgrade_pr_workflow_checks_a_bump_and_the_verdict_workflow_posts_on
     env = {
         "PR": "7", "BASE_SHA": tip, "HEAD_SHA": head, "SUITE": "smoke", "TRIALS": "2", "METRIC": "examples_per_sec",
         "CHECK_ARGS": SMALL, "ENV_ARGS": " ".join(env_args(wheels)), "RUN_URL": "https://github.com/o/r/actions/runs/1",
-        "STEPWATCH_ENV_CACHE": str(tmp_path / "envs"), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "STEPWATCH_ENV_CACHE": str(cache), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
     }  # fmt: skip
     assert set(check["env"]) == set(env) - {"STEPWATCH_ENV_CACHE", "PATH"}
     outputs = run_steps(check["steps"], repo, env, summary)
@@ -385,7 +392,7 @@ def test_the_upgrade_pr_workflow_checks_a_bump_and_the_verdict_workflow_posts_on
 
 
 def test_a_pull_request_whose_package_sets_cannot_be_derived_gets_an_error_verdict_saying_why(
-    tmp_path: Path, wheels: Path
+    tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
     repo, tip, _ = pr_repo(tmp_path)
     (repo / ".venv").symlink_to(REPO / ".venv")
@@ -395,7 +402,7 @@ def test_a_pull_request_whose_package_sets_cannot_be_derived_gets_an_error_verdi
     env = {
         "PR": "8", "BASE_SHA": tip, "HEAD_SHA": head, "SUITE": "smoke", "TRIALS": "2", "METRIC": "examples_per_sec",
         "CHECK_ARGS": SMALL, "ENV_ARGS": " ".join(env_args(wheels)), "RUN_URL": "https://github.com/o/r/actions/runs/2",
-        "STEPWATCH_ENV_CACHE": str(tmp_path / "envs"),
+        "STEPWATCH_ENV_CACHE": str(cache),
     }  # fmt: skip
     outputs = run_steps(check["steps"], repo, env, tmp_path / "summary.md")
     assert outputs["sets"] == {}  # no changed=true: the upgrade check did not run

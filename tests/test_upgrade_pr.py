@@ -259,12 +259,15 @@ def expression(text: str, outputs: dict[str, dict[str, str]]) -> str:
 
 def run_steps(steps: list[dict], cwd: Path, env: dict[str, str], summary: Path) -> dict[str, dict[str, str]]:
     """Each ``run:`` step in bash -e as Actions runs it, with $GITHUB_OUTPUT read back as the step's outputs and
-    ``if: steps.X.outputs.Y == 'true'`` honoured; ``uses:`` steps and the set-up are what the test did itself."""
+    ``if: steps.X.outputs.Y == 'true'`` honoured (and ``!cancelled()``, always true here); ``uses:`` steps and the
+    set-up are what the test did itself."""
     outputs: dict[str, dict[str, str]] = {}
     for step in steps:
         if "run" not in step or step["run"].strip() == "make setup":
             continue
-        if "if" in step:
+        if step.get("if") == "!cancelled()":
+            pass  # nothing is cancelled here
+        elif "if" in step:
             match = re.fullmatch(r"steps\.(\w+)\.outputs\.(\w+) == 'true'", step["if"])
             assert match, step["if"]
             if expression(f"${{{{ steps.{match.group(1)}.outputs.{match.group(2)} }}}}", outputs) != "true":
@@ -411,3 +414,9 @@ def test_a_pull_request_whose_package_sets_cannot_be_derived_gets_an_error_verdi
     assert "the package sets could not be derived" in comment
     assert "the candidate's requirements do not resolve (head " in comment and "Verdict: **error**" in comment
     assert check["steps"][-1]["result"].returncode == 1
+    # A job that failed before it could derive them (its set-up, say) still tells the pull request.
+    subprocess.run(["rm", "-r", str(repo / "pr")], check=True)
+    [verdict_step] = [s for s in check["steps"] if s.get("name") == "Verdict and comment"]
+    run_steps([verdict_step], repo, env, tmp_path / "summary.md")
+    assert (repo / "pr" / "verdict").read_text() == "error\n" and (repo / "pr" / "number").read_text() == "8\n"
+    assert "the job failed before it could derive them: see the run" in (repo / "pr" / "comment.md").read_text()

@@ -420,3 +420,25 @@ def test_a_pull_request_whose_package_sets_cannot_be_derived_gets_an_error_verdi
     run_steps([verdict_step], repo, env, tmp_path / "summary.md")
     assert (repo / "pr" / "verdict").read_text() == "error\n" and (repo / "pr" / "number").read_text() == "8\n"
     assert "the job failed before it could derive them: see the run" in (repo / "pr" / "comment.md").read_text()
+
+
+def test_a_pull_request_that_changes_nothing_resolved_is_told_so_without_a_check(
+    tmp_path: Path, wheels: Path, cache: Path
+) -> None:
+    repo, tip, _ = pr_repo(tmp_path)
+    (repo / ".venv").symlink_to(REPO / ".venv")
+    git(repo, "checkout", "-q", "-b", "reword", tip)
+    text = (repo / "requirements.txt").read_text().replace("# the training stack", "# what we train with")
+    head = commit(repo, "reword a comment", {"requirements.txt": text})
+    check = job("upgrade-pr.yml")
+    env = {
+        "PR": "9", "BASE_SHA": tip, "HEAD_SHA": head, "SUITE": "smoke", "TRIALS": "2", "METRIC": "examples_per_sec",
+        "CHECK_ARGS": SMALL, "ENV_ARGS": " ".join(env_args(wheels)), "RUN_URL": "https://github.com/o/r/actions/runs/3",
+        "STEPWATCH_ENV_CACHE": str(cache),
+    }  # fmt: skip
+    outputs = run_steps(check["steps"], repo, env, tmp_path / "summary.md")
+    assert outputs["sets"]["changed"] == "false" and not (repo / "pr" / "report.md").exists()
+    comment = (repo / "pr" / "comment.md").read_text()
+    assert comment.startswith("<!-- stepwatch upgrade-pr -->\n## stepwatch upgrade check: nothing to check\n")
+    assert "Nothing that the two package sets resolve to changes" in comment and "Verdict: **unchanged**" in comment
+    assert check["steps"][-1]["result"].returncode == 0

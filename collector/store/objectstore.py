@@ -117,12 +117,14 @@ def list_parquet(target: str | Path) -> tuple[Location, list[Entry]]:
         return parent, [Entry(loc.uri, loc.path, info.size or 0, info.mtime_ns or 0)]
     selector = pafs.FileSelector(loc.path, recursive=False)
     infos = with_retries(lambda: loc.fs.get_file_info(selector), f"listing {loc.uri}")
-    entries = [
-        Entry(loc.uri_of(i.path), i.path, i.size or 0, i.mtime_ns or 0)
-        for i in infos
-        if i.type == pafs.FileType.File and i.base_name.endswith(".parquet") and not i.base_name.startswith(".")
-    ]
+    entries = [Entry(loc.uri_of(i.path), i.path, i.size or 0, i.mtime_ns or 0) for i in infos if _result_file(i)]
     return loc, sorted(entries, key=lambda e: e.path)
+
+
+def _result_file(info: pafs.FileInfo) -> bool:
+    """A file ingest reads: *.parquet, not hidden (a file being written is hidden until it is renamed)."""
+    name = info.base_name
+    return info.type == pafs.FileType.File and name.endswith(".parquet") and not name.startswith(".")
 
 
 def parquet_below(target: str | Path) -> list[tuple[Location, list[Entry]]]:
@@ -139,10 +141,7 @@ def parquet_below(target: str | Path) -> list[tuple[Location, list[Entry]]]:
     for i in infos:
         folder = i.path.rsplit("/", 1)[0]
         inside = folder[len(top) :].strip("/").split("/")
-        if (
-            i.type != pafs.FileType.File or not i.base_name.endswith(".parquet") or i.base_name.startswith(".")
-            or folder == top or QUARANTINE in inside or any(part.startswith(".") for part in inside)
-        ):  # fmt: skip
+        if not _result_file(i) or folder == top or QUARANTINE in inside or any(p.startswith(".") for p in inside):
             continue
         folders.setdefault(folder, []).append(Entry(loc.uri_of(i.path), i.path, i.size or 0, i.mtime_ns or 0))
     return [

@@ -286,6 +286,17 @@ def run_steps(steps: list[dict], cwd: Path, env: dict[str, str], summary: Path) 
     return outputs
 
 
+def check_env(pr: str, base: str, head: str, wheels: Path, cache: Path) -> dict[str, str]:
+    """What the upgrade-pr job's env holds on GitHub for a pull request, with this test's small check and local
+    wheels; plus the environment cache and this interpreter's bin on PATH."""
+    return {
+        "PR": pr, "BASE_SHA": base, "HEAD_SHA": head, "SUITE": "smoke", "TRIALS": "2", "METRIC": "examples_per_sec",
+        "CHECK_ARGS": SMALL, "ENV_ARGS": " ".join(env_args(wheels)),
+        "RUN_URL": f"https://github.com/o/r/actions/runs/{pr}",
+        "STEPWATCH_ENV_CACHE": str(cache), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }  # fmt: skip
+
+
 STAND_IN_GH = r"""#!/usr/bin/env bash
 # gh, as far as the verdict workflow uses it: answers from $GH_STATE/*.json through the real jq, records calls.
 printf '%s\n' "$*" >> "$GH_STATE/calls"
@@ -317,11 +328,7 @@ def test_the_upgrade_pr_workflow_checks_a_bump_and_the_verdict_workflow_posts_on
     (repo / ".venv").symlink_to(REPO / ".venv")  # what `make setup` made in the checkout
     check = job("upgrade-pr.yml")
     summary = tmp_path / "summary.md"
-    env = {
-        "PR": "7", "BASE_SHA": tip, "HEAD_SHA": head, "SUITE": "smoke", "TRIALS": "2", "METRIC": "examples_per_sec",
-        "CHECK_ARGS": SMALL, "ENV_ARGS": " ".join(env_args(wheels)), "RUN_URL": "https://github.com/o/r/actions/runs/1",
-        "STEPWATCH_ENV_CACHE": str(cache), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-    }  # fmt: skip
+    env = check_env("7", tip, head, wheels, cache)
     assert set(check["env"]) == set(env) - {"STEPWATCH_ENV_CACHE", "PATH"}
     outputs = run_steps(check["steps"], repo, env, summary)
     pr = repo / "pr"
@@ -357,7 +364,7 @@ def test_the_upgrade_pr_workflow_checks_a_bump_and_the_verdict_workflow_posts_on
     gh.write_text(STAND_IN_GH)
     gh.chmod(gh.stat().st_mode | stat.S_IEXEC)
     post_env = {"PATH": f"{gh.parent}:{os.environ['PATH']}", "GH_STATE": str(state), "GH_REPO": "o/r",
-                "HEAD_SHA": head, "RUN_URL": "https://github.com/o/r/actions/runs/1", "GH_TOKEN": "unused"}  # fmt: skip
+                "HEAD_SHA": head, "RUN_URL": "https://github.com/o/r/actions/runs/7", "GH_TOKEN": "unused"}  # fmt: skip
     assert set(post["steps"][1]["env"]) == set(post_env) - {"PATH", "GH_STATE"}
     (state / "pull.json").write_text(json.dumps({"head": {"sha": head}}))
     others = [{"id": 11, "user": {"login": "someone"}, "body": "<!-- stepwatch upgrade-pr --> quoted by a person"}]
@@ -402,11 +409,7 @@ def test_a_pull_request_whose_package_sets_cannot_be_derived_gets_an_error_verdi
     git(repo, "checkout", "-q", "-b", "impossible", tip)
     head = commit(repo, "pin a release that does not exist", {"requirements.txt": "swt-alpha==9.9\n"})
     check = job("upgrade-pr.yml")
-    env = {
-        "PR": "8", "BASE_SHA": tip, "HEAD_SHA": head, "SUITE": "smoke", "TRIALS": "2", "METRIC": "examples_per_sec",
-        "CHECK_ARGS": SMALL, "ENV_ARGS": " ".join(env_args(wheels)), "RUN_URL": "https://github.com/o/r/actions/runs/2",
-        "STEPWATCH_ENV_CACHE": str(cache),
-    }  # fmt: skip
+    env = check_env("8", tip, head, wheels, cache)
     outputs = run_steps(check["steps"], repo, env, tmp_path / "summary.md")
     assert outputs["sets"] == {}  # no changed=true: the upgrade check did not run
     assert not (repo / "pr" / "report.md").exists() and (repo / "pr" / "verdict").read_text() == "error\n"
@@ -431,11 +434,7 @@ def test_a_pull_request_that_changes_nothing_resolved_is_told_so_without_a_check
     text = (repo / "requirements.txt").read_text().replace("# the training stack", "# what we train with")
     head = commit(repo, "reword a comment", {"requirements.txt": text})
     check = job("upgrade-pr.yml")
-    env = {
-        "PR": "9", "BASE_SHA": tip, "HEAD_SHA": head, "SUITE": "smoke", "TRIALS": "2", "METRIC": "examples_per_sec",
-        "CHECK_ARGS": SMALL, "ENV_ARGS": " ".join(env_args(wheels)), "RUN_URL": "https://github.com/o/r/actions/runs/3",
-        "STEPWATCH_ENV_CACHE": str(cache),
-    }  # fmt: skip
+    env = check_env("9", tip, head, wheels, cache)
     outputs = run_steps(check["steps"], repo, env, tmp_path / "summary.md")
     assert outputs["sets"]["changed"] == "false" and not (repo / "pr" / "report.md").exists()
     comment = (repo / "pr" / "comment.md").read_text()

@@ -190,8 +190,11 @@ class TensorFlowBackend(common.KerasBackend):
 
     @contextlib.contextmanager
     def profiler(self, logdir: Path, config: BenchmarkConfig) -> Iterator[None]:
-        """TensorFlow's profiler (host ops and, on a GPU, device kernels; no Python tracing)."""
-        options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0)
+        """TensorFlow's profiler (host ops and, on a GPU, device kernels; no Python tracing). Host tracer level 3:
+        the executor traces an op it deems expensive at level 2 and a cheap one at level 3, and which it deems
+        cheap it decides from the op's measured run time, so at level 2 a small MatMul or convolution is in
+        one profile and missing from the next."""
+        options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=3, python_tracer_level=0)
         tf.profiler.experimental.start(str(logdir), options=options)
         try:
             yield

@@ -153,8 +153,8 @@ class Resolver:
             return _resolution(json.loads(cached.read_text()))
         report = self.home / "answers" / f"{key}.report.json"
         report.parent.mkdir(parents=True, exist_ok=True)
-        command = [str(self._interpreter()), "-m", "pip", "install", "--dry-run", "--disable-pip-version-check",
-                   "--report", str(report), *self.pip_args, *pinned]  # fmt: skip
+        command = [*upgrade.pip_command(self._interpreter()), "install", "--dry-run", "--report", str(report),
+                   *self.pip_args, *pinned]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True)
         self.runs += 1
         if done.returncode == 0 and report.exists():

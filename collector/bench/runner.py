@@ -144,6 +144,8 @@ def run_child(
             if timed_out:
                 _kill_group(proc)
                 code = proc.returncode
+            else:  # what the trial left running (a compiler's worker pool: it leaves without tearing down)
+                _kill_group(proc)
         except BaseException:  # Ctrl-C or a kill of the parent: take the child down with us
             _kill_group(proc)
             raise

@@ -43,7 +43,7 @@ def serve(db: Path, script: Path | None = None) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # a start under load (imports, then the first page) takes a while
         while True:
             try:
                 with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:

@@ -29,10 +29,15 @@ NEEDS_CHROMIUM = pytest.mark.skipif(
 )
 
 
+# Streamlit's own word that the page's script has run to its end (``data-test-script-state`` on the app's root).
+SCRIPT_DONE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+
+
 def settled(page: Page, title: str) -> None:
-    page.get_by_role("heading", name=title).first.wait_for(timeout=60_000)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
-    page.wait_for_timeout(500)
+    """The page's heading is drawn and its script has finished (conditions, never a fixed wait: under load a page
+    takes seconds)."""
+    page.get_by_role("heading", name=title).first.wait_for(timeout=120_000)
+    page.locator(SCRIPT_DONE).wait_for(timeout=120_000)
 
 
 def no_errors(page: Page, where: str) -> None:
@@ -52,7 +57,7 @@ def test_every_page_opens_on_the_reference_history_without_errors(reference_stor
             page.goto(f"{url}/{path}{query}")
             settled(page, TITLES[key])
             if path:
-                page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+                page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
             no_errors(page, name)
             assert page.get_by_role("button", name="Deploy").count() == 0, name  # a tool, not a demo
             page.screenshot(path=str(shots / f"dashboard-{name}.png"), full_page=True)
@@ -71,7 +76,7 @@ def test_an_empty_store_opens_on_the_getting_started_page(tmp_path: Path) -> Non
             page.goto(f"{url}/{path}")
             settled(page, "stepwatch")
             no_errors(page, path or "/")
-            page.get_by_text("make run", exact=True).first.wait_for(timeout=60_000)  # under load it draws late
+            page.get_by_text("make run", exact=True).first.wait_for(timeout=120_000)
             assert page.get_by_text("make run", exact=True).count() == 1, path
         browser.close()
 
@@ -82,8 +87,8 @@ def test_a_copied_link_opened_first_on_a_fresh_server_gets_the_app_navigation(re
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{url}/history?precision=fp32")  # nothing has opened the app before this link
-        page.get_by_role("heading", name="History").first.wait_for(timeout=60_000)
-        page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+        page.get_by_role("heading", name="History").first.wait_for(timeout=120_000)
+        page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
         nav = page.locator('[data-testid="stSidebarNav"]').inner_text()
         caption = page.get_by_text("store: ").inner_text()
         browser.close()

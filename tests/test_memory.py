@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,34 +19,57 @@ from collector.schema import conform, to_table
 MIB = 2**20
 BUFFER = 256 * MIB
 
-# A process that allocates (and touches) a buffer of N bytes, holds it for a moment, frees it and goes on: the
-# peak is the buffer's, though the process ends well below it.
+# A process that allocates (and touches) a buffer of N bytes, says so (a file), holds it until told to free it
+# (another file), frees it and goes on: the peak is the buffer's, though the process ends well below it.
 HOLD = """
 import sys, time
-n = int(sys.argv[1])
+from pathlib import Path
+n, holding, release = int(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 buffer = bytearray(n) if n else b""
 for i in range(0, n, 4096):
     buffer[i] = 1
-time.sleep(0.05)
+holding.write_text("")
+while not release.exists():
+    time.sleep(0.005)
 del buffer
-time.sleep(0.3)
+time.sleep(0.05)
 """
+HELD_SAMPLES = 25
 
 
-def sampled_peak(buffer: int) -> tuple[memory.PeakSampler, int | None]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(buffer)])
-    sampler, code, timed_out = memory.sample_until_exit(proc.pid, proc.poll, timeout_s=60)
+def releasing_after(samples: int, holding: Path, release: Path, poll: Callable[[], int | None]):  # noqa: ANN201
+    """``poll`` for ``memory.sample_until_exit`` that tells the process to go on (``release``) once ``samples``
+    samples were taken while it held its buffer: the sampler samples, then polls, so every poll after the first
+    that sees ``holding`` follows a sample taken while it was held, however slow the machine."""
+    seen = 0
+
+    def polled() -> int | None:
+        nonlocal seen
+        if holding.exists():
+            seen += 1
+            if seen > samples:
+                release.touch()
+        return poll()
+
+    return polled
+
+
+def sampled_peak(buffer: int, folder: Path) -> tuple[memory.PeakSampler, int | None]:
+    holding, release = folder / f"holding-{buffer}", folder / f"release-{buffer}"
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(buffer), str(holding), str(release)])
+    poll = releasing_after(HELD_SAMPLES, holding, release, proc.poll)
+    sampler, code, timed_out = memory.sample_until_exit(proc.pid, poll, timeout_s=120)
     assert not timed_out
     return sampler, code
 
 
-def test_a_held_buffer_raises_the_sampled_anonymous_peak_by_its_size() -> None:
-    without, code = sampled_peak(0)
-    with_buffer, code_2 = sampled_peak(BUFFER)
+def test_a_held_buffer_raises_the_sampled_anonymous_peak_by_its_size(tmp_path: Path) -> None:
+    without, code = sampled_peak(0, tmp_path)
+    with_buffer, code_2 = sampled_peak(BUFFER, tmp_path)
     assert code == code_2 == 0
     rise = with_buffer.peak_anon - without.peak_anon
     assert abs(rise - BUFFER) <= 0.05 * BUFFER, rise / MIB
-    assert with_buffer.samples > 20  # a 0.4 s process at a 10 ms interval
+    assert with_buffer.samples > HELD_SAMPLES  # it sampled all along
     # file-backed pages (the interpreter, its libraries) are reported beside the peak, not in it
     assert 0 < with_buffer.file_at_peak < BUFFER
 
@@ -116,27 +140,40 @@ def test_rows_from_before_move_their_rss_aside_and_never_mix_with_anonymous_peak
     assert new[2]["peak_memory_bytes"] is None and new[2]["peak_rss_bytes"] == 700 * MIB  # a CPU row of no kind
 
 
-# A process that says it has measured (writes a marker file), then allocates a buffer: what a trial does when it
-# reads the compiled step's counters after its timed steps.
+# A process that says it has measured (writes a marker file), then, once told to go on, allocates a buffer and
+# holds it until told to free it: what a trial does when it reads the compiled step's counters after its timed
+# steps.
 AFTER_MEASURED = """
 import sys, time
 from pathlib import Path
-time.sleep(0.1)
-Path(sys.argv[1]).write_text("measured")
-buffer = bytearray(int(sys.argv[2]))
+marker, go, holding, release = map(Path, sys.argv[1:5])
+marker.write_text("measured")
+while not go.exists():
+    time.sleep(0.005)
+buffer = bytearray(int(sys.argv[5]))
 for i in range(0, len(buffer), 4096):
     buffer[i] = 1
-time.sleep(0.2)
+holding.write_text("")
+while not release.exists():
+    time.sleep(0.005)
 """
 
 
 def test_what_a_process_does_after_it_has_measured_is_not_in_its_peak(tmp_path: Path) -> None:
     peaks = {}
     for stop in (False, True):
-        marker = tmp_path / f"measured-{stop}"
-        proc = subprocess.Popen([sys.executable, "-c", AFTER_MEASURED, str(marker), str(BUFFER)])
-        measured = marker.exists if stop else (lambda: False)
-        sampler, code, timed_out = memory.sample_until_exit(proc.pid, proc.poll, timeout_s=60, measured=measured)
+        names = ("measured", "go", "holding", "release")
+        marker, go, holding, release = (tmp_path / f"{name}-{stop}" for name in names)
+        proc = subprocess.Popen([sys.executable, "-c", AFTER_MEASURED, *map(str, (marker, go, holding, release)),
+                                 str(BUFFER)])  # fmt: skip
+
+        def measured(marker: Path = marker, go: Path = go, stop: bool = stop) -> bool:
+            if marker.exists():
+                go.touch()  # sampling stops before the process allocates (where it is told to stop)
+            return stop and marker.exists()
+
+        poll = releasing_after(3, holding, release, proc.poll)
+        sampler, code, timed_out = memory.sample_until_exit(proc.pid, poll, timeout_s=120, measured=measured)
         assert code == 0 and not timed_out
         peaks[stop] = sampler.peak_anon
     assert peaks[False] - peaks[True] >= 0.9 * BUFFER, (peaks[False] / MIB, peaks[True] / MIB)

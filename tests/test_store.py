@@ -279,11 +279,11 @@ def test_kill_9_during_an_ingest_leaves_the_store_as_before(tmp_path: Path, synt
     before = count(db), count(db, "samples"), count(db, "ingested_files")
 
     proc = _ingest_process([synthetic_files], db)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while not list(tmp_path.glob("s.duckdb.d/.*.tmp")) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.5)  # inside the write
-    assert proc.poll() is None, "the ingest finished before it could be killed"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGSTOP)  # frozen where it is, whatever the machine's speed: inside the write
+    assert list(tmp_path.glob("s.duckdb.d/.*.tmp")), "the write was not caught in the act"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
 
@@ -294,19 +294,24 @@ def test_kill_9_during_an_ingest_leaves_the_store_as_before(tmp_path: Path, synt
     assert count(db, "samples") == 10 * 40_000
 
 
+# Reads the store in a loop (saying when it has read once) until the file named by its second argument appears,
+# then once more: whatever the machine's speed, it reads before, during and after the writes.
 READER = textwrap.dedent(
     """
-    import sys, time
+    import sys
     from pathlib import Path
     from collector.store.database import StoreReader
-    reader, seen, errors = StoreReader(Path(sys.argv[1])), [], 0
-    stop = time.monotonic() + float(sys.argv[2])
-    while time.monotonic() < stop:
+    reader, seen, errors, stop = StoreReader(Path(sys.argv[1])), [], 0, Path(sys.argv[2])
+    last = False
+    while not last:
+        last = stop.exists()
         try:
             con = reader.connection()
             if con is not None:
                 con.execute("SELECT count(*) FROM latest_runs").fetchall()
                 seen.append(con.execute("SELECT count(*) FROM runs").fetchall()[0][0])
+                if len(seen) == 1:
+                    print("first read", flush=True)
         except Exception as error:
             errors += 1
             print(type(error).__name__, error, file=sys.stderr)
@@ -315,33 +320,47 @@ READER = textwrap.dedent(
 )
 
 
+def _said(proc: subprocess.Popen, words: str) -> list[str]:
+    """The lines ``proc`` writes to stderr, up to the first that holds ``words`` (all it wrote, if none did)."""
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if words in line:
+            break
+    return lines
+
+
 def test_two_ingests_at_once_and_a_reader_that_never_fails(tmp_path: Path, synthetic_files: Path) -> None:
-    db = tmp_path / "s.duckdb"
-    files = sorted(synthetic_files.glob("*.parquet"))
+    """Two ingests that overlap, started while a write holds the store (so both wait for it, whatever the
+    machine's speed), and a reader that queries all along: both land every row once, the reader never fails."""
+    db, stop = tmp_path / "s.duckdb", tmp_path / "stop"
+    parquet = sorted(synthetic_files.glob("*.parquet"))
     halves = tmp_path / "a", tmp_path / "b"
-    for half, chunk in zip(halves, (files[: len(files) * 2 // 3], files[len(files) // 3 :])):  # they overlap
+    for half, chunk in zip(halves, (parquet[: len(parquet) * 2 // 3], parquet[len(parquet) // 3 :])):  # they overlap
         half.mkdir()
         for path in chunk:
             (half / path.name).write_bytes(path.read_bytes())
-    ingest([str(halves[0] / files[0].name)], db, synthetic=True)
+    first = ingest([str(halves[0] / parquet[0].name)], db, synthetic=True).rows_added
     reader = subprocess.Popen(
-        [sys.executable, "-c", READER, str(db), "25"],
+        [sys.executable, "-c", READER, str(db), str(stop)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(3)
-    a, b = _ingest_process([halves[0]], db), _ingest_process([halves[1]], db)
+    assert reader.stdout.readline() == "first read\n"
+    with files.writer_lock(db):  # another write holds the store: both ingests must wait for it
+        a, b = _ingest_process([halves[0]], db), _ingest_process([halves[1]], db)
+        waited = [_said(p, "waiting for another ingest") for p in (a, b)]
+    assert all("waiting for another ingest" in lines[-1] for lines in waited), waited
     outs = [p.communicate(timeout=300) for p in (a, b)]
     assert [a.returncode, b.returncode] == [0, 0], outs
-    assert any("waiting for another ingest" in err for _, err in outs)
+    stop.touch()
     out, err = reader.communicate(timeout=120)
-    queries, errors, seen = out.split(" ", 2)
+    queries, errors, seen = out.strip().split(" ", 2)
     assert (int(errors), err) == (0, "")
-    assert int(queries) > 20
     counts = json.loads(seen)
-    assert max(counts) == 40_000 and len(counts) >= 2  # it saw the store change under it
+    assert int(queries) >= 2 and counts[0] == first and max(counts) == 40_000  # it saw the store change under it
     con = StoreReader(db).connection()
     assert con.execute("SELECT count(*), count(DISTINCT run_id) FROM runs").fetchall()[0] == (40_000, 40_000)
     con.close()

@@ -54,10 +54,12 @@ browser:
 	{ [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
 	echo "warning: no chromium (apt-get install chromium); the browser test will be skipped"
 
-test: $(BACKENDS_STAMP) browser
+# The two set-ups at once: pip's downloads and unpacking beside apt's.
+test:
+	$(MAKE) --no-print-directory -j2 $(BACKENDS_STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q --durations=8 -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -3,7 +3,7 @@
 The end-to-end bisect runs on small pure-Python packages this test builds as local wheels: several move
 between the good and the bad side (one version bump, one removal, and a coupled pair whose versions each
 require the other's), and one version of the coupled pair plants a measurable effect: a ``.pth`` file that
-holds 400 MB in every Python process of its environment, a trial's included, so its peak memory rises. The
+holds 100 MB in every Python process of its environment, a trial's included, so its peak memory rises. The
 side environments are built on top of this interpreter's packages (``--reuse-site-packages``), with
 ``--no-index``: pip's resolver and the trials are real, nothing is downloaded.
 """
@@ -154,7 +154,7 @@ def test_bisect_finds_the_planted_package_among_several(tmp_path: Path) -> None:
     assert {c["package"] for c in pair["needs"]} == {"swt-core", "swt-plugin", "swt-beta"}
     assert {c["package"] for c in found["culprit"]} == {"swt-core", "swt-plugin"}
     assert {c["package"] for c in found["cleared"]} >= {"swt-alpha"}
-    # Every step has its verdict with an interval; the culprit alone carries the planted ~400 MB.
+    # Every step has its verdict with an interval; the culprit alone carries the planted 100 MB.
     steps = found["steps"]
     assert steps[0]["outcome"] == REPRODUCES and steps[0]["targets"][0]["verdict"] == "regression"
     last = steps[-1]

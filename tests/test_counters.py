@@ -259,12 +259,15 @@ def test_one_more_layer_means_more_of_every_counter(tmp_path: Path) -> None:
     )
     suite = write_suite(tmp_path / "suite.toml", f'name = "layers"\n[defaults]\npreset = "tiny"\n\n{configs}')
     rows = {}
-    for tree, where in ((REPO, {}), (tmp_path / "tree", env)):
-        out = tmp_path / f"results-{len(rows)}"
+
+    def run(tree: Path, where: dict[str, str]) -> None:
+        out = tmp_path / f"results-{tree.name}"
         done = stepwatch("run", "--suite", str(suite), *SHORT, "--trials", "1", "--out", str(out), cwd=tree, env=where)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         for row in (r for path in out.glob("*.parquet") for r in pq.read_table(path).to_pylist()):
             rows[row["keras_backend"], tree == REPO] = row
+
+    two_at_a_time(lambda pair: run(*pair), ((REPO, {}), (tmp_path / "tree", env)))
     jax_one, jax_two = rows["jax", True], rows["jax", False]
     for name in ("hlo_instructions", "hlo_fusions", "compiled_flops", "compiled_bytes_accessed"):
         assert jax_two[name] > jax_one[name], (name, jax_one[name], jax_two[name])

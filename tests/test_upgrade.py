@@ -60,41 +60,6 @@ def test_a_side_pip_cannot_install_fails_with_one_line_and_is_not_cached(tmp_pat
     assert not list((tmp_path / "envs").glob(f"*/{upgrade.READY}"))
 
 
-def test_upgrade_check_runs_both_sides_interleaved_and_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cache, results, db = tmp_path / "envs", tmp_path / "results", tmp_path / "check.duckdb"
-    report = tmp_path / "report.json"
-    done = stepwatch(
-        "upgrade-check", "--baseline", PYTZ, "--candidate", PSUTIL, "--reuse-site-packages", "--pip-arg=--no-index",
-        *SMALL, "--trials", "2", "--results", str(results), "--db", str(db), "--format", "json", "--out", str(report),
-        "--profile", "1", env={upgrade.CACHE_ENV: str(cache)}, timeout=600,
-    )  # fmt: skip
-    assert done.returncode in (0, 1), done.stderr  # the verdict on two trials of identical code may go either way
-    assert "baseline: building an environment for " + PYTZ in done.stderr
-    payload = json.loads(report.read_text())
-    [row] = payload["rows"]
-    assert (row["n_baseline"], row["n_candidate"], row["failed_baseline"], row["failed_candidate"]) == (2, 2, 0, 0)
-    assert row["verdict"] in ("regression", "improvement", "no change", "inconclusive")
-    assert payload["exit_code"] == done.returncode
-
-    [check_dir] = results.iterdir()
-    rows = [r for f in check_dir.glob("*.parquet") for r in pq.read_table(f).to_pylist()]
-    rows.sort(key=lambda r: r["started_at"])
-    assert [r["label"] for r in rows] == ["baseline", "candidate", "candidate", "baseline"]
-    assert all(r["status"] == "ok" and r["tf_version"] for r in rows)
-    markdown = (check_dir / "report.md").read_text()
-    assert markdown.startswith(f"## stepwatch upgrade check: {PYTZ} -> {PSUTIL}")
-    assert "1 config(s) x 2 trials per side" in markdown
-    # --profile 1: the first trial of each side recorded its op table, and the report says where the time went.
-    assert [r["trial"] for r in rows if r["op_types"]] == [0, 0]
-    assert "Where the time went" in markdown and "1 + 1 profiled trials" in markdown
-
-    # The environments are cached: asking again reuses them without pip.
-    monkeypatch.setenv(upgrade.CACHE_ENV, str(cache))
-    env = upgrade.ensure("baseline", (PYTZ,), reuse_site_packages=True, pip_args=("--no-index",), log=lambda _: None)
-    assert env.cached and PYTZ in env.freeze()
-    assert upgrade.installed(env)["tensorflow"] == metadata.version("tensorflow")
-
-
 def test_package_diff_lists_everything_the_upgrade_changes(tmp_path: Path) -> None:
     sides = {}
     for side, freeze in (
@@ -125,7 +90,7 @@ def test_run_with_a_package_set_runs_its_trials_in_that_environment(tmp_path: Pa
     assert row["status"] == "ok" and row["label"] == "with-pytz"
     [ready] = cache.glob(f"*/{upgrade.READY}")
     assert PYTZ in (ready.parent / "freeze.txt").read_text()
-    again = stepwatch(*command, env={upgrade.CACHE_ENV: str(cache)}, timeout=300)
+    again = stepwatch(*command, "--resume", env={upgrade.CACHE_ENV: str(cache)}, timeout=300)  # nothing left to run
     assert again.returncode == 0 and "with: using the cached environment" in again.stderr
 
 
@@ -140,11 +105,15 @@ def test_plan_rotates_three_sides_so_none_always_runs_first() -> None:
     assert order == [("a", 0), ("b", 0), ("c", 0), ("b", 1), ("c", 1), ("a", 1), ("c", 2), ("a", 2), ("b", 2)]
 
 
-def test_calibrate_then_an_aa_upgrade_check_stays_quiet_and_says_what_its_intervals_cover(tmp_path: Path) -> None:
-    """The same packages on both sides (pytz, in separately built environments): calibrate writes the runner's
-    between-environment variation; upgrade-check --aa runs a third environment interleaved, reports the A/A and
-    widens its intervals by both. Nothing changed, so no verdict fires on peak memory (exit 0)."""
-    env = {upgrade.CACHE_ENV: str(tmp_path / "envs"), "STEPWATCH_RUNNER_LABEL": "test-runner"}
+def test_calibrate_then_an_aa_upgrade_check_runs_interleaved_stays_quiet_and_says_what_it_covers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calibrate writes the runner's between-environment variation (pytz in two separately built environments).
+    Then an upgrade check of two pins of packages already installed (pytz -> psutil: the same code on every side)
+    with --aa runs a third environment, all three interleaved, profiles the first trial of each side, reports
+    the A/A and widens its intervals by both. Nothing changed, so no verdict fires on peak memory (exit 0)."""
+    cache = tmp_path / "envs"
+    env = {upgrade.CACHE_ENV: str(cache), "STEPWATCH_RUNNER_LABEL": "test-runner"}
     common = ("--reuse-site-packages", "--pip-arg=--no-index", *SMALL, "--trials", "2", "--db",
               str(tmp_path / "check.duckdb"))  # fmt: skip
     calibration_file = tmp_path / "calibration.json"
@@ -161,26 +130,48 @@ def test_calibrate_then_an_aa_upgrade_check_stays_quiet_and_says_what_its_interv
     labels = {r["label"] for f in check_dir.glob("*.parquet") for r in pq.read_table(f).to_pylist()}
     assert labels == {"env-0", "env-1"}
 
-    report = tmp_path / "report.md"
+    report = tmp_path / "report.json"
     done = stepwatch(
-        "upgrade-check", "--baseline", PYTZ, "--candidate", PYTZ, "--aa", "--metric", "peak_memory_bytes",
-        "--calibration", str(calibration_file), "--results", str(tmp_path / "results"), "--format", "markdown",
-        "--out", str(report), *common, env=env, timeout=600,
+        "upgrade-check", "--baseline", PYTZ, "--candidate", PSUTIL, "--aa", "--metric", "peak_memory_bytes",
+        "--calibration", str(calibration_file), "--results", str(tmp_path / "results"), "--format", "json",
+        "--out", str(report), "--profile", "1", *common, env=env, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "candidate: building an environment for " + PSUTIL in done.stderr
     # The A/A side is a separately built environment: not the baseline's (calibrate's second environment of the
     # same requirements is the same copy, so it may come from the cache)
     paths = {side: path for side, path in re.findall(
         r"^(baseline|baseline-aa): (?:using the cached environment|building an environment for \S+ in) (\S+)",
         done.stderr, re.M)}  # fmt: skip
     assert set(paths) == {"baseline", "baseline-aa"} and paths["baseline"] != paths["baseline-aa"], done.stderr
-    text = report.read_text()
+    payload = json.loads(report.read_text())
+    [row] = payload["rows"]
+    assert (row["n_baseline"], row["n_candidate"], row["failed_baseline"], row["failed_candidate"]) == (2, 2, 0, 0)
+    assert row["verdict"] in ("no change", "inconclusive") and payload["exit_code"] == 0
+
+    [check_dir] = (tmp_path / "results").iterdir()
+    rows = sorted((r for f in check_dir.glob("*.parquet") for r in pq.read_table(f).to_pylist()),
+                  key=lambda r: r["started_at"])  # fmt: skip
+    # Interleaved: each round starts with another side.
+    order = ["baseline", "candidate", "baseline-aa", "candidate", "baseline-aa", "baseline"]
+    assert [r["label"] for r in rows] == order
+    assert all(r["status"] == "ok" and r["tf_version"] for r in rows)
+    text = (check_dir / "report.md").read_text()
+    assert text.startswith(f"## stepwatch upgrade check: {PYTZ} -> {PSUTIL}")
+    assert "1 config(s) x 2 trials per side" in text
     assert "A/A (the baseline in a second environment of the same packages)" in text
     assert "calibrate on test-runner (2 environments" in text and "the A/A of this check" in text
     assert "🔴" not in text and "🟢" not in text
-    [check_dir] = (tmp_path / "results").iterdir()
-    labels = sorted(r["label"] for f in check_dir.glob("*.parquet") for r in pq.read_table(f).to_pylist())
-    assert labels == ["baseline", "baseline", "baseline-aa", "baseline-aa", "candidate", "candidate"]
+    # --profile 1: the first trial of each side recorded its op table, and the report says where the time went.
+    assert {(r["label"], r["trial"]) for r in rows if r["op_types"]} == {("baseline", 0), ("candidate", 0),
+                                                                         ("baseline-aa", 0)}  # fmt: skip
+    assert "Where the time went" in text and "1 + 1 profiled trials" in text
+
+    # The environments are cached: asking again reuses them without pip.
+    monkeypatch.setenv(upgrade.CACHE_ENV, str(cache))
+    again = upgrade.ensure("baseline", (PYTZ,), reuse_site_packages=True, pip_args=("--no-index",), log=lambda _: None)
+    assert again.cached and PYTZ in again.freeze()
+    assert upgrade.installed(again)["tensorflow"] == metadata.version("tensorflow")
 
 
 def test_calibrate_needs_two_environments() -> None:

@@ -8,7 +8,7 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-PLANTED_MB = 400
+PLANTED_MB = 100  # a trial of the tests holds about 280 MB: +35%, far beyond any threshold
 
 
 def wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = (), planted: bool = False) -> None:

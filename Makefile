@@ -11,7 +11,7 @@ BACKENDS_STAMP := $(VENV)/.backends
 # default CUDA build; from https://download.pytorch.org/whl/cpu where the package index lacks it).
 TORCH ?= torch==2.13.0+cpu
 
-.PHONY: run demo dashboard test browser lint setup clean
+.PHONY: run demo dashboard test test-large browser lint setup clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,11 @@ test:
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadfile
+
+# The tests marked `large` (slow end-to-end runs; CI runs them in a job of their own).
+test-large:
+	$(MAKE) --no-print-directory -j2 $(BACKENDS_STAMP) browser
+	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadfile --run-large -m large
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

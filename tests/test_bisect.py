@@ -135,6 +135,9 @@ def test_bad_requirements_are_one_line_and_exit_2() -> None:
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+# About 3 minutes of trials on 2 cores (4 steps of 2 trials a side): opt-in (--run-large; CI's `large` job). The
+# search itself is tested above on stand-in measurements, and a real bisect's first step by the test below.
+@pytest.mark.large
 def test_bisect_finds_the_planted_package_among_several(tmp_path: Path) -> None:
     wheels = build_wheels(tmp_path / "wheels")
     cache, results, db, out = tmp_path / "envs", tmp_path / "results", tmp_path / "check.duckdb", tmp_path / "b.json"

@@ -247,6 +247,7 @@ def test_a_trial_without_profile_is_as_before(counted: list[dict]) -> None:
 ONE_MORE_LAYER = '    "tiny": TransformerSize(2, 32, 2, 64, 512, 16, dropout=0.0),\n'
 
 
+@pytest.mark.large  # four transformer trials, 1.5 minutes of both cores: opt-in (--run-large; CI's `large` job)
 def test_one_more_layer_means_more_of_every_counter(tmp_path: Path) -> None:
     """The tiny transformer with one more layer per stack (the source edited in a copy): more instructions,
     fusions, flops and bytes on JAX; more ops on TensorFlow without XLA."""

@@ -114,3 +114,10 @@ def test_every_stepwatch_line_parses_with_the_real_cli(workflow: str, args: list
 def test_every_make_target_the_workflows_call_exists(target: str) -> None:
     done = subprocess.run(["make", "-n", target], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_tests_marked_large_run_in_a_ci_job_of_their_own() -> None:
+    """A test marked large is skipped by `make test`; CI's `large` job runs them with `make test-large`."""
+    assert ("ci.yml", ["make", "test-large"]) in commands("make ")
+    done = subprocess.run(["make", "-n", "test-large"], cwd=REPO, capture_output=True, text=True)
+    assert "--run-large -m large" in done.stdout

@@ -15,7 +15,6 @@ from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from collector.outcomes import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
 from collector.store.tables import RECENT_TRIALS
@@ -26,10 +25,18 @@ POWER = 0.8  # the minimum detectable effect is the change a comparison finds 80
 MAX_TRIALS = 10_000
 
 
+def _special() -> Any:
+    """scipy.special, imported on first use: half a second of every command's start-up on 2 cores, and most
+    commands (run, ingest, export, query) never test anything."""
+    from scipy import special
+
+    return special
+
+
 @lru_cache(maxsize=8192)  # the trials-to-detect search asks for the same (q, df) for every series
 def _t_quantile(q: float, df: float) -> float:
     """Student's t quantile (scipy.special's, which imports in a fraction of scipy.stats' time)."""
-    return float(special.stdtrit(df, q))
+    return float(_special().stdtrit(df, q))
 
 
 @dataclass(frozen=True)
@@ -153,7 +160,7 @@ def welch_ratio(
     if se == 0:  # both sides constant (e.g. memory): the difference is exact
         return Ratio(math.exp(diff), math.exp(diff), math.exp(diff), 1.0 if diff == 0 else 0.0)
     half = _t_quantile(0.5 + confidence / 2, df) * se
-    p = float(2 * special.stdtr(df, -abs(diff) / se))
+    p = float(2 * _special().stdtr(df, -abs(diff) / se))
     return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p)
 
 
@@ -182,7 +189,7 @@ def ratio_between(
     df = (total + extra) ** 2 / parts
     se = math.sqrt(total + extra)
     half = _t_quantile(0.5 + confidence / 2, df) * se
-    p = float(2 * special.stdtr(df, -abs(diff) / se))
+    p = float(2 * _special().stdtr(df, -abs(diff) / se))
     return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p)
 
 

@@ -20,8 +20,10 @@ from collector.analysis import stats
 from collector.bench import packages, upgrade
 from collector.bench.packages import Change, Needs
 from collector.outcomes import CLEARS, INCONCLUSIVE, REPRODUCES, SKIPPED
+from collector.output.bisect import bisect_headline
 from collector.store.database import open_store
 from collector.workflows import search as searching
+from collector.workflows.bisect import Step
 from collector.workflows.search import Probe
 from tests.conftest import stepwatch
 from tests.wheels import wheel
@@ -129,14 +131,27 @@ def test_an_inconclusive_step_stops_the_search() -> None:
     assert found.stopped and found.culprit is None
 
 
+def test_ends_that_do_not_reproduce_are_not_searched_and_say_why() -> None:
+    """The headline of a bisect whose first step (the two ends, measured as an upgrade check) shows no regression,
+    or cannot tell, or could not run: no search, and the reason (a real one: test_an_upgrade_without_...)."""
+
+    class Ended:
+        def __init__(self, outcome: str, reason: str = "") -> None:
+            self.steps = [Step(0, "the ends", frozenset(), outcome, reason=reason)]
+
+    assert bisect_headline(Ended(CLEARS), None) == "No regression between the ends: nothing to bisect"
+    assert bisect_headline(Ended(INCONCLUSIVE), None).startswith("Cannot tell whether the upgrade regresses")
+    assert bisect_headline(Ended(SKIPPED, "no wheel"), None) == "The ends could not be measured: no wheel"
+
+
 def test_bad_requirements_are_one_line_and_exit_2() -> None:
     done = stepwatch("bisect", "--good", "tensorflow=2.20.0", "--bad", "tensorflow==2.21.0")
     assert done.returncode == 2 and "--good: 'tensorflow=2.20.0' is not a pip requirement" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
 
 
-# About 3 minutes of trials on 2 cores (4 steps of 2 trials a side): opt-in (--run-large; CI's `large` job). The
-# search itself is tested above on stand-in measurements, and a real bisect's first step by the test below.
+# The two real bisects (3 minutes and 1 of trials on 2 cores) are opt-in (--run-large; CI's `large` job). The search
+# is tested above on stand-in measurements, and the upgrade check that each step runs is run for real by test_upgrade.
 @pytest.mark.large
 def test_bisect_finds_the_planted_package_among_several(tmp_path: Path) -> None:
     wheels = build_wheels(tmp_path / "wheels")
@@ -174,6 +189,7 @@ def test_bisect_finds_the_planted_package_among_several(tmp_path: Path) -> None:
     assert [o for _, o in recorded] == [s["outcome"] for s in steps]
 
 
+@pytest.mark.large
 def test_an_upgrade_without_a_regression_is_not_bisected(tmp_path: Path) -> None:
     """A version bump without an effect: no search; exit 0, or 3 where two trials cannot rule out 1%."""
     wheels = build_wheels(tmp_path / "wheels")

@@ -321,6 +321,62 @@ if [ -n "$jq_filter" ]; then jq -r "$jq_filter" "$answer"; fi
 """
 
 
+def posts_one_comment(tmp_path: Path, pr: Path, head: str, verdict: str, comment: str) -> None:
+    """The verdict workflow on the artifact ``pr`` (what the upgrade-pr job uploaded): its first run creates the
+    comment and the check run, a later one edits the comment, a run of a head the pull request has moved on from
+    posts nothing, and a forged verdict is refused."""
+    post = job("upgrade-pr-verdict.yml")
+    state, artifact = tmp_path / "gh", tmp_path / "post"
+    state.mkdir()
+    (artifact / "artifact").mkdir(parents=True)
+    (artifact / "artifact" / "pr").symlink_to(pr)
+    gh = tmp_path / "bin" / "gh"
+    gh.parent.mkdir()
+    gh.write_text(STAND_IN_GH)
+    gh.chmod(gh.stat().st_mode | stat.S_IEXEC)
+    post_env = {"PATH": f"{gh.parent}:{os.environ['PATH']}", "GH_STATE": str(state), "GH_REPO": "o/r",
+                "HEAD_SHA": head, "RUN_URL": "https://github.com/o/r/actions/runs/7", "GH_TOKEN": "unused"}  # fmt: skip
+    assert set(post["steps"][1]["env"]) == set(post_env) - {"PATH", "GH_STATE"}
+    (state / "pull.json").write_text(json.dumps({"head": {"sha": head}}))
+    others = [{"id": 11, "user": {"login": "someone"}, "body": "<!-- stepwatch upgrade-pr --> quoted by a person"}]
+    (state / "comments.json").write_text(json.dumps(others))
+
+    def posted() -> tuple[subprocess.CompletedProcess, list[str]]:
+        (state / "calls").write_text("")
+        for old in state.glob("posted-*"):
+            old.unlink()
+        run_steps(post["steps"], artifact, post_env, tmp_path / "summary-post.md")
+        return post["steps"][1]["result"], (state / "calls").read_text().splitlines()
+
+    done, calls = posted()
+    conclusion = {"pass": "success", "unchanged": "success", "inconclusive": "neutral"}[verdict]
+    assert done.returncode == 0, done.stdout + done.stderr
+    number = (pr / "number").read_text().strip()
+    assert calls[2] == f"api repos/o/r/issues/{number}/comments -F body=@artifact/pr/comment.md"  # created
+    assert (state / "posted-POST.md").read_text() == comment
+    assert f"-f conclusion={conclusion}" in calls[3] and f"-f head_sha={head}" in calls[3]
+    assert f"output[title]=upgrade check: {verdict}" in calls[3]
+
+    mine = {"id": 42, "user": {"login": "github-actions[bot]"}, "body": comment}
+    (state / "comments.json").write_text(json.dumps([*others, mine]))
+    done, calls = posted()
+    assert calls[2] == "api -X PATCH repos/o/r/issues/comments/42 -F body=@artifact/pr/comment.md"  # edited
+    assert (state / "posted-PATCH.md").read_text() == comment
+
+    # A run of a head the pull request has moved on from posts nothing; a forged verdict is refused.
+    (state / "pull.json").write_text(json.dumps({"head": {"sha": "f" * 40}}))
+    done, calls = posted()
+    assert done.returncode == 0 and "has moved on" in done.stdout and len(calls) == 1
+    (state / "pull.json").write_text(json.dumps({"head": {"sha": head}}))
+    (pr / "verdict").write_text("pass; rm -rf /\n")
+    done, calls = posted()
+    assert done.returncode == 1 and "not one stepwatch writes" in done.stdout and calls == []
+
+
+# Six trials and three environments, a minute and a half of both cores: opt-in (--run-large; CI's `large` job). The
+# default suite runs the same steps on a pull request without a change (below), and the upgrade check for real
+# (test_upgrade).
+@pytest.mark.large
 def test_the_upgrade_pr_workflow_checks_a_bump_and_the_verdict_workflow_posts_one_comment(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
@@ -353,52 +409,8 @@ def test_the_upgrade_pr_workflow_checks_a_bump_and_the_verdict_workflow_posts_on
     [upload] = [s for s in check["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert "pr/" in upload["with"]["path"].split()
 
-    # The verdict workflow, on that artifact: the first run creates the comment, a later one edits it.
-    post = job("upgrade-pr-verdict.yml")
-    state, artifact = tmp_path / "gh", tmp_path / "post"
-    state.mkdir()
-    (artifact / "artifact").mkdir(parents=True)
-    (artifact / "artifact" / "pr").symlink_to(pr)
-    gh = tmp_path / "bin" / "gh"
-    gh.parent.mkdir()
-    gh.write_text(STAND_IN_GH)
-    gh.chmod(gh.stat().st_mode | stat.S_IEXEC)
-    post_env = {"PATH": f"{gh.parent}:{os.environ['PATH']}", "GH_STATE": str(state), "GH_REPO": "o/r",
-                "HEAD_SHA": head, "RUN_URL": "https://github.com/o/r/actions/runs/7", "GH_TOKEN": "unused"}  # fmt: skip
-    assert set(post["steps"][1]["env"]) == set(post_env) - {"PATH", "GH_STATE"}
-    (state / "pull.json").write_text(json.dumps({"head": {"sha": head}}))
-    others = [{"id": 11, "user": {"login": "someone"}, "body": "<!-- stepwatch upgrade-pr --> quoted by a person"}]
-    (state / "comments.json").write_text(json.dumps(others))
-
-    def posted() -> tuple[subprocess.CompletedProcess, list[str]]:
-        (state / "calls").write_text("")
-        for old in state.glob("posted-*"):
-            old.unlink()
-        run_steps(post["steps"], artifact, post_env, tmp_path / "summary-post.md")
-        return post["steps"][1]["result"], (state / "calls").read_text().splitlines()
-
-    done, calls = posted()
-    conclusion = {"pass": "success", "inconclusive": "neutral"}[verdict]
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert calls[2] == "api repos/o/r/issues/7/comments -F body=@artifact/pr/comment.md"  # created
-    assert (state / "posted-POST.md").read_text() == comment
-    assert f"-f conclusion={conclusion}" in calls[3] and f"-f head_sha={head}" in calls[3]
-    assert f"output[title]=upgrade check: {verdict}" in calls[3]
-
-    mine = {"id": 42, "user": {"login": "github-actions[bot]"}, "body": comment}
-    (state / "comments.json").write_text(json.dumps([*others, mine]))
-    done, calls = posted()
-    assert calls[2] == "api -X PATCH repos/o/r/issues/comments/42 -F body=@artifact/pr/comment.md"  # edited
-    assert (state / "posted-PATCH.md").read_text() == comment
-
-    # A run of a head the pull request has moved on from posts nothing; a forged verdict is refused.
-    (state / "pull.json").write_text(json.dumps({"head": {"sha": "f" * 40}}))
-    done, calls = posted()
-    assert done.returncode == 0 and "has moved on" in done.stdout and len(calls) == 1
-    (state / "pull.json").write_text(json.dumps({"head": {"sha": head}}))
-    (pr / "verdict").write_text("pass; rm -rf /\n")
-    done, calls = posted()
-    assert done.returncode == 1 and "not one stepwatch writes" in done.stdout and calls == []
+    # The verdict workflow, on that artifact.
+    posts_one_comment(tmp_path, pr, head, verdict, comment)
 
 
 def test_a_pull_request_whose_package_sets_cannot_be_derived_gets_an_error_verdict_saying_why(
@@ -441,3 +453,5 @@ def test_a_pull_request_that_changes_nothing_resolved_is_told_so_without_a_check
     assert comment.startswith("<!-- stepwatch upgrade-pr -->\n## stepwatch upgrade check: nothing to check\n")
     assert "Nothing that the two package sets resolve to changes" in comment and "Verdict: **unchanged**" in comment
     assert check["steps"][-1]["result"].returncode == 0
+    # The verdict workflow posts it (test_the_upgrade_pr_workflow_checks_a_bump..., in the large job, on a real check).
+    posts_one_comment(tmp_path, repo / "pr", head, "unchanged", comment)

@@ -2,7 +2,7 @@
 backend on this CPU, equal in two processes of one config, moved the expected way by one more layer, and
 compared exactly (never by a t-test) by compare. The same trials record a profile in their first trial
 (``--profile 1``): its op table is read from a real profile of every backend, and a trial without changes
-nothing."""
+nothing. torch.compile's trial, a minute of both cores, runs in the large job."""
 
 from __future__ import annotations
 
@@ -153,9 +153,14 @@ READ = {
 MAY_BE_ZERO = {"compiled_transcendentals", "hlo_custom_calls", "graph_breaks"}  # none of these in some programs
 
 
-@pytest.fixture(scope="module")
-def counted(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    root = tmp_path_factory.mktemp("counted")
+# torch.compile on this CPU takes a minute of both cores for one trial (dynamo traces the LSTM's steps, inductor
+# builds C++ kernels): its trial is opt-in (--run-large; CI's `large` job), the same checks on its rows.
+COMPILED_TORCH = {key for key in READ if key[0] == "torch"}
+
+
+def count(root: Path, backends: tuple[str, ...]) -> list[dict]:
+    """Real trials of the READ configs of ``backends`` (each backend's suite, two at once), the first trial of
+    each profiled; their rows."""
 
     def run(backend: str) -> None:
         configs = "".join(
@@ -169,28 +174,33 @@ def counted(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
                          "--profile", "1")  # fmt: skip
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
-    two_at_a_time(run, ("torch", "jax", "tensorflow"))
+    two_at_a_time(run, backends)
     return [row for path in sorted((root / "results").glob("*.parquet")) for row in pq.read_table(path).to_pylist()]
 
 
-def test_counters_are_read_from_the_compiled_step_of_every_backend(counted: list[dict]) -> None:
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    return count(tmp_path_factory.mktemp("counted"), ("jax", "tensorflow"))
+
+
+def check_counters(rows: list[dict], expected: set[tuple]) -> None:
     seen = {}
-    for row in counted:
+    for row in rows:
         key = (row["keras_backend"], row["model"], row["xla_requested"])
         assert row["status"] == "ok", (key, row["error_message"])
         found = {name for name in COUNTERS if row[name] is not None}
         assert found == READ[key], (key, found, json.loads(row["extras"]).get("counters_error"))
         assert all(row[name] > 0 for name in READ[key] - MAY_BE_ZERO), key
         seen.setdefault(key, []).append({name: row[name] for name in COUNTERS})
-    assert set(seen) == set(READ)
+    assert set(seen) == expected
     for key, values in seen.items():  # two processes of one config read the same counters
         assert all(v == values[0] for v in values), (key, values)
 
 
-def test_counters_are_read_once_the_trial_has_measured(counted: list[dict]) -> None:
+def check_read_after_measuring(rows: list[dict]) -> None:
     """The trial writes what it measured first (the parent then stops sampling its memory: test_memory), and
     adds the counters and what reading them took."""
-    for row in counted:
+    for row in rows:
         extras = json.loads(row["extras"])
         assert extras["counters_s"] >= 0 and "counters_error" not in extras
         assert row["peak_memory_bytes"] > 0 and extras["memory_samples"] > 0
@@ -206,11 +216,11 @@ PROFILED = {
 PROFILE_FIELDS = ("profile_steps", "profile_step_time_s", "profile_uri", *OP_COLUMNS)
 
 
-def test_a_profile_of_every_backend_gives_its_op_table(counted: list[dict]) -> None:
+def check_op_tables(rows: list[dict], expected: set[tuple]) -> None:
     """The first trial of every config recorded a profile after its timed steps: per-op self times and counts per
     step, all on the host on this CPU, ops of the backend's compiler among them, the raw profile kept."""
     seen = set()
-    for row in counted:
+    for row in rows:
         if row["trial"] != 0:
             continue
         key = (row["keras_backend"], row["model"], row["xla_requested"])
@@ -226,7 +236,27 @@ def test_a_profile_of_every_backend_gives_its_op_table(counted: list[dict]) -> N
         assert list(Path(row["profile_uri"]).rglob(raw)), key
         assert extras["profile_bytes"] > 0 and extras["profile_s"] > 0
         seen.add(key)
-    assert seen == set(PROFILED)
+    assert seen == expected
+
+
+def test_counters_are_read_from_the_compiled_step_of_every_backend(counted: list[dict]) -> None:
+    check_counters(counted, set(READ) - COMPILED_TORCH)
+
+
+def test_counters_are_read_once_the_trial_has_measured(counted: list[dict]) -> None:
+    check_read_after_measuring(counted)
+
+
+def test_a_profile_of_every_backend_gives_its_op_table(counted: list[dict]) -> None:
+    check_op_tables(counted, set(PROFILED) - COMPILED_TORCH)
+
+
+@pytest.mark.large
+def test_torch_compile_counters_and_op_table(tmp_path: Path) -> None:
+    rows = count(tmp_path, ("torch",))
+    check_counters(rows, COMPILED_TORCH)
+    check_read_after_measuring(rows)
+    check_op_tables(rows, COMPILED_TORCH)
 
 
 def test_a_trial_without_profile_is_as_before(counted: list[dict]) -> None:

@@ -33,11 +33,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-large", action="store_true", help="also run tests marked large (slow)")
 
 
-# The longest modules first, longest to shortest (1-3 minutes of CPU each on 2 cores, measured per test), so that
-# pytest-xdist, which hands out whole modules (--dist loadfile) in collection order, ends both workers together
-# instead of starting a long module last.
-LONGEST_FIRST = ("test_counters.py", "test_dashboard.py", "test_upgrade.py", "test_store.py", "test_backends.py",
-                 "test_runner.py", "test_report.py")  # fmt: skip
+# The longest modules first, longest to shortest (wall seconds on one of two busy workers, measured per test), so
+# that pytest-xdist, which hands out whole modules (--dist loadfile) in collection order, ends both workers together
+# instead of starting a long module last. xdist would otherwise reorder the modules by their number of tests
+# (`--no-loadscope-reorder` in the Makefile keeps this order).
+LONGEST_FIRST = ("test_upgrade.py", "test_dashboard.py", "test_counters.py", "test_backends.py", "test_store.py",
+                 "test_runner.py", "test_dashboard_browser.py", "test_objectstore.py", "test_report.py",
+                 "test_alerts.py", "test_trainers.py", "test_runtime_tensorflow.py", "test_memory.py",
+                 "test_upgrade_pr.py")  # fmt: skip
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

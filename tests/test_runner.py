@@ -76,6 +76,7 @@ learning_rate = nan  # every update is NaN by IEEE arithmetic, on any CPU
 per_device_batch = 4
 steps = 1000000
 timeout_s = 14
+threads = "1/1"  # one core: it only has to outlast its timeout
 
 [[configs]]
 precision = "mixed_bfloat16"

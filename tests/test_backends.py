@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from collector.config import auto_threads, resolve, thread_counts, usable_cores
-from tests.conftest import REPO, SHORT, in_turn, stepwatch, write_suite
+from tests.conftest import REPO, SHORT, stepwatch, two_at_a_time, write_suite
 
 # (keras_backend, model, precision, xla) -> what the trial must read back.
 TRIALS = {
@@ -39,7 +39,7 @@ def backend_rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     root = tmp_path_factory.mktemp("backends")
     defaults = '[defaults]\npreset = "tiny"\nthreads = "auto"\n'
 
-    def run(backend: str) -> None:  # one suite per backend
+    def run(backend: str) -> None:  # one suite per backend, the two at once: their speed is not checked here
         configs = "".join(
             f'[[configs]]\nkeras_backend = "{b}"\nmodel = "{m}"\nprecision = "{p}"\nxla = {str(x).lower()}\n\n'
             for b, m, p, x in TRIALS
@@ -49,7 +49,7 @@ def backend_rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
         done = stepwatch("run", "--suite", str(suite), *SHORT, "--out", str(root / "results"))
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
-    in_turn(run, sorted({b for b, *_ in TRIALS}))
+    two_at_a_time(run, sorted({b for b, *_ in TRIALS}))
     return [row for path in sorted((root / "results").glob("*.parquet")) for row in pq.read_table(path).to_pylist()]
 
 

@@ -20,7 +20,7 @@ from collector.metrics import COUNTERS, METRICS
 from collector.outcomes import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
 from collector.output.comparison import exact_change
 from collector.schema import OP_COLUMNS
-from tests.conftest import REPO, SHORT, edited_source, in_turn, result_rows, stepwatch, write_suite
+from tests.conftest import REPO, SHORT, edited_source, result_rows, stepwatch, two_at_a_time, write_suite
 
 HLO = """HloModule jit_train_step, is_scheduled=true, entry_computation_layout={(f32[8]{0})->f32[]}
 
@@ -159,7 +159,7 @@ COMPILED_TORCH = {key for key in READ if key[0] == "torch"}
 
 
 def count(root: Path, backends: tuple[str, ...]) -> list[dict]:
-    """Real trials of the READ configs of ``backends`` (each backend's suite in turn), the first trial of
+    """Real trials of the READ configs of ``backends`` (each backend's suite, two at once), the first trial of
     each profiled; their rows."""
 
     def run(backend: str) -> None:
@@ -174,7 +174,7 @@ def count(root: Path, backends: tuple[str, ...]) -> list[dict]:
                          "--profile", "1")  # fmt: skip
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
-    in_turn(run, backends)
+    two_at_a_time(run, backends)
     return [row for path in sorted((root / "results").glob("*.parquet")) for row in pq.read_table(path).to_pylist()]
 
 
@@ -298,7 +298,7 @@ def test_one_more_layer_means_more_of_every_counter(tmp_path: Path) -> None:
         for row in (r for path in out.glob("*.parquet") for r in pq.read_table(path).to_pylist()):
             rows[row["keras_backend"], tree == REPO] = row
 
-    in_turn(lambda pair: run(*pair), ((REPO, {}), (tmp_path / "tree", env)))
+    two_at_a_time(lambda pair: run(*pair), ((REPO, {}), (tmp_path / "tree", env)))
     jax_one, jax_two = rows["jax", True], rows["jax", False]
     for name in ("hlo_instructions", "hlo_fusions", "compiled_flops", "compiled_bytes_accessed"):
         assert jax_two[name] > jax_one[name], (name, jax_one[name], jax_two[name])

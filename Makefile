@@ -73,12 +73,12 @@ test:
 	$(MAKE) --no-print-directory -j2 $(BACKENDS_STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadfile
 
 # The tests marked `large` (slow end-to-end runs; CI runs them in a job of their own).
 test-large:
 	$(MAKE) --no-print-directory -j2 $(BACKENDS_STAMP) browser
-	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadfile --no-loadscope-reorder --run-large -m large
+	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadfile --run-large -m large
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -326,6 +326,7 @@ def posts_one_comment(tmp_path: Path, pr: Path, head: str, verdict: str, comment
     comment and the check run, a later one edits the comment, a run of a head the pull request has moved on from
     posts nothing, and a forged verdict is refused."""
     post = job("upgrade-pr-verdict.yml")
+    number = (pr / "number").read_text().strip()  # the pull request the upgrade-pr job checked
     state, artifact = tmp_path / "gh", tmp_path / "post"
     state.mkdir()
     (artifact / "artifact").mkdir(parents=True)
@@ -335,7 +336,8 @@ def posts_one_comment(tmp_path: Path, pr: Path, head: str, verdict: str, comment
     gh.write_text(STAND_IN_GH)
     gh.chmod(gh.stat().st_mode | stat.S_IEXEC)
     post_env = {"PATH": f"{gh.parent}:{os.environ['PATH']}", "GH_STATE": str(state), "GH_REPO": "o/r",
-                "HEAD_SHA": head, "RUN_URL": "https://github.com/o/r/actions/runs/7", "GH_TOKEN": "unused"}  # fmt: skip
+                "HEAD_SHA": head, "RUN_URL": f"https://github.com/o/r/actions/runs/{number}",
+                "GH_TOKEN": "unused"}  # fmt: skip
     assert set(post["steps"][1]["env"]) == set(post_env) - {"PATH", "GH_STATE"}
     (state / "pull.json").write_text(json.dumps({"head": {"sha": head}}))
     others = [{"id": 11, "user": {"login": "someone"}, "body": "<!-- stepwatch upgrade-pr --> quoted by a person"}]
@@ -351,7 +353,6 @@ def posts_one_comment(tmp_path: Path, pr: Path, head: str, verdict: str, comment
     done, calls = posted()
     conclusion = {"pass": "success", "unchanged": "success", "inconclusive": "neutral"}[verdict]
     assert done.returncode == 0, done.stdout + done.stderr
-    number = (pr / "number").read_text().strip()
     assert calls[2] == f"api repos/o/r/issues/{number}/comments -F body=@artifact/pr/comment.md"  # created
     assert (state / "posted-POST.md").read_text() == comment
     assert f"-f conclusion={conclusion}" in calls[3] and f"-f head_sha={head}" in calls[3]

@@ -105,36 +105,17 @@ def test_plan_rotates_three_sides_so_none_always_runs_first() -> None:
     assert order == [("a", 0), ("b", 0), ("c", 0), ("b", 1), ("c", 1), ("a", 1), ("c", 2), ("a", 2), ("b", 2)]
 
 
-def test_calibrate_then_an_aa_upgrade_check_runs_interleaved_stays_quiet_and_says_what_it_covers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Calibrate writes the runner's between-environment variation (pytz in two separately built environments).
-    Then an upgrade check of two pins of packages already installed (pytz -> psutil: the same code on every side)
-    with --aa runs a third environment, all three interleaved, profiles the first trial of each side, reports
-    the A/A and widens its intervals by both. Nothing changed, so no verdict fires on peak memory (exit 0)."""
-    cache = tmp_path / "envs"
-    env = {upgrade.CACHE_ENV: str(cache), "STEPWATCH_RUNNER_LABEL": "test-runner"}
-    common = ("--reuse-site-packages", "--pip-arg=--no-index", *SMALL, "--trials", "2", "--db",
-              str(tmp_path / "check.duckdb"))  # fmt: skip
-    calibration_file = tmp_path / "calibration.json"
-    done = stepwatch(
-        "calibrate", "--requirements", PYTZ, "--environments", "2", "--metric", "peak_memory_bytes,examples_per_sec",
-        "--out", str(calibration_file), "--results", str(tmp_path / "calibrate"), *common, env=env, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    saved = json.loads(calibration_file.read_text())
-    assert saved["runner"] == "test-runner" and saved["environments"] == 2
-    assert set(saved["metrics"]) == {"peak_memory_bytes", "examples_per_sec"}
-    assert saved["metrics"]["peak_memory_bytes"]["comparisons"] == 1
-    [check_dir] = (tmp_path / "calibrate").iterdir()
-    labels = {r["label"] for f in check_dir.glob("*.parquet") for r in pq.read_table(f).to_pylist()}
-    assert labels == {"env-0", "env-1"}
-
+def aa_check(tmp_path: Path, env: dict[str, str], calibration: Path | None) -> str:
+    """A real upgrade check of two pins of packages already installed (pytz -> psutil: the same code on every side)
+    with --aa: a third environment, all three interleaved, the first trial of each side profiled, the A/A reported
+    and the intervals widened by it (and by ``calibration``'s variation, if given). Nothing changed, so no verdict
+    fires on peak memory (exit 0). Its report's text."""
     report = tmp_path / "report.json"
+    calibrated = ("--calibration", str(calibration)) if calibration else ()
     done = stepwatch(
         "upgrade-check", "--baseline", PYTZ, "--candidate", PSUTIL, "--aa", "--metric", "peak_memory_bytes",
-        "--calibration", str(calibration_file), "--results", str(tmp_path / "results"), "--format", "json",
-        "--out", str(report), "--profile", "1", *common, env=env, timeout=600,
+        *calibrated, "--results", str(tmp_path / "results"), "--format", "json", "--out", str(report), "--profile",
+        "1", *common_args(tmp_path), env=env, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "candidate: building an environment for " + PSUTIL in done.stderr
@@ -160,18 +141,56 @@ def test_calibrate_then_an_aa_upgrade_check_runs_interleaved_stays_quiet_and_say
     assert text.startswith(f"## stepwatch upgrade check: {PYTZ} -> {PSUTIL}")
     assert "1 config(s) x 2 trials per side" in text
     assert "A/A (the baseline in a second environment of the same packages)" in text
-    assert "calibrate on test-runner (2 environments" in text and "the A/A of this check" in text
     assert "🔴" not in text and "🟢" not in text
     # --profile 1: the first trial of each side recorded its op table, and the report says where the time went.
     assert {(r["label"], r["trial"]) for r in rows if r["op_types"]} == {("baseline", 0), ("candidate", 0),
                                                                          ("baseline-aa", 0)}  # fmt: skip
     assert "Where the time went" in text and "1 + 1 profiled trials" in text
+    return text
+
+
+def common_args(tmp_path: Path) -> tuple[str, ...]:
+    return ("--reuse-site-packages", "--pip-arg=--no-index", *SMALL, "--trials", "2", "--db",
+            str(tmp_path / "check.duckdb"))  # fmt: skip
+
+
+def test_an_aa_upgrade_check_runs_interleaved_stays_quiet_and_says_what_it_covers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "envs"
+    env = {upgrade.CACHE_ENV: str(cache), "STEPWATCH_RUNNER_LABEL": "test-runner"}
+    text = aa_check(tmp_path, env, calibration=None)
+    assert "calibrate on" not in text and "the A/A of this check" in text
 
     # The environments are cached: asking again reuses them without pip.
     monkeypatch.setenv(upgrade.CACHE_ENV, str(cache))
     again = upgrade.ensure("baseline", (PYTZ,), reuse_site_packages=True, pip_args=("--no-index",), log=lambda _: None)
     assert again.cached and PYTZ in again.freeze()
     assert upgrade.installed(again)["tensorflow"] == metadata.version("tensorflow")
+
+
+@pytest.mark.large  # ten trials in five environments, 1.5 minutes of both cores: CI's `large` job
+def test_calibrate_then_an_aa_upgrade_check_widens_its_intervals_by_the_runners_variation(tmp_path: Path) -> None:
+    """Calibrate writes the runner's between-environment variation (pytz in two separately built environments);
+    the A/A upgrade check then widens its intervals by it and says so."""
+    env = {upgrade.CACHE_ENV: str(tmp_path / "envs"), "STEPWATCH_RUNNER_LABEL": "test-runner"}
+    calibration_file = tmp_path / "calibration.json"
+    done = stepwatch(
+        "calibrate", "--requirements", PYTZ, "--environments", "2", "--metric", "peak_memory_bytes,examples_per_sec",
+        "--out", str(calibration_file), "--results", str(tmp_path / "calibrate"), *common_args(tmp_path), env=env,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    saved = json.loads(calibration_file.read_text())
+    assert saved["runner"] == "test-runner" and saved["environments"] == 2
+    assert set(saved["metrics"]) == {"peak_memory_bytes", "examples_per_sec"}
+    assert saved["metrics"]["peak_memory_bytes"]["comparisons"] == 1
+    [check_dir] = (tmp_path / "calibrate").iterdir()
+    labels = {r["label"] for f in check_dir.glob("*.parquet") for r in pq.read_table(f).to_pylist()}
+    assert labels == {"env-0", "env-1"}
+
+    text = aa_check(tmp_path, env, calibration_file)
+    assert "calibrate on test-runner (2 environments" in text and "the A/A of this check" in text
 
 
 def test_calibrate_needs_two_environments() -> None:

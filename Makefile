@@ -11,7 +11,7 @@ BACKENDS_STAMP := $(VENV)/.backends
 # default CUDA build; from https://download.pytorch.org/whl/cpu where the package index lacks it).
 TORCH ?= torch==2.13.0+cpu
 
-.PHONY: run demo dashboard test test-large browser lint setup clean
+.PHONY: run demo demo-gpu dashboard test test-large browser lint setup clean
 
 # uv installs into the environment: it unpacks TensorFlow, JAX and torch in parallel and links them from its
 # cache, and compiles their bytecode on both cores (50 s on a fresh clone, where pip took 2 min 12 s). The bytecode
@@ -55,6 +55,13 @@ REFERENCE_DB := data/stepwatch-reference.duckdb
 demo: $(STAMP)
 	$(BIN)/stepwatch ingest $(REFERENCE) --db $(REFERENCE_DB)
 	STEPWATCH_DB=$(REFERENCE_DB) $(MAKE) --no-print-directory dashboard
+
+# The same on the first GPU rows (an H100, JAX and torch; data/reference/h100-2026-11-24/README.md).
+GPU_REFERENCE := data/reference/h100-2026-11-24
+GPU_REFERENCE_DB := data/stepwatch-h100.duckdb
+demo-gpu: $(STAMP)
+	$(BIN)/stepwatch ingest $(GPU_REFERENCE) --db $(GPU_REFERENCE_DB)
+	STEPWATCH_DB=$(GPU_REFERENCE_DB) $(MAKE) --no-print-directory dashboard
 
 dashboard: $(STAMP)
 	@echo "dashboard: http://$(DASHBOARD_ADDRESS):$(DASHBOARD_PORT) (Ctrl-C to stop)"

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from collector.config import ADDED_DIMENSIONS
-from collector.metrics import METRICS, RSS_KIND
+from collector.metrics import METRICS, RSS_KIND, STARTUP_PHASES, startup_column
 
 SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, which never mix with real ones
 
@@ -102,6 +102,7 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("measured_steps", _I64, "metrics"),
     ("measured_s", _F64, "metrics"),
     ("startup_s", _F64, "metrics"),
+    *((startup_column(phase), _F64, "metrics") for phase in STARTUP_PHASES),
     ("compile_s", _F64, "metrics"),
     ("warmup_s", _F64, "metrics"),
     ("wall_s", _F64, "metrics"),
@@ -118,9 +119,12 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("peak_tflops_source", _STR, "metrics"),
     ("mfu", _F64, "metrics"),
     ("max_per_device_batch", _I64, "metrics"),
+    ("max_batch_ended", _STR, "metrics"),  # how --find-max-batch ended: "out of memory at batch 1536", ...
     ("compiled_flops", _F64, "metrics"),
     ("compiled_bytes_accessed", _F64, "metrics"),
     ("compiled_transcendentals", _F64, "metrics"),
+    ("compiled_memory_bytes", _I64, "metrics"),
+    ("step_compilations", _I64, "metrics"),
     ("hlo_instructions", _I64, "metrics"),
     ("hlo_fusions", _I64, "metrics"),
     ("hlo_custom_calls", _I64, "metrics"),

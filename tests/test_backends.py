@@ -209,3 +209,50 @@ def test_the_parent_store_analysis_and_dashboard_import_no_framework() -> None:
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+HIDDEN = textwrap.dedent(
+    """
+    import importlib.util, json, sys
+    from collector.bench import runtime
+    from collector.config import BenchmarkConfig
+    backend = sys.argv[1]
+    runtime.prepare(BenchmarkConfig(model="bilstm", keras_backend=backend))
+    others = [name for name in ("tensorflow", "jax", "torch") if name != backend]
+    found = {"specs": [importlib.util.find_spec(name) for name in others], "refused": []}
+    for name in others:
+        try:
+            __import__(name)
+        except ModuleNotFoundError as error:
+            found["refused"].append(str(error))
+    if backend == "jax":  # what scikit-learn imports (keras imports scikit-learn wherever it is installed)
+        import numpy as np
+        import scipy.stats
+        from scipy._lib._array_api import array_namespace, xp_promote
+        found["promoted"] = str(xp_promote(np.float32(1), np.float64(2), xp=array_namespace(np.float32(1)))[0].dtype)
+        found["cdf"] = float(scipy.stats.norm.cdf(0.0))
+    else:  # torch.compile's tracer asks importlib whether TensorFlow is there
+        import torch._dynamo
+        found["dynamo"] = torch._dynamo.__name__
+    found["in_sys_modules"] = [name for name in others if name in sys.modules]
+    print(json.dumps(found))
+    """
+)
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_a_hidden_framework_looks_uninstalled_to_the_libraries_a_trial_imports(backend: str) -> None:
+    """A trial hides the other frameworks as a host without them would look: ``import`` raises
+    ModuleNotFoundError, ``importlib.util.find_spec`` answers None, ``sys.modules`` has no entry. scipy's
+    array-API helpers (imported by scikit-learn, which Keras imports where it is installed) and torch.compile's
+    tracer then work: a ``None`` in ``sys.modules`` crashed every JAX trial on a GPU host with scikit-learn."""
+    done = subprocess.run([sys.executable, "-c", HIDDEN, backend], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    others = [name for name in ("tensorflow", "jax", "torch") if name != backend]
+    assert found["specs"] == [None, None] and found["in_sys_modules"] == []
+    assert found["refused"] == [f"No module named '{name}'" for name in others]
+    if backend == "jax":
+        assert found["promoted"] == "float64" and found["cdf"] == 0.5
+    else:
+        assert found["dynamo"] == "torch._dynamo"

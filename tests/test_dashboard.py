@@ -15,6 +15,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from collector.store.database import StoreReader, delta_dir, update
+from collector.store.ingest import ingest
 from dashboard.pages import PAGES, TITLES
 from tests.conftest import REPO
 
@@ -275,3 +276,37 @@ def test_compare_shows_a_bisects_steps_and_compares_one(
     assert at.query_params["candidate"] == f"suite_run_id={candidate_id}"
     compared = at.dataframe[-1].value
     assert list(compared["n baseline"]) == [1] and list(compared["n candidate"]) == [2]
+
+
+H100 = REPO / "data" / "reference" / "h100-2026-11-24"
+
+
+@pytest.fixture(scope="module")
+def h100_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first GPU rows (an H100, JAX and torch; committed under data/reference/), as `make demo-gpu` ingests
+    them."""
+    db = tmp_path_factory.mktemp("h100") / "store.duckdb"
+    report = ingest([str(H100)], db)
+    assert not report.quarantined and not report.refused
+    return db
+
+
+@pytest.mark.parametrize("page", TITLES)
+def test_every_page_reads_well_on_the_h100_rows(h100_store: Path, page: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = render(h100_store, page, monkeypatch)
+    assert [t.value for t in at.title] == [TITLES[page]]
+    for figure in figures(at):  # no chart without a bar, line or box to show
+        assert any(values(trace.get("y", [])) or values(trace.get("x", [])) for trace in figure["data"]), figure
+
+
+def test_speedups_say_there_is_no_pair_instead_of_an_empty_chart(
+    h100_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every H100 run compiled (XLA on JAX, inductor on torch, except two eager torch runs of other precisions), so
+    no config ran with jit_compile both on and off: a line says so. Precisions and backends have their pairs."""
+    at = render(h100_store, "speedups", monkeypatch)
+    captions = [c.value for c in at.caption]
+    assert "jit_compile on vs off: no config in this selection ran both with and without it." in captions
+    titles = [figure["layout"]["title"]["text"] for figure in figures(at)]
+    assert not any(title.startswith("jit_compile on vs off") for title in titles), titles
+    assert any(title.startswith("Precision modes") for title in titles), titles

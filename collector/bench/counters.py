@@ -62,6 +62,18 @@ def cost_counts(cost: Mapping[str, Any] | Iterable[Mapping[str, Any]] | None) ->
     return {name: float(cost[key]) for key, name in names.items() if cost.get(key) is not None}
 
 
+def memory_counts(stats: Any) -> dict[str, int]:
+    """XLA's memory analysis of a compiled step (its buffer assignment, known without running it): the bytes its
+    arguments, outputs and temporaries take at once, less the outputs that alias (reuse) argument buffers.
+    The device memory one step needs beyond what the framework holds elsewhere; what bounds the batch search."""
+    if stats is None:
+        return {}
+    fields = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes", "alias_size_in_bytes")
+    arguments, outputs, temporaries, aliased = (int(getattr(stats, name, 0) or 0) for name in fields)
+    total = arguments + outputs + temporaries - aliased
+    return {"compiled_memory_bytes": total} if total > 0 else {}
+
+
 def graph_op_count(graph_def: Any) -> int:
     """Ops of a TensorFlow GraphDef: its nodes and those of every function in its library (loop bodies,
     gradients), as traced (before Grappler rewrites it at run time)."""

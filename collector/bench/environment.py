@@ -91,19 +91,22 @@ def cuda_runtime_version() -> str | None:
     return None
 
 
-def git_sha() -> str | None:
-    """The stepwatch checkout's commit (STEPWATCH_GIT_SHA wins, for installs without .git)."""
+def git_sha(root: Path = REPO_ROOT) -> str | None:
+    """The stepwatch checkout's commit (STEPWATCH_GIT_SHA wins, for installs without .git). Only a repository
+    whose top level is stepwatch's own root counts: a copy of the source inside another repository (a vendored
+    checkout, an unpacked archive) has no commit of its own, and the enclosing one's would be a wrong answer."""
     if os.environ.get("STEPWATCH_GIT_SHA"):
         return os.environ["STEPWATCH_GIT_SHA"]
     try:
         out = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+            ["git", "-C", str(root), "rev-parse", "--show-toplevel", "HEAD"], capture_output=True, text=True, timeout=10
         )
     except (subprocess.SubprocessError, OSError):
         return None
-    if out.returncode != 0:
+    lines = out.stdout.splitlines()
+    if out.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != root.resolve():
         return None
-    return out.stdout.strip() or None
+    return lines[1]
 
 
 def host_environment(device: str) -> dict[str, Any]:

@@ -35,10 +35,6 @@ PROFILES_DIR = "profiles"  # beside the results file: one folder per profiled tr
 PR_SET_PDEATHSIG = 1
 
 
-class MaxBatchError(RuntimeError):
-    """A batch-size probe failed for a reason other than running out of memory."""
-
-
 @dataclass
 class RunOptions:
     label: str | None = None
@@ -47,7 +43,7 @@ class RunOptions:
     peaks: list[catalog.Peak] = field(default_factory=catalog.load_peaks)
     python: str = sys.executable
     workers: int = 2  # local worker processes of a multi-worker trial (when TF_CONFIG is not set by hand)
-    max_batches: dict[str, int | None] = field(default_factory=dict)  # config key -> --find-max-batch result
+    max_batches: dict[str, MaxBatch] = field(default_factory=dict)  # config key -> --find-max-batch result
     profile: int = 0  # --profile: the first this many trials of every config record a profile after their timing
     profile_home: str | None = None  # where the profiles will be read from, if not beside the results (--out s3://)
 
@@ -253,7 +249,11 @@ def make_row(
     }
     row.update(_parent_host(config.device))  # so that a trial that died early still has its host and series
     row.update(child)
-    row.update(wall_s=wall_s, exit_code=code, max_per_device_batch=options.max_batches.get(config.key))
+    row.update(wall_s=wall_s, exit_code=code)
+    searched = options.max_batches.get(config.key)
+    if searched is not None:  # how the search ended, and its probes (kept in extras)
+        row.update(max_per_device_batch=searched.largest, max_batch_ended=searched.ended,
+                   max_batch_probes=[list(probe) for probe in searched.probes])  # fmt: skip
     if row["status"] != "ok":
         row["examples_per_sec"] = None  # a failed trial has no throughput, even if some windows closed
     eps = row.get("examples_per_sec")
@@ -340,40 +340,110 @@ def run_plan(
     return outcomes
 
 
-def search_max_batch(fits: Callable[[int], bool], start: int, limit: int = 1 << 16) -> int | None:
-    """Largest batch for which ``fits`` holds: doubling from ``start``, then bisection. None if start fails."""
-    if not fits(start):
-        return None
+@dataclass(frozen=True)
+class MaxBatch:
+    """What a batch-size search found: the largest per-device batch that trained (None if not even the first),
+    how the search ended, in words, and every probe as (batch, the trial's status) in the order run."""
+
+    largest: int | None
+    ended: str
+    probes: tuple[tuple[int, str], ...]
+
+
+ENDED_BY = {"oom": "out of memory", "timeout": "timeout", "nonfinite_loss": "non-finite loss"}
+
+
+def search_max_batch(
+    probe: Callable[[int], str], start: int, limit: int = 1 << 16, bound: Callable[[], int | None] = lambda: None
+) -> MaxBatch:
+    """The largest batch that trains: ``probe(batch)`` runs it and gives the trial's status. Doubling from
+    ``start`` while it is ``ok``; out of memory above the largest that ran bisects between the two; any other
+    failure (a timeout, a crash) ends the search there, with what ran so far. ``bound()``, once it knows (a
+    compiler's estimate of the memory a batch needs against the device's), caps the batches tried like ``limit``."""
+    probes: list[tuple[int, str]] = []
+
+    def run(batch: int) -> str:
+        status = probe(batch)
+        probes.append((batch, status))
+        return status
+
+    def result(largest: int | None, ended: str) -> MaxBatch:
+        return MaxBatch(largest, ended, tuple(probes))
+
+    def failed(status: str, batch: int) -> str:
+        return f"{ENDED_BY.get(status, status)} at batch {batch}"
+
+    status = run(start)
+    if status != "ok":
+        return result(None, failed(status, start))
     good, bad = start, None
     while bad is None:
-        candidate = good * 2
-        if candidate > limit:
-            return good
-        if fits(candidate):
+        cap = min(limit, bound() or limit)
+        candidate = min(good * 2, cap)
+        if candidate <= good:
+            why = "the memory bound of the compiler's analysis" if cap < limit else "the search's limit"
+            return result(good, f"reached {why} ({cap})")
+        status = run(candidate)
+        if status == "ok":
             good = candidate
-        else:
+        elif status == "oom":
             bad = candidate
+        else:
+            return result(good, failed(status, candidate))
     while bad - good > 1:
         middle = (good + bad) // 2
-        if fits(middle):
+        status = run(middle)
+        if status == "ok":
             good = middle
-        else:
+        elif status == "oom":
             bad = middle
-    return good
+        else:
+            return result(good, failed(status, middle))
+    return result(good, f"out of memory at batch {bad}")
 
 
-def find_max_batch(config: BenchmarkConfig, python: str) -> int | None:
-    """Largest per-device batch that trains a few steps, out-of-memory caught in the child (accelerators)."""
+def memory_bound(points: dict[int, int], capacity: int | None) -> int | None:
+    """The largest batch whose compiled step fits in ``capacity`` bytes, from XLA's memory analysis of steps
+    that ran (batch -> compiled_memory_bytes): a line through the two largest (a step's buffers are a fixed part
+    and a part per example). None until two batches are known, or without a capacity."""
+    if capacity is None or len(points) < 2:
+        return None
+    (b1, m1), (b2, m2) = sorted(points.items())[-2:]
+    per_example = (m2 - m1) / (b2 - b1)
+    if per_example <= 0:
+        return None
+    return max(b2, int((capacity - (m1 - per_example * b1)) / per_example))
+
+
+def device_capacity(row: dict[str, Any]) -> int | None:
+    """The memory a trial's framework may allocate on its device: the device's memory, times the fraction JAX's
+    allocator takes by default (XLA_PYTHON_CLIENT_MEM_FRACTION, 0.75)."""
+    total = row.get("accelerator_memory_bytes")
+    if not total:
+        return None
+    fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.75"))
+    return int(total * fraction)
+
+
+def find_max_batch(config: BenchmarkConfig, python: str, log: Callable[[str], None] = lambda _: None) -> MaxBatch:
+    """Largest per-device batch that trains a few steps (out-of-memory caught in the child, on accelerators).
+    Where XLA's memory analysis of the steps that ran tells how the step's memory grows (JAX), the search stops
+    at the batch the device's memory allows instead of probing beyond it."""
     probe_base = config.with_changes(steps=2, warmup_steps=10, window_steps=1, steps_per_execution=1)
+    points: dict[int, int] = {}
+    capacity: list[int | None] = [None]
 
-    def fits(batch: int) -> bool:
+    def probe(batch: int) -> str:
         with tempfile.TemporaryDirectory(prefix="stepwatch-maxbatch-") as tmp:
-            child, _, _ = run_child(probe_base.with_changes(per_device_batch=batch), python, Path(tmp))
-        if child["status"] in ("ok", "oom"):
-            return child["status"] == "ok"
-        raise MaxBatchError(
-            f"--find-max-batch: {config.label()} at batch {batch} failed with {child['status']} "
-            f"(not out-of-memory): {child.get('error_message')}"
-        )
+            child, wall_s, _ = run_child(probe_base.with_changes(per_device_batch=batch), python, Path(tmp))
+        if child["status"] == "ok" and child.get("compiled_memory_bytes"):
+            points[batch] = int(child["compiled_memory_bytes"])
+            capacity[0] = capacity[0] or device_capacity(child)
+        detail = f": {child.get('error_message')}" if child["status"] not in ("ok", "oom") else ""
+        log(f"  batch {batch}: {child['status']} ({wall_s:.0f} s){detail}")
+        return child["status"]
 
-    return search_max_batch(fits, config.per_device_batch)
+    def bound() -> int | None:
+        return memory_bound(points, capacity[0])
+
+    return search_max_batch(probe, config.per_device_batch, bound=bound)

@@ -20,6 +20,7 @@ from collector.bench import counters, profiles, runtime
 from collector.bench.environment import host_environment
 from collector.bench.measure import NonFiniteLoss, WindowClock, host_load, summarize
 from collector.config import BenchmarkConfig, usable_cores, validate
+from collector.metrics import STARTUP_PHASES, startup_column
 from trainers import get_model
 
 SPAWN_TIME_ENV = "STEPWATCH_SPAWN_TIME"  # time.time() at which the parent started this process
@@ -32,18 +33,37 @@ def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+class Phases:
+    """How long each phase of a trial's startup took (``collector.metrics.STARTUP_PHASES``, in order): each
+    ``done(phase)`` ends that phase where the last one ended, starting from the process's spawn."""
+
+    def __init__(self, spawn_time: float) -> None:
+        self.last = _perf_at(spawn_time)
+        self.times: dict[str, float] = {}
+
+    def done(self, phase: str) -> None:
+        assert phase in STARTUP_PHASES, phase
+        now = time.perf_counter()
+        self.times[startup_column(phase)] = now - self.last
+        self.last = now
+
+
 def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> dict[str, Any]:
     """Set up the config's Keras backend, train for the configured steps and write the child's part of the row to
     ``result_path``: once when everything timed and its memory are measured (the parent stops sampling the
     memory when the file appears), and again with the compiled step's counters, which are read after that."""
     result: dict[str, Any] = {"status": "crash"}
+    phases = Phases(spawn_time)
+    phases.done("python")
     result.update(host_environment(config.device))
+    phases.done("environment")
     # Imported here, not at the top: the parent imports this module for SPAWN_TIME_ENV and must stay free of
     # every framework; and the backend must be chosen before Keras is imported. If an import fails, the parent
     # records the crash with the log tail.
     runtime.prepare(config)
     backend = runtime.load(config)
     result.update(backend.software_environment())
+    phases.done("imports")
     spec = get_model(config.model)
     preset = spec.preset(config.preset)
     clock = WindowClock(first_steps=config.steps_per_execution, window_steps=config.window_steps)
@@ -52,6 +72,7 @@ def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> 
     try:
         setup = backend.configure(config)
         result.update(backend.accelerator_details(config))
+        phases.done("device")
         global_batch = config.per_device_batch * setup.replicas
         result.update(
             replicas=setup.replicas,
@@ -69,7 +90,9 @@ def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> 
             learning_rate=spec.learning_rate(config.learning_rate),
         )
         model, optimizer = backend.build_model(spec, config, setup)
+        phases.done("build")
         data = backend.make_data(spec, config, setup)
+        phases.done("data")
         backend.train(model, optimizer, data, clock, total_steps, config, setup)
         result["status"] = "ok"
     except NonFiniteLoss as error:
@@ -89,6 +112,7 @@ def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> 
             )
         if clock.marks:
             result["startup_s"] = clock.marks[0].time - _perf_at(spawn_time)
+        result.update(phases.times)  # as far as the trial got
         stats = summarize(clock, config.warmup_steps, result.get("global_batch", config.per_device_batch))
         result.update(asdict(stats))
         result.update(host_load(clock, config.warmup_steps))  # kept in extras: how busy the host was

@@ -11,7 +11,6 @@ import sys
 from collector.analysis.calibration import CalibrationError
 from collector.bench.catalog import CatalogError
 from collector.bench.results import ResultsError
-from collector.bench.runner import MaxBatchError
 from collector.bench.suite import SuiteError
 from collector.bench.upgrade import UpgradeError
 from collector.cli import alerts, bisect, calibrate, compare, explain, export, ingest, query, run, sides, upgrade
@@ -30,7 +29,7 @@ USAGE_ERRORS = (
     SuiteError, UsageError, CatalogError, SelectionError, MetricError, AlertError, NoStoreError, CalibrationError,
     QueryError,
 )  # fmt: skip
-FAILURES = (ResultsError, MaxBatchError, StoreError, StorageError, UpgradeError, ReportError)
+FAILURES = (ResultsError, StoreError, StorageError, UpgradeError, ReportError)
 
 
 def build_parser() -> argparse.ArgumentParser:

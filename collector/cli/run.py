@@ -106,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
     if args.find_max_batch:
         for config in configs:
             console.print(f"finding the largest per-device batch for {config.label()} ...")
-            options.max_batches[config.key] = runner.find_max_batch(config, options.python)
-            console.print(f"  largest per-device batch: {options.max_batches[config.key]}")
+            found = options.max_batches[config.key] = runner.find_max_batch(config, options.python, console.print)
+            console.print(f"  largest per-device batch that trained: {found.largest} (the search ended: {found.ended})")
 
     with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:
         task = progress.add_task("starting", total=len(todo))

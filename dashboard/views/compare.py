@@ -120,8 +120,11 @@ for metric in comparison.metrics:
     text = summary_text(comparison, metric)
     if text:
         st.markdown(f"**{metric.label}**: {text}")
-st.plotly_chart(charts.forest(comparison), width="stretch")
 drawn = sum(1 for r in comparison.rows if not math.isnan(r.result.ratio))
+if drawn:
+    st.plotly_chart(charts.forest(comparison), width="stretch")
+else:
+    st.caption("No series has successful trials on both sides: no ratio to draw (the table says what each side has).")
 if drawn > charts.FOREST_ROWS:
     st.caption(
         f"The {charts.FOREST_ROWS} worst of {drawn} rows with a ratio (regressions first); the table has them all."

@@ -1,6 +1,7 @@
 """Speedups: XLA on vs off per model and device, each precision mode against fp32, and each Keras backend
 against TensorFlow, each with its 95% interval and trial counts; one whose interval holds 1 is shown as such."""
 
+import pandas as pd
 import streamlit as st
 
 from collector.analysis.speedups import with_intervals
@@ -30,34 +31,39 @@ st.caption(
     "Each bar is the ratio of the geometric means of the two points' successful trials, with its 95% interval "
     "(Welch, on log throughput); a faint, hatched bar's interval holds 1: the trials do not show a speedup."
 )
-xla = frame[frame["xla"]]
-st.plotly_chart(
-    charts.speedup_bars(xla, "xla", "jit_compile on vs off (XLA; torch.compile on torch), same precision and batch"),
-    width="stretch",
+
+
+def bars(points: pd.DataFrame, kind: str, title: str, missing: str, **style: str) -> None:
+    """The chart of one kind of speedup, or a line saying why there is none (never an empty chart)."""
+    if points[f"{kind}_speedup"].notna().any():
+        st.plotly_chart(charts.speedup_bars(points, kind, title, **style), width="stretch")
+    else:
+        st.caption(f"{title.split(' (')[0]}: {missing}")
+
+
+bars(
+    frame[frame["xla"]],
+    "xla",
+    "jit_compile on vs off (XLA; torch.compile on torch), same precision and batch",
+    "no config in this selection ran both with and without it.",
 )
-if (frame["precision"] != "fp32").any():
-    st.plotly_chart(
-        charts.speedup_bars(
-            frame, "precision", "Precision modes vs the fastest fp32 point (jit_compile off / on)", pattern="xla"
-        ),
-        width="stretch",
-    )
-else:
-    st.caption("Precision modes vs fp32: only fp32 was run in this selection.")
-others = frame[frame["keras_backend"] != "tensorflow"]
-if others["backend_speedup"].notna().any():
-    st.plotly_chart(
-        charts.speedup_bars(
-            others,
-            "backend",
-            "Keras backends vs TensorFlow (same model, precision, batch, device and jit_compile setting)",
-            color="keras_backend",
-            pattern="xla",
-        ),
-        width="stretch",
-    )
-else:
-    st.caption("Backends vs TensorFlow: no JAX or torch run has a TensorFlow run of the same config here.")
+bars(
+    frame,
+    "precision",
+    "Precision modes vs the fastest fp32 point (jit_compile off / on)",
+    "no config in this selection ran another precision beside fp32."
+    if (frame["precision"] != "fp32").any()
+    else "only fp32 was run in this selection.",
+    pattern="xla",
+)
+bars(
+    frame[frame["keras_backend"] != "tensorflow"],
+    "backend",
+    "Keras backends vs TensorFlow (same model, precision, batch, device and jit_compile setting)",
+    "no JAX or torch run has a TensorFlow run of the same config here.",
+    color="keras_backend",
+    pattern="xla",
+)
 columns = [
     "model",
     "preset",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from collector.config import BenchmarkConfig
@@ -28,18 +29,51 @@ FRAMEWORK_MODULES = {
 JAX_PLATFORMS = {"cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}
 
 
+class Hiding:
+    """A finder of ``sys.meta_path`` wrapped so that it finds nothing under the hidden top-level names, and
+    everything else as before. With every finder wrapped, a hidden module is what it is on a host without it:
+    ``import`` raises ModuleNotFoundError, ``importlib.util.find_spec`` answers None (torch._dynamo asks it about
+    TensorFlow) and ``sys.modules`` has no entry (scipy's array-API helpers look torch up there; a ``None``
+    placed there for hiding made them fail: ``'NoneType' object has no attribute 'Tensor'``)."""
+
+    def __init__(self, finder: Any, hidden: frozenset[str]) -> None:
+        self.finder = finder
+        self.hidden = hidden
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name.partition(".")[0] in self.hidden:
+            return None
+        return self.finder.find_spec(name, path, target)
+
+    def __getattr__(self, attribute: str) -> Any:  # invalidate_caches, find_distributions, ...
+        return getattr(self.finder, attribute)
+
+
+def hide(names: Iterable[str]) -> None:
+    """Hide the top-level modules ``names`` from every import in this process from now on (those already
+    imported stay: ``trial.loaded_frameworks`` records what was loaded). Finders added to ``sys.meta_path``
+    later are not wrapped; what they load is recorded all the same."""
+    hidden = frozenset(names) - set(sys.modules)
+    if not hidden:
+        return
+    wrapped = []
+    for finder in sys.meta_path:
+        if isinstance(finder, Hiding):
+            finder = Hiding(finder.finder, finder.hidden | hidden)
+        elif hasattr(finder, "find_spec"):
+            finder = Hiding(finder, hidden)
+        wrapped.append(finder)
+    sys.meta_path[:] = wrapped
+    importlib.invalidate_caches()
+
+
 def prepare(config: BenchmarkConfig) -> None:
-    """Set what the backend reads when it is imported: KERAS_BACKEND, and the device JAX or torch uses.
-    Must run before anything imports Keras."""
+    """Set what the backend reads when it is imported: KERAS_BACKEND, and the device JAX or torch uses; hide the
+    other backends. Must run before anything imports Keras."""
     if "keras" in sys.modules and os.environ.get("KERAS_BACKEND") != config.keras_backend:
         raise RuntimeError(f"Keras was imported before its backend was set to {config.keras_backend}")
     os.environ["KERAS_BACKEND"] = config.keras_backend
-    for backend, modules in FRAMEWORK_MODULES.items():
-        if backend == config.keras_backend:
-            continue
-        for name in modules:
-            if sys.modules.get(name) is None:
-                sys.modules[name] = None  # type: ignore[assignment]  # `import name` raises ImportError
+    hide(name for backend, modules in FRAMEWORK_MODULES.items() if backend != config.keras_backend for name in modules)
     if config.keras_backend == "jax":
         os.environ["JAX_PLATFORMS"] = JAX_PLATFORMS[config.device]
     if config.keras_backend == "torch":

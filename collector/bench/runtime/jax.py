@@ -90,13 +90,21 @@ class JaxBackend(common.KerasBackend):
         return common.wrapped(trainer, "jit", keeping)
 
     def counters(self, model: Any, data: Any, config: BenchmarkConfig, runtime: Runtime) -> dict[str, Any]:
-        """The step lowered and compiled again for the same argument shapes: XLA's cost analysis and its optimized
-        HLO."""
+        """The step lowered and compiled again for the same argument shapes: XLA's cost and memory analyses and its
+        optimized HLO."""
         if self.step is None or self.step_args is None:
             return {}
+        # How often the step was compiled while it trained (one program: once; a second entry is a recompile,
+        # e.g. for arguments placed differently on a later call), read before lowering it again below.
+        compilations = self.step._cache_size()
         compiled = self.step.lower(*self.step_args).compile()
         self.hlo_text = compiled.as_text()
-        return {**counters.cost_counts(compiled.cost_analysis()), **counters.hlo_counts(self.hlo_text)}
+        return {
+            "step_compilations": compilations,
+            **counters.cost_counts(compiled.cost_analysis()),
+            **counters.memory_counts(compiled.memory_analysis()),
+            **counters.hlo_counts(self.hlo_text),
+        }
 
     @contextlib.contextmanager
     def profiler(self, logdir: Path, config: BenchmarkConfig) -> Iterator[None]:
@@ -140,7 +148,7 @@ class JaxBackend(common.KerasBackend):
 
         def place(array: Any) -> Any:
             if distribution is None:
-                return jax.device_put(array, jax.devices()[0])
+                return jax.device_put(array)  # uncommitted, as the model's own variables are
             layout = distribution.get_data_layout(array.shape)
             return keras.distribution.distribute_tensor(array, layout)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from importlib import metadata
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from tests.conftest import stepwatch
 
 PYTZ = f"pytz=={metadata.version('pytz')}"
 PSUTIL = f"psutil=={metadata.version('psutil')}"
+SKLEARN = "scikit-learn"  # not installed here: pip fetches it from its configured index
 SMALL = ("--models", "bilstm", "--xla", "off", "--precision", "fp32", "--steps", "20", "--warmup", "20")
 
 
@@ -79,17 +81,27 @@ def test_package_diff_lists_everything_the_upgrade_changes(tmp_path: Path) -> No
 
 def test_run_with_a_package_set_runs_its_trials_in_that_environment(tmp_path: Path) -> None:
     """``stepwatch run --with``: the trials run in the package set's cached environment (how the reference
-    history under data/reference/ was measured, one TensorFlow release at a time)."""
+    history under data/reference/ was measured, one TensorFlow release at a time). Here the set adds
+    scikit-learn, from the package index pip is configured with, and the trial runs on JAX: Keras imports
+    scikit-learn wherever it is installed, scikit-learn imports scipy.stats, and that crashed every JAX trial on
+    the first GPU host while the trial hid torch with a ``None`` in ``sys.modules``."""
     cache, out = tmp_path / "envs", tmp_path / "results"
-    command = ("run", "--with", PYTZ, "--reuse-site-packages", "--pip-arg=--no-index", *SMALL, "--trials", "1",
-               "--out", str(out), "--label", "with-pytz")  # fmt: skip
+    jax = ("--keras-backend", "jax", "--models", "bilstm", "--xla", "on", "--precision", "fp32", "--steps", "20",
+           "--warmup", "20")  # fmt: skip
+    command = ("run", "--with", SKLEARN, "--reuse-site-packages", *jax, "--trials", "1", "--out", str(out),
+               "--label", "with-sklearn")  # fmt: skip
     done = stepwatch(*command, env={upgrade.CACHE_ENV: str(cache)}, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "with: building an environment for " + PYTZ in done.stderr
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "with: building an environment for " + SKLEARN in done.stderr
     [row] = [r for f in out.glob("*.parquet") for r in pq.read_table(f).to_pylist()]
-    assert row["status"] == "ok" and row["label"] == "with-pytz"
+    assert row["status"] == "ok" and row["label"] == "with-sklearn" and row["keras_backend"] == "jax", row["log_tail"]
+    assert json.loads(row["extras"])["frameworks_loaded"] == ["jax"]
     [ready] = cache.glob(f"*/{upgrade.READY}")
-    assert PYTZ in (ready.parent / "freeze.txt").read_text()
+    assert "scikit-learn==" in (ready.parent / "freeze.txt").read_text()
+    probe = "import os; os.environ['KERAS_BACKEND'] = 'jax'; import keras, sys; print('sklearn' in sys.modules)"
+    python = ready.parent / "bin" / "python"
+    imported = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=120)
+    assert imported.stdout.strip() == "True", imported.stderr[-2000:]  # the path that crashed on the GPU host ran
     again = stepwatch(*command, "--resume", env={upgrade.CACHE_ENV: str(cache)}, timeout=300)  # nothing left to run
     assert again.returncode == 0 and "with: using the cached environment" in again.stderr
 

@@ -201,6 +201,9 @@ def check_counters(rows: list[dict], expected: set[tuple]) -> None:
         # The train step compiled once: its arguments are placed as the model's own variables are (a batch
         # committed to one device made JAX compile the step again on its second call: seconds of warm-up).
         assert row["step_compilations"] in (None, 1), key
+        if row["graph_breaks"] is not None:  # why dynamo broke the step, per reason, in the row
+            reasons = json.loads(row["extras"])["graph_break_reasons"]
+            assert sum(reasons.values()) == row["graph_breaks"] and all(reasons), reasons
         seen.setdefault(key, []).append({name: row[name] for name in COUNTERS})
     assert set(seen) == expected
     for key, values in seen.items():  # two processes of one config read the same counters
@@ -387,3 +390,18 @@ def test_a_store_written_before_the_counters_is_read_and_then_upgraded(tmp_path:
     assert [r["verdict"] for r in json.loads(judged.stdout)["rows"]] == [REGRESSION]  # 3 -> 4 fusions
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM ops").fetchall() == [(0,)]
+
+
+def test_graph_break_reasons_keep_dynamos_explanation_without_its_hints() -> None:
+    backward = (
+        "Unsupported Tensor.backward() call\n  Explanation: Dynamo currently does not support tracing "
+        "`Tensor.backward()` when trace_autograd_ops is off.\n  Hint: Set torch._dynamo.trace_autograd_ops=True\n\n"
+        "  Developer debug context: call_method TensorVariable() backward None None None None\n\n For more details "
+        "about this graph break, please visit: https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0123.html"
+    )
+    reasons = counters.graph_break_reasons({backward: 3, "builtin: print": 1, "builtin: print\n  more": 2})
+    assert reasons == {
+        "Unsupported Tensor.backward() call: Dynamo currently does not support tracing `Tensor.backward()` when "
+        "trace_autograd_ops is off.": 3,
+        "builtin: print": 3,
+    }

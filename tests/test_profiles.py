@@ -235,3 +235,64 @@ def test_a_raw_profile_that_cannot_be_kept_leaves_the_row(tmp_path: Path) -> Non
     moved = runner.keep_profile(profile, tmp_path / "ok", "run-1", "s3://bucket/nightly/")
     assert moved == {"profile_uri": "s3://bucket/nightly/profiles/run-1", "profile_bytes": 10}
     assert (tmp_path / "ok" / "profiles" / "run-1" / "trace.json.gz").exists()
+
+
+# A GPU profile as XLA writes it (the H100's ResNet-50 step, in small): a host plane of the framework's own work,
+# and the device's plane with the lines XProf derives and one stream of kernels, each kernel carrying the
+# instruction that launched it. One step of 10 ms: a fusion, a cuDNN convolution, a cuBLAS gemm, and a command
+# buffer (a CUDA graph) of two kernels the profiler attributes only to the buffer.
+GPU_HLO = """HloModule jit_train_step
+ENTRY %main.9 {
+  %p.1 = bf16[256,224,224,3]{3,2,1,0} parameter(0)
+  %loop_multiply_fusion.2 = bf16[256,64]{1,0} fusion(%p.1), kind=kLoop, calls=%fused_multiply
+  %custom-call.7 = (bf16[256,112,112,64]{3,2,1,0}, u8[0]{0}) custom-call(%p.1), custom_call_target="__cudnn$convForward"
+  %custom-call.9 = (bf16[256,1000]{1,0}, s8[4194304]{0}) custom-call(%p.1), custom_call_target="__cublas$lt$matmul"
+  ROOT %command_buffer = bf16[256,64]{1,0} call(%p.1), to_apply=%command_buffer.1
+}
+"""
+MS = 1_000_000
+
+
+def gpu_planes() -> profiles.Planes:
+    kernels = [
+        Event("loop_multiply_fusion", 0, 2 * MS, hlo_op="loop_multiply_fusion.2"),
+        Event(
+            "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc", 2 * MS, 3 * MS, hlo_op="custom-call.7"
+        ),
+        Event("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNN", 5 * MS, 2 * MS, hlo_op="custom-call.9"),
+        Event("input_reduce_fusion_3", 7 * MS, 1 * MS, hlo_op="command_buffer"),
+        Event("sm90_xmma_dgrad_implicit_gemm_bf16bf16_bf16f32_f32", 8 * MS, 1.5 * MS, hlo_op="command_buffer"),
+    ]
+    derived = [Event("command_buffer", 7 * MS, 2.5 * MS, hlo_op="command_buffer"),
+               Event("custom-call.7", 2 * MS, 3 * MS, hlo_op="custom-call.7")]  # fmt: skip
+    host = [Event("PjitFunction(train_step)", 0, 0.4 * MS), Event("ThunkExecutor::Execute", 0.1 * MS, 0.2 * MS)]
+    return [
+        ("/host:CPU", [("python3", host)]),
+        ("/device:GPU:0", [("XLA Modules", [Event("jit_train_step(42)", 0, 10 * MS)]), ("XLA Ops", derived),
+                           ("Stream #13(compute)", kernels)]),
+    ]  # fmt: skip
+
+
+def test_a_gpu_profile_names_fusions_and_library_calls_not_custom_call_or_command_buffer() -> None:
+    """explain on the hardware it is for: each kernel on the device typed by what launched it (a custom call by
+    the library call it makes, a command buffer's kernel by its own name), the derived lines not counted twice,
+    and the share of the step the named ops cover."""
+    spans = list(profiles.xspace_spans(gpu_planes(), counters.hlo_op_types(GPU_HLO)))
+    assert {s.where for s in spans} == {"device"}  # the host's events are the framework's, not ops
+    table = profiles.op_table(profiles.self_times(spans), steps=1)
+    per_type = dict(zip(table["op_types"], table["op_time_s"]))
+    assert per_type == pytest.approx({
+        "cuDNN convolution forward": 0.003, "cuBLASLt matmul": 0.002, "loop_multiply_fusion": 0.002,
+        "cuDNN convolution backward (input)": 0.0015, "input_reduce_fusion": 0.001,
+    })  # fmt: skip
+    assert not {"custom-call", "command_buffer", "call"} & set(per_type)
+    step = {(t, w): s for t, w, s in zip(table["op_types"], table["op_where"], table["op_time_s"])}
+    assert ops.coverage(0.010, step) == pytest.approx(0.95)  # 9.5 of the step's 10 ms are in named kernels
+    assert profiles.kernel_type("sm90_xmma_wgrad_implicit_gemm") == "cuDNN convolution backward (filter)"
+    assert counters.library_call("__cudnn$convBackwardFilter") == "cuDNN convolution backward (filter)"
+    assert counters.library_call("__my_own$kernel") == "custom-call __my_own$kernel"
+
+
+def test_coverage_is_the_host_share_where_no_op_ran_on_a_device() -> None:
+    assert ops.coverage(0.010, {("MatMul", "host"): 0.004, ("AddV2", "host"): 0.001}) == pytest.approx(0.5)
+    assert math.isnan(ops.coverage(0.0, {}))

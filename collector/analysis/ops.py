@@ -70,6 +70,7 @@ class Explained:
     remainder_s: float
     profiles: dict[str, list[str]] = field(default_factory=dict)  # side -> the raw profiles' addresses
     vocabularies: tuple[str, str] = ("", "")  # what names the ops on each side (see ``vocabulary``)
+    coverage: tuple[float, float] = (math.nan, math.nan)  # per side, the mean ``coverage`` of its profiled trials
 
     @property
     def aligned(self) -> bool:
@@ -83,6 +84,15 @@ class Explained:
     def moved(self) -> list[OpChange]:
         """The ops that moved, and those on one side only that take more than a negligible share of its step."""
         return [op for op in self.ops if op.moved or op.appeared]
+
+
+def coverage(step_s: float, table: Table) -> float:
+    """The share of a profiled step that its named ops account for: their time per step on the device where the
+    step ran ops there (an accelerator), else on the host, over the step's wall time. What is left is time in no
+    op: the framework's own Python, launches, waiting. Above 1 where ops overlap on parallel threads."""
+    device = [t for (_, where), t in table.items() if where == "device"]
+    named = sum(device) if device else sum(table.values())
+    return named / step_s if step_s > 0 else math.nan
 
 
 def vocabulary(keras_backend: str, compiler: str | None) -> str:
@@ -162,6 +172,10 @@ def explain(frame: pd.DataFrame) -> tuple[list[Explained], dict[str, list[dict[s
                 profiles={side: sorted(set(rows["profile_uri"].dropna())) for side, rows in sides.items()},
                 vocabularies=tuple(  # type: ignore[arg-type]
                     vocabulary(sides[side]["keras_backend"].iloc[0], sides[side]["compiler"].iloc[0])
+                    for side in ("baseline", "candidate")
+                ),
+                coverage=tuple(  # type: ignore[arg-type]
+                    float(np.mean([coverage(step, table) for step, table in trials[side]]))
                     for side in ("baseline", "candidate")
                 ),
             )

@@ -9,7 +9,7 @@ reading them (which compiles the step once more on JAX and TensorFlow) changes n
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from collector.metrics import COUNTERS
@@ -20,18 +20,62 @@ _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<rest>
 _OPCODE = re.compile(r"(?:^|\s)(?P<opcode>[a-z][a-z0-9\-]*)\(")
 
 
-def hlo_instructions(text: str) -> list[tuple[str, str]]:
-    """(name, opcode) of every instruction of an HLO module's text (every computation: the entry and the bodies
-    of its fusions, loops and calls)."""
-    found = []
+def _instructions(text: str) -> Iterator[tuple[str, str, str]]:
+    """(name, opcode, the rest of the line) of every instruction of an HLO module's text."""
     for line in text.splitlines():
         instruction = _INSTRUCTION.match(line)
         if not instruction or line.lstrip().startswith(("HloModule", "ENTRY", "//")):
             continue
         opcode = _OPCODE.search(instruction["rest"])
         if opcode:
-            found.append((instruction["name"], opcode["opcode"]))
-    return found
+            yield instruction["name"], opcode["opcode"], instruction["rest"]
+
+
+def hlo_instructions(text: str) -> list[tuple[str, str]]:
+    """(name, opcode) of every instruction of an HLO module's text (every computation: the entry and the bodies
+    of its fusions, loops and calls)."""
+    return [(name, opcode) for name, opcode, _ in _instructions(text)]
+
+
+_TARGET = re.compile(r'custom_call_target="(?P<target>[^"]+)"')
+# What a custom call's target calls, in words (XLA hands these to a library rather than generating a kernel):
+# the target's prefix -> its name. Longest prefixes first; anything else keeps its target.
+LIBRARY_CALLS = {
+    "__cudnn$convBiasActivationForward": "cuDNN convolution forward (fused bias and activation)",
+    "__cudnn$convForwardGraph": "cuDNN convolution forward (graph)",
+    "__cudnn$convForward": "cuDNN convolution forward",
+    "__cudnn$convBackwardInput": "cuDNN convolution backward (input)",
+    "__cudnn$convBackwardFilter": "cuDNN convolution backward (filter)",
+    "__cudnn$fmha": "cuDNN fused attention",
+    "__cudnn$norm": "cuDNN normalization",
+    "__cublas$lt$matmul$f8": "cuBLASLt matmul (fp8)",
+    "__cublas$lt$matmul": "cuBLASLt matmul",
+    "__cublas$gemm": "cuBLAS gemm",
+    "__cublas$triangularSolve": "cuBLAS triangular solve",
+    "__onednn$matmul": "oneDNN matmul",
+    "__onednn$convolution": "oneDNN convolution",
+    "__onednn$softmax": "oneDNN softmax",
+    "__onednn$layernorm": "oneDNN layer norm",
+}
+
+
+def library_call(target: str) -> str:
+    """A custom call's target in words: ``__cudnn$convForward`` -> ``cuDNN convolution forward``; an unknown
+    target as ``custom-call <target>``."""
+    for prefix in sorted(LIBRARY_CALLS, key=len, reverse=True):
+        if target.startswith(prefix):
+            return LIBRARY_CALLS[prefix]
+    return f"custom-call {target}"
+
+
+def hlo_op_types(text: str) -> dict[str, str]:
+    """Instruction name -> what the profile calls its type: its opcode, and for a custom call what it calls
+    (``library_call``), so that a profile names cuDNN and cuBLAS calls instead of ``custom-call``."""
+    types = {}
+    for name, opcode, rest in _instructions(text):
+        target = _TARGET.search(rest) if opcode == "custom-call" else None
+        types[name] = library_call(target["target"]) if target else opcode
+    return types
 
 
 def hlo_opcodes(text: str) -> list[str]:
@@ -80,9 +124,29 @@ def graph_op_count(graph_def: Any) -> int:
     return len(graph_def.node) + sum(len(function.node_def) for function in graph_def.library.function)
 
 
+# What a backend may say about its compiled step beside the counters (kept in the row's extras, not judged).
+DETAILS = ("graph_break_reasons",)
+
+
+def graph_break_reasons(breaks: Mapping[str, int]) -> dict[str, int]:
+    """torch.compile's graph breaks per reason, from dynamo's counter (reason text -> breaks): each reason's first
+    line and its explanation, without the hints and links that follow ("Unsupported Tensor.backward() call:
+    Dynamo currently does not support tracing `Tensor.backward()` ...")."""
+    reasons: dict[str, int] = {}
+    for text, count in breaks.items():
+        lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+        head = lines[0] if lines else "unknown"
+        explanation = next((line.removeprefix("Explanation:").strip() for line in lines if
+                            line.startswith("Explanation:")), "")  # fmt: skip
+        reason = f"{head}: {explanation}" if explanation else head
+        reasons[reason[:300]] = reasons.get(reason[:300], 0) + int(count)
+    return dict(sorted(reasons.items(), key=lambda item: -item[1]))
+
+
 def known(counts: Mapping[str, Any]) -> dict[str, Any]:
-    """Only the counters ``collector.metrics`` defines, without the ones nothing was read for."""
-    unknown = set(counts) - set(COUNTERS)
+    """Only the counters ``collector.metrics`` defines (and the ``DETAILS``), without the ones nothing was read
+    for."""
+    unknown = set(counts) - set(COUNTERS) - set(DETAILS)
     if unknown:
         raise KeyError(f"not counters of collector.metrics: {', '.join(sorted(unknown))}")
     return {name: value for name, value in counts.items() if value is not None}

@@ -14,7 +14,11 @@ What an op is, by backend and compiler:
   versions, so types are what align across versions.
 - TensorFlow without XLA: a graph op (an event named ``node:OpType``): the node's name and its op type.
 - torch: an operator (``aten::addmm``); the profiler names no instances, so name and type are one.
-On a CPU every op runs on the host; on an accelerator its kernels are ``device`` rows.
+On a CPU every op runs on the host; on an accelerator its kernels are ``device`` rows, read from the device's
+streams, and typed by the instruction that launched them: a custom call by what it calls (cuDNN convolution
+forward, cuBLAS gemm: ``counters.hlo_op_types``); a kernel of a command buffer (a CUDA graph, where the profiler
+knows only the buffer) by its own name (``kernel_type``). JAX's profiled step is compiled without command
+buffers, so its kernels keep their instructions.
 """
 
 from __future__ import annotations
@@ -77,6 +81,33 @@ def torch_type(key: str) -> str:
     return _TORCH_SUFFIX.sub("", key)
 
 
+# Library kernels by their names (what a GPU profile's stream shows where no instruction is known): a pattern of
+# the kernel's name -> what it is. cuDNN's convolutions are xmma/cutlass kernels named by their pass.
+_KERNELS = (
+    (re.compile(r"fprop|conv.*fwd|convolve", re.I), "cuDNN convolution forward"),
+    (re.compile(r"dgrad", re.I), "cuDNN convolution backward (input)"),
+    (re.compile(r"wgrad", re.I), "cuDNN convolution backward (filter)"),
+    (re.compile(r"fmha|flash", re.I), "cuDNN fused attention"),
+    (re.compile(r"gemm|nvjet|cublas|cutlass", re.I), "cuBLAS gemm"),
+)
+# Lines of a device plane that XProf derives from its streams' kernels (a raw profile may carry them too):
+# counting them beside the streams would count every kernel twice.
+DERIVED_LINES = ("XLA Ops", "XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "Source code")
+COMMAND_BUFFER = "command_buffer"  # XLA's op for a CUDA graph of many kernels (XLA's GPU command buffers)
+
+
+def kernel_type(name: str) -> str:
+    """A GPU kernel's type from its name: XLA names a kernel after its fusion (``loop_multiply_fusion_2`` ->
+    ``loop_multiply_fusion``), libraries after what they compute (``sm90_xmma_fprop_...`` -> cuDNN convolution
+    forward)."""
+    if "fusion" in name:
+        return xla_type(name)
+    for pattern, kind in _KERNELS:
+        if pattern.search(name):
+            return kind
+    return xla_type(name)
+
+
 def op_of(event: Event, opcodes: Mapping[str, str] | None = None) -> tuple[str, str] | None:
     """(op type, op name) of an event that is an op, else None (the framework's own work: executors,
     profiler and runtime annotations). ``opcodes`` (instruction name -> opcode, from the step's optimized HLO)
@@ -85,7 +116,11 @@ def op_of(event: Event, opcodes: Mapping[str, str] | None = None) -> tuple[str, 
     what it fuses (``multiply_add_fusion``)."""
     if event.hlo_op:
         opcode = (opcodes or {}).get(event.hlo_op)
-        return (opcode if opcode and opcode != "fusion" else xla_type(event.hlo_op)), event.hlo_op
+        op_type = opcode if opcode and opcode != "fusion" else xla_type(event.hlo_op)
+        if op_type == COMMAND_BUFFER or (opcode == "call" and COMMAND_BUFFER in event.hlo_op):
+            # A kernel of a command buffer: the profiler knows only the buffer; the kernel's name says what ran.
+            return kernel_type(event.name), event.name
+        return op_type, event.hlo_op
     for text in (event.tf_op, event.name):
         found = _TF_OP.match(text or "")
         if found:
@@ -99,6 +134,8 @@ def xspace_spans(planes: Planes, opcodes: Mapping[str, str] | None = None) -> It
     for plane, lines in planes:
         where = "device" if plane.startswith("/device:") else "host"
         for index, (line, events) in enumerate(lines):
+            if where == "device" and line in DERIVED_LINES:
+                continue
             track = f"{plane}/{index}/{line}"
             for event in events:
                 op = op_of(event, opcodes)

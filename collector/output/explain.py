@@ -48,8 +48,14 @@ def header_line(pair: Explained) -> str:
     return (
         f"{series_label(pair.series)}: profiled step {ms(pair.step_s[0])} -> {ms(pair.step_s[1])} "
         f"({percent(r.ratio)} {interval(r.ci_low, r.ci_high)}, {signed_ms(pair.delta_s)}); "
-        f"{pair.trials[0]} + {pair.trials[1]} profiled trials"
+        f"{pair.trials[0]} + {pair.trials[1]} profiled trials; {coverage_text(pair.coverage)}"
     )
+
+
+def coverage_text(coverage: tuple[float, float]) -> str:
+    """How much of each side's profiled step its named ops account for (``ops.coverage``)."""
+    shown = [f"{c * 100:.0f}%" if c == c else "-" for c in coverage]
+    return f"named ops cover {shown[0]} -> {shown[1]} of the step"
 
 
 def pair_lines(pair: Explained, top: int = TOP) -> list[str]:
@@ -112,6 +118,7 @@ def explain_json(pairs: list[Explained]) -> str:
             "step_s": list(pair.step_s),
             "step_ratio": finite(pair.step_ratio.ratio),
             "remainder_s": pair.remainder_s,
+            "coverage": [finite(c) for c in pair.coverage],
             "profiles": pair.profiles,
             "ops": [op_entry(op) for op in pair.ops],
         }

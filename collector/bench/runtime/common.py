@@ -246,8 +246,9 @@ class KerasBackend:
     hlo_text: str = ""  # the step's optimized HLO, where ``counters`` read it: what types its ops (profiles.op_of)
 
     def opcodes(self) -> dict[str, str]:
-        """Instruction name -> opcode of the step's optimized HLO (empty where it was not read)."""
-        return dict(counters.hlo_instructions(self.hlo_text))
+        """Instruction name -> type of the step's optimized HLO: its opcode, or what a custom call calls (empty
+        where the HLO was not read)."""
+        return counters.hlo_op_types(self.hlo_text)
 
     def place(self, runtime: Runtime) -> Callable[[Any], Any]:
         """How an array of the synthetic batch goes onto the device."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ from collector.config import BenchmarkConfig, ConfigError
 # allows TF32 for the float32 matmuls that remain, as TensorFlow does. (Setting a precision for every dot
 # would also apply it to float16 dots, which XLA's CPU backend refuses.)
 MATMUL_PRECISION = {"fp32": "highest", "tf32": "tensorfloat32"}
+# How the profiled copy of the step is compiled, per device: on a GPU without command buffers (CUDA graphs),
+# so that the profiler sees each fusion and library call instead of one ``command_buffer`` op.
+PROFILE_COMPILER_OPTIONS = {"gpu": {"xla_gpu_enable_command_buffer": ""}}
 EXACT = ("highest", "float32")
 
 
@@ -68,6 +72,7 @@ class JaxBackend(common.KerasBackend):
 
     step: Any = None  # the jitted train step Keras made (recorded while it makes the train function)
     step_args: Any = None  # the abstract arguments of its first call
+    next_args: Any = None  # what a next call would take: the last call's new state and its batch
 
     def recording(self) -> contextlib.AbstractContextManager[None]:
         """Keras jits its train step with its trainer module's ``jit``; keep the jitted step and the shapes of its
@@ -81,7 +86,9 @@ class JaxBackend(common.KerasBackend):
                 def step(*args: Any) -> Any:
                     if self.step_args is None:
                         self.step_args = jax.tree.map(abstract, args)
-                    return jitted(*args)
+                    logs, state = jitted(*args)  # Keras' train_step(state, data) -> (logs, state)
+                    self.next_args = (state, *args[1:])
+                    return logs, state
 
                 return step
 
@@ -105,6 +112,38 @@ class JaxBackend(common.KerasBackend):
             **counters.memory_counts(compiled.memory_analysis()),
             **counters.hlo_counts(self.hlo_text),
         }
+
+    def profile(self, model: Any, data: Any, config: BenchmarkConfig, logdir: Path) -> dict[str, Any]:
+        """The train step compiled again for the profile and called directly, ``profiles.PROFILE_STEPS`` times,
+        on the state the timed steps left: the step's ops, and none of ``fit``'s own work between steps. On a GPU
+        it is compiled without command buffers (``PROFILE_COMPILER_OPTIONS``): inside a command buffer (a CUDA
+        graph) the profiler sees one op, ``command_buffer``, where the step ran dozens of fusions and library
+        calls. The timed steps ran as compiled for training; only the profile's copy differs."""
+        if self.step is None or self.step_args is None or self.next_args is None:
+            return super().profile(model, data, config, logdir)
+        options = PROFILE_COMPILER_OPTIONS.get(config.device, {})
+        compiled = self.step.lower(*self.step_args).compile(compiler_options=options or None)
+        self.hlo_text = compiled.as_text()  # what types the profiled ops: this compilation's instructions
+        args = self.next_args
+        self.next_args = None  # its state is donated to the calls below
+
+        def run(steps: int) -> Any:
+            nonlocal args
+            for _ in range(steps):
+                logs, state = compiled(*args)
+                args = (state, *args[1:])
+            return jax.block_until_ready(logs)
+
+        run(1)  # the first call of a new executable loads it: not part of a step
+        steps = profiles.PROFILE_STEPS
+        with self.profiler(logdir, config):
+            start = time.perf_counter()
+            run(steps)
+            wall_s = time.perf_counter() - start
+        table = profiles.op_table(self.op_totals(logdir), steps)
+        flags = ",".join(f"{key}={value}" for key, value in options.items())
+        return {**table, "profile_steps": steps, "profile_step_time_s": wall_s / steps,
+                "profile_compiler_options": flags or None}  # fmt: skip
 
     @contextlib.contextmanager
     def profiler(self, logdir: Path, config: BenchmarkConfig) -> Iterator[None]:

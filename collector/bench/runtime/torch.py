@@ -14,7 +14,7 @@ from typing import Any
 import keras
 import torch
 
-from collector.bench import profiles
+from collector.bench import counters, profiles
 from collector.bench.runtime import common
 from collector.bench.runtime.common import Runtime
 from collector.config import BenchmarkConfig, ConfigError, thread_counts
@@ -50,8 +50,8 @@ class TorchBackend(common.KerasBackend):
 
     def counters(self, model: Any, data: Any, config: BenchmarkConfig, runtime: Runtime) -> dict[str, Any]:
         """torch.compile's own counts for this process (only the train step was compiled): graphs (a recompile
-        is one more), graph breaks, kernels inductor generated, and its bytes-accessed estimate where it makes one
-        (0 on a CPU: not recorded)."""
+        is one more), graph breaks and why dynamo broke (per reason, in the row's extras), kernels inductor
+        generated, and its bytes-accessed estimate where it makes one (0 on a CPU: not recorded)."""
         if self.compiler(model, config) != "inductor":
             return {}
         from torch._dynamo.utils import counters as dynamo
@@ -60,6 +60,7 @@ class TorchBackend(common.KerasBackend):
         return {
             "compiled_graphs": dynamo["stats"]["unique_graphs"],
             "graph_breaks": sum(dynamo["graph_break"].values()),
+            "graph_break_reasons": counters.graph_break_reasons(dynamo["graph_break"]),
             "generated_kernels": metrics.generated_kernel_count,
             "compiled_bytes_accessed": float(metrics.num_bytes_accessed) or None,
         }

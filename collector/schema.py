@@ -104,6 +104,7 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("startup_s", _F64, "metrics"),
     *((startup_column(phase), _F64, "metrics") for phase in STARTUP_PHASES),
     ("compile_s", _F64, "metrics"),
+    ("compile_cache", _STR, "metrics"),  # with --compile-cache: cold (it compiled) or warm (it found its step)
     ("warmup_s", _F64, "metrics"),
     ("wall_s", _F64, "metrics"),
     ("first_loss", _F64, "metrics"),

@@ -178,7 +178,7 @@ def count(root: Path, backends: tuple[str, ...]) -> list[dict]:
         trials = "1" if backend == "torch" else "2"  # torch.compile on a CPU takes a minute: one trial
         suite = write_suite(root / f"{backend}.toml", f'name = "counters"\n[defaults]\npreset = "tiny"\n\n{configs}')
         done = stepwatch("run", "--suite", str(suite), *SHORT, "--trials", trials, "--out", str(root / "results"),
-                         "--profile", "1")  # fmt: skip
+                         "--profile", "1", "--compile-cache", str(root / "cache"))  # fmt: skip
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     two_at_a_time(run, backends)
@@ -270,6 +270,16 @@ def test_torch_compile_counters_and_op_table(tmp_path: Path) -> None:
     check_counters(rows, COMPILED_TORCH)
     check_read_after_measuring(rows)
     check_op_tables(rows, COMPILED_TORCH)
+
+
+def test_a_compile_cache_makes_the_second_trial_warm_and_says_so(counted: list[dict]) -> None:
+    """--compile-cache: the first trial of a compiled config compiles (cold) and leaves its programs in the cache;
+    the second finds them there (warm): it compiled nothing and read the same counters (XLA's persistent cache
+    on TensorFlow and JAX). A step that is not compiled says nothing."""
+    caches = {(r["keras_backend"], r["xla_requested"], r["trial"]): r["compile_cache"] for r in counted}
+    for backend in ("jax", "tensorflow"):
+        assert (caches[(backend, True, 0)], caches[(backend, True, 1)]) == ("cold", "warm"), caches
+    assert caches[("tensorflow", False, 0)] is None and caches[("tensorflow", False, 1)] is None, caches
 
 
 def test_a_trial_without_profile_is_as_before(counted: list[dict]) -> None:

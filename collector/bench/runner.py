@@ -26,6 +26,7 @@ from collector.bench import catalog, memory, profiles
 from collector.bench.environment import host_environment
 from collector.bench.profiles import PROFILE_ENV
 from collector.bench.results import ResultFile
+from collector.bench.runtime import COMPILE_CACHE_DIRS, COMPILE_CACHE_ENV
 from collector.bench.trial import SPAWN_TIME_ENV
 from collector.config import BenchmarkConfig, config_columns
 from collector.metrics import ANON_KIND
@@ -46,6 +47,7 @@ class RunOptions:
     max_batches: dict[str, MaxBatch] = field(default_factory=dict)  # config key -> --find-max-batch result
     profile: int = 0  # --profile: the first this many trials of every config record a profile after their timing
     profile_home: str | None = None  # where the profiles will be read from, if not beside the results (--out s3://)
+    compile_cache: Path | None = None  # --compile-cache: where trials keep the compiler's output between them
 
 
 @dataclass(frozen=True)
@@ -290,18 +292,39 @@ def run_one(
     profile_dir = workdir / "profile"
     if config.strategy == "multi-worker" and task is None:
         child, wall_s, code = run_local_workers(config, options.python, workdir, options.workers)
-    elif trial < options.profile and config.strategy != "multi-worker":
-        shutil.rmtree(profile_dir, ignore_errors=True)
-        profile_dir.mkdir(parents=True)
-        child, wall_s, code = run_child(config, options.python, workdir, {PROFILE_ENV: str(profile_dir)})
     else:
-        child, wall_s, code = run_child(config, options.python, workdir)
+        env = cache_env(options.compile_cache)
+        cache = options.compile_cache / COMPILE_CACHE_DIRS[config.keras_backend] if options.compile_cache else None
+        cached_before = cache_entries(cache)
+        if trial < options.profile and config.strategy != "multi-worker":
+            shutil.rmtree(profile_dir, ignore_errors=True)
+            profile_dir.mkdir(parents=True)
+            env[PROFILE_ENV] = str(profile_dir)
+        child, wall_s, code = run_child(config, options.python, workdir, env)
+        cached_after = cache_entries(cache)
+        if config.xla and cached_after:  # cold: it compiled what the cache did not hold (none kept: nothing to say)
+            child["compile_cache"] = "cold" if cached_after > cached_before else "warm"
     row = make_row(config, trial, child, wall_s, code, started, suite, suite_run_id, options)
     if row.get("op_types") is not None and profile_dir.exists():
         row.update(keep_profile(profile_dir, results.path.parent, row["run_id"], options.profile_home))
     if task is None or task[0] == 0:  # across hosts, the chief (worker 0) records the row
         results.append(row)
     return Outcome(config, trial, row)
+
+
+def cache_env(cache: Path | None) -> dict[str, str]:
+    """What tells a trial to keep its compiler's output in ``cache`` (``runtime.prepare`` reads it)."""
+    if cache is None:
+        return {}
+    cache.mkdir(parents=True, exist_ok=True)
+    return {COMPILE_CACHE_ENV: str(cache.resolve())}
+
+
+def cache_entries(cache: Path | None) -> int:
+    """The files a compile cache holds (a trial that adds some compiled what was not there)."""
+    if cache is None or not cache.is_dir():
+        return 0
+    return sum(1 for path in cache.rglob("*") if path.is_file())
 
 
 def keep_profile(profile_dir: Path, results_dir: Path, run_id: str, home: str | None) -> dict[str, Any]:

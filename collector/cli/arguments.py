@@ -112,11 +112,17 @@ PROFILE_ALL = 1 << 30  # --profile without a count: every trial
 
 
 def add_profile_argument(parser: argparse.ArgumentParser) -> None:
-    """--profile [N]: run, upgrade-check and bisect (``collector.bench.profiles``)."""
+    """--profile [N] (``collector.bench.profiles``) and --compile-cache DIR: run, upgrade-check and bisect."""
     parser.add_argument(
         "--profile", nargs="?", type=int, const=PROFILE_ALL, default=0, metavar="N",
         help="after its timed steps, a trial records a profile of a few more steps and its per-op times (read by "
         "`stepwatch explain`): the first N trials of every config and side, or every trial without N",
+    )  # fmt: skip
+    parser.add_argument(
+        "--compile-cache", type=Path, metavar="DIR",
+        help="keep the compiler's output here between trials (XLA on TensorFlow and JAX, inductor on torch): a "
+        "trial that finds its step there skips compiling it. Its compile time is then not a compile: each row "
+        "says whether its trial was cold or warm (compile_cache)",
     )  # fmt: skip
 
 
@@ -125,6 +131,11 @@ def profiled_trials(args: argparse.Namespace) -> int:
     if args.profile < 0:
         raise UsageError("--profile N: N must be at least 1 (0: no profiles)")
     return args.profile
+
+
+def trial_options(args: argparse.Namespace) -> dict[str, Any]:
+    """What the trial arguments of run, upgrade-check and bisect set in ``runner.RunOptions``."""
+    return {"profile": profiled_trials(args), "compile_cache": args.compile_cache}
 
 
 def matrix_values(args: argparse.Namespace) -> dict[str, list[Any] | None]:

@@ -22,7 +22,7 @@ from collector.cli.arguments import (
     db_path,
     matrix_values,
     overrides,
-    profiled_trials,
+    trial_options,
 )
 from collector.cli.progress import TerminalHooks
 from collector.cli.upgrade import add_check_arguments, check_trials
@@ -56,7 +56,7 @@ def plan(args: argparse.Namespace) -> bisect.Plan:
         good, bad, suite.name, list(narrow(suite.configs, matrix_values(args))), args.trials, args.metric,
         overrides(args), Path(args.results), db_path(args),
         runner.RunOptions(
-            price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices), profile=profiled_trials(args)
+            price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices), **trial_options(args)
         ),
         args.reuse_site_packages, tuple(args.pip_arg), args.aa, calibrated_between(args),
     )  # fmt: skip

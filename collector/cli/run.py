@@ -20,7 +20,7 @@ from collector.cli.arguments import (
     add_profile_argument,
     console,
     matrix_values,
-    profiled_trials,
+    trial_options,
 )
 from collector.cli.exits import EXIT_FAILED, EXIT_OK
 from collector.output.runs import run_summary, trial_line
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         price_per_hour=args.price_per_hour,
         prices=catalog.load_prices(args.prices),
         workers=args.workers,
-        profile=profiled_trials(args),
+        **trial_options(args),
     )
     remote = objectstore.is_remote(args.out)
     options.profile_home = args.out if remote else None

@@ -20,7 +20,7 @@ from collector.cli.arguments import (
     db_path,
     matrix_values,
     overrides,
-    profiled_trials,
+    trial_options,
 )
 from collector.cli.exits import EXIT_FAILED, EXIT_OK
 from collector.cli.progress import TerminalHooks
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     hooks = TerminalHooks()
     envs = check.environments(sides, args.reuse_site_packages, tuple(args.pip_arg), args.aa, hooks)
     options = runner.RunOptions(
-        price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices), profile=profiled_trials(args)
+        price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices), **trial_options(args)
     )
     done = check.measure(
         configs, args.trials, suite.name, envs, args.results, options, db_path(args), args.metric, thresholds,

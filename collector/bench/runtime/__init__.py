@@ -27,6 +27,10 @@ FRAMEWORK_MODULES = {
     "torch": ("torch", "torchvision"),
 }
 JAX_PLATFORMS = {"cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}
+# Set by the parent (run --compile-cache): the folder where the compilers keep their output between trials, each
+# backend's in its own subfolder.
+COMPILE_CACHE_ENV = "STEPWATCH_COMPILE_CACHE"
+COMPILE_CACHE_DIRS = {"tensorflow": "xla", "jax": "jax", "torch": "inductor"}
 
 
 class Hiding:
@@ -78,6 +82,23 @@ def prepare(config: BenchmarkConfig) -> None:
         os.environ["JAX_PLATFORMS"] = JAX_PLATFORMS[config.device]
     if config.keras_backend == "torch":
         os.environ["KERAS_TORCH_DEVICE"] = "cuda" if config.device == "gpu" else "cpu"
+    os.environ.update(compile_cache_env(config.keras_backend, os.environ.get(COMPILE_CACHE_ENV)))
+
+
+def compile_cache_env(keras_backend: str, cache: str | None) -> dict[str, str]:
+    """The environment that makes a backend's compiler keep its output in ``cache`` and look there first, read
+    when the framework is imported: XLA's persistent cache on TensorFlow (TF_XLA_FLAGS) and JAX (every program,
+    however quick to compile), inductor's on torch (its FX graph cache, on by default, in this folder)."""
+    if not cache:
+        return {}
+    folder = f"{cache}/{COMPILE_CACHE_DIRS[keras_backend]}"
+    if keras_backend == "tensorflow":
+        flags = os.environ.get("TF_XLA_FLAGS", "")
+        return {"TF_XLA_FLAGS": f"{flags} --tf_xla_persistent_cache_directory={folder}".strip()}
+    if keras_backend == "jax":
+        return {"JAX_COMPILATION_CACHE_DIR": folder, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}  # fmt: skip
+    return {"TORCHINDUCTOR_CACHE_DIR": folder, "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"}
 
 
 @runtime_checkable

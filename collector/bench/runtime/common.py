@@ -218,13 +218,24 @@ class KerasBackend:
         profile into ``logdir``: the op table (``collector.schema.OP_COLUMNS``) and the wall time of a profiled step."""
         if config.loop != "fit":
             raise NotImplementedError(f"the {config.loop} loop is not profiled (only fit)")
-        steps = profiles.PROFILE_STEPS
+
+        def run(steps: int) -> None:
+            model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False)
+
         # Once unprofiled first: the first fit after the timed one compiles the step again on JAX (2.2 s for bert
         # tiny, which a profile would take for the step's own time).
-        model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False)
+        return self.profiled(run, config, logdir, warm=profiles.PROFILE_STEPS)
+
+    def profiled(
+        self, run: Callable[[int], None], config: BenchmarkConfig, logdir: Path, warm: int = 1
+    ) -> dict[str, Any]:
+        """``run(steps)`` ``warm`` steps unprofiled, then ``profiles.PROFILE_STEPS`` under the profiler: the op
+        table and the wall time of a profiled step (``run`` returns once its last step has finished)."""
+        run(warm)
+        steps = profiles.PROFILE_STEPS
         with self.profiler(logdir, config):
             start = time.perf_counter()
-            model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False)
+            run(steps)
             wall_s = time.perf_counter() - start
         table = profiles.op_table(self.op_totals(logdir), steps)
         return {**table, "profile_steps": steps, "profile_step_time_s": wall_s / steps}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -134,16 +133,9 @@ class JaxBackend(common.KerasBackend):
                 args = (state, *args[1:])
             return jax.block_until_ready(logs)
 
-        run(1)  # the first call of a new executable loads it: not part of a step
-        steps = profiles.PROFILE_STEPS
-        with self.profiler(logdir, config):
-            start = time.perf_counter()
-            run(steps)
-            wall_s = time.perf_counter() - start
-        table = profiles.op_table(self.op_totals(logdir), steps)
+        found = self.profiled(run, config, logdir)  # the first call of a new executable loads it: unprofiled
         flags = ",".join(f"{key}={value}" for key, value in options.items())
-        return {**table, "profile_steps": steps, "profile_step_time_s": wall_s / steps,
-                "profile_compiler_options": flags or None}  # fmt: skip
+        return {**found, "profile_compiler_options": flags or None}
 
     @contextlib.contextmanager
     def profiler(self, logdir: Path, config: BenchmarkConfig) -> Iterator[None]:

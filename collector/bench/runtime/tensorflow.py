@@ -188,6 +188,21 @@ class TensorFlowBackend(common.KerasBackend):
         graph = self.step.get_concrete_function(batch).graph.as_graph_def()
         return {"graph_ops": counters.graph_op_count(graph)}
 
+    def profile(self, model: Any, data: Any, config: BenchmarkConfig, logdir: Path) -> dict[str, Any]:
+        """One replica's fit step: its tf.function called directly, ``profiles.PROFILE_STEPS`` times, on one batch
+        of the data: the step's ops, and none of ``fit``'s own work between steps (callbacks, logs, the iterator).
+        Several replicas, or the custom loop: ``fit`` (or nothing) as before."""
+        if self.step is None or config.loop != "fit" or model.distribute_strategy.num_replicas_in_sync != 1:
+            return super().profile(model, data, config, logdir)
+        batch = next(iter(data))
+
+        def run(steps: int) -> None:
+            for _ in range(steps):
+                logs = self.step(batch)
+            tf.nest.map_structure(lambda value: value.numpy(), logs)  # the last step has finished
+
+        return self.profiled(run, config, logdir)
+
     @contextlib.contextmanager
     def profiler(self, logdir: Path, config: BenchmarkConfig) -> Iterator[None]:
         """TensorFlow's profiler (host ops and, on a GPU, device kernels; no Python tracing). Host tracer level 3:

@@ -208,3 +208,14 @@ def test_calibrate_then_an_aa_upgrade_check_widens_its_intervals_by_the_runners_
 def test_calibrate_needs_two_environments() -> None:
     done = stepwatch("calibrate", "--requirements", PYTZ, "--environments", "1")
     assert done.returncode == 2 and "--environments must be at least 2" in done.stderr
+
+
+def test_the_report_says_how_many_trials_found_their_step_compiled() -> None:
+    """With --compile-cache a check fills the cache first (one unrecorded trial of every compiled config on every
+    side); its report says how many measured trials were cold all the same. Without one it says nothing."""
+    from collector.output.comparison import upgrade_preface
+
+    common = (["pytz==1"], ["pytz==2"], 1, 3, "smoke", "host", 0, 6, [])
+    lines = upgrade_preface(*common, ["warm", "cold", "warm", "warm", "warm", "warm"])
+    assert any("1 of 6 compiled trials compiled anyway (cold), 5 found their step compiled" in line for line in lines)
+    assert not any("Compile cache" in line for line in upgrade_preface(*common, [None] * 6))

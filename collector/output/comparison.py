@@ -405,8 +405,10 @@ def upgrade_preface(
     failed: int,
     total: int,
     changed: Sequence[tuple[str, str, str]],
+    caches: Sequence[str | None] = (),
 ) -> tuple[str, ...]:
-    """The lines an upgrade-check report opens with: what ran where, and every package that differs."""
+    """The lines an upgrade-check report opens with: what ran where, every package that differs, and with a
+    compile cache (``caches``: each measured trial's ``compile_cache``) which trials were cold."""
     lines = (
         f"Baseline `{' '.join(baseline)}`, candidate `{' '.join(candidate)}`: {configs} config(s) x {trials} "
         f"trials per side of suite `{suite}`, interleaved on {host}; {failed} of {total} trials failed.",
@@ -415,4 +417,10 @@ def upgrade_preface(
     if changed:
         packages = ", ".join(f"{name} {a} -> {b}" for name, a, b in changed)
         lines += (f"Packages that differ between the two environments: {packages}.", "")
+    said = [cache for cache in caches if cache]
+    if said:
+        cold = said.count("cold")
+        lines += (f"Compile cache: filled first by one unrecorded trial of every compiled config on every side; "
+                  f"{cold} of {len(said)} compiled trials compiled anyway (cold), {len(said) - cold} found their "
+                  "step compiled (warm).", "")  # fmt: skip
     return lines

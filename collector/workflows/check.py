@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -106,6 +107,7 @@ def measure(
     """Run the environments' trials interleaved, ingest them and compare them: an upgrade check, and each step
     of a bisect. ``between``: what is already known of the between-environment variance (a calibration, an
     earlier A/A); with an A/A side in ``envs`` its own estimate is pooled in."""
+    fill_caches(configs, envs, options, hooks)
     check = interleave(configs, trials, suite, envs, results, options, hooks, label)
     ingest_into([str(check.out_dir)], db, False, hooks)
     selections = {side: Selection.of(suite_run_id=run_id) for side, run_id in check.suite_run_ids.items()}
@@ -128,6 +130,26 @@ def measure(
                 measured.aa_explained = ops.between(con, selections["baseline"], selections[upgrade.AA])[0]
     result.aa = aa
     return measured
+
+
+def fill_caches(
+    configs: list[BenchmarkConfig], envs: dict[str, upgrade.Environment], options: runner.RunOptions, hooks: Hooks
+) -> None:
+    """With a compile cache: one short trial of every config on every side before the measured ones, recorded
+    nowhere, so that every measured trial finds its programs compiled. A cold trial is not like a warm one in what
+    is compared: its peak memory holds the compiler's, and its compile time is a compile."""
+    if options.compile_cache is None:
+        return
+    compiled = [config for config in configs if config.xla]
+    for side, env in envs.items():
+        for config in compiled:
+            short = config.with_changes(steps=config.window_steps, warmup_steps=2 * config.window_steps)
+            with tempfile.TemporaryDirectory(prefix="stepwatch-cache-") as tmp:
+                child, wall_s, _ = runner.run_child(
+                    short, env.python, Path(tmp), runner.cache_env(options.compile_cache)
+                )
+            why = "" if child["status"] == "ok" else f": {child.get('error_message')}"
+            hooks.say(f"{side}: filled the compile cache for {config.label()} ({child['status']}, {wall_s:.0f} s{why})")
 
 
 def values_by_environment(check: upgrade.Check, metrics: list[str]) -> dict[str, dict[str, list[list[float]]]]:

@@ -117,21 +117,25 @@ class FitWindows(keras.callbacks.Callback):
         self.clock.begin()
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        if batch > 0 and self.clock.due(batch):
+        if 0 < batch <= self.total_steps and self.clock.due(batch):
             self._close(batch)
 
     def on_train_end(self, logs: Any = None) -> None:
-        self._close(self.total_steps)
+        if not self.clock.marks or self.clock.marks[-1].steps < self.total_steps:  # fit stopped short of the end
+            self._close(self.total_steps)
 
 
 def train_fit(
     model: Any, data: Any, clock: WindowClock, total_steps: int, read_loss: Callable[[Any], float] | None = None
 ) -> None:
-    """model.fit over ``total_steps`` steps with window marks, what most users run."""
+    """model.fit over ``total_steps`` steps with window marks, what most users run; and one execution more,
+    whose start closes the last window: closed at the end of training instead, the last window would also hold
+    what ``fit`` does when it ends (the epoch's logs; on JAX the state copied back into the model's variables
+    and the loss tracker's result, compiled on first use: 12 ms in a 4 ms window of bilstm tiny here)."""
     model.fit(
         data,
         epochs=1,
-        steps_per_epoch=total_steps,
+        steps_per_epoch=total_steps + clock.first_steps,
         verbose=0,
         shuffle=False,
         callbacks=[FitWindows(clock, total_steps, read_loss)],

@@ -151,7 +151,7 @@ def aa_check(tmp_path: Path, env: dict[str, str], calibration: Path | None) -> s
     assert all(r["status"] == "ok" and r["tf_version"] for r in rows)
     text = (check_dir / "report.md").read_text()
     assert text.startswith(f"## stepwatch upgrade check: {PYTZ} -> {PSUTIL}")
-    assert "1 config(s) x 2 trials per side" in text
+    assert "1 config(s) x 2 trials per side" in text and "What the check cost: " in text
     assert "A/A (the baseline in a second environment of the same packages)" in text
     assert "🔴" not in text and "🟢" not in text
     # --profile 1: the first trial of each side recorded its op table, and the report says where the time went.
@@ -219,3 +219,5 @@ def test_the_report_says_how_many_trials_found_their_step_compiled() -> None:
     lines = upgrade_preface(*common, ["warm", "cold", "warm", "warm", "warm", "warm"])
     assert any("1 of 6 compiled trials compiled anyway (cold), 5 found their step compiled" in line for line in lines)
     assert not any("Compile cache" in line for line in upgrade_preface(*common, [None] * 6))
+    [cost] = [line for line in upgrade_preface(*common, (), (377.0, 1.29)) if line.startswith("What the check cost")]
+    assert "6.3 minutes of this machine in trials, 1.29 USD" in cost

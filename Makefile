@@ -60,7 +60,7 @@ demo: $(STAMP)
 GPU_REFERENCE := data/reference/h100-2026-11-24
 GPU_REFERENCE_DB := data/stepwatch-h100.duckdb
 demo-gpu: $(STAMP)
-	$(BIN)/stepwatch ingest $(GPU_REFERENCE) --db $(GPU_REFERENCE_DB)
+	$(BIN)/stepwatch ingest $(GPU_REFERENCE) --recursive --db $(GPU_REFERENCE_DB)
 	STEPWATCH_DB=$(GPU_REFERENCE_DB) $(MAKE) --no-print-directory dashboard
 
 dashboard: $(STAMP)

@@ -15,9 +15,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from collector.store.database import StoreReader, delta_dir, update
-from collector.store.ingest import ingest
 from dashboard.pages import PAGES, TITLES
-from tests.conftest import REPO
+from tests.conftest import REPO, stepwatch
 
 APP = str(REPO / "dashboard" / "app.py")
 
@@ -286,8 +285,9 @@ def h100_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first GPU rows (an H100, JAX and torch; committed under data/reference/), as `make demo-gpu` ingests
     them."""
     db = tmp_path_factory.mktemp("h100") / "store.duckdb"
-    report = ingest([str(H100)], db)
-    assert not report.quarantined and not report.refused
+    done = stepwatch("ingest", str(H100), "--recursive", "--db", str(db))  # as `make demo-gpu` does
+    assert done.returncode == 0, done.stderr
+    assert query(db, "SELECT count(*), count(*) FILTER (WHERE status = 'ok') FROM runs") == [(23, 19)]
     return db
 
 

@@ -399,13 +399,18 @@ def search_max_batch(
     status = run(start)
     if status != "ok":
         return result(None, failed(status, start))
-    good, bad = start, None
-    while bad is None:
-        cap = min(limit, bound() or limit)
-        candidate = min(good * 2, cap)
-        if candidate <= good:
-            why = "the memory bound of the compiler's analysis" if cap < limit else "the search's limit"
-            return result(good, f"reached {why} ({cap})")
+    good, bad = start, None  # the largest batch that ran, and the smallest that ran out of memory
+    while True:
+        if bad is None:  # doubling, up to the limit and the bound
+            cap = min(limit, bound() or limit)
+            candidate = min(good * 2, cap)
+            if candidate <= good:
+                why = "the memory bound of the compiler's analysis" if cap < limit else "the search's limit"
+                return result(good, f"reached {why} ({cap})")
+        elif bad - good > 1:  # bisecting
+            candidate = (good + bad) // 2
+        else:
+            return result(good, f"out of memory at batch {bad}")
         status = run(candidate)
         if status == "ok":
             good = candidate
@@ -413,16 +418,6 @@ def search_max_batch(
             bad = candidate
         else:
             return result(good, failed(status, candidate))
-    while bad - good > 1:
-        middle = (good + bad) // 2
-        status = run(middle)
-        if status == "ok":
-            good = middle
-        elif status == "oom":
-            bad = middle
-        else:
-            return result(good, failed(status, middle))
-    return result(good, f"out of memory at batch {bad}")
 
 
 def memory_bound(points: dict[int, int], capacity: int | None) -> int | None:
@@ -453,20 +448,21 @@ def find_max_batch(config: BenchmarkConfig, python: str, log: Callable[[str], No
     Where XLA's memory analysis of the steps that ran tells how the step's memory grows (JAX), the search stops
     at the batch the device's memory allows instead of probing beyond it."""
     probe_base = config.with_changes(steps=2, warmup_steps=10, window_steps=1, steps_per_execution=1)
-    points: dict[int, int] = {}
-    capacity: list[int | None] = [None]
+    points: dict[int, int] = {}  # batch -> compiled_memory_bytes of the probes that ran
+    capacity: int | None = None
 
     def probe(batch: int) -> str:
+        nonlocal capacity
         with tempfile.TemporaryDirectory(prefix="stepwatch-maxbatch-") as tmp:
             child, wall_s, _ = run_child(probe_base.with_changes(per_device_batch=batch), python, Path(tmp))
         if child["status"] == "ok" and child.get("compiled_memory_bytes"):
             points[batch] = int(child["compiled_memory_bytes"])
-            capacity[0] = capacity[0] or device_capacity(child)
+            capacity = capacity or device_capacity(child)
         detail = f": {child.get('error_message')}" if child["status"] not in ("ok", "oom") else ""
         log(f"  batch {batch}: {child['status']} ({wall_s:.0f} s){detail}")
         return child["status"]
 
     def bound() -> int | None:
-        return memory_bound(points, capacity[0])
+        return memory_bound(points, capacity)
 
     return search_max_batch(probe, config.per_device_batch, bound=bound)

@@ -268,6 +268,15 @@ class Check:
     def failed(self) -> list[runner.Outcome]:
         return [o for o in self.outcomes if o.row["status"] != "ok"]
 
+    def spent(self) -> tuple[float, float]:
+        """What the trials cost: their seconds of this machine, and their dollars where a price is known."""
+        rows = [o.row for o in self.outcomes]
+        return sum(r.get("wall_s") or 0 for r in rows), sum(r.get("cost_usd") or 0 for r in rows)
+
+    def compile_caches(self) -> list[str | None]:
+        """Each trial's ``compile_cache``: cold, warm, or None where no compile cache was used or kept anything."""
+        return [o.row.get("compile_cache") for o in self.outcomes]
+
     def host(self) -> str | None:
         """The accelerator (or host) the check ran on."""
         rows = self.results["baseline"].rows

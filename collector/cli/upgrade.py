@@ -94,8 +94,7 @@ def run(args: argparse.Namespace) -> int:
     preface = upgrade_preface(
         sides["baseline"], sides["candidate"], len(configs), args.trials, suite.name, ran.host(),
         len(failed), len(ran.outcomes), upgrade.package_diff(envs["baseline"], envs["candidate"]),
-        [outcome.row.get("compile_cache") for outcome in ran.outcomes],
-        (sum(o.row.get("wall_s") or 0 for o in ran.outcomes), sum(o.row.get("cost_usd") or 0 for o in ran.outcomes)),
+        ran.compile_caches(), ran.spent(),
     )  # fmt: skip
     notes = aa_lines(result.aa) + between_lines(done.between)
     appendix = report_lines(*done.explained, done.aa_explained) if done.explained else ()

@@ -72,6 +72,7 @@ class JaxBackend(common.KerasBackend):
     step: Any = None  # the jitted train step Keras made (recorded while it makes the train function)
     step_args: Any = None  # the abstract arguments of its first call
     next_args: Any = None  # what a next call would take: the last call's new state and its batch
+    compiled: dict[str, Any] | None = None  # compiler options (as text) -> the step compiled again with them
 
     def recording(self) -> contextlib.AbstractContextManager[None]:
         """Keras jits its train step with its trainer module's ``jit``; keep the jitted step and the shapes of its
@@ -103,7 +104,7 @@ class JaxBackend(common.KerasBackend):
         # How often the step was compiled while it trained (one program: once; a second entry is a recompile,
         # e.g. for arguments placed differently on a later call), read before lowering it again below.
         compilations = self.step._cache_size()
-        compiled = self.step.lower(*self.step_args).compile()
+        compiled = self.compiled_step({})
         self.hlo_text = compiled.as_text()
         return {
             "step_compilations": compilations,
@@ -111,6 +112,16 @@ class JaxBackend(common.KerasBackend):
             **counters.memory_counts(compiled.memory_analysis()),
             **counters.hlo_counts(self.hlo_text),
         }
+
+    def compiled_step(self, options: dict[str, str]) -> Any:
+        """The train step lowered and compiled again for its first call's argument shapes, with XLA ``options``;
+        once per set of options."""
+        key = repr(sorted(options.items()))
+        if self.compiled is None:
+            self.compiled = {}
+        if key not in self.compiled:
+            self.compiled[key] = self.step.lower(*self.step_args).compile(compiler_options=options or None)
+        return self.compiled[key]
 
     def profile(self, model: Any, data: Any, config: BenchmarkConfig, logdir: Path) -> dict[str, Any]:
         """The train step compiled again for the profile and called directly, ``profiles.PROFILE_STEPS`` times,
@@ -121,7 +132,7 @@ class JaxBackend(common.KerasBackend):
         if self.step is None or self.step_args is None or self.next_args is None:
             return super().profile(model, data, config, logdir)
         options = PROFILE_COMPILER_OPTIONS.get(config.device, {})
-        compiled = self.step.lower(*self.step_args).compile(compiler_options=options or None)
+        compiled = self.compiled_step(options)  # on a CPU the counters' compilation, not a second one
         self.hlo_text = compiled.as_text()  # what types the profiled ops: this compilation's instructions
         args = self.next_args
         self.next_args = None  # its state is donated to the calls below

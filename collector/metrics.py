@@ -12,6 +12,8 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
+from collector.errors import UsageError
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -116,7 +118,7 @@ COUNTERS = tuple(m.name for m in METRICS.values() if m.deterministic)
 ANON_KIND, RSS_KIND = "host_anon", "host_rss"
 
 
-class MetricError(ValueError):
+class MetricError(UsageError):
     """An unknown metric or a broken thresholds file, in one line."""
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from collector import outcomes
 from collector.analysis import stats
+from collector.errors import UsageError
 from collector.metrics import get_metric
 
 CALIBRATION_DIR = Path("data/calibration")
@@ -32,7 +33,7 @@ RUNNER_ENV = ("STEPWATCH_RUNNER_LABEL", "RUNNER_NAME")  # the runner label, as t
 MDE_TRIALS = (3, 5, 10, 20)
 
 
-class CalibrationError(ValueError):
+class CalibrationError(UsageError):
     """A calibration file that cannot be read, in one line."""
 
 

@@ -4,7 +4,6 @@ way; ``collector.output.comparison`` shows it."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +12,7 @@ import duckdb
 import pandas as pd
 
 from collector.analysis import stats
+from collector.analysis.stats import plain
 from collector.analysis.thresholds import Override, threshold_for
 from collector.metrics import Metric, get_metric
 from collector.outcomes import FAILED, VERDICT_ORDER
@@ -118,13 +118,6 @@ def build(
     summaries = {m.name: stats.geomean_summary([r.result for r in rows if r.metric == m]) for m in metrics}
     versions = {"baseline": queries.side_versions(con, baseline), "candidate": queries.side_versions(con, candidate)}
     return Comparison(baseline, candidate, metrics, rows, summaries, versions)
-
-
-def plain(value: Any) -> Any:
-    """pandas scalars (NaN, numpy ints) as plain Python values."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return value.item() if hasattr(value, "item") else value
 
 
 def _span(record: dict[str, Any], side: str) -> stats.Span:

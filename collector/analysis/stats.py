@@ -39,6 +39,13 @@ def _t_quantile(q: float, df: float) -> float:
     return float(_special().stdtrit(df, q))
 
 
+def plain(value: Any) -> Any:
+    """pandas scalars (NaN, numpy ints) as plain Python values."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
 @dataclass(frozen=True)
 class Side:
     """What the comparison needs of one side's trials: count, mean and sample variance of log(value)."""

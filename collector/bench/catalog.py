@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from collector.config import PRECISIONS
+from collector.errors import UsageError
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 PRICES_PATH = DATA_DIR / "prices.toml"
 ACCELERATORS_PATH = DATA_DIR / "accelerators.toml"
 
 
-class CatalogError(ValueError):
+class CatalogError(UsageError):
     """A catalog file that cannot be used, in one line."""
 
 

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collector.schema import OP_COLUMNS
-
 PROFILE_ENV = "STEPWATCH_PROFILE_DIR"  # set by the parent for a trial it profiles: where the raw profile goes
 PROFILE_STEPS = 5  # training steps recorded, after the timed ones
 
@@ -206,6 +204,8 @@ def self_times(spans: Iterable[Span]) -> dict[tuple[str, str, str], tuple[float,
 def op_table(totals: dict[tuple[str, str, str], tuple[float, int]], steps: int) -> dict[str, list[Any]]:
     """The result row's op columns (``collector.schema.OP_COLUMNS``) from per-op totals over ``steps`` steps: type,
     name, where, time and count per step; the slowest op first."""
+    from collector.schema import OP_COLUMNS  # pyarrow's types: a trial imports this module before its framework
+
     rows = sorted(totals.items(), key=lambda item: (-item[1][0], item[0]))
     columns = (
         [key[0] for key, _ in rows],

@@ -10,10 +10,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from collector.errors import Failure
 from collector.schema import SchemaError, conform, to_table, write_parquet
 
 
-class ResultsError(RuntimeError):
+class ResultsError(RuntimeError, Failure):
     """Results that cannot be written or read back, in one line."""
 
 

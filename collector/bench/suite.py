@@ -27,12 +27,13 @@ from collector.config import (
     resolve,
     validate,
 )
+from collector.errors import UsageError
 
 SUITES_DIR = Path(__file__).parent / "suites"
 TOP_LEVEL = ("name", "description", "trials", "defaults", "matrix", "configs")
 
 
-class SuiteError(ValueError):
+class SuiteError(UsageError):
     """A suite that cannot be read, described in one line naming the file and the fix."""
 
 

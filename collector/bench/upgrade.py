@@ -34,6 +34,7 @@ from packaging.utils import canonicalize_name
 from collector.bench import runner
 from collector.bench.results import ResultFile
 from collector.config import BenchmarkConfig
+from collector.errors import Failure
 
 CACHE_ENV = "STEPWATCH_ENV_CACHE"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,7 @@ RESULTS_DIR = Path("data/upgrade-check")  # one folder per check: both sides' pa
 STORE = Path("data/upgrade-check.duckdb")  # checks are ingested here, never into the nightly history
 
 
-class UpgradeError(RuntimeError):
+class UpgradeError(RuntimeError, Failure):
     """An environment that could not be built, in one line."""
 
 

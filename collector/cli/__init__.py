@@ -6,48 +6,55 @@ function that parses, calls a workflow, the store or the analysis, and prints th
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from collections.abc import Sequence
 
-from collector.analysis.calibration import CalibrationError
-from collector.bench.catalog import CatalogError
-from collector.bench.results import ResultsError
-from collector.bench.suite import SuiteError
-from collector.bench.upgrade import UpgradeError
-from collector.cli import alerts, bisect, calibrate, compare, explain, export, ingest, query, run, sides, upgrade
-from collector.cli.arguments import OneLineParser, UsageError
+from collector.cli.arguments import OneLineParser
 from collector.cli.exits import EXIT_FAILED, EXIT_USAGE
-from collector.metrics import MetricError
-from collector.output.text import ReportError
-from collector.store.database import NoStoreError, StoreError
-from collector.store.objectstore import StorageError
-from collector.store.query import QueryError
-from collector.store.records import AlertError
-from collector.store.selection import SelectionError
+from collector.errors import Failure, UsageError
 
-COMMANDS = (run, ingest, export, query, compare, explain, alerts, upgrade, sides, bisect, calibrate)
-USAGE_ERRORS = (
-    SuiteError, UsageError, CatalogError, SelectionError, MetricError, AlertError, NoStoreError, CalibrationError,
-    QueryError,
-)  # fmt: skip
-FAILURES = (ResultsError, StoreError, StorageError, UpgradeError, ReportError)
+# Each command and the module here that registers it (in the order `stepwatch --help` lists them). Only the module
+# of the command being run is imported: a command pays for its own libraries only (`run` and `ingest` never load
+# pandas; a usage error loads none of them). test_cli checks that every module registers exactly these.
+COMMANDS = {
+    "run": "run",
+    "ingest": "ingest",
+    "rebuild": "ingest",
+    "synthesize": "ingest",
+    "export": "export",
+    "query": "query",
+    "compare": "compare",
+    "explain": "explain",
+    "detect": "alerts",
+    "alerts": "alerts",
+    "upgrade-check": "upgrade",
+    "package-sets": "sides",
+    "bisect": "bisect",
+    "calibrate": "calibrate",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of the command ``argv`` names; of every command when it names none we know (help, a typo)."""
     parser = OneLineParser(prog="stepwatch", description="Track deep-learning training performance.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    for command in COMMANDS:
-        command.register(commands)
+    named = next((arg for arg in argv or () if not arg.startswith("-")), None)
+    modules = [COMMANDS[named]] if named in COMMANDS else COMMANDS.values()
+    for module in dict.fromkeys(modules):
+        importlib.import_module(f"collector.cli.{module}").register(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     try:
         return args.handler(args)
-    except USAGE_ERRORS as error:
+    except UsageError as error:
         print(f"stepwatch: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except FAILURES as error:
+    except Failure as error:
         print(f"stepwatch: error: {error}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

@@ -14,7 +14,6 @@ from collector.analysis import alerts, changepoints
 from collector.cli.arguments import (
     FORMATS,
     OneLineParser,
-    UsageError,
     add_analysis_arguments,
     add_db_argument,
     console,
@@ -22,6 +21,7 @@ from collector.cli.arguments import (
     overrides,
 )
 from collector.cli.exits import EXIT_OK, EXIT_REGRESSION
+from collector.errors import UsageError
 from collector.output.comparison import bimodal_warning
 from collector.output.runs import show_alerts
 from collector.output.text import plain_rows, series_label

@@ -18,7 +18,8 @@ from collector.analysis.thresholds import THRESHOLDS_PATH, Override, load_overri
 from collector.bench import catalog
 from collector.cli.exits import EXIT_USAGE
 from collector.config import FLAGGED, ROLES, TYPES, ConfigError, parse_bool
-from collector.store import database
+from collector.errors import UsageError
+from collector.store.files import DB_ENV, DEFAULT_DB, default_db
 
 DEFAULT_OUT = Path("data/results")
 FORMATS = ("table", "markdown", "json")  # how a report is printed
@@ -33,10 +34,6 @@ PROGRESS_COLUMNS = (
 )
 
 console = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 150)
-
-
-class UsageError(ValueError):
-    """Something the user can fix on the command line, in one line."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -144,13 +141,13 @@ def matrix_values(args: argparse.Namespace) -> dict[str, list[Any] | None]:
 
 
 def add_db_argument(parser: argparse.ArgumentParser, default: Path | None = None) -> None:
-    where = default or f"${database.DB_ENV} or {database.DEFAULT_DB}"
+    where = default or f"${DB_ENV} or {DEFAULT_DB}"
     parser.add_argument("--db", type=Path, default=default, help=f"store file (default {where})")
 
 
 def db_path(args: argparse.Namespace, synthetic: bool = False) -> Path:
     """The store a command works on: --db, else $STEPWATCH_DB, else the default store."""
-    return args.db or database.default_db(synthetic)
+    return args.db or default_db(synthetic)
 
 
 def add_analysis_arguments(

@@ -15,7 +15,6 @@ from collector.bench import catalog, runner, upgrade
 from collector.bench.suite import load_suite, narrow
 from collector.cli import exits
 from collector.cli.arguments import (
-    UsageError,
     add_analysis_arguments,
     calibrated_between,
     console,
@@ -26,7 +25,8 @@ from collector.cli.arguments import (
 )
 from collector.cli.progress import TerminalHooks
 from collector.cli.upgrade import add_check_arguments, check_trials
-from collector.output.bisect import bisect_json, bisect_markdown
+from collector.errors import UsageError
+from collector.output.bisect import bisect_json, bisect_markdown, step_line
 from collector.output.text import publish, write_file
 from collector.workflows import bisect
 
@@ -62,8 +62,13 @@ def plan(args: argparse.Namespace) -> bisect.Plan:
     )  # fmt: skip
 
 
+class BisectTerminalHooks(TerminalHooks, bisect.BisectHooks):
+    def stepped(self, step: bisect.Step) -> None:
+        console.print(f"step {step.number}: {step_line(step)}")
+
+
 def run(args: argparse.Namespace) -> int:
-    found = bisect.bisect(plan(args), TerminalHooks())
+    found = bisect.bisect(plan(args), BisectTerminalHooks())
     state, search = found.state, found.search
     text = bisect_markdown(state, found.changes, search)
     state.folder.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,6 @@ from collector.analysis import calibration
 from collector.bench import catalog, runner, upgrade
 from collector.bench.suite import load_suite, narrow
 from collector.cli.arguments import (
-    UsageError,
     add_db_argument,
     add_environment_arguments,
     add_matrix_arguments,
@@ -26,6 +25,7 @@ from collector.cli.arguments import (
 )
 from collector.cli.exits import EXIT_FAILED, EXIT_OK
 from collector.cli.progress import TerminalHooks
+from collector.errors import UsageError
 from collector.metrics import METRICS
 from collector.output.runs import calibration_table
 from collector.workflows import check as workflow

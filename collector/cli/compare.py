@@ -7,7 +7,8 @@ from typing import Any
 
 from collector.analysis import comparison
 from collector.cli import exits
-from collector.cli.arguments import UsageError, add_analysis_arguments, calibrated_between, db_path, overrides
+from collector.cli.arguments import add_analysis_arguments, calibrated_between, db_path, overrides
+from collector.errors import UsageError
 from collector.output.comparison import between_lines, show_comparison
 from collector.store import database
 from collector.store.selection import Selection

@@ -8,10 +8,14 @@ results could not be stored, or a file was quarantined.
 
 from __future__ import annotations
 
-from collector.analysis.comparison import Comparison
+from typing import TYPE_CHECKING
+
 from collector.outcomes import FAILED, INCONCLUSIVE, REGRESSION, SKIPPED
-from collector.workflows.bisect import Step
-from collector.workflows.search import Search
+
+if TYPE_CHECKING:  # every command imports this module: it must not load the analysis (pandas) to name its types
+    from collector.analysis.comparison import Comparison
+    from collector.workflows.bisect import Step
+    from collector.workflows.search import Search
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_FAILED = 0, 1, 2, 3, 4
 

@@ -7,8 +7,9 @@ import argparse
 from typing import Any
 
 from collector.analysis import ops
-from collector.cli.arguments import UsageError, add_db_argument, db_path
+from collector.cli.arguments import add_db_argument, db_path
 from collector.cli.exits import EXIT_OK
+from collector.errors import UsageError
 from collector.output.explain import TOP, explain_json, explain_text
 from collector.output.text import publish
 from collector.store import database

@@ -7,11 +7,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from collector.cli.arguments import DEFAULT_OUT, UsageError, add_db_argument, console, db_path
+from collector.cli.arguments import DEFAULT_OUT, add_db_argument, console, db_path
 from collector.cli.exits import EXIT_FAILED, EXIT_OK
 from collector.cli.progress import TerminalHooks
-from collector.store import database, history, objectstore
-from collector.workflows.check import ingest_into
+from collector.errors import UsageError
+from collector.store import objectstore
+from collector.store.files import SYNTHETIC_DB
+from collector.workflows.hooks import ingest_into
 
 
 def register(commands: Any) -> None:
@@ -19,9 +21,7 @@ def register(commands: Any) -> None:
     parser.add_argument("sources", nargs="*", help="folders, files or s3:// / gs:// prefixes (default data/results)")
     add_recursive_argument(parser)
     add_db_argument(parser)
-    parser.add_argument(
-        "--synthetic", action="store_true", help=f"synthetic test data (default {database.SYNTHETIC_DB})"
-    )
+    parser.add_argument("--synthetic", action="store_true", help=f"synthetic test data (default {SYNTHETIC_DB})")
     parser.set_defaults(handler=run)
 
     again = commands.add_parser("rebuild", help="make a lost store again from its results and saved alerts")
@@ -35,7 +35,7 @@ def register(commands: Any) -> None:
     synth = commands.add_parser("synthesize", help="generate synthetic history for load tests (never real)")
     synth.add_argument("--rows", type=int, default=100_000)
     synth.add_argument("--out", default="data/synthetic", help="folder for the synthetic parquet files")
-    synth.add_argument("--db", type=Path, help=f"synthetic store (default {database.SYNTHETIC_DB})")
+    synth.add_argument("--db", type=Path, help=f"synthetic store (default {SYNTHETIC_DB})")
     synth.add_argument("--seed", type=int, default=0)
     synth.set_defaults(handler=run_synthesize)
 
@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
 def run_rebuild(args: argparse.Namespace) -> int:
     """A new store from results and a saved alerts file (a store lost with a cache, say)."""
+    from collector.store import history  # the alerts it restores are read with pandas, which ingest never needs
+
     db = db_path(args, args.synthetic)
     _check_sources(args.sources, args.recursive, named=True)
     hooks = TerminalHooks()

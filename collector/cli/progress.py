@@ -12,14 +12,12 @@ from rich.progress import MofNCompleteColumn, Progress, TextColumn
 
 from collector.bench import runner
 from collector.cli.arguments import PROGRESS_COLUMNS, console
-from collector.output.bisect import step_line
 from collector.output.runs import ingest_lines, trial_line
 from collector.store.ingest import IngestReport
-from collector.workflows.bisect import BisectHooks, Step
-from collector.workflows.check import OnDone, OnStart
+from collector.workflows.hooks import Hooks, OnDone, OnStart
 
 
-class TerminalHooks(BisectHooks):
+class TerminalHooks(Hooks):
     def say(self, text: str) -> None:
         console.print(text)
 
@@ -56,6 +54,3 @@ class TerminalHooks(BisectHooks):
     def ingested(self, done: IngestReport, db: Path) -> None:
         for line in ingest_lines(done, db):
             console.print(line)
-
-    def stepped(self, step: Step) -> None:
-        console.print(f"step {step.number}: {step_line(step)}")

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from collector.bench.results import ResultsError
-from collector.cli.arguments import UsageError, add_db_argument, console, db_path
+from collector.cli.arguments import add_db_argument, console, db_path
 from collector.cli.exits import EXIT_OK
+from collector.errors import UsageError
 from collector.output.runs import query_table, write_query
 from collector.store.query import TABLES, query
 

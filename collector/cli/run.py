@@ -14,7 +14,6 @@ from collector.bench.suite import load_suite, narrow
 from collector.cli.arguments import (
     DEFAULT_OUT,
     PROGRESS_COLUMNS,
-    UsageError,
     add_environment_arguments,
     add_matrix_arguments,
     add_profile_argument,
@@ -23,6 +22,7 @@ from collector.cli.arguments import (
     trial_options,
 )
 from collector.cli.exits import EXIT_FAILED, EXIT_OK
+from collector.errors import UsageError
 from collector.output.runs import run_summary, trial_line
 from collector.store import objectstore
 

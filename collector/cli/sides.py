@@ -9,8 +9,9 @@ from typing import Any
 
 from collector.bench import pinfiles
 from collector.bench.pinfiles import PinFileError
-from collector.cli.arguments import UsageError, add_environment_arguments, console
+from collector.cli.arguments import add_environment_arguments, console
 from collector.cli.exits import EXIT_OK
+from collector.errors import UsageError
 from collector.output.sides import sides_json, sides_markdown, sides_text, step_outputs
 from collector.output.text import ReportError, publish
 from collector.workflows import sides as deriving

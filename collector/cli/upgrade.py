@@ -10,7 +10,6 @@ from collector.bench import catalog, runner, upgrade
 from collector.bench.suite import load_suite, narrow
 from collector.cli import exits
 from collector.cli.arguments import (
-    UsageError,
     add_analysis_arguments,
     add_environment_arguments,
     add_matrix_arguments,
@@ -24,6 +23,7 @@ from collector.cli.arguments import (
 )
 from collector.cli.exits import EXIT_FAILED, EXIT_OK
 from collector.cli.progress import TerminalHooks
+from collector.errors import UsageError
 from collector.output.comparison import aa_lines, between_lines, show_comparison, to_markdown, upgrade_preface
 from collector.output.explain import report_lines
 from collector.output.text import write_file

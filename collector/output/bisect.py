@@ -7,7 +7,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from collector.analysis.comparison import Row, plain
+from collector.analysis.comparison import Row
+from collector.analysis.stats import plain
 from collector.bench.packages import Change, Group, describe
 from collector.outcomes import INCONCLUSIVE, SKIPPED
 from collector.output.comparison import aa_lines, between_lines, change_text, resolution

@@ -12,7 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from collector.analysis import stats
-from collector.analysis.comparison import Comparison, Row, plain
+from collector.analysis.comparison import Comparison, Row
+from collector.analysis.stats import plain
 from collector.metrics import Metric
 from collector.outcomes import FAILED, IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
 from collector.output.text import (

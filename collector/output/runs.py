@@ -8,7 +8,7 @@ import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -20,7 +20,9 @@ from collector.analysis.calibration import Calibration
 from collector.config import config_from_row
 from collector.metrics import ANON_KIND, HEADLINE, RSS_KIND, Metric
 from collector.output.text import interval, percent, publish, series_label, stdout_console, versions_text, write_file
-from collector.store.ingest import IngestReport
+
+if TYPE_CHECKING:  # `run` imports this module, and needs no DuckDB
+    from collector.store.ingest import IngestReport
 
 
 def alerts_markdown(alerts: list[dict[str, Any]], title: str = "stepwatch alerts") -> str:

@@ -13,12 +13,13 @@ from typing import Any
 
 from rich.console import Console
 
-from collector.analysis.comparison import plain
+from collector.analysis.stats import plain
 from collector.config import config_from_row, repro_flags
+from collector.errors import Failure
 from collector.outcomes import FAILED, IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
 
 
-class ReportError(OSError):
+class ReportError(OSError, Failure):
     """A report that could not be written, in one line."""
 
 

@@ -7,16 +7,26 @@ SQL through ``query``, which sees the base and the deltas as one store.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from types import TracebackType
-
-import duckdb
+from typing import TYPE_CHECKING
 
 from collector.store.engine import Snapshot, Write, compact, require, snapshot, update, write
 from collector.store.errors import NoStoreError, StoreError
-from collector.store.files import clean, delta_dir, store_identity, writer_lock
+from collector.store.files import (
+    DB_ENV,
+    DEFAULT_DB,
+    SYNTHETIC_DB,
+    clean,
+    default_db,
+    delta_dir,
+    store_identity,
+    writer_lock,
+)
 from collector.store.tables import DERIVED, STORE_VERSION, run_id_index
+
+if TYPE_CHECKING:
+    import duckdb
 
 __all__ = [
     "DB_ENV",
@@ -39,17 +49,6 @@ __all__ = [
     "write",
     "writer_lock",
 ]
-
-DEFAULT_DB = Path("data/stepwatch.duckdb")
-SYNTHETIC_DB = Path("data/stepwatch-synthetic.duckdb")
-DB_ENV = "STEPWATCH_DB"
-
-
-def default_db(synthetic: bool = False) -> Path:
-    """``STEPWATCH_DB`` if set, else data/stepwatch.duckdb (data/stepwatch-synthetic.duckdb for synthetic data)."""
-    if synthetic:
-        return SYNTHETIC_DB
-    return Path(os.environ.get(DB_ENV) or DEFAULT_DB)
 
 
 class StoreReader:

@@ -1,6 +1,6 @@
-"""The store's files: the base, the folder of deltas beside it and their names, the writer lock, and how a
-finished file is made durable and put in place. What they hold, and how they are written and read, is
-``collector.store.engine``.
+"""The store's files: where a store is (the default, or ``$STEPWATCH_DB``), the base, the folder of deltas beside
+it and their names, the writer lock, and how a finished file is made durable and put in place. What they hold, and
+how they are written and read, is ``collector.store.engine``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from collector.store.errors import StoreError
+
+DEFAULT_DB = Path("data/stepwatch.duckdb")
+SYNTHETIC_DB = Path("data/stepwatch-synthetic.duckdb")
+DB_ENV = "STEPWATCH_DB"
+
+
+def default_db(synthetic: bool = False) -> Path:
+    """``STEPWATCH_DB`` if set, else data/stepwatch.duckdb (data/stepwatch-synthetic.duckdb for synthetic data)."""
+    if synthetic:
+        return SYNTHETIC_DB
+    return Path(os.environ.get(DB_ENV) or DEFAULT_DB)
+
 
 DELTA_NAME = re.compile(r"(\d{8})-(\d{8})\.duckdb")
 

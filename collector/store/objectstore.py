@@ -19,12 +19,14 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from collector.errors import Failure
+
 REMOTE_SCHEMES = ("s3://", "gs://")
 QUARANTINE = "quarantine"
 T = TypeVar("T")
 
 
-class StorageError(OSError):
+class StorageError(OSError, Failure):
     """Storage that cannot be reached or written, after retries, in one line."""
 
 

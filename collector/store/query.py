@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from collector.errors import UsageError
 from collector.store.database import open_store
 from collector.store.errors import StoreError
 from collector.store.files import one_line
@@ -22,7 +23,7 @@ READS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 TABLES = ("runs", "samples", "ops", "series", "latest_runs", "summaries", "alerts", "bisect_steps", "ingested_files")
 
 
-class QueryError(ValueError):
+class QueryError(UsageError):
     """SQL that is not one read of the store, or that DuckDB refuses, in one line."""
 
 

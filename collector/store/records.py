@@ -14,13 +14,15 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from collector.errors import UsageError
+
 NEW, CONFIRMED, ACKNOWLEDGED, FALSE_POSITIVE, FIXED = "new", "confirmed", "acknowledged", "false positive", "fixed"
 STATUSES = (NEW, CONFIRMED, ACKNOWLEDGED, FALSE_POSITIVE, FIXED)
 OPEN = (NEW, CONFIRMED)
 NEW_BASELINE = (ACKNOWLEDGED, FIXED)  # a change a person accepted starts a new baseline segment
 
 
-class AlertError(ValueError):
+class AlertError(UsageError):
     """An unknown alert id or status, in one line."""
 
 

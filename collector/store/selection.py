@@ -28,6 +28,7 @@ from collector.config import (
     column,
     parse_bool,
 )
+from collector.errors import UsageError
 from collector.schema import SCHEMA
 
 TYPES = {f.name: f.type for f in SCHEMA}
@@ -52,7 +53,7 @@ CHOICES = {column(name): ROLES[name].choices for name in FIELD_NAMES if ROLES[na
 RANGE_KEYS = ("since", "until")
 
 
-class SelectionError(ValueError):
+class SelectionError(UsageError):
     """A selection that names an unknown field or a value of the wrong kind, in one line."""
 
 

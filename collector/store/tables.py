@@ -6,8 +6,8 @@ that bring an older store to this layout, and the derived tables each write keep
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
-import duckdb
 import pyarrow as pa
 
 from collector.config import ADDED_DIMENSIONS, FIELD_NAMES, SERIES_FIELDS
@@ -15,6 +15,9 @@ from collector.metrics import COUNTERS, METRICS, RSS_KIND
 from collector.schema import OP_COLUMNS, SCHEMA, VERSION_COLUMNS
 from collector.store.errors import StoreError
 from collector.store.selection import ALIASES, as_fields
+
+if TYPE_CHECKING:
+    import duckdb
 
 # The tables' layout; a store written by a newer layout is refused, never rewritten. 2: Keras backends (runs'
 # ``backend`` column becomes ``device``; earlier runs are TensorFlow runs; compiler from xla_effective).

@@ -23,7 +23,8 @@ from collector.config import BenchmarkConfig
 from collector.outcomes import CLEARS, FAILED, IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, REPRODUCES, SKIPPED
 from collector.store import database, records
 from collector.workflows import search as searching
-from collector.workflows.check import Hooks, measure
+from collector.workflows.check import measure
+from collector.workflows.hooks import Hooks
 
 
 @dataclass

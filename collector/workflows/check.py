@@ -5,11 +5,9 @@ calibration runs k environments of the same requirements the same way.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,39 +16,8 @@ from collector.analysis.thresholds import Override
 from collector.bench import runner, upgrade
 from collector.config import BenchmarkConfig
 from collector.store import database
-from collector.store.ingest import IngestReport, ingest
 from collector.store.selection import Selection
-
-OnStart = Callable[[str, BenchmarkConfig, int], None]
-OnDone = Callable[[str, runner.Outcome], None]
-
-
-class Hooks:
-    """What a workflow tells the one who runs it. Each does nothing here; a front end overrides them (the CLI
-    draws progress bars and prints a line per trial)."""
-
-    def say(self, text: str) -> None:
-        """A line of what is going on (environments being built, a step's outcome)."""
-
-    @contextlib.contextmanager
-    def trials(self, total: int, label: str, trials: int) -> Iterator[tuple[OnStart, OnDone]]:
-        """While ``total`` trials run: what to call as each starts and ends."""
-        yield (lambda side, config, trial: None), (lambda side, outcome: None)
-
-    @contextlib.contextmanager
-    def ingesting(self, db: Path) -> Iterator[tuple[Callable[[str, str], None], Callable[[], None]]]:
-        """While an ingest runs: what to call per file, and when another write holds the store."""
-        yield (lambda uri, outcome: None), (lambda: None)
-
-    def ingested(self, done: IngestReport, db: Path) -> None:
-        """What an ingest did."""
-
-
-def ingest_into(sources: list[str], db: Path, synthetic: bool, hooks: Hooks, recursive: bool = False) -> IngestReport:
-    with hooks.ingesting(db) as (on_file, on_wait):
-        done = ingest(sources, db, synthetic, on_file, on_wait, recursive)
-    hooks.ingested(done, db)
-    return done
+from collector.workflows.hooks import Hooks, ingest_into
 
 
 def interleave(

@@ -19,6 +19,7 @@ from dataclasses import Field, asdict, dataclass, field, fields, replace
 from typing import Any, get_args, get_type_hints
 
 from trainers import get_model
+from trainers.user import UserModelError, is_reference
 
 DEVICES = ("cpu", "gpu", "tpu")
 KERAS_BACKENDS = ("tensorflow", "jax", "torch")
@@ -283,6 +284,11 @@ def validate(config: BenchmarkConfig) -> BenchmarkConfig:
         get_model(config.model).preset(config.preset)
     except KeyError as error:
         raise ConfigError(str(error.args[0])) from None
+    except UserModelError as error:
+        raise ConfigError(str(error)) from None
+    if is_reference(config.model) and config.loop != "fit":
+        raise ConfigError(f"model {config.model}: a model of yours trains with loop fit (the custom loop ctl is the "
+                          "bundled models' own, with their loss)")  # fmt: skip
     for name in FIELD_NAMES:
         allowed = ROLES[name].choices
         if allowed and getattr(config, name) not in allowed:

@@ -166,6 +166,7 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("container_image", _STR, "software"),
     ("stepwatch_version", _STR, "software"),
     ("stepwatch_git_sha", _STR, "software"),
+    ("model_hash", _STR, "software"),  # a user's model: SHA-256 (16 hex digits) of its source file
     ("os", _STR, "hardware"),
     ("accelerator", _STR, "hardware"),
     ("accelerator_count", _I64, "hardware"),

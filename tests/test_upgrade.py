@@ -149,6 +149,8 @@ def aa_check(tmp_path: Path, env: dict[str, str], calibration: Path | None) -> s
     order = ["baseline", "candidate", "baseline-aa", "candidate", "baseline-aa", "baseline"]
     assert [r["label"] for r in rows] == order
     assert all(r["status"] == "ok" and r["tf_version"] for r in rows)
+    # The user's model ran in all three environments, the same code on every side: the report does not warn.
+    assert {(r["model"], r["model_hash"]) for r in rows} == {(MINE, rows[0]["model_hash"])} and rows[0]["model_hash"]
     text = (check_dir / "report.md").read_text()
     assert text.startswith(f"## stepwatch upgrade check: {PYTZ} -> {PSUTIL}")
     assert "1 config(s) x 2 trials per side" in text and "What the check cost: " in text
@@ -161,8 +163,12 @@ def aa_check(tmp_path: Path, env: dict[str, str], calibration: Path | None) -> s
     return text
 
 
+# The check's model is a user's own (tests/test_user_models.py): its trials import it in both environments.
+MINE = "tests/data/models/sentiment.py:sentiment"
+
+
 def common_args(tmp_path: Path) -> tuple[str, ...]:
-    return ("--reuse-site-packages", "--pip-arg=--no-index", *SMALL, "--trials", "2", "--db",
+    return ("--reuse-site-packages", "--pip-arg=--no-index", "--models", MINE, *SMALL[2:], "--trials", "2", "--db",
             str(tmp_path / "check.duckdb"))  # fmt: skip
 
 
@@ -173,6 +179,16 @@ def test_an_aa_upgrade_check_runs_interleaved_stays_quiet_and_says_what_it_cover
     env = {upgrade.CACHE_ENV: str(cache), "STEPWATCH_RUNNER_LABEL": "test-runner"}
     text = aa_check(tmp_path, env, calibration=None)
     assert "calibrate on" not in text and "the A/A of this check" in text
+    assert "different code" not in text
+
+    # explain and the dashboard read the user's model from the check's store like a bundled one.
+    db = tmp_path / "check.duckdb"
+    explained = stepwatch("explain", "--baseline", "label=baseline", "--candidate", "label=candidate", "--db", str(db))
+    assert explained.returncode == 0 and MINE in explained.stdout, explained.stdout + explained.stderr
+    from tests.test_dashboard import render
+
+    overview = render(db, "overview", monkeypatch)
+    assert any(MINE in str(frame.value.to_dict()) for frame in overview.dataframe)
 
     # The environments are cached: asking again reuses them without pip.
     monkeypatch.setenv(upgrade.CACHE_ENV, str(cache))

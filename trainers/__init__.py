@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainers import bert, bilstm, resnet50, transformer
+from trainers import bert, bilstm, resnet50, transformer, user
 from trainers.spec import ModelSpec
 
 MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in (resnet50.SPEC, bert.SPEC, transformer.SPEC, bilstm.SPEC)}
@@ -16,7 +16,11 @@ class UnknownModelError(KeyError):
 
 
 def get_model(name: str) -> ModelSpec:
-    """Return the spec of ``name`` or raise UnknownModelError listing the known models."""
+    """Return the spec of ``name``: a bundled model, or a user's own (``path/to/file.py:function`` or
+    ``package.module:function``, ``trainers.user``). Raises UnknownModelError listing the known models, or
+    UserModelError naming what is wrong with the user's."""
+    if user.is_reference(name):
+        return user.user_spec(name)
     try:
         return MODELS[name]
     except KeyError:

@@ -17,6 +17,13 @@ import numpy as np
 Batch = tuple[Any, np.ndarray]
 
 
+def sparse_ce_loss() -> Any:
+    """Mean sparse categorical cross-entropy on logits, the loss of every trainer here."""
+    import keras
+
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A benchmarkable model: named presets and the functions that build and feed it."""
@@ -31,6 +38,7 @@ class ModelSpec:
     optimizer: Callable[[float], Any]  # learning rate -> keras optimizer
     default_learning_rate: float
     description: str = ""
+    loss: Callable[[], Any] = sparse_ce_loss  # () -> the Keras loss ``fit`` trains with
 
     def learning_rate(self, override: float | None) -> float:
         """The learning rate a run uses: the config's when it sets one, else this model's default."""
@@ -47,13 +55,6 @@ class ModelSpec:
 def training_flops(forward_macs: float) -> float:
     """Training FLOPs from forward multiply-accumulates: 2 FLOPs a MAC, backward ~ 2x forward."""
     return 3.0 * 2.0 * forward_macs
-
-
-def sparse_ce_loss() -> Any:
-    """Mean sparse categorical cross-entropy on logits, the loss of every trainer here."""
-    import keras
-
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
 def random_tokens(rng: np.random.Generator, shape: tuple[int, ...], vocab: int) -> np.ndarray:

@@ -46,6 +46,14 @@ class Comparison:
     summaries: dict[str, stats.Summary]
     versions: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     aa: Comparison | None = None  # an upgrade check's A/A: the baseline against a second environment of it
+    model_code: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # side -> user model -> hashes
+
+    def code_changes(self) -> list[tuple[str, list[str], list[str]]]:
+        """User models whose source differs between the sides, or within one: (model, baseline's hashes,
+        candidate's). Their change is not only the software's."""
+        sides = self.model_code.get("baseline", {}), self.model_code.get("candidate", {})
+        models = sorted(set(sides[0]) & set(sides[1]))
+        return [(m, sides[0][m], sides[1][m]) for m in models if len({*sides[0][m], *sides[1][m]}) > 1]
 
     def by_verdict(self, verdict: str) -> list[Row]:
         return [row for row in self.rows if row.verdict == verdict]
@@ -117,7 +125,8 @@ def build(
     ]
     summaries = {m.name: stats.geomean_summary([r.result for r in rows if r.metric == m]) for m in metrics}
     versions = {"baseline": queries.side_versions(con, baseline), "candidate": queries.side_versions(con, candidate)}
-    return Comparison(baseline, candidate, metrics, rows, summaries, versions)
+    code = {"baseline": queries.model_code(con, baseline), "candidate": queries.model_code(con, candidate)}
+    return Comparison(baseline, candidate, metrics, rows, summaries, versions, model_code=code)
 
 
 def _span(record: dict[str, Any], side: str) -> stats.Span:

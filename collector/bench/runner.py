@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import json
@@ -30,6 +31,7 @@ from collector.bench.runtime import COMPILE_CACHE_DIRS, COMPILE_CACHE_ENV
 from collector.bench.trial import SPAWN_TIME_ENV
 from collector.config import BenchmarkConfig, config_columns
 from collector.metrics import ANON_KIND
+from trainers.user import Reference, UserModelError, is_reference
 
 LOG_TAIL_LINES = 40
 PROFILES_DIR = "profiles"  # beside the results file: one folder per profiled trial, named by its run_id
@@ -250,6 +252,9 @@ def make_row(
         **config_columns(config),
     }
     row.update(_parent_host(config.device))  # so that a trial that died early still has its host and series
+    if is_reference(config.model):  # which code of a user's model ran: another hash is another model's
+        with contextlib.suppress(UserModelError):  # gone since the trial started: the row says nothing
+            row["model_hash"] = Reference.parse(config.model).source_hash()
     row.update(child)
     row.update(wall_s=wall_s, exit_code=code)
     searched = options.max_batches.get(config.key)

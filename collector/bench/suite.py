@@ -12,7 +12,7 @@ import difflib
 import itertools
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from collector.config import (
     validate,
 )
 from collector.errors import UsageError
+from trainers.user import is_reference
 
 SUITES_DIR = Path(__file__).parent / "suites"
 TOP_LEVEL = ("name", "description", "trials", "defaults", "matrix", "configs")
@@ -44,6 +45,7 @@ class Suite:
     trials: int
     configs: tuple[BenchmarkConfig, ...]
     path: Path
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # [defaults]: what a model of yours runs with
 
 
 def _suggest(word: str, choices: Iterable[str]) -> str:
@@ -112,7 +114,7 @@ def load_suite(name_or_path: str) -> Suite:
     trials = doc.get("trials", 1)
     if not isinstance(trials, int) or trials < 1:
         raise SuiteError(f"{path}: trials must be a positive integer, got {trials!r}")
-    return Suite(doc.get("name", path.stem), doc.get("description", ""), trials, configs, path)
+    return Suite(doc.get("name", path.stem), doc.get("description", ""), trials, configs, path, defaults)
 
 
 def build_configs(points: Iterable[Mapping[str, Any]], where: str) -> tuple[BenchmarkConfig, ...]:
@@ -129,12 +131,22 @@ def build_configs(points: Iterable[Mapping[str, Any]], where: str) -> tuple[Benc
     return tuple(seen)
 
 
-def narrow(configs: Iterable[BenchmarkConfig], flags: Mapping[str, list[Any] | None]) -> tuple[BenchmarkConfig, ...]:
+def narrow(
+    configs: Iterable[BenchmarkConfig], flags: Mapping[str, list[Any] | None], defaults: Mapping[str, Any] = {}
+) -> tuple[BenchmarkConfig, ...]:
     """Apply the matrix flags (field -> listed values): a field whose flag keeps (``--models``) keeps the
-    configs with one of its values; every other field is set to each of its values (lists are crossed). Host
-    dependent settings (``threads = "auto"``) are resolved for this host."""
+    configs with one of its values; every other field is set to each of its values (lists are crossed). A model
+    of yours named in ``--models`` (``path/file.py:function``) is not in the suite: it runs with the suite's
+    ``defaults``, crossed with the other flags like the rest. Host dependent settings (``threads = "auto"``) are
+    resolved for this host."""
     configs = list(configs)
     given = {name: values for name, values in flags.items() if values}
+    yours = [name for name in given.get("model") or () if is_reference(name)]
+    if yours:
+        given["model"] = [name for name in given["model"] if name not in yours]
+        kept = list(narrow(configs, {"model": given["model"]})) if given["model"] else []
+        configs = kept + list(build_configs(({**defaults, "model": name} for name in yours), "--models"))
+        given.pop("model")
     for name in [n for n in given if ROLES[n].keeps]:
         present = {getattr(c, name) for c in configs}
         missing = [v for v in given[name] if v not in present]

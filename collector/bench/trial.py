@@ -22,6 +22,7 @@ from collector.bench.measure import NonFiniteLoss, WindowClock, host_load, summa
 from collector.config import BenchmarkConfig, usable_cores, validate
 from collector.metrics import STARTUP_PHASES, startup_column
 from trainers import get_model
+from trainers.user import is_reference
 
 SPAWN_TIME_ENV = "STEPWATCH_SPAWN_TIME"  # time.time() at which the parent started this process
 FRAMEWORKS = ("tensorflow", "jax", "torch")
@@ -84,13 +85,12 @@ def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> 
             intra_op_threads=setup.intra_op_threads,
             inter_op_threads=setup.inter_op_threads,
             usable_cores=usable_cores(),  # kept in extras: the cores this process may run on (its affinity)
-            unit=spec.unit,
-            units_per_example=spec.units_per_example(preset),
-            flops_per_example=spec.flops_per_example(preset),
             learning_rate=spec.learning_rate(config.learning_rate),
         )
         model, optimizer = backend.build_model(spec, config, setup)
         phases.done("build")
+        # After the build: a model of yours says what it is when its function runs, inside the build.
+        result.update(unit=spec.unit, units_per_example=spec.units_per_example(preset), **flops_of(spec, preset))
         data = backend.make_data(spec, config, setup)
         phases.done("data")
         backend.train(model, optimizer, data, clock, total_steps, config, setup)
@@ -101,6 +101,8 @@ def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> 
         traceback.print_exc()
         oom = backend.is_out_of_memory(error)
         message = str(error).strip().splitlines()[0][:500] if str(error).strip() else repr(error)
+        if is_reference(config.model) and not message.startswith(f"model {config.model}"):
+            message = f"model {config.model}: {message}"  # where a user's model failed, it is named
         result.update(status="oom" if oom else "crash", error_type=type(error).__name__, error_message=message)
     finally:
         if model is not None:  # what really ran, read back once training has built the step function
@@ -122,6 +124,7 @@ def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> 
         write_json_atomically(result_path, result)
     if result["status"] == "ok":
         result.update(read_counters(backend, model, data, config, setup))
+        result.update(compiler_flops(result, config))
         write_json_atomically(result_path, result)
     profile_dir = os.environ.get(profiles.PROFILE_ENV)
     if result["status"] == "ok" and profile_dir:
@@ -140,6 +143,35 @@ def record_profile(backend: runtime.Backend, model: Any, data: Any, config: Benc
         traceback.print_exc()
         return {"profile_error": f"{type(error).__name__}: {str(error).strip()[:300]}"}
     return {**found, "profile_s": round(time.perf_counter() - start, 3)}  # profile_s: kept in extras
+
+
+FLOPS_ANALYTIC = "analytic: the model's own count (forward + backward)"
+FLOPS_DECLARED = "declared by the model's function"
+FLOPS_COMPILER = "compiler: XLA's cost analysis of the train step per example (library calls such as cuDNN's left out)"
+
+
+def flops_of(spec: Any, preset: Any) -> dict[str, Any]:
+    """The training FLOPs per example and where they come from (kept in extras as ``flops_source``): a bundled
+    model counts its own; a model of yours declares them, or the compiler's count fills them in after training."""
+    flops = spec.flops_per_example(preset)
+    if flops is None:
+        return {"flops_per_example": None}
+    return {"flops_per_example": flops, "flops_source": FLOPS_DECLARED if is_reference(spec.name) else FLOPS_ANALYTIC}
+
+
+def compiler_flops(result: dict[str, Any], config: BenchmarkConfig) -> dict[str, Any]:
+    """Where no FLOPs were given: the compiled step's (per example, one step an execution), or why MFU stays
+    empty (kept in extras as ``flops_missing``)."""
+    if result.get("flops_per_example") is not None:
+        return {}
+    compiled, batch = result.get("compiled_flops"), result.get("global_batch")
+    if compiled and batch and config.steps_per_execution == 1:
+        return {"flops_per_example": compiled / batch, "flops_source": FLOPS_COMPILER}
+    why = (
+        "no FLOPs declared, and no compiler count of this step (it is compiled by XLA only with xla on, on "
+        "TensorFlow or JAX)"
+    )
+    return {"flops_missing": why}
 
 
 def read_counters(

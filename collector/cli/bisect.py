@@ -53,8 +53,8 @@ def plan(args: argparse.Namespace) -> bisect.Plan:
     check_trials(args.trials)
     suite = load_suite(args.suite)
     return bisect.Plan(
-        good, bad, suite.name, list(narrow(suite.configs, matrix_values(args))), args.trials, args.metric,
-        overrides(args), Path(args.results), db_path(args),
+        good, bad, suite.name, list(narrow(suite.configs, matrix_values(args), suite.defaults)), args.trials,
+        args.metric, overrides(args), Path(args.results), db_path(args),
         runner.RunOptions(
             price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices), **trial_options(args)
         ),

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise UsageError(str(error)) from None
     suite = load_suite(args.suite)
-    configs = list(narrow(suite.configs, matrix_values(args)))
+    configs = list(narrow(suite.configs, matrix_values(args), suite.defaults))
     label = args.runner or calibration.runner_label()
     out = args.out or calibration.default_path(label)
     options = runner.RunOptions(price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices))

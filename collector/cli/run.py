@@ -57,7 +57,7 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Collect: run the (narrowed) suite and write one parquet file."""
     suite = load_suite(args.suite)
-    configs = list(narrow(suite.configs, matrix_values(args)))
+    configs = list(narrow(suite.configs, matrix_values(args), suite.defaults))
     trials = args.trials if args.trials is not None else suite.trials
     if trials < 1:
         raise UsageError("--trials must be at least 1")

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise UsageError(str(error)) from None
     suite = load_suite(args.suite)
-    configs = list(narrow(suite.configs, matrix_values(args)))
+    configs = list(narrow(suite.configs, matrix_values(args), suite.defaults))
     check_trials(args.trials)
     order = (*upgrade.SIDES, upgrade.AA) if args.aa else upgrade.SIDES
     if args.dry_run:

@@ -85,9 +85,19 @@ def bimodal_warning(label: str, metric: str, noise: stats.Noise | None) -> str |
     )
 
 
-def bimodal_warnings(comparison: Comparison) -> list[str]:
+def code_warnings(comparison: Comparison) -> list[str]:
+    """A model of yours whose code differs between the sides: the change is then partly the model's."""
+    return [
+        f"{model}: the two sides ran different code of this model (source {', '.join(a)} -> {', '.join(b)}): "
+        "the change is not only the software's"
+        for model, a, b in comparison.code_changes()
+    ]
+
+
+def warnings_of(comparison: Comparison) -> list[str]:
+    """What a reader must know before trusting a verdict: a model's code that changed, and bimodal series."""
     lines = (bimodal_warning(series_label(r.series), r.metric.name, r.noise) for r in comparison.rows)
-    return sorted({line for line in lines if line})
+    return code_warnings(comparison) + sorted({line for line in lines if line})
 
 
 def can_see(r: stats.Verdict) -> str:
@@ -235,7 +245,7 @@ def to_markdown(
         cells = row_cells(row)
         cells["verdict"] = f"{MARKS[row.verdict]} {row.verdict}"
         lines.append("| " + " | ".join(cells.values()) + " |")
-    warnings = bimodal_warnings(comparison)
+    warnings = warnings_of(comparison)
     if warnings:
         lines += ["", *(f"⚠️ {line}" for line in warnings)]
     inconclusive = comparison.by_verdict(INCONCLUSIVE)
@@ -325,6 +335,7 @@ def json_payload(comparison: Comparison, code_of: CodeOf) -> dict[str, Any]:
         "headline": headline(comparison),
         "exit_code": code_of(comparison),
         "versions": comparison.versions,
+        "model_code": comparison.model_code,
         "summaries": summaries,
         "rows": rows,
     }
@@ -378,7 +389,7 @@ def show_comparison(
     stdout.print(comparison_table(comparison))
     for row in comparison.by_verdict(INCONCLUSIVE):
         stdout.print(f"inconclusive: {escape(series_label(row.series))} {row.metric.name}: {resolution(row.result)}")
-    for line in bimodal_warnings(comparison):
+    for line in warnings_of(comparison):
         stdout.print(f"[yellow]{escape(line)}[/yellow]")
     for metric in comparison.metrics:
         text = summary_text(comparison, metric)

@@ -231,6 +231,20 @@ def side_versions(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[
     return {"runs": [str(row[0])], **{f: list(v or []) for f, v in zip(VERSION_COLUMNS, row[1:])}}
 
 
+def model_code(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, list[str]]:
+    """Per user model among the selected runs, the hashes of the source that ran (``model_hash``): more than one,
+    or other ones on the other side, and the model's own code changed. Empty for a store written before it."""
+    if "model_hash" not in con.sql("SELECT * FROM runs LIMIT 0").columns:
+        return {}
+    where, params = selection.where()
+    rows = con.sql(
+        f"SELECT model, list(DISTINCT model_hash ORDER BY model_hash) FROM runs "
+        f"WHERE ({where}) AND model_hash IS NOT NULL GROUP BY model ORDER BY model",
+        params=params,
+    ).fetchall()
+    return {model: list(hashes) for model, hashes in rows}
+
+
 # What a version comparison goes along, and what History's x axis offers.
 VERSION_AXES = (*VERSION_COLUMNS[:5], "cuda_build_version", "driver_version", "container_image")
 X_AXES = ("night", *VERSION_AXES)

@@ -13,7 +13,15 @@ from collector.analysis.thresholds import load_overrides
 from collector.bench.packages import Change, describe
 from collector.bench.profiles import raw_profile
 from collector.outcomes import INCONCLUSIVE
-from collector.output.comparison import between_lines, headline, resolution, resolution_lead, row_cells, summary_text
+from collector.output.comparison import (
+    between_lines,
+    code_warnings,
+    headline,
+    resolution,
+    resolution_lead,
+    row_cells,
+    summary_text,
+)
 from collector.output.explain import header_line, pair_lines
 from collector.output.text import interval, percent, plain_rows, repro_command, series_label
 from collector.store.queries import OP_KEYS, version_key
@@ -113,6 +121,8 @@ for side, count in counts.items():
     if count == 0:
         st.warning(f"The {side} selection matches no runs.")
 for line in resolution_lead(comparison):
+    st.warning(line)
+for line in code_warnings(comparison):
     st.warning(line)
 st.subheader(headline(comparison))
 st.caption(" ".join(between_lines(between)).strip())

@@ -18,7 +18,7 @@ from collector.bench import counters, memory, profiles
 from collector.bench.measure import WindowClock, window_mean_from_running
 from collector.config import BenchmarkConfig
 from collector.metrics import ANON_KIND
-from trainers.spec import ModelSpec, sparse_ce_loss
+from trainers.spec import ModelSpec
 
 POLICIES = {"fp32": "float32", "tf32": "float32", "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16"}
 
@@ -55,7 +55,7 @@ def build_model(spec: ModelSpec, config: BenchmarkConfig, scope: Any = None) -> 
         if config.loop == "fit":
             model.compile(
                 optimizer=optimizer,
-                loss=sparse_ce_loss(),
+                loss=spec.loss(),
                 jit_compile=config.xla,
                 steps_per_execution=config.steps_per_execution,
             )

@@ -1,0 +1,2 @@
+def model(preset:
+    return {}

@@ -1,0 +1,246 @@
+"""A user's own model, named wherever a bundled model is named, by where it lives: ``path/to/file.py:function``
+or ``package.module:function``. docs/reference.md ("Your own model") has the contract the function meets.
+
+The parent process never imports the user's file (it must stay free of every framework): it checks that the file
+exists and defines the function by reading its source, and hashes the source, so that a row says which code ran.
+The trial process imports it, calls the function once (after the precision policy and the seed are set) and
+checks what it returned; every error there names the file and the function.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib
+import importlib.machinery
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainers.spec import Batch, ModelSpec
+
+DEFAULT_LEARNING_RATE = 1e-3
+KEYS = ("model", "loss", "inputs", "labels", "batch", "optimizer", "flops_per_example")
+
+
+class UserModelError(ValueError):
+    """A user model that cannot be found or used, in one line naming its file and function."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def is_reference(name: str) -> bool:
+    """Whether a model name is a user's ``where:function`` rather than a bundled model's name."""
+    return ":" in name
+
+
+@dataclass(frozen=True)
+class Reference:
+    """``where:function``: where is a .py file (absolute, or relative to the working folder) or a module."""
+
+    name: str
+    where: str
+    function: str
+
+    @classmethod
+    def parse(cls, name: str) -> Reference:
+        where, _, function = name.rpartition(":")
+        if not where or not function.isidentifier():
+            raise UserModelError(f"model {name!r}: name a model of yours as path/to/file.py:function or "
+                                 "package.module:function")  # fmt: skip
+        return cls(name, where, function)
+
+    @property
+    def is_file(self) -> bool:
+        return self.where.endswith(".py") or "/" in self.where
+
+    def source(self) -> Path:
+        """The file that defines the function, found without importing anything."""
+        if self.is_file:
+            path = Path(self.where).resolve()
+            if not path.is_file():
+                raise UserModelError(f"model {self.name}: no file {self.where}")
+            return path
+        spec = None
+        locations: Sequence[str] | None = sys.path
+        parts = self.where.split(".")
+        for i in range(len(parts)):
+            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), locations)
+            if spec is None:
+                break
+            locations = spec.submodule_search_locations
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            raise UserModelError(f"model {self.name}: no module {self.where} on the Python path")
+        return Path(spec.origin)
+
+    def check(self) -> Path:
+        """The source file, once it is known to define the function (read, never imported)."""
+        path = self.source()
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (OSError, SyntaxError, ValueError) as error:
+            line = f" at line {error.lineno}" if isinstance(error, SyntaxError) and error.lineno else ""
+            raise UserModelError(f"model {self.name}: cannot read {path}{line}: {type(error).__name__}") from None
+        defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+        defined |= {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                    if isinstance(t, ast.Name)}  # fmt: skip
+        if self.function not in defined:
+            raise UserModelError(f"model {self.name}: {path.name} defines no function {self.function}")
+        return path
+
+    def source_hash(self) -> str:
+        """The first 16 hex digits of the SHA-256 of the source file: a changed model is another model."""
+        return hashlib.sha256(self.check().read_bytes()).hexdigest()[:16]
+
+    def load(self) -> Callable[..., Any]:
+        """Import the file or module (in the trial process only) and return the function."""
+        path = self.check()
+        try:
+            if self.is_file:
+                sys.path.insert(0, str(path.parent))  # its own imports of the files beside it
+                spec = importlib.util.spec_from_file_location(f"stepwatch_model_{path.stem}", path)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[spec.name] = module
+                spec.loader.exec_module(module)
+            else:
+                module = importlib.import_module(self.where)
+        except Exception as error:  # noqa: BLE001 - whatever the user's file raises on import, in one line
+            raise UserModelError(f"model {self.name}: importing {path.name} failed: {_one_line(error)}") from error
+        function = getattr(module, self.function, None)
+        if not callable(function):
+            raise UserModelError(f"model {self.name}: {self.function} in {path.name} is not a function")
+        return function
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+class AnyPreset(Mapping[str, str]):
+    """A user model's presets: whatever preset name its function accepts (it is passed the name)."""
+
+    def __getitem__(self, name: str) -> str:
+        return name
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str)
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+class Built:
+    """What the user's function returned, checked; the function is called once, on first need."""
+
+    def __init__(self, reference: Reference) -> None:
+        self.reference = reference
+        self.declared: dict[str, Any] | None = None
+
+    def get(self, preset: str) -> dict[str, Any]:
+        if self.declared is None:
+            self.declared = self._call(preset)
+        return self.declared
+
+    def _call(self, preset: str) -> dict[str, Any]:
+        name = self.reference.name
+        function = self.reference.load()
+        takes_preset = bool(inspect.signature(function).parameters)
+        try:
+            declared = function(preset) if takes_preset else function()
+        except Exception as error:  # noqa: BLE001 - the user's function raised: one line naming it
+            raise UserModelError(f"model {name}: {self.reference.function}() raised {_one_line(error)}") from error
+        if not isinstance(declared, dict) or "model" not in declared:
+            raise UserModelError(f"model {name}: {self.reference.function}() returned {type(declared).__name__}, "
+                                 "not a dict with 'model' (docs/reference.md, 'Your own model')")  # fmt: skip
+        unknown = sorted(set(declared) - set(KEYS))
+        if unknown:
+            raise UserModelError(f"model {name}: unknown key(s) {', '.join(unknown)} (known: {', '.join(KEYS)})")
+        import keras
+
+        if not isinstance(declared["model"], keras.Model):
+            raise UserModelError(f"model {name}: 'model' is a {type(declared['model']).__name__}, not a keras.Model")
+        if "loss" not in declared:
+            raise UserModelError(f"model {name}: no 'loss' (a Keras loss, or its name)")
+        if "batch" not in declared:
+            for key in ("inputs", "labels"):
+                if key not in declared:
+                    raise UserModelError(f"model {name}: no '{key}' (or a 'batch' function)")
+                _check_declared(name, key, declared[key])
+        return declared
+
+
+def _check_declared(name: str, key: str, declared: Any) -> None:
+    for one in _leaves(declared):
+        if not isinstance(one, dict) or "shape" not in one:
+            raise UserModelError(f"model {name}: '{key}' must be {{'shape': (...), 'dtype': ...}} (or a list or "
+                                 f"dict of them), not {one!r}")  # fmt: skip
+        dtype = np.dtype(one.get("dtype", "float32"))
+        if dtype.kind in "iu" and "high" not in one:
+            raise UserModelError(f"model {name}: '{key}' of dtype {dtype} needs 'high' (values are drawn below it)")
+
+
+def _leaves(declared: Any) -> list[Any]:
+    if isinstance(declared, dict) and "shape" not in declared:
+        return list(declared.values())
+    if isinstance(declared, list | tuple):
+        return list(declared)
+    return [declared]
+
+
+def _draw(declared: Any, batch: int, rng: np.random.Generator) -> Any:
+    """A batch of ``batch`` examples of a declared input (or list or dict of them)."""
+    if isinstance(declared, dict) and "shape" not in declared:
+        return {key: _draw(value, batch, rng) for key, value in declared.items()}
+    if isinstance(declared, list | tuple):
+        return [_draw(value, batch, rng) for value in declared]
+    shape = (batch, *tuple(declared["shape"]))
+    dtype = np.dtype(declared.get("dtype", "float32"))
+    if dtype.kind in "iu":
+        return rng.integers(declared.get("low", 0), declared["high"], size=shape, dtype=dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def user_spec(name: str) -> ModelSpec:
+    """The ModelSpec of a user's model: its function is called (once) when the model is built; batches, loss,
+    optimizer and FLOPs come from what it returned."""
+    reference = Reference.parse(name)
+    reference.check()
+    built = Built(reference)
+
+    def batch(preset: str, size: int, seed: int) -> Batch:
+        declared = built.get(preset)
+        if "batch" in declared:
+            return declared["batch"](size, seed)
+        rng = np.random.default_rng(seed)
+        return _draw(declared["inputs"], size, rng), _draw(declared["labels"], size, rng)
+
+    def optimizer(learning_rate: float) -> Any:
+        import keras
+
+        given = (built.declared or {}).get("optimizer")
+        return given if given is not None else keras.optimizers.Adam(learning_rate)
+
+    return ModelSpec(
+        name=name,
+        unit="examples",
+        presets=AnyPreset(),
+        build=lambda preset: built.get(preset)["model"],
+        synthetic_batch=batch,
+        flops_per_example=lambda preset: (built.declared or {}).get("flops_per_example"),
+        units_per_example=lambda preset: 1,
+        optimizer=optimizer,
+        default_learning_rate=DEFAULT_LEARNING_RATE,
+        description=f"your model: {name}",
+        loss=lambda: (built.declared or {})["loss"],
+    )

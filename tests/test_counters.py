@@ -264,6 +264,30 @@ def test_a_profile_of_every_backend_gives_its_op_table(counted: list[dict]) -> N
     check_op_tables(counted, set(PROFILED) - COMPILED_TORCH)
 
 
+def test_a_tensorflow_profile_names_the_same_ops_with_and_without_onednn(tmp_path: Path) -> None:
+    """TensorFlow turns oneDNN's graph rewrite on by default on some x86 CPUs (AVX-512 VNNI or newer) and off on
+    others, and the rewrite renames the ops it takes over (_MklMatMul, _MklNativeFusedConv2D): a profile then
+    named no MatMul and no convolution on one machine and both on the next. Forced on and off here, whatever
+    this CPU's default, ResNet-50's profile names its matmul and its convolutions both times; the rewrite's only
+    other trace is the one fusion it adds (the filter gradient with the bias gradient)."""
+    found = {}
+
+    def run(onednn: str) -> None:
+        out = tmp_path / onednn
+        flags = ("--xla", "off", "--precision", "fp32", "--steps", "10", "--warmup", "10", "--window", "5")
+        done = stepwatch("run", "--models", "resnet50", *flags, "--profile", "1", "--out", str(out),
+                         env={"TF_ENABLE_ONEDNN_OPTS": onednn})  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        [row] = [r for path in out.glob("*.parquet") for r in pq.read_table(path).to_pylist()]
+        found[onednn] = set(row["op_types"])
+
+    two_at_a_time(run, ("0", "1"))
+    for types in found.values():
+        assert {"MatMul", "_FusedConv2D", "Conv2DBackpropInput"} <= types, sorted(types)
+        assert not any(t.startswith("_Mkl") for t in types), sorted(types)
+    assert found["0"] ^ found["1"] <= {"Conv2DBackpropFilter", "Conv2DBackpropFilterWithBias"}, found
+
+
 @pytest.mark.large
 def test_torch_compile_counters_and_op_table(tmp_path: Path) -> None:
     rows = count(tmp_path, ("torch",))

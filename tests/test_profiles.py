@@ -46,6 +46,13 @@ def test_an_ops_self_time_leaves_out_the_ops_nested_in_it() -> None:
         (Event("MatMul_1.42", 0, 1, hlo_op="MatMul_1.42"), ("MatMul", "MatMul_1.42")),  # TensorFlow's names in XLA
         (Event("model/dense/MatMul:MatMul", 0, 1), ("MatMul", "model/dense/MatMul")),  # a TensorFlow graph op
         (Event("volta_sgemm_128x64_nn", 0, 1, tf_op="model/dense/MatMul:MatMul"), ("MatMul", "model/dense/MatMul")),
+        # oneDNN's rewrites (on by default on CPUs with AVX-512 VNNI or newer) by the stock op they replace; the
+        # remapper's fused ops are TensorFlow's own.
+        (Event("lstm/MatMul_1:_MklMatMul", 0, 1), ("MatMul", "lstm/MatMul_1")),
+        (Event("logits/BiasAdd:_MklNativeFusedMatMul", 0, 1), ("_FusedMatMul", "logits/BiasAdd")),
+        (Event("conv1/Relu:_MklNativeFusedConv2D", 0, 1), ("_FusedConv2D", "conv1/Relu")),
+        (Event("bn/FusedBatchNormV3:_MklNativeFusedBatchNormV3", 0, 1), ("FusedBatchNormV3", "bn/FusedBatchNormV3")),
+        (Event("conv1/Relu:_FusedConv2D", 0, 1), ("_FusedConv2D", "conv1/Relu")),
         (Event("ThunkExecutor::Execute", 0, 1), None),  # the framework's own work, not an op
         (Event("IteratorGetNextOp::DoCompute", 0, 1), None),
         (Event("end: dot.1", 0, 1), None),

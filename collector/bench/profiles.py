@@ -12,7 +12,8 @@ What an op is, by backend and compiler:
   optimized HLO was read for its counters, the name less its numeric suffix for a fusion
   (``multiply_add_fusion``) or where it was not. Names and numbering differ between compilations and
   versions, so types are what align across versions.
-- TensorFlow without XLA: a graph op (an event named ``node:OpType``): the node's name and its op type.
+- TensorFlow without XLA: a graph op (an event named ``node:OpType``): the node's name and its op type, the
+  stock op's where oneDNN rewrote it (``graph_type``).
 - torch: an operator (``aten::addmm``); the profiler names no instances, so name and type are one.
 On a CPU every op runs on the host; on an accelerator its kernels are ``device`` rows, read from the device's
 streams, and typed by the instruction that launched them: a custom call by what it calls (cuDNN convolution
@@ -34,7 +35,12 @@ PROFILE_STEPS = 5  # training steps recorded, after the timed ones
 
 _XLA_SUFFIX = re.compile(r"(?:[._]\d+)+$")
 _TORCH_SUFFIX = re.compile(r":\s*\d+/\d+$")  # a compiled region's frame and recompile: 42/0
-_TF_OP = re.compile(r"^(?P<name>[^:\s]+):(?P<type>[A-Z][A-Za-z0-9_]*)$")
+_TF_OP = re.compile(r"^(?P<name>[^:\s]+):(?P<type>_?[A-Z][A-Za-z0-9_]*)$")
+# oneDNN's graph rewrite (on by default where TensorFlow finds AVX-512 VNNI or newer) renames the ops it takes
+# over: _MklMatMul, _MklNativeFusedConv2D. Typed as the op they replace, a profile names the same ops on every
+# x86 CPU (_FusedConv2D is TensorFlow's own fused op, from its remapper).
+_ONEDNN = re.compile(r"^_Mkl(?:Native)?(?:(?P<fused>Fused(?:Conv2D|Conv3D|DepthwiseConv2dNative|MatMul|BatchMatMulV2|"
+                     r"BatchNormEx))|(?P<op>[A-Z]\w*))$")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,15 @@ class Event:
 # which op an event is.
 Planes = list[tuple[str, list[tuple[str, Iterable[Event]]]]]
 _OP_STATS = ("hlo_op", "tf_op")
+
+
+def graph_type(op_type: str) -> str:
+    """A TensorFlow graph op's type, as stock TensorFlow names it: oneDNN's rewrites by the op they replace
+    (``_MklMatMul`` -> ``MatMul``, ``_MklNativeFusedMatMul`` -> ``_FusedMatMul``)."""
+    found = _ONEDNN.match(op_type)
+    if found is None:
+        return op_type
+    return f"_{found['fused']}" if found["fused"] else found["op"]
 
 
 def xla_type(hlo_op: str) -> str:
@@ -122,7 +137,7 @@ def op_of(event: Event, opcodes: Mapping[str, str] | None = None) -> tuple[str, 
     for text in (event.tf_op, event.name):
         found = _TF_OP.match(text or "")
         if found:
-            return found["type"], found["name"]
+            return graph_type(found["type"]), found["name"]
     return None
 
 

@@ -25,7 +25,7 @@ DEVICES = ("cpu", "gpu", "tpu")
 KERAS_BACKENDS = ("tensorflow", "jax", "torch")
 STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
 PRECISIONS = ("fp32", "tf32", "mixed_float16", "mixed_bfloat16")
-LOOPS = ("fit", "ctl")
+LOOPS = ("fit", "ctl", "pytorch")  # Keras fit, a TensorFlow custom loop, a plain PyTorch loop (no Keras)
 DATA = ("synthetic", "pipeline")
 # Host threads: the framework's own pools, a count per host chosen by stepwatch, or INTRA/INTER explicitly.
 THREADS_DEFAULT, THREADS_AUTO = "default", "auto"
@@ -254,12 +254,12 @@ def resolve(config: BenchmarkConfig, cores: int | None = None) -> BenchmarkConfi
 def _validate_keras_backend(config: BenchmarkConfig) -> None:
     """What JAX and torch cannot run under Keras, refused before a process starts. TensorFlow runs everything."""
     name = config.keras_backend
-    if name == "tensorflow":
+    if name == "tensorflow" and config.loop != "pytorch":
         return
-    if config.loop != "fit":
-        raise ConfigError(
-            f"loop {config.loop!r} is a TensorFlow custom loop (tf.function); keras_backend {name} runs fit"
-        )
+    if config.loop == "pytorch" and name != "torch":
+        raise ConfigError(f"loop pytorch is plain PyTorch training: it runs with keras_backend torch, not {name}")
+    if config.loop == "ctl":
+        raise ConfigError(f"loop 'ctl' is a TensorFlow custom loop (tf.function); keras_backend {name} runs fit")
     if config.data != "synthetic":
         raise ConfigError(
             f"data {config.data!r} is a tf.data host pipeline; keras_backend {name} feeds synthetic device arrays"
@@ -286,9 +286,11 @@ def validate(config: BenchmarkConfig) -> BenchmarkConfig:
         raise ConfigError(str(error.args[0])) from None
     except UserModelError as error:
         raise ConfigError(str(error)) from None
-    if is_reference(config.model) and config.loop != "fit":
-        raise ConfigError(f"model {config.model}: a model of yours trains with loop fit (the custom loop ctl is the "
-                          "bundled models' own, with their loss)")  # fmt: skip
+    if config.loop == "pytorch" and not is_reference(config.model) and get_model(config.model).torch is None:
+        raise ConfigError(f"model {config.model} has no plain PyTorch build (resnet50 has): run it with loop fit")
+    if is_reference(config.model) and config.loop == "ctl":
+        raise ConfigError(f"model {config.model}: a model of yours trains with loop fit, or pytorch for a torch module "
+                          "(the custom loop ctl is the bundled models' own, with their loss)")  # fmt: skip
     for name in FIELD_NAMES:
         allowed = ROLES[name].choices
         if allowed and getattr(config, name) not in allowed:

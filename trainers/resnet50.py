@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from trainers.spec import Batch, ModelSpec, training_flops
+from trainers import torch_resnet50
+from trainers.spec import Batch, ModelSpec, TorchParts, training_flops
 
 EXPANSION = 4
 RESNET50_BLOCKS = (3, 4, 6, 3)
@@ -134,4 +135,7 @@ SPEC = ModelSpec(
     optimizer=optimizer,
     default_learning_rate=0.01,
     description="ResNet-50 image classification (keras.applications, random weights)",
+    torch=TorchParts(
+        build=lambda size: torch_resnet50.build(size), optimizer=lambda p, lr: torch_resnet50.optimizer(p, lr)
+    ),
 )

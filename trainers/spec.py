@@ -25,6 +25,16 @@ def sparse_ce_loss() -> Any:
 
 
 @dataclass(frozen=True)
+class TorchParts:
+    """A model in plain PyTorch: the module (from the preset), its optimizer and its loss, as a PyTorch user
+    writes them. Batches are the spec's own ``synthetic_batch``, converted to tensors."""
+
+    build: Callable[[Any], Any]  # preset -> torch.nn.Module (random weights)
+    optimizer: Callable[[Any, float], Any]  # (parameters, learning rate) -> torch.optim.Optimizer
+    loss: Callable[[], Any] = lambda: __import__("torch").nn.CrossEntropyLoss()  # logits, integer labels
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A benchmarkable model: named presets and the functions that build and feed it."""
 
@@ -39,6 +49,7 @@ class ModelSpec:
     default_learning_rate: float
     description: str = ""
     loss: Callable[[], Any] = sparse_ce_loss  # () -> the Keras loss ``fit`` trains with
+    torch: TorchParts | None = None  # the same model in plain PyTorch (loop "pytorch"), where there is one
 
     def learning_rate(self, override: float | None) -> float:
         """The learning rate a run uses: the config's when it sets one, else this model's default."""

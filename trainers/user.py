@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from trainers.spec import Batch, ModelSpec
+from trainers.spec import Batch, ModelSpec, TorchParts
 
 DEFAULT_LEARNING_RATE = 1e-3
 KEYS = ("model", "loss", "inputs", "labels", "batch", "optimizer", "flops_per_example")
@@ -166,10 +166,6 @@ class Built:
         unknown = sorted(set(declared) - set(KEYS))
         if unknown:
             raise UserModelError(f"model {name}: unknown key(s) {', '.join(unknown)} (known: {', '.join(KEYS)})")
-        import keras
-
-        if not isinstance(declared["model"], keras.Model):
-            raise UserModelError(f"model {name}: 'model' is a {type(declared['model']).__name__}, not a keras.Model")
         if "loss" not in declared:
             raise UserModelError(f"model {name}: no 'loss' (a Keras loss, or its name)")
         if "batch" not in declared:
@@ -178,6 +174,31 @@ class Built:
                     raise UserModelError(f"model {name}: no '{key}' (or a 'batch' function)")
                 _check_declared(name, key, declared[key])
         return declared
+
+    def keras_model(self, preset: str) -> Any:
+        """The model, for Keras' ``fit``: a keras.Model."""
+        import keras
+
+        model = self.get(preset)["model"]
+        if not isinstance(model, keras.Model):
+            hint = ": a torch.nn.Module trains with --loop pytorch --keras-backend torch" if _is_torch(model) else ""
+            raise UserModelError(f"model {self.reference.name}: 'model' is a {type(model).__name__}, not a "
+                                 f"keras.Model{hint}")  # fmt: skip
+        return model
+
+    def torch_module(self, preset: str) -> Any:
+        """The model, for the plain PyTorch loop: a torch.nn.Module that is not a Keras model."""
+        model = self.get(preset)["model"]
+        keras = sys.modules.get("keras")
+        if not _is_torch(model) or (keras is not None and isinstance(model, keras.Model)):
+            raise UserModelError(f"model {self.reference.name}: 'model' is a {type(model).__name__}, not a "
+                                 "torch.nn.Module (a Keras model trains with --loop fit)")  # fmt: skip
+        return model
+
+
+def _is_torch(model: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.nn.Module)
 
 
 def _check_declared(name: str, key: str, declared: Any) -> None:
@@ -231,11 +252,17 @@ def user_spec(name: str) -> ModelSpec:
         given = (built.declared or {}).get("optimizer")
         return given if given is not None else keras.optimizers.Adam(learning_rate)
 
+    def torch_optimizer(parameters: Any, learning_rate: float) -> Any:
+        import torch
+
+        given = (built.declared or {}).get("optimizer")
+        return given if given is not None else torch.optim.Adam(parameters, lr=learning_rate)
+
     return ModelSpec(
         name=name,
         unit="examples",
         presets=AnyPreset(),
-        build=lambda preset: built.get(preset)["model"],
+        build=built.keras_model,
         synthetic_batch=batch,
         flops_per_example=lambda preset: (built.declared or {}).get("flops_per_example"),
         units_per_example=lambda preset: 1,
@@ -243,4 +270,5 @@ def user_spec(name: str) -> ModelSpec:
         default_learning_rate=DEFAULT_LEARNING_RATE,
         description=f"your model: {name}",
         loss=lambda: (built.declared or {})["loss"],
+        torch=TorchParts(build=built.torch_module, optimizer=torch_optimizer, loss=lambda: built.declared["loss"]),
     )

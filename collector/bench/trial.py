@@ -103,6 +103,9 @@ def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> 
         message = str(error).strip().splitlines()[0][:500] if str(error).strip() else repr(error)
         if is_reference(config.model) and not message.startswith(f"model {config.model}"):
             message = f"model {config.model}: {message}"  # where a user's model failed, it is named
+        hidden = runtime.hidden_framework(error, config)
+        if hidden:
+            message = f"{message} ({hidden})"
         result.update(status="oom" if oom else "crash", error_type=type(error).__name__, error_message=message)
     finally:
         if model is not None:  # what really ran, read back once training has built the step function

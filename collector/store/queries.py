@@ -30,6 +30,8 @@ SERIES_ORDER = ", ".join(f'"{name}"' for name in SERIES_DIMENSIONS)
 SPEEDUP_KEYS = tuple(d for d in SERIES_DIMENSIONS if d not in ("xla", "precision", "per_device_batch"))
 # A backend is compared with TensorFlow on the same everything else (jit_compile setting, precision, batch).
 BACKEND_KEYS = tuple(d for d in SERIES_DIMENSIONS if d != "keras_backend")
+# Plain PyTorch (loop pytorch) is compared with Keras' fit on torch on the same everything else.
+LOOP_KEYS = tuple(d for d in SERIES_DIMENSIONS if d != "loop")
 
 
 def _known(metric: str, does: str = "tracks") -> None:
@@ -336,16 +338,16 @@ def recent_points(con: duckdb.DuckDBPyConnection, series_keys: Sequence[str], me
 
 
 # The three speedups of a config point, each against its own reference point (see ``speedups``).
-SPEEDUPS = {"xla": "x", "precision": "f", "backend": "t"}
+SPEEDUPS = {"xla": "x", "precision": "f", "backend": "t", "plain": "l"}
 
 
 def speedups(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFrame:
     """Per config point of the selected ok runs: its median throughput, and the count, mean and variance of its
     log throughput, with the same three numbers of each reference it is sped up against (``{kind}_n``,
     ``{kind}_mean_log``, ``{kind}_var_log``): XLA off (same everything else), the fastest fp32 point (same model,
-    device, backend and XLA setting, since mixed precision usually runs a larger batch) and the TensorFlow
-    backend (same everything else). The ratios and their intervals come from the analysis
-    (``collector.analysis.speedups``)."""
+    device, backend and XLA setting, since mixed precision usually runs a larger batch), the TensorFlow
+    backend (same everything else) and, for a plain PyTorch point, Keras' fit on torch (same everything else).
+    The ratios and their intervals come from the analysis (``collector.analysis.speedups``)."""
     where, params = selection.where()
     keys = ", ".join(f'"{k}"' for k in SPEEDUP_KEYS)
 
@@ -374,6 +376,7 @@ def speedups(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFra
         }
         LEFT JOIN fp32 f ON {same("f", "f.xla = p.xla")}
         LEFT JOIN points t ON {same("t", "t.keras_backend = 'tensorflow'", keys=BACKEND_KEYS)}
+        LEFT JOIN points l ON {same("l", "p.loop = 'pytorch'", "l.loop = 'fit'", keys=LOOP_KEYS)}
         ORDER BY {SERIES_ORDER}
         """,
         params,

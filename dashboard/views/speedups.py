@@ -64,6 +64,16 @@ bars(
     color="keras_backend",
     pattern="xla",
 )
+# Plain PyTorch against Keras on torch: rows of plain PyTorch have no Keras version, so any Keras version's fit
+# trials of the same config are its reference here.
+plain = with_intervals(data.load("speedups", Selection.of(keras_backend="torch", accelerator=picked)))
+bars(
+    plain[plain["loop"] == "pytorch"],
+    "plain",
+    "Plain PyTorch vs Keras on torch (same model, precision, batch, device and compile setting; Keras: any version)",
+    "no plain PyTorch run (--loop pytorch) has a Keras-on-torch run of the same config here.",
+    pattern="xla",
+)
 columns = [
     "model",
     "preset",

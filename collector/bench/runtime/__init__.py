@@ -71,6 +71,20 @@ def hide(names: Iterable[str]) -> None:
     importlib.invalidate_caches()
 
 
+def hidden_framework(error: BaseException, config: BenchmarkConfig) -> str | None:
+    """Where ``error`` (or what caused it) is an import of a framework this trial hides, what to say: a model of
+    yours that imports torch in a TensorFlow trial finds no torch, though it is installed."""
+    while error is not None:
+        missing = (getattr(error, "name", None) or "").partition(".")[0]
+        if isinstance(error, ModuleNotFoundError):
+            for backend, modules in FRAMEWORK_MODULES.items():
+                if missing in modules and backend != config.keras_backend:
+                    return (f"{missing} is hidden in a keras_backend {config.keras_backend} trial: "
+                            f"run it with --keras-backend {backend}")  # fmt: skip
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def prepare(config: BenchmarkConfig) -> None:
     """Set what the backend reads when it is imported: KERAS_BACKEND, and the device JAX or torch uses; hide the
     other backends. Must run before anything imports Keras."""
@@ -145,7 +159,9 @@ class Backend(Protocol):
 
 
 def load(config: BenchmarkConfig) -> Backend:
-    """The config's Keras backend (after ``prepare``)."""
+    """The config's Keras backend (after ``prepare``), or plain PyTorch for loop ``pytorch`` (no Keras)."""
+    if config.loop == "pytorch":
+        return importlib.import_module(f"{__name__}.pytorch").BACKEND
     module = importlib.import_module(f"{__name__}.{config.keras_backend}")
     import keras
 

@@ -5,36 +5,26 @@ placed once on the device, the ``fit`` timing callback and the host's peak memor
 from __future__ import annotations
 
 import contextlib
-import resource
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import keras
 
-from collector.bench import counters, memory, profiles
+from collector.bench import counters, profiles
 from collector.bench.measure import WindowClock, window_mean_from_running
+from collector.bench.runtime.base import (  # noqa: F401 - the backends read these here too
+    Runtime,
+    TrialBackend,
+    cudnn_text,
+    host_memory_fields,
+    host_peak_memory,
+    wrapped,
+)
 from collector.config import BenchmarkConfig
-from collector.metrics import ANON_KIND
 from trainers.spec import ModelSpec
 
 POLICIES = {"fp32": "float32", "tf32": "float32", "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16"}
-
-
-@dataclass
-class Runtime:
-    """What was set up for one trial, read back from the framework rather than assumed."""
-
-    replicas: int
-    tf32_enabled: bool | None
-    matmul_precision: str | None  # the framework's own word for its float32 matmul setting
-    compute_dtype: str
-    variable_dtype: str
-    strategy: Any = None  # TensorFlow: the tf.distribute strategy; JAX: the keras.distribution, if any
-    intra_op_threads: int | None = None  # host threads, read back (0: TensorFlow picks; None: not readable)
-    inter_op_threads: int | None = None
 
 
 def set_policy(precision: str) -> tuple[str, str]:
@@ -149,53 +139,13 @@ def compiler_of(model: Any, config: BenchmarkConfig, compiled_by: str) -> str:
     return compiled_by if effective else "none"
 
 
-def cudnn_text(version: int | None) -> str | None:
-    """cuDNN's integer version as text: 90800 -> '9.8.0' (cuDNN 9+), 8906 -> '8.9.6' (cuDNN 8)."""
-    if not version:
-        return None
-    if version >= 10000:
-        return f"{version // 10000}.{version % 10000 // 100}.{version % 100}"
-    return f"{version // 1000}.{version % 1000 // 100}.{version % 100}"
-
-
-@contextlib.contextmanager
-def wrapped(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
-    """``owner.name`` replaced by ``wrap(original)`` for the block, and restored whatever happens: how a backend
-    watches Keras make its train step (``KerasBackend.recording``)."""
-    original = getattr(owner, name)
-    setattr(owner, name, wrap(original))
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
-
-
-def host_peak_memory() -> tuple[int | None, str]:
-    """A CPU trial's peak memory on every backend: its peak anonymous memory, which the parent samples from
-    outside (collector.bench.memory), so nothing to read here."""
-    return None, ANON_KIND
-
-
-def host_memory_fields() -> dict[str, int]:
-    """What the trial itself says about its host memory at its end, on every device: ``ru_maxrss`` (the peak
-    resident set, shared libraries included) and the floor that checks the parent's sampled peak."""
-    fields = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
-    return {**fields, **memory.trial_end_fields(memory.own_status()), **memory.own_anon_fields()}
-
-
-class KerasBackend:
+class KerasBackend(TrialBackend):
     """The skeleton of a Keras backend (``collector.bench.runtime.Backend``), written once: building and compiling
-    for ``fit``, batches placed on the device once, the ``fit`` loop with window marks, what jit_compile ran,
-    and on a CPU the host's peak memory. A backend subclasses it and fills in what differs: ``configure``, its
-    software versions, and on an accelerator its peak memory, device details and out-of-memory error."""
+    for ``fit``, batches placed on the device once, the ``fit`` loop with window marks, what jit_compile ran. A
+    backend subclasses it and fills in what differs: ``configure``, its software versions, and on an accelerator
+    its peak memory, device details and out-of-memory error."""
 
     compiled_by = "xla"  # what jit_compile runs on this backend
-
-    def configure(self, config: BenchmarkConfig) -> Runtime:
-        raise NotImplementedError
-
-    def software_environment(self) -> dict[str, Any]:
-        raise NotImplementedError
 
     def build_model(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> tuple[Any, Any]:
         """Built and compiled for ``fit`` (under ``scope``), with its train function made while ``recording``, so
@@ -214,9 +164,6 @@ class KerasBackend:
         """While Keras makes the train function: note what a backend needs to find its compiled step again."""
         return contextlib.nullcontext()
 
-    def counters(self, model: Any, data: Any, config: BenchmarkConfig, runtime: Runtime) -> dict[str, Any]:
-        return {}
-
     def profile(self, model: Any, data: Any, config: BenchmarkConfig, logdir: Path) -> dict[str, Any]:
         """``profiles.PROFILE_STEPS`` more steps of ``fit`` under the framework's profiler, which writes its raw
         profile into ``logdir``: the op table (``collector.schema.OP_COLUMNS``) and the wall time of a profiled step."""
@@ -229,24 +176,6 @@ class KerasBackend:
         # Once unprofiled first: the first fit after the timed one compiles the step again on JAX (2.2 s for bert
         # tiny, which a profile would take for the step's own time).
         return self.profiled(run, config, logdir, warm=profiles.PROFILE_STEPS)
-
-    def profiled(
-        self, run: Callable[[int], None], config: BenchmarkConfig, logdir: Path, warm: int = 1
-    ) -> dict[str, Any]:
-        """``run(steps)`` ``warm`` steps unprofiled, then ``profiles.PROFILE_STEPS`` under the profiler: the op
-        table and the wall time of a profiled step (``run`` returns once its last step has finished)."""
-        run(warm)
-        steps = profiles.PROFILE_STEPS
-        with self.profiler(logdir, config):
-            start = time.perf_counter()
-            run(steps)
-            wall_s = time.perf_counter() - start
-        table = profiles.op_table(self.op_totals(logdir), steps)
-        return {**table, "profile_steps": steps, "profile_step_time_s": wall_s / steps}
-
-    def profiler(self, logdir: Path, config: BenchmarkConfig) -> contextlib.AbstractContextManager[None]:
-        """The framework's profiler, recording into ``logdir`` for the block."""
-        raise NotImplementedError
 
     def op_totals(self, logdir: Path) -> dict[tuple[str, str, str], tuple[float, int]]:
         """(op type, op name, where) -> (self time in seconds, occurrences) over the profiled steps: from the
@@ -285,23 +214,3 @@ class KerasBackend:
 
     def loss_scaling(self, model: Any, optimizer: Any) -> bool:
         return loss_scaling(model, optimizer)
-
-    def peak_memory(self, config: BenchmarkConfig) -> tuple[int | None, str | None]:
-        """On a CPU the peak anonymous host memory (sampled by the parent); else the device allocator's peak."""
-        return host_peak_memory() if config.device == "cpu" else self.device_peak_memory(config)
-
-    def device_peak_memory(self, config: BenchmarkConfig) -> tuple[int | None, str | None]:
-        return None, None
-
-    def host_memory_fields(self) -> dict[str, int]:
-        return host_memory_fields()
-
-    def accelerator_details(self, config: BenchmarkConfig) -> dict[str, Any]:
-        """Product name, count and compute capability of the accelerators (none on a CPU)."""
-        return {} if config.device == "cpu" else self.device_details(config)
-
-    def device_details(self, config: BenchmarkConfig) -> dict[str, Any]:
-        return {}
-
-    def is_out_of_memory(self, error: BaseException) -> bool:
-        return False

@@ -1,0 +1,239 @@
+"""Plain PyTorch training (loop ``pytorch``): a ``torch.nn.Module`` trained in the loop a PyTorch user writes
+(forward and loss under autocast, backward, optimizer step; a GradScaler for float16), TF32 as the precision
+asks, ``torch.compile`` (inductor) on the module for ``xla`` on. The same window clock, peak memory, counters,
+profile and failure rows as a Keras trial, and no Keras: what ran is what a PyTorch user runs.
+
+``TorchDevice`` is what this trial and Keras-on-torch (``collector.bench.runtime.torch``) share: threads, TF32,
+torch.compile's counters, torch's profiler, CUDA memory and devices. Only a trial process with
+KERAS_BACKEND=torch imports this module; it imports neither Keras nor TensorFlow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from collector.bench import counters, profiles
+from collector.bench.measure import WindowClock
+from collector.bench.runtime.base import Runtime, TrialBackend, cudnn_text
+from collector.config import BenchmarkConfig, ConfigError, thread_counts
+from trainers.spec import ModelSpec
+
+AUTOCAST = {"mixed_float16": torch.float16, "mixed_bfloat16": torch.bfloat16}  # fp32 and tf32: no autocast
+
+
+class TorchDevice:
+    """What a torch trial sets and reads the same way whether Keras trains or the user's loop does."""
+
+    compiled_by = "inductor"
+
+    def set_up(self, config: BenchmarkConfig) -> dict[str, Any]:
+        """Threads, and TF32: fp32 is true fp32 (TF32 off for matmuls and cuDNN); every other mode allows TF32, as
+        TensorFlow does. What was set, read back."""
+        if config.device == "gpu" and not torch.cuda.is_available():
+            raise ConfigError("device gpu: torch sees no CUDA device")
+        counts = thread_counts(config.threads)
+        if counts:
+            torch.set_num_threads(counts[0])
+            torch.set_num_interop_threads(counts[1])  # before any inter-op work, or torch refuses
+        tf32 = config.precision != "fp32"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        return {
+            "replicas": 1,
+            "tf32_enabled": bool(torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32),
+            "matmul_precision": torch.get_float32_matmul_precision(),
+            "intra_op_threads": torch.get_num_threads(),
+            "inter_op_threads": torch.get_num_interop_threads(),
+        }
+
+    def inductor_counters(self) -> dict[str, Any]:
+        """torch.compile's own counts for this process (only the train step was compiled): graphs (a recompile
+        is one more), graph breaks and why dynamo broke (per reason, in the row's extras), kernels inductor
+        generated, and its bytes-accessed estimate where it makes one (0 on a CPU: not recorded)."""
+        from torch._dynamo.utils import counters as dynamo
+        from torch._inductor import metrics
+
+        return {
+            "compiled_graphs": dynamo["stats"]["unique_graphs"],
+            "graph_breaks": sum(dynamo["graph_break"].values()),
+            "graph_break_reasons": counters.graph_break_reasons(dynamo["graph_break"]),
+            "generated_kernels": metrics.generated_kernel_count,
+            "compiled_bytes_accessed": float(metrics.num_bytes_accessed) or None,
+        }
+
+    averages: Any = None  # the profiled steps' per-op totals, as torch's profiler sums them
+
+    @contextlib.contextmanager
+    def profiler(self, logdir: Path, config: BenchmarkConfig) -> Iterator[None]:
+        """torch's profiler (operators on the host; on a GPU, CUDA kernels too); its trace is kept as Chrome
+        trace JSON, which Perfetto opens."""
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if config.device == "gpu":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as recorded:
+            yield
+        recorded.export_chrome_trace(str(logdir / "trace.json.gz"))
+        self.averages = recorded.key_averages()
+
+    def op_totals(self, logdir: Path) -> dict[tuple[str, str, str], tuple[float, int]]:
+        """An operator's self time on the host and, where it launched kernels, on the device (torch sums both
+        per operator; user annotations are left out)."""
+        totals = {}
+        for entry in self.averages:
+            if getattr(entry, "is_user_annotation", False) or entry.key.startswith("ProfilerStep"):
+                continue
+            host = entry.self_cpu_time_total / 1e6
+            device = getattr(entry, "self_device_time_total", 0) / 1e6
+            op_type = profiles.torch_type(entry.key)
+            if host > 0:
+                totals[(op_type, entry.key, "host")] = (host, entry.count)
+            if device > 0:
+                totals[(op_type, entry.key, "device")] = (device, entry.count)
+        return totals
+
+    def device_peak_memory(self, config: BenchmarkConfig) -> tuple[int | None, str | None]:
+        """torch.cuda.max_memory_allocated."""
+        try:
+            return int(torch.cuda.max_memory_allocated(0)), "device"
+        except RuntimeError:
+            return None, None
+
+    def torch_environment(self) -> dict[str, Any]:
+        """torch's version, the CUDA it was built with and the cuDNN it loads."""
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        return {
+            "torch_version": torch.__version__,
+            "cuda_build_version": torch.version.cuda,
+            "cudnn_runtime_version": cudnn_text(cudnn),
+        }
+
+    def device_details(self, config: BenchmarkConfig) -> dict[str, Any]:
+        """Product name and compute capability of the GPU, from torch."""
+        major, minor = torch.cuda.get_device_capability(0)
+        return {
+            "accelerator": torch.cuda.get_device_name(0),
+            "accelerator_count": config.num_devices,
+            "compute_capability": f"{major}.{minor}",
+        }
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        return isinstance(error, torch.OutOfMemoryError)
+
+
+@dataclass
+class Trainee:
+    """A module as the loop trains it: the module, what runs its forward (itself, or torch.compile's), its
+    loss and optimizer, and the gradient scaler (enabled for float16)."""
+
+    module: Any
+    forward: Any
+    loss: Any
+    optimizer: Any
+    scaler: Any
+    autocast: Any  # () -> the autocast context of the precision
+
+
+class PlainTorchBackend(TorchDevice, TrialBackend):
+    """The loop a PyTorch user writes, timed in windows like ``fit``: the loss of each step stays on the device
+    until a window closes, where one synchronisation reads the window's losses."""
+
+    def configure(self, config: BenchmarkConfig) -> Runtime:
+        settings = self.set_up(config)
+        compute = {torch.float16: "float16", torch.bfloat16: "bfloat16"}.get(AUTOCAST.get(config.precision))
+        return Runtime(compute_dtype=compute or "float32", variable_dtype="float32", **settings)
+
+    def software_environment(self) -> dict[str, Any]:
+        return self.torch_environment()
+
+    def device(self, config: BenchmarkConfig) -> torch.device:
+        return torch.device("cuda" if config.device == "gpu" else "cpu")
+
+    def build_model(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> tuple[Any, Any]:
+        """The spec's PyTorch module on the device, seeded, compiled by torch.compile for ``xla`` on; its
+        optimizer and loss. A model without a PyTorch build is refused in one line."""
+        if spec.torch is None:
+            raise ConfigError(f"model {spec.name} has no plain PyTorch build: run it with --loop fit")
+        torch.manual_seed(config.seed)
+        preset = spec.preset(config.preset)
+        module = spec.torch.build(preset).to(self.device(config))
+        module.train()
+        optimizer = spec.torch.optimizer(module.parameters(), spec.learning_rate(config.learning_rate))
+        kind = self.device(config).type
+        dtype = AUTOCAST.get(config.precision)
+        forward = torch.compile(module) if config.xla else module
+        scaler = torch.amp.GradScaler(kind, enabled=dtype is torch.float16)
+
+        def autocast() -> Any:
+            return torch.autocast(kind, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+        return Trainee(module, forward, spec.torch.loss(), optimizer, scaler, autocast), optimizer
+
+    def make_data(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
+        """One synthetic batch (the spec's, as for Keras), on the device once, used for every step."""
+        x, y = spec.synthetic_batch(spec.preset(config.preset), config.per_device_batch, config.seed)
+        device = self.device(config)
+
+        def place(value: Any) -> Any:
+            if isinstance(value, dict):
+                return {k: place(v) for k, v in value.items()}
+            if isinstance(value, list | tuple):
+                return type(value)(place(v) for v in value)
+            array = np.asarray(value)
+            tensor = torch.from_numpy(array.astype(np.int64) if array.dtype.kind in "iu" else array)
+            return tensor.to(device)
+
+        return place(x), place(y)
+
+    def step(self, model: Trainee, data: Any) -> Any:
+        """One training step; its loss, left on the device."""
+        x, y = data
+        model.optimizer.zero_grad(set_to_none=True)
+        with model.autocast():
+            out = model.forward(**x) if isinstance(x, dict) else model.forward(x)
+            loss = model.loss(out.float(), y)
+        model.scaler.scale(loss).backward()
+        model.scaler.step(model.optimizer)
+        model.scaler.update()
+        return loss.detach()
+
+    def train(self, model: Trainee, optimizer: Any, data: Any, clock: WindowClock, total_steps: int,
+              config: BenchmarkConfig, runtime: Runtime) -> None:  # fmt: skip
+        """``total_steps`` steps; a window closes every ``window_steps`` after the first step, reading the mean
+        loss of its steps (which waits for the device)."""
+        losses: list[Any] = []
+        clock.begin()
+        for done in range(total_steps):
+            if done and clock.due(done):
+                window, losses = losses, []
+                clock.close(done, lambda window=window: torch.stack(window).float().mean().item())
+            losses.append(self.step(model, data))
+        clock.close(total_steps, lambda: torch.stack(losses).float().mean().item())
+
+    def counters(self, model: Trainee, data: Any, config: BenchmarkConfig, runtime: Runtime) -> dict[str, Any]:
+        return self.inductor_counters() if config.xla else {}
+
+    def profile(self, model: Trainee, data: Any, config: BenchmarkConfig, logdir: Path) -> dict[str, Any]:
+        """``profiles.PROFILE_STEPS`` more steps of the same loop under torch's profiler."""
+
+        def run(steps: int) -> None:
+            losses = [self.step(model, data) for _ in range(steps)]
+            losses[-1].item()  # the last step has finished
+
+        return self.profiled(run, config, logdir)
+
+    def compiler(self, model: Any, config: BenchmarkConfig) -> str:
+        return self.compiled_by if config.xla else "none"
+
+    def loss_scaling(self, model: Trainee, optimizer: Any) -> bool:
+        return bool(model.scaler.is_enabled())
+
+
+BACKEND = PlainTorchBackend()

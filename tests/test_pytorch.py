@@ -1,0 +1,85 @@
+"""Plain PyTorch training (loop ``pytorch``, no Keras) on this CPU for real: the bundled ResNet-50 beside the same
+network under Keras on torch, a user's own torch module, and their speedup pair; what it cannot run is refused
+in one line, and a Keras model handed to the PyTorch loop is a row that says so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from collector.analysis.speedups import with_intervals
+from collector.store import queries
+from collector.store.database import StoreReader
+from collector.store.selection import Selection
+from tests.conftest import SHORT, stepwatch, write_suite
+
+GPT = "examples/torch_gpt.py:tiny_gpt"
+HELD_OUT = "tests/data/models/recommender.py:two_tower"  # written from the docs' contract alone
+KERAS_MODEL = "tests/data/models/sentiment.py:sentiment"
+
+
+def test_plain_pytorch_trains_resnet50_and_a_users_module_beside_keras_on_torch(tmp_path: Path) -> None:
+    configs = [("resnet50", "fit"), ("resnet50", "pytorch"), (GPT, "pytorch"), (HELD_OUT, "pytorch"),
+               (KERAS_MODEL, "pytorch")]  # fmt: skip
+    suite = write_suite(
+        tmp_path / "plain.toml",
+        '[defaults]\nkeras_backend = "torch"\npreset = "tiny"\nthreads = "auto"\n\n'
+        + "".join(f'[[configs]]\nmodel = "{m}"\nloop = "{loop}"\n\n' for m, loop in configs),
+    )
+    out = tmp_path / "out"
+    done = stepwatch("run", "--suite", str(suite), *SHORT, "--profile", "1", "--out", str(out))
+    assert done.returncode == 4 and "1 of 5 trials failed" in done.stderr, done.stderr
+    rows = {(r["model"], r["loop"]): r for f in out.glob("*.parquet") for r in pq.read_table(f).to_pylist()}
+
+    keras_fit, plain, gpt = rows["resnet50", "fit"], rows["resnet50", "pytorch"], rows[GPT, "pytorch"]
+    held_out = rows[HELD_OUT, "pytorch"]  # a dict of inputs, passed as keyword arguments; the default optimizer
+    for row in (keras_fit, plain, gpt, held_out):
+        assert row["status"] == "ok" and row["examples_per_sec"] > 0 and row["loss_finite"], row["error_message"]
+        assert len(row["window_step_times_s"]) == 2 and row["peak_memory_bytes"] > 0
+        extras = json.loads(row["extras"])
+        assert extras["frameworks_loaded"] == ["torch"] and row["torch_version"]
+        assert row["compiler"] == "none" and row["tf32_enabled"] is False and row["compute_dtype"] == "float32"
+        assert "profile_error" not in extras and row["op_types"], extras.get("profile_error")
+    assert keras_fit["keras_version"] and plain["keras_version"] is None and gpt["keras_version"] is None
+    assert plain["flops_per_example"] == keras_fit["flops_per_example"]  # the same network, counted once
+    assert any(t.startswith("aten::") and "conv" in t for t in plain["op_types"]), plain["op_types"][:20]
+    assert gpt["model_hash"] and json.loads(gpt["extras"])["flops_missing"]  # no FLOPs declared, none compiled
+    assert held_out["flops_per_example"] == 6 * 2 * 16 * 16 and json.loads(held_out["extras"])[
+        "flops_source"
+    ].startswith("declared")
+
+    refused = rows[KERAS_MODEL, "pytorch"]
+    assert refused["status"] == "crash"
+    assert refused["error_message"] == (
+        f"model {KERAS_MODEL}: 'model' is a Functional, not a torch.nn.Module (a Keras model trains with --loop fit)"
+    )
+
+    # The Keras-on-torch overhead is a speedup pair: plain PyTorch against Keras' fit of the same config.
+    db = tmp_path / "store.duckdb"
+    assert stepwatch("ingest", str(out), "--db", str(db)).returncode == 0
+    points = with_intervals(queries.speedups(StoreReader(db).connection(), Selection.of(keras_backend="torch")))
+    [pair] = points[points["plain_speedup"].notna()].to_dict("records")
+    assert (pair["model"], pair["loop"], pair["plain_n"]) == ("resnet50", "pytorch", "1 / 1")
+    assert pair["plain_speedup"] == pytest.approx(plain["examples_per_sec"] / keras_fit["examples_per_sec"], rel=0.3)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ("--models", "resnet50", "--loop", "pytorch"),
+            "loop pytorch is plain PyTorch training: it runs with keras_backend torch, not tensorflow",
+        ),  # fmt: skip
+        (
+            ("--models", "bert", "--loop", "pytorch", "--keras-backend", "torch"),
+            "model bert has no plain PyTorch build",
+        ),
+    ],
+    ids=["not-on-torch", "no-torch-build"],
+)
+def test_what_the_pytorch_loop_cannot_run_is_one_line(args: tuple[str, ...], said: str) -> None:
+    done = stepwatch("run", *args, "--dry-run")
+    assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -1,0 +1,62 @@
+"""ResNet-50 in plain PyTorch, as a PyTorch user trains it: the same v1 bottleneck blocks, sizes and synthetic
+batches as ``trainers.resnet50`` (stride on the first 1x1, BatchNorm epsilon 1.001e-5, NHWC images taken as a
+channels-last view), so that the plain loop and Keras-on-torch train the same network and their ratio is the
+Keras overhead. torch is imported inside the builder only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainers.resnet50 import ResNetSize
+
+
+def build(size: ResNetSize) -> Any:
+    """A torch.nn.Module taking (batch, H, W, 3) images (permuted to a channels-last NCHW view, no copy)."""
+    from torch import nn
+
+    from trainers.resnet50 import EXPANSION  # this module is imported by that one
+
+    def conv_bn(cin: int, cout: int, kernel: int, stride: int = 1, relu: bool = True) -> nn.Sequential:
+        layers = [nn.Conv2d(cin, cout, kernel, stride, padding=kernel // 2 if kernel == 3 else 0),
+                  nn.BatchNorm2d(cout, eps=1.001e-5)]  # fmt: skip
+        return nn.Sequential(*layers, *([nn.ReLU(inplace=True)] if relu else []))
+
+    class Bottleneck(nn.Module):
+        def __init__(self, cin: int, filters: int, stride: int, project: bool) -> None:
+            super().__init__()
+            self.shortcut = conv_bn(cin, EXPANSION * filters, 1, stride, relu=False) if project else nn.Identity()
+            self.body = nn.Sequential(
+                conv_bn(cin, filters, 1, stride), conv_bn(filters, filters, 3),
+                conv_bn(filters, EXPANSION * filters, 1, relu=False),
+            )  # fmt: skip
+            self.relu = nn.ReLU(inplace=True)
+
+        def forward(self, x: Any) -> Any:
+            return self.relu(self.shortcut(x) + self.body(x))
+
+    class ResNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            stem = [nn.Conv2d(3, size.width, 7, 2, padding=3), nn.BatchNorm2d(size.width, eps=1.001e-5),
+                    nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, padding=1)]  # fmt: skip
+            blocks, channels = [], size.width
+            for count, filters, stride in size.stages():
+                for block in range(count):
+                    blocks.append(Bottleneck(channels, filters, stride if block == 0 else 1, block == 0))
+                    channels = EXPANSION * filters
+            self.features = nn.Sequential(*stem, *blocks)
+            self.head = nn.Linear(channels, size.num_classes)
+
+        def forward(self, images: Any) -> Any:
+            x = self.features(images.permute(0, 3, 1, 2))  # NHWC in memory: a channels-last NCHW view
+            return self.head(x.mean(dim=(2, 3)))
+
+    return ResNet()
+
+
+def optimizer(parameters: Any, learning_rate: float) -> Any:
+    """SGD with momentum 0.9, as the Keras trainer's."""
+    import torch
+
+    return torch.optim.SGD(parameters, lr=learning_rate, momentum=0.9)

@@ -262,10 +262,13 @@ def _panels(
 
 
 def _configs(frame: pd.DataFrame, by: str) -> pd.Series:
-    """Each row's config as the x axis reads it: model/preset, with the backend when several are shown."""
+    """Each row's config as the x axis reads it: model/preset, with the backend when several are shown, and the
+    loop when several are (plain PyTorch beside Keras' fit on torch)."""
     config = frame["model"] + "/" + frame["preset"]
     if frame["keras_backend"].nunique() > 1 and by != "keras_backend":
         config += " " + frame["keras_backend"]
+    if frame["loop"].nunique() > 1:
+        config += " " + frame["loop"]
     return config
 
 

@@ -15,13 +15,16 @@ from collector.store import queries
 from collector.store.database import StoreReader
 from collector.store.selection import Selection
 from tests.conftest import SHORT, stepwatch, write_suite
+from tests.test_dashboard import figures, render, values
 
 GPT = "examples/torch_gpt.py:tiny_gpt"
 HELD_OUT = "tests/data/models/recommender.py:two_tower"  # written from the docs' contract alone
 KERAS_MODEL = "tests/data/models/sentiment.py:sentiment"
 
 
-def test_plain_pytorch_trains_resnet50_and_a_users_module_beside_keras_on_torch(tmp_path: Path) -> None:
+def test_plain_pytorch_trains_resnet50_and_a_users_module_beside_keras_on_torch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     configs = [("resnet50", "fit"), ("resnet50", "pytorch"), (GPT, "pytorch"), (HELD_OUT, "pytorch"),
                (KERAS_MODEL, "pytorch")]  # fmt: skip
     suite = write_suite(
@@ -64,6 +67,14 @@ def test_plain_pytorch_trains_resnet50_and_a_users_module_beside_keras_on_torch(
     [pair] = points[points["plain_speedup"].notna()].to_dict("records")
     assert (pair["model"], pair["loop"], pair["plain_n"]) == ("resnet50", "pytorch", "1 / 1")
     assert pair["plain_speedup"] == pytest.approx(plain["examples_per_sec"] / keras_fit["examples_per_sec"], rel=0.3)
+
+    # The Speedups page: the plain PyTorch bar, and the plain runs (no Keras version) beside the picked version's.
+    at = render(db, "speedups", monkeypatch)
+    charts = {figure["layout"]["title"]["text"].split(" (")[0]: figure for figure in figures(at)}
+    [bar] = charts["Plain PyTorch vs Keras on torch"]["data"]
+    assert list(bar["x"]) == ["resnet50/tiny"] and values(bar["y"]) == [pytest.approx(pair["plain_speedup"])]
+    shown = {x for trace in charts["Precision modes vs the fastest fp32 point"]["data"] for x in trace["x"]}
+    assert shown == {"resnet50/tiny fit", "resnet50/tiny pytorch", f"{GPT}/tiny pytorch", f"{HELD_OUT}/tiny pytorch"}
 
 
 @pytest.mark.parametrize(

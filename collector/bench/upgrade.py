@@ -195,7 +195,7 @@ def ensure(
     return Environment(side, requirements, path, cached=False)
 
 
-TRACKED = ("tensorflow", "keras", "keras-hub")
+TRACKED = ("tensorflow", "jax", "torch", "keras", "keras-hub")  # those a side has are named in its log
 
 
 def frozen(env: Environment) -> dict[str, str]:

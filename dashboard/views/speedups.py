@@ -22,7 +22,14 @@ version = col1.selectbox("Keras version", versions, versions.index(version) if v
 picked = col2.multiselect("Accelerator", accelerators, picked)
 state.keep(keras_version=version, accelerator=picked)
 
-frame = data.load("speedups", Selection.of(keras_version=version, accelerator=picked))
+# Plain PyTorch runs have no Keras version: they are shown whichever is picked.
+frame = pd.concat(
+    [
+        data.load("speedups", Selection.of(**where, accelerator=picked))
+        for where in ({"keras_version": version}, {"loop": "pytorch"})
+    ],
+    ignore_index=True,
+)
 if frame.empty:
     st.info("No successful runs for this selection.")
     st.stop()

@@ -135,7 +135,5 @@ SPEC = ModelSpec(
     optimizer=optimizer,
     default_learning_rate=0.01,
     description="ResNet-50 image classification (keras.applications, random weights)",
-    torch=TorchParts(
-        build=lambda size: torch_resnet50.build(size), optimizer=lambda p, lr: torch_resnet50.optimizer(p, lr)
-    ),
+    torch=TorchParts(build=torch_resnet50.build, optimizer=torch_resnet50.optimizer),
 )

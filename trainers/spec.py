@@ -24,6 +24,13 @@ def sparse_ce_loss() -> Any:
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
+def torch_ce_loss() -> Any:
+    """Cross-entropy from logits against integer labels, in torch (the bundled models' loss, as ``sparse_ce_loss``)."""
+    import torch
+
+    return torch.nn.CrossEntropyLoss()
+
+
 @dataclass(frozen=True)
 class TorchParts:
     """A model in plain PyTorch: the module (from the preset), its optimizer and its loss, as a PyTorch user
@@ -31,7 +38,7 @@ class TorchParts:
 
     build: Callable[[Any], Any]  # preset -> torch.nn.Module (random weights)
     optimizer: Callable[[Any, float], Any]  # (parameters, learning rate) -> torch.optim.Optimizer
-    loss: Callable[[], Any] = lambda: __import__("torch").nn.CrossEntropyLoss()  # logits, integer labels
+    loss: Callable[[], Any] = torch_ce_loss  # () -> loss(outputs, targets)
 
 
 @dataclass(frozen=True)

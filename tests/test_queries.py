@@ -53,12 +53,17 @@ def test_selection_parses_fields_alternatives_aliases_and_dates() -> None:
         ("xla=maybe", "xla_requested='maybe': expected on or off"),
         ("since=last week", "since='last week': expected a date"),
         ("model", "'model' is not key=value"),
+        ("label=before model=bert", "'label=before model=bert' holds two conditions: a comma separates them"),
         ("examples_per_sec=5", "unknown field 'examples_per_sec'"),
     ],
 )
 def test_selection_errors_name_the_bad_part(text: str, message: str) -> None:
     with pytest.raises(SelectionError, match=message.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
         Selection.parse(text)
+
+
+def test_a_value_may_hold_an_equals_sign() -> None:
+    assert Selection.parse("label=tf==2.21.0").equals == (("label", ("tf==2.21.0",)),)
 
 
 def test_latest_per_series_is_each_series_most_recent_suite_run(con: duckdb.DuckDBPyConnection) -> None:

@@ -11,6 +11,7 @@ names with every value bound as a parameter: nothing a user types is ever format
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -118,6 +119,8 @@ class Selection:
                 raise SelectionError(f"{part!r} is not key=value (e.g. tf_version=2.20.0)")
             key = ALIASES.get(key, key)
             raw = raw.strip()
+            if re.search(r"\s\w+=", raw):  # label=before model=x: two conditions run together
+                raise SelectionError(f"{part!r} holds two conditions: a comma separates them (a=1,b=2)")
             if key in RANGE_KEYS:
                 moment = _instant(key, raw)
                 since, until = (moment, until) if key == "since" else (since, moment)

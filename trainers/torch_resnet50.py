@@ -52,7 +52,10 @@ def build(size: ResNetSize) -> Any:
             x = self.features(images.permute(0, 3, 1, 2))  # NHWC in memory: a channels-last NCHW view
             return self.head(x.mean(dim=(2, 3)))
 
-    return ResNet()
+    import torch
+
+    # Channels-last weights too, as NVIDIA's PyTorch ResNet-50 trains (tensor-core convolutions want NHWC).
+    return ResNet().to(memory_format=torch.channels_last)
 
 
 def optimizer(parameters: Any, learning_rate: float) -> Any:

@@ -152,6 +152,10 @@ class Built:
             self.declared = self._call(preset)
         return self.declared
 
+    def given(self, key: str) -> Any:
+        """What the function returned under ``key`` (None if it did not, or has not run yet)."""
+        return (self.declared or {}).get(key)
+
     def _call(self, preset: str) -> dict[str, Any]:
         name = self.reference.name
         function = self.reference.load()
@@ -172,7 +176,7 @@ class Built:
             for key in ("inputs", "labels"):
                 if key not in declared:
                     raise UserModelError(f"model {name}: no '{key}' (or a 'batch' function)")
-                _check_declared(name, key, declared[key])
+                _each(declared[key], lambda one, key=key: _check_declared(name, key, one))
         return declared
 
     def keras_model(self, preset: str) -> Any:
@@ -201,30 +205,26 @@ def _is_torch(model: Any) -> bool:
     return torch is not None and isinstance(model, torch.nn.Module)
 
 
-def _check_declared(name: str, key: str, declared: Any) -> None:
-    for one in _leaves(declared):
-        if not isinstance(one, dict) or "shape" not in one:
-            raise UserModelError(f"model {name}: '{key}' must be {{'shape': (...), 'dtype': ...}} (or a list or "
-                                 f"dict of them), not {one!r}")  # fmt: skip
-        dtype = np.dtype(one.get("dtype", "float32"))
-        if dtype.kind in "iu" and "high" not in one:
-            raise UserModelError(f"model {name}: '{key}' of dtype {dtype} needs 'high' (values are drawn below it)")
-
-
-def _leaves(declared: Any) -> list[Any]:
+def _each(declared: Any, one: Callable[[Any], Any]) -> Any:
+    """``one`` applied to every declared input of a list or dict of them (or to the one), in the same structure."""
     if isinstance(declared, dict) and "shape" not in declared:
-        return list(declared.values())
+        return {key: _each(value, one) for key, value in declared.items()}
     if isinstance(declared, list | tuple):
-        return list(declared)
-    return [declared]
+        return [_each(value, one) for value in declared]
+    return one(declared)
 
 
-def _draw(declared: Any, batch: int, rng: np.random.Generator) -> Any:
-    """A batch of ``batch`` examples of a declared input (or list or dict of them)."""
-    if isinstance(declared, dict) and "shape" not in declared:
-        return {key: _draw(value, batch, rng) for key, value in declared.items()}
-    if isinstance(declared, list | tuple):
-        return [_draw(value, batch, rng) for value in declared]
+def _check_declared(name: str, key: str, one: Any) -> None:
+    if not isinstance(one, dict) or "shape" not in one:
+        raise UserModelError(f"model {name}: '{key}' must be {{'shape': (...), 'dtype': ...}} (or a list or "
+                             f"dict of them), not {one!r}")  # fmt: skip
+    dtype = np.dtype(one.get("dtype", "float32"))
+    if dtype.kind in "iu" and "high" not in one:
+        raise UserModelError(f"model {name}: '{key}' of dtype {dtype} needs 'high' (values are drawn below it)")
+
+
+def _draw(declared: dict[str, Any], batch: int, rng: np.random.Generator) -> Any:
+    """A batch of ``batch`` examples of one declared input."""
     shape = (batch, *tuple(declared["shape"]))
     dtype = np.dtype(declared.get("dtype", "float32"))
     if dtype.kind in "iu":
@@ -244,18 +244,18 @@ def user_spec(name: str) -> ModelSpec:
         if "batch" in declared:
             return declared["batch"](size, seed)
         rng = np.random.default_rng(seed)
-        return _draw(declared["inputs"], size, rng), _draw(declared["labels"], size, rng)
+        return tuple(_each(declared[key], lambda one: _draw(one, size, rng)) for key in ("inputs", "labels"))
 
     def optimizer(learning_rate: float) -> Any:
         import keras
 
-        given = (built.declared or {}).get("optimizer")
+        given = built.given("optimizer")
         return given if given is not None else keras.optimizers.Adam(learning_rate)
 
     def torch_optimizer(parameters: Any, learning_rate: float) -> Any:
         import torch
 
-        given = (built.declared or {}).get("optimizer")
+        given = built.given("optimizer")
         return given if given is not None else torch.optim.Adam(parameters, lr=learning_rate)
 
     return ModelSpec(
@@ -264,11 +264,11 @@ def user_spec(name: str) -> ModelSpec:
         presets=AnyPreset(),
         build=built.keras_model,
         synthetic_batch=batch,
-        flops_per_example=lambda preset: (built.declared or {}).get("flops_per_example"),
+        flops_per_example=lambda preset: built.given("flops_per_example"),
         units_per_example=lambda preset: 1,
         optimizer=optimizer,
         default_learning_rate=DEFAULT_LEARNING_RATE,
         description=f"your model: {name}",
-        loss=lambda: (built.declared or {})["loss"],
-        torch=TorchParts(build=built.torch_module, optimizer=torch_optimizer, loss=lambda: built.declared["loss"]),
+        loss=lambda: built.given("loss"),
+        torch=TorchParts(build=built.torch_module, optimizer=torch_optimizer, loss=lambda: built.given("loss")),
     )

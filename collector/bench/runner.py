@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import json
@@ -252,9 +251,6 @@ def make_row(
         **config_columns(config),
     }
     row.update(_parent_host(config.device))  # so that a trial that died early still has its host and series
-    if is_reference(config.model):  # which code of a user's model ran: another hash is another model's
-        with contextlib.suppress(UserModelError):  # gone since the trial started: the row says nothing
-            row["model_hash"] = Reference.parse(config.model).source_hash()
     row.update(child)
     row.update(wall_s=wall_s, exit_code=code)
     searched = options.max_batches.get(config.key)
@@ -293,10 +289,11 @@ def run_one(
 ) -> Outcome:
     """One trial in a fresh process; its row is in the parquet file before this returns."""
     started = datetime.now(UTC)
+    source = model_hash(config)  # before the trial imports it: the code that ran, even if edited during the trial
     task = tf_config_task()
     profile_dir = workdir / "profile"
     if config.strategy == "multi-worker" and task is None:
-        child, wall_s, code = run_local_workers(config, options.python, workdir, options.workers)
+        child, wall_s, exit_code = run_local_workers(config, options.python, workdir, options.workers)
     else:
         env = cache_env(options.compile_cache)
         cache = options.compile_cache / COMPILE_CACHE_DIRS[config.keras_backend] if options.compile_cache else None
@@ -305,16 +302,29 @@ def run_one(
             shutil.rmtree(profile_dir, ignore_errors=True)
             profile_dir.mkdir(parents=True)
             env[PROFILE_ENV] = str(profile_dir)
-        child, wall_s, code = run_child(config, options.python, workdir, env)
+        child, wall_s, exit_code = run_child(config, options.python, workdir, env)
         cached_after = cache_entries(cache)
         if config.xla and cached_after:  # cold: it compiled what the cache did not hold (none kept: nothing to say)
             child["compile_cache"] = "cold" if cached_after > cached_before else "warm"
-    row = make_row(config, trial, child, wall_s, code, started, suite, suite_run_id, options)
+    if source:
+        child["model_hash"] = source
+    row = make_row(config, trial, child, wall_s, exit_code, started, suite, suite_run_id, options)
     if row.get("op_types") is not None and profile_dir.exists():
         row.update(keep_profile(profile_dir, results.path.parent, row["run_id"], options.profile_home))
     if task is None or task[0] == 0:  # across hosts, the chief (worker 0) records the row
         results.append(row)
     return Outcome(config, trial, row)
+
+
+def model_hash(config: BenchmarkConfig) -> str | None:
+    """Which code of a model of yours runs (its source's hash: another hash is another model's); None for a
+    bundled model, or a file gone since the suite was read (the trial's row then says why it failed)."""
+    if not is_reference(config.model):
+        return None
+    try:
+        return Reference.parse(config.model).source_hash()
+    except UserModelError:
+        return None
 
 
 def cache_env(cache: Path | None) -> dict[str, str]:

@@ -158,9 +158,7 @@ class PlainTorchBackend(TorchDevice, TrialBackend):
 
     def build_model(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> tuple[Any, Any]:
         """The spec's PyTorch module on the device, seeded, compiled by torch.compile for ``xla`` on; its
-        optimizer and loss. A model without a PyTorch build is refused in one line."""
-        if spec.torch is None:
-            raise ConfigError(f"model {spec.name} has no plain PyTorch build: run it with --loop fit")
+        optimizer and loss. (``config.validate`` has refused a model without a PyTorch build.)"""
         torch.manual_seed(config.seed)
         preset = spec.preset(config.preset)
         module = spec.torch.build(preset).to(self.device(config))

@@ -10,6 +10,9 @@ BACKENDS_STAMP := $(VENV)/.backends
 # The tests run every Keras backend on the CPU: JAX, and torch's CPU-only build (a fraction of the size of the
 # default CUDA build; from https://download.pytorch.org/whl/cpu where the package index lacks it).
 TORCH ?= torch==2.13.0+cpu
+# The core install pins no framework (it measures the one a project has); this checkout's runs and tests pin the
+# TensorFlow the reference history was measured with.
+TENSORFLOW ?= tensorflow==2.21.0
 
 .PHONY: run demo demo-gpu dashboard test test-large browser lint setup clean
 
@@ -26,16 +29,16 @@ define install
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	[ -x $(BIN)/uv ] || $(BIN)/python -m pip install --quiet uv
 	$(BIN)/uv pip install $(UV_ARGS) pip $(PACKAGES)
-	$(BIN)/python -m compileall -q collector trainers dashboard
+	$(BIN)/python -m compileall -q stepwatch collector trainers dashboard
 endef
 
-$(STAMP): PACKAGES = -e '.[test]'
+$(STAMP): PACKAGES = -e '.[test,tensorflow]' '$(TENSORFLOW)'
 $(STAMP): pyproject.toml
 	$(install)
 	touch $(STAMP)
 
 # The test setup installs everything in one run (one dependency resolution).
-$(BACKENDS_STAMP): PACKAGES = -e '.[test,jax]' '$(TORCH)'
+$(BACKENDS_STAMP): PACKAGES = -e '.[test,tensorflow,jax]' '$(TENSORFLOW)' '$(TORCH)'
 $(BACKENDS_STAMP): pyproject.toml
 	$(install)
 	touch $(STAMP) $(BACKENDS_STAMP)
@@ -65,7 +68,7 @@ demo-gpu: $(STAMP)
 
 dashboard: $(STAMP)
 	@echo "dashboard: http://$(DASHBOARD_ADDRESS):$(DASHBOARD_PORT) (Ctrl-C to stop)"
-	$(BIN)/python -m dashboard --server.address $(DASHBOARD_ADDRESS) --server.port $(DASHBOARD_PORT) \
+	$(BIN)/python -m stepwatch.dashboard --server.address $(DASHBOARD_ADDRESS) --server.port $(DASHBOARD_PORT) \
 		--server.headless true --browser.gatherUsageStats false
 
 # The browser test drives Debian's chromium; installed here when missing and we are root.

@@ -26,7 +26,7 @@ ALARMS = ("regression", "improvement")
 
 
 def stepwatch(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "collector", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "stepwatch", *args], capture_output=True, text=True)
 
 
 def cells(payload: dict, metric: str) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from collector.metrics import COUNTERS, METRICS
+from stepwatch.collector.metrics import COUNTERS, METRICS
 
 XLA = {"tensorflow": ("false", "true"), "jax": ("true",), "torch": ("true",)}
 
@@ -40,7 +40,7 @@ def main() -> int:
         )
         suite = root / "suite.toml"
         suite.write_text(f'name = "counters"\n[defaults]\npreset = "tiny"\n\n{configs}')
-        run = [sys.executable, "-m", "collector", "run", "--suite", str(suite), "--trials", str(args.trials)]
+        run = [sys.executable, "-m", "stepwatch", "run", "--suite", str(suite), "--trials", str(args.trials)]
         done = subprocess.run([*run, "--out", str(root / "out")], capture_output=True, text=True)
         if done.returncode != 0:
             print(done.stdout[-2000:], done.stderr[-2000:])

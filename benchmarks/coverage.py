@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from collector.analysis.ops import coverage
+from stepwatch.collector.analysis.ops import coverage
 
 
 def main() -> int:
@@ -29,7 +29,7 @@ def main() -> int:
     args = parser.parse_args()
     for backend in args.backends.split(","):
         done = subprocess.run(
-            [sys.executable, "-m", "collector", "run", "--suite", "smoke", "--keras-backend", backend,
+            [sys.executable, "-m", "stepwatch", "run", "--suite", "smoke", "--keras-backend", backend,
              "--models", args.models, "--xla", args.xla, "--precision", "fp32", "--trials", "1", "--profile", "1",
              "--steps", "20", "--warmup", "20", "--out", str(args.out / backend)],
             capture_output=True, text=True,

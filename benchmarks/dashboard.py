@@ -28,9 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dashboard.pages import PAGES as DECLARED  # noqa: E402
-from dashboard.pages import TITLES as PAGE_TITLES  # noqa: E402
-from dashboard.serve import CHROMIUM, serve  # noqa: E402
+from stepwatch.dashboard.pages import PAGES as DECLARED  # noqa: E402
+from stepwatch.dashboard.pages import TITLES as PAGE_TITLES  # noqa: E402
+from stepwatch.dashboard.serve import CHROMIUM, serve  # noqa: E402
 
 APP = REPO / "dashboard" / "app.py"
 PAGES = tuple(PAGE_TITLES)
@@ -145,7 +145,7 @@ def main() -> None:
     args = parser.parse_args()
     db = Path(args.db).resolve()
 
-    from collector.store import database
+    from stepwatch.collector.store import database
 
     with database.StoreReader(db) as reader:
         con = reader.connection()

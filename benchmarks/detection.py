@@ -41,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collector.analysis.changepoints import detect_changes  # noqa: E402
+from stepwatch.collector.analysis.changepoints import detect_changes  # noqa: E402
 
 STEPS = (0.03, 0.05, 0.10)
 THRESHOLD = 0.03

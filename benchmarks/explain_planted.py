@@ -46,7 +46,7 @@ PLANTS = {
 
 
 def stepwatch(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "collector", *args], cwd=cwd, env={**os.environ, **(env or {})},
+    done = subprocess.run([sys.executable, "-m", "stepwatch", *args], cwd=cwd, env={**os.environ, **(env or {})},
                           capture_output=True, text=True)  # fmt: skip
     if done.returncode != 0:
         print(done.stdout[-2000:], done.stderr[-2000:])
@@ -56,8 +56,9 @@ def stepwatch(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -
 def wide_copy(root: Path) -> dict[str, str]:
     """A copy of the source with bert tiny's feed-forward layer 8x wider; the environment that runs it."""
     tree = root / "wide"
-    for part in ("collector", "trainers", "data"):
-        shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__", "results", "*.duckdb*"))
+    for part in ("collector", "trainers"):
+        shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "stepwatch", tree / "stepwatch", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     bert = tree / "trainers" / "bert.py"
     text = bert.read_text()
     assert WIDE[0] in text

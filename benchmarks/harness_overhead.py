@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collector.bench import runner  # noqa: E402
-from collector.bench.results import ResultFile  # noqa: E402
-from collector.config import BenchmarkConfig  # noqa: E402
+from stepwatch.collector.bench import runner  # noqa: E402
+from stepwatch.collector.bench.results import ResultFile  # noqa: E402
+from stepwatch.collector.config import BenchmarkConfig  # noqa: E402
 
 
 def jit_for(backend: str) -> bool:
@@ -42,8 +42,8 @@ def bare_fit(backend: str, model_name: str, batch: int, warmup: int, steps: int)
     os.environ["KERAS_BACKEND"] = backend
     import keras
 
-    from trainers import get_model
-    from trainers.spec import sparse_ce_loss
+    from stepwatch.trainers import get_model
+    from stepwatch.trainers.spec import sparse_ce_loss
 
     spec = get_model(model_name)
     preset = spec.preset("tiny")
@@ -57,7 +57,7 @@ def bare_fit(backend: str, model_name: str, batch: int, warmup: int, steps: int)
         import tensorflow as tf
 
         tf.config.experimental.enable_tensor_float_32_execution(False)
-        from collector.bench.runtime.tensorflow import constant_dataset
+        from stepwatch.collector.bench.runtime.tensorflow import constant_dataset
 
         # The trials' dataset: with tf.data's autotuner on, about a third of the fit calls end with a 0.6-2.4 s
         # wait for its thread after the last step, which a timing around the call would count as training.

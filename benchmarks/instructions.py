@@ -40,12 +40,12 @@ void sw_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS_AT("me
 STEPS = """
 import ctypes, json, sys
 sys.path.insert(0, sys.argv[1])
-from collector.bench import runtime
-from collector.config import BenchmarkConfig, resolve
+from stepwatch.collector.bench import runtime
+from stepwatch.collector.config import BenchmarkConfig, resolve
 config = resolve(BenchmarkConfig.from_json(sys.argv[2]))
 runtime.prepare(config)
 backend = runtime.load(config)
-from trainers import get_model
+from stepwatch.trainers import get_model
 toggle = ctypes.CDLL(sys.argv[3])
 spec = get_model(config.model)
 setup = backend.configure(config)

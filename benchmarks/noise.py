@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collector.bench import runner  # noqa: E402
-from collector.bench.results import ResultFile  # noqa: E402
-from collector.bench.suite import load_suite, narrow  # noqa: E402
-from collector.config import THREADS_DEFAULT, parse_bool  # noqa: E402
+from stepwatch.collector.bench import runner  # noqa: E402
+from stepwatch.collector.bench.results import ResultFile  # noqa: E402
+from stepwatch.collector.bench.suite import load_suite, narrow  # noqa: E402
+from stepwatch.collector.config import THREADS_DEFAULT, parse_bool  # noqa: E402
 
 FORMER = {"threads": THREADS_DEFAULT, "steps": 100}  # what the smoke suite ran before threads were configuration
 

@@ -13,11 +13,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from collector.analysis import stats
-from collector.bench import runner
-from collector.bench.results import ResultFile
-from collector.config import BenchmarkConfig
-from collector.output.text import interval, percent
+from stepwatch.collector.analysis import stats
+from stepwatch.collector.bench import runner
+from stepwatch.collector.bench.results import ResultFile
+from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.output.text import interval, percent
 
 CONFIGS = "tensorflow:bert:off,tensorflow:bert:on,jax:bert:on,torch:bert:off"
 

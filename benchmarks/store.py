@@ -22,11 +22,11 @@ from pathlib import Path
 
 import duckdb
 
-from collector.analysis import comparison
-from collector.store import database, queries
-from collector.store.ingest import ingest
-from collector.store.selection import Selection
-from collector.workflows.synthetic import generate
+from stepwatch.collector.analysis import comparison
+from stepwatch.collector.store import database, queries
+from stepwatch.collector.store.ingest import ingest
+from stepwatch.collector.store.selection import Selection
+from stepwatch.collector.workflows.synthetic import generate
 
 QUERY_GOAL_MS, NIGHTLY_GOAL_S, BULK_GOAL_S = 100.0, 1.0, 5.0
 

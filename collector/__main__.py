@@ -1,5 +1,5 @@
 import sys
 
-from collector.cli import main
+from stepwatch.collector.cli import main
 
 sys.exit(main())

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import Field, asdict, dataclass, field, fields, replace
 from typing import Any, get_args, get_type_hints
 
-from trainers import get_model
-from trainers.user import UserModelError, is_reference
+from stepwatch.trainers import get_model
+from stepwatch.trainers.user import UserModelError, is_reference
 
 DEVICES = ("cpu", "gpu", "tpu")
 KERAS_BACKENDS = ("tensorflow", "jax", "torch")

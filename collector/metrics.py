@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from collector.errors import UsageError
+from stepwatch.collector.errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from collector.config import ADDED_DIMENSIONS
-from collector.metrics import METRICS, RSS_KIND, STARTUP_PHASES, startup_column
+from stepwatch.collector.config import ADDED_DIMENSIONS
+from stepwatch.collector.metrics import METRICS, RSS_KIND, STARTUP_PHASES, startup_column
 
 SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, which never mix with real ones
 
@@ -29,7 +29,9 @@ SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, wh
 # the shared libraries and moves with the page cache; adds peak_rss_bytes (ru_maxrss, on every row) and
 # peak_file_bytes (the file-backed part at the anonymous peak). Earlier CPU rows move their ru_maxrss to
 # peak_rss_bytes, and their peak_memory_bytes becomes empty: the two kinds are never compared as one metric.
-SCHEMA_VERSION = 4
+# 5: the project a command ran in (collector.project.PROJECT_COLUMNS): its repository, commit and whether the
+# work tree had uncommitted changes; earlier rows have none (stepwatch_git_sha was stepwatch's own commit).
+SCHEMA_VERSION = 5
 
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 _TS = pa.timestamp("us", tz="UTC")
@@ -166,7 +168,10 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("container_image", _STR, "software"),
     ("stepwatch_version", _STR, "software"),
     ("stepwatch_git_sha", _STR, "software"),
-    ("model_hash", _STR, "software"),  # a user's model: SHA-256 (16 hex digits) of its source file
+    ("model_hash", _STR, "software"),
+    ("project_repository", _STR, "software"),
+    ("project_commit", _STR, "software"),
+    ("project_dirty", _BOOL, "software"),  # a user's model: SHA-256 (16 hex digits) of its source file
     ("os", _STR, "hardware"),
     ("accelerator", _STR, "hardware"),
     ("accelerator_count", _I64, "hardware"),
@@ -198,6 +203,7 @@ VERSION_COLUMNS = (
     "driver_version",
     "container_image",
     "stepwatch_git_sha",
+    "project_commit",
 )
 
 
@@ -284,6 +290,7 @@ MIGRATIONS: dict[int, Callable[[pa.Table], pa.Table]] = {
     1: _add_series_key,
     2: _keras_backends,
     3: _anonymous_memory,
+    4: lambda table: table,  # the project columns are added empty, as every missing column is
 }
 
 

@@ -14,8 +14,8 @@ import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` from a checkout without install
 
-from dashboard import data  # noqa: E402
-from dashboard.pages import FIRST_RUN, PAGES  # noqa: E402
+from stepwatch.dashboard import data  # noqa: E402
+from stepwatch.dashboard.pages import FIRST_RUN, PAGES  # noqa: E402
 
 st.set_page_config(page_title="stepwatch", page_icon=":material/timer:", layout="wide")
 if data.has_runs():

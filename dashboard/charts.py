@@ -13,11 +13,11 @@ import plotly.graph_objects as go
 from pandas.io.formats.style import Styler
 from plotly.subplots import make_subplots
 
-from collector.analysis.comparison import Comparison
-from collector.analysis.ops import Explained
-from collector.config import SERIES_DIMENSIONS
-from collector.metrics import Metric
-from collector.output.text import interval, percent, series_label
+from stepwatch.collector.analysis.comparison import Comparison
+from stepwatch.collector.analysis.ops import Explained
+from stepwatch.collector.config import SERIES_DIMENSIONS
+from stepwatch.collector.metrics import Metric
+from stepwatch.collector.output.text import interval, percent, series_label
 
 VERDICT_COLORS = {
     "regression": "#d62728",

@@ -15,8 +15,8 @@ from typing import Any
 import duckdb
 import streamlit as st
 
-from collector.analysis import comparison, latest, ops
-from collector.store import database, queries, records
+from stepwatch.collector.analysis import comparison, latest, ops
+from stepwatch.collector.store import database, queries, records
 
 QUERIES = {
     "catalog": queries.series_catalog,

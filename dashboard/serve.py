@@ -31,7 +31,7 @@ def serve(db: Path, script: Path | None = None) -> Iterator[str]:
     repository root (its .streamlit/config.toml applies) on a free port of 127.0.0.1, on the store ``db``;
     yields its URL once it answers its health check. With ``script``, ``streamlit run script`` instead."""
     port = free_port()
-    app = ["-m", "streamlit", "run", str(script)] if script else ["-m", "dashboard"]
+    app = ["-m", "streamlit", "run", str(script)] if script else ["-m", "stepwatch.dashboard"]
     command = [
         sys.executable, *app, "--server.headless=true",
         "--server.address=127.0.0.1", f"--server.port={port}", "--browser.gatherUsageStats=false",

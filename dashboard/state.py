@@ -8,7 +8,7 @@ from typing import Any
 
 import streamlit as st
 
-from collector.config import FORMER_NAMES
+from stepwatch.collector.config import FORMER_NAMES
 
 MAX_VALUE = 200  # longer URL values are not ours
 FORMER_KEYS = {name: old for old, name in FORMER_NAMES.items()}  # links made before a field was renamed

@@ -18,10 +18,10 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from collector.config import BenchmarkConfig, config_columns
-from collector.schema import to_table
-from collector.store.database import StoreReader
-from collector.store.ingest import ingest
+from stepwatch.collector.config import BenchmarkConfig, config_columns
+from stepwatch.collector.schema import to_table
+from stepwatch.collector.store.database import StoreReader
+from stepwatch.collector.store.ingest import ingest
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -52,7 +52,7 @@ def stepwatch(
 ) -> subprocess.CompletedProcess:
     """Run ``python -m collector`` (the stepwatch CLI) and capture its output."""
     return subprocess.run(
-        [sys.executable, "-m", "collector", *args],
+        [sys.executable, "-m", "stepwatch", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -169,13 +169,19 @@ def _make_smoke_store(root: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def copy_source(tree: Path, parts: Iterable[str] = ("collector", "trainers", "dashboard")) -> None:
+    """A copy of stepwatch's source under ``tree`` in the repository's layout: ``parts`` at the top and the
+    ``stepwatch`` package linking to them (run it with ``PYTHONPATH=tree``)."""
+    for part in parts:
+        shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "stepwatch", tree / "stepwatch", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+
+
 def edited_source(tree: Path, edits: Iterable[tuple[str, str, str]]) -> dict[str, str]:
     """A copy of the source under ``tree`` with each (file, anchor, line) edit: ``line`` inserted before the
     anchor's first occurrence (a test adds a dimension or a metric as a user would). Returns the environment
     that runs the copy."""
-    ignore = shutil.ignore_patterns("__pycache__", "results", "synthetic", "upgrade-check", "*.duckdb*")
-    for part in ("collector", "trainers", "dashboard", "data"):
-        shutil.copytree(REPO / part, tree / part, ignore=ignore)
+    copy_source(tree)
     for name, anchor, line in edits:
         path = tree / name
         text = path.read_text()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from collector.store.database import StoreReader, delta_dir
+from stepwatch.collector.store.database import StoreReader, delta_dir
 from tests.conftest import result_rows, stepwatch, write_results
 
 START = datetime(2026, 9, 1, 2, 0, tzinfo=UTC)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from collector.analysis import changepoints, stats
-from collector.analysis.stats import Side
-from collector.outcomes import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
+from stepwatch.collector.analysis import changepoints, stats
+from stepwatch.collector.analysis.stats import Side
+from stepwatch.collector.outcomes import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
 
 SEEDS = range(100)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from collector.config import auto_threads, resolve, thread_counts, usable_cores
+from stepwatch.collector.config import auto_threads, resolve, thread_counts, usable_cores
 from tests.conftest import REPO, SHORT, stepwatch, two_at_a_time, write_suite
 
 # (keras_backend, model, precision, xla) -> what the trial must read back.
@@ -77,7 +77,7 @@ def test_every_backend_trains_and_records_what_really_ran(backend_rows: list[dic
 
 
 def test_a_backend_has_its_own_series_and_tensorflow_keeps_its_key(backend_rows: list[dict]) -> None:
-    from collector.config import BenchmarkConfig
+    from stepwatch.collector.config import BenchmarkConfig
 
     by_backend = {(r["keras_backend"], r["model"], r["precision"]): r for r in backend_rows}
     torch = by_backend["torch", "bilstm", "fp32"]
@@ -92,16 +92,16 @@ PARITY = textwrap.dedent(
     """
     import json, os, sys
     os.environ["KERAS_BACKEND"] = sys.argv[1]
-    from collector.bench import runtime
-    from collector.config import BenchmarkConfig
+    from stepwatch.collector.bench import runtime
+    from stepwatch.collector.config import BenchmarkConfig
     runtime.prepare(BenchmarkConfig(model="bert", keras_backend=sys.argv[1]))
     backend = runtime.load(BenchmarkConfig(model="bert", keras_backend=sys.argv[1]))
-    from collector.bench.runtime.base import TrialBackend
+    from stepwatch.collector.bench.runtime.base import TrialBackend
     own = [n for n in dir(TrialBackend) if getattr(type(backend), n) is not getattr(TrialBackend, n)]
     interface = {"is_backend": isinstance(backend, runtime.Backend), "own": own}
     import keras
-    from trainers import get_model
-    from trainers.spec import sparse_ce_loss
+    from stepwatch.trainers import get_model
+    from stepwatch.trainers.spec import sparse_ce_loss
 
     weights, losses = sys.argv[2], {}
     for name in sys.argv[3].split(","):
@@ -119,8 +119,8 @@ PARITY = textwrap.dedent(
 
     # Whether Keras dispatches batch-end callbacks off the training thread with stepwatch's timing callback, and
     # with one that overrides on_train_batch_end (which makes every step wait for its logs).
-    from collector.bench.measure import WindowClock
-    from collector.bench.runtime.common import FitWindows
+    from stepwatch.collector.bench.measure import WindowClock
+    from stepwatch.collector.bench.runtime.common import FitWindows
 
     class Blocking(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -200,11 +200,12 @@ def test_the_parent_store_analysis_and_dashboard_import_no_framework() -> None:
     probe = textwrap.dedent(
         """
         import sys
-        import collector.cli, collector.bench.runner, collector.bench.upgrade, collector.bench.runtime
-        import collector.store.ingest, collector.store.queries, collector.analysis.alerts
-        import collector.output.comparison, collector.output.runs, collector.workflows.check
-        import dashboard.data, dashboard.charts
-        from collector.cli import build_parser
+        import stepwatch.collector.cli, stepwatch.collector.bench.runner, stepwatch.collector.bench.upgrade
+        import stepwatch.collector.bench.runtime, stepwatch.collector.store.ingest, stepwatch.collector.store.queries
+        import stepwatch.collector.analysis.alerts, stepwatch.collector.output.comparison
+        import stepwatch.collector.output.runs, stepwatch.collector.workflows.check
+        import stepwatch.dashboard.data, stepwatch.dashboard.charts
+        from stepwatch.collector.cli import build_parser
         build_parser()
         print(sorted(m for m in ("tensorflow", "jax", "torch", "keras", "keras_hub") if m in sys.modules))
         """
@@ -217,8 +218,8 @@ def test_the_parent_store_analysis_and_dashboard_import_no_framework() -> None:
 HIDDEN = textwrap.dedent(
     """
     import importlib.util, json, sys
-    from collector.bench import runtime
-    from collector.config import BenchmarkConfig
+    from stepwatch.collector.bench import runtime
+    from stepwatch.collector.config import BenchmarkConfig
     backend = sys.argv[1]
     runtime.prepare(BenchmarkConfig(model="bilstm", keras_backend=backend))
     others = [name for name in ("tensorflow", "jax", "torch") if name != backend]

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from collector.analysis import stats
-from collector.bench import packages, upgrade
-from collector.bench.packages import Change, Needs
-from collector.outcomes import CLEARS, INCONCLUSIVE, REPRODUCES, SKIPPED
-from collector.output.bisect import bisect_headline
-from collector.store.database import open_store
-from collector.workflows import search as searching
-from collector.workflows.bisect import Step
-from collector.workflows.search import Probe
+from stepwatch.collector.analysis import stats
+from stepwatch.collector.bench import packages, upgrade
+from stepwatch.collector.bench.packages import Change, Needs
+from stepwatch.collector.outcomes import CLEARS, INCONCLUSIVE, REPRODUCES, SKIPPED
+from stepwatch.collector.output.bisect import bisect_headline
+from stepwatch.collector.store.database import open_store
+from stepwatch.collector.workflows import search as searching
+from stepwatch.collector.workflows.bisect import Step
+from stepwatch.collector.workflows.search import Probe
 from tests.conftest import stepwatch
 from tests.wheels import wheel
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector.analysis import calibration, stats
+from stepwatch.collector.analysis import calibration, stats
 
 SIGMA, TRIALS = 0.05, 5  # trial-to-trial CV 5%, five trials per side: a quiet CPU runner
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.bench import catalog
-from collector.bench.runner import RunOptions, make_row
-from collector.config import BenchmarkConfig
+from stepwatch.collector.bench import catalog
+from stepwatch.collector.bench.runner import RunOptions, make_row
+from stepwatch.collector.config import BenchmarkConfig
 
 
 def test_every_price_names_its_source_and_date() -> None:

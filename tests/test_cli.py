@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from collector import cli
+from stepwatch.collector import cli
 from tests.conftest import REPO
 
 HEAVY = ("pandas", "duckdb", "pyarrow", "scipy")
@@ -21,10 +21,10 @@ LOADED = textwrap.dedent(
     """
     import json, sys
     if sys.argv[1:] == ["trial"]:
-        import collector.bench.trial
+        import stepwatch.collector.bench.trial
         code = 0
     else:
-        from collector.cli import main
+        from stepwatch.collector.cli import main
         code = main(sys.argv[1:])
     print(json.dumps({"code": code, "loaded": [m for m in HEAVY if m in sys.modules]}))
     """
@@ -56,7 +56,7 @@ def test_every_command_is_registered_by_the_module_the_table_names() -> None:
     for module in set(cli.COMMANDS.values()):
         parser = argparse.ArgumentParser()
         commands = parser.add_subparsers()
-        importlib.import_module(f"collector.cli.{module}").register(commands)
+        importlib.import_module(f"stepwatch.collector.cli.{module}").register(commands)
         registered = set(commands.choices)
         assert registered == {name for name, owner in cli.COMMANDS.items() if owner == module}, module
     full = cli.build_parser()

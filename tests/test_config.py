@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.config import (
+from stepwatch.collector.config import (
     FIELD_NAMES,
     ROLES,
     SERIES_DIMENSIONS,
@@ -24,7 +24,7 @@ from collector.config import (
     parse_bool,
     repro_flags,
 )
-from collector.schema import COLUMN_NAMES
+from stepwatch.collector.schema import COLUMN_NAMES
 from tests.conftest import edited_source, probe_edited
 
 NEW_FIELD = '    shard: str = _field("a", series=True, flag="--shard", choices=("a", "b"), help="test-only")\n'
@@ -36,16 +36,16 @@ PROBE = textwrap.dedent(
     from datetime import UTC, datetime
     from pathlib import Path
 
-    import collector
+    import stepwatch.collector
     from streamlit.testing.v1 import AppTest
 
-    from collector.analysis import comparison
-    from collector.output.text import repro_command
-    from collector.config import BenchmarkConfig, SERIES_DIMENSIONS, config_columns
-    from collector.schema import to_table
-    from collector.store.database import StoreReader
-    from collector.store.ingest import ingest
-    from collector.store.selection import Selection
+    from stepwatch.collector.analysis import comparison
+    from stepwatch.collector.output.text import repro_command
+    from stepwatch.collector.config import BenchmarkConfig, SERIES_DIMENSIONS, config_columns
+    from stepwatch.collector.schema import to_table
+    from stepwatch.collector.store.database import StoreReader
+    from stepwatch.collector.store.ingest import ingest
+    from stepwatch.collector.store.selection import Selection
     import pyarrow.parquet as pq
 
     root = Path(sys.argv[1])
@@ -72,12 +72,13 @@ PROBE = textwrap.dedent(
                                  ["examples_per_sec"], [])
     import os
     os.environ["STEPWATCH_DB"] = str(db)
-    at = AppTest.from_file(str(Path(collector.__file__).parents[1] / "dashboard" / "app.py"), default_timeout=60)
+    app = Path(stepwatch.collector.__file__).parents[1] / "dashboard" / "app.py"
+    at = AppTest.from_file(str(app), default_timeout=60)
     at.run()
     at.switch_page("views/history.py").run()
     colours = next(box.options for box in at.selectbox if box.label == "Series colour")
     print(json.dumps({
-        "source": collector.__file__,
+        "source": stepwatch.collector.__file__,
         "dimensions": list(SERIES_DIMENSIONS),
         "series_table": [s for (s,) in series],
         "selected": picked,
@@ -140,7 +141,7 @@ def test_a_new_dimension_is_one_field_and_shows_everywhere(tmp_path: Path) -> No
     )
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "collector", *args]
+        command = [sys.executable, "-m", "stepwatch", *args]
         return subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=300)
 
     # The CLI flag: crossed like any other, checked against the field's choices.

@@ -14,12 +14,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from collector.analysis import stats
-from collector.bench import counters
-from collector.metrics import COUNTERS, METRICS
-from collector.outcomes import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
-from collector.output.comparison import exact_change
-from collector.schema import OP_COLUMNS
+from stepwatch.collector.analysis import stats
+from stepwatch.collector.bench import counters
+from stepwatch.collector.metrics import COUNTERS, METRICS
+from stepwatch.collector.outcomes import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
+from stepwatch.collector.output.comparison import exact_change
+from stepwatch.collector.schema import OP_COLUMNS
 from tests.conftest import REPO, SHORT, edited_source, result_rows, stepwatch, two_at_a_time, write_suite
 
 HLO = """HloModule jit_train_step, is_scheduled=true, entry_computation_layout={(f32[8]{0})->f32[]}
@@ -51,7 +51,7 @@ def test_hlo_text_is_counted_by_opcode() -> None:
 
 
 def test_every_counter_is_a_deterministic_metric_with_a_column() -> None:
-    from collector.schema import COLUMN_NAMES
+    from stepwatch.collector.schema import COLUMN_NAMES
 
     assert set(COUNTERS) <= COLUMN_NAMES
     assert all(METRICS[name].deterministic and METRICS[name].threshold == 0 for name in COUNTERS)
@@ -106,7 +106,7 @@ def _rows(label: str, start: datetime, timing: list[float], **counts: int) -> li
 
 @pytest.mark.parametrize("by", ["label", "time"])  # the summaries, and every trial
 def test_compare_judges_counters_exactly_beside_timing(tmp_path: Path, by: str) -> None:
-    from collector.schema import to_table
+    from stepwatch.collector.schema import to_table
 
     day = datetime(2026, 11, 1, tzinfo=UTC)
     noisy = [100.0, 80.0, 125.0]  # throughput as noisy as this runner's: no verdict from three trials
@@ -353,7 +353,7 @@ def test_one_more_layer_means_more_of_every_counter(tmp_path: Path) -> None:
 
 
 def test_counters_names_every_counter_in_a_list_of_metrics() -> None:
-    from collector.cli.arguments import metric_list
+    from stepwatch.collector.cli.arguments import metric_list
 
     assert metric_list("examples_per_sec,counters") == ["examples_per_sec", *COUNTERS]
     assert metric_list("hlo_fusions,counters")[0] == "hlo_fusions" and len(metric_list("hlo_fusions,counters")) == len(
@@ -362,10 +362,10 @@ def test_counters_names_every_counter_in_a_list_of_metrics() -> None:
 
 
 def test_the_overview_calls_a_counter_its_backend_does_not_read_missing_not_failed(tmp_path: Path) -> None:
-    from collector.analysis.latest import overview
-    from collector.schema import to_table
-    from collector.store.database import open_store
-    from collector.store.selection import Selection
+    from stepwatch.collector.analysis.latest import overview
+    from stepwatch.collector.schema import to_table
+    from stepwatch.collector.store.database import open_store
+    from stepwatch.collector.store.selection import Selection
 
     day = datetime(2026, 11, 1, tzinfo=UTC)
     rows = _rows("night-1", day, [100.0, 101.0]) + _rows("night-2", day + timedelta(days=1), [100.0, 99.0])
@@ -388,8 +388,8 @@ def test_a_store_written_before_the_counters_is_read_and_then_upgraded(tmp_path:
     adds them."""
     import duckdb
 
-    from collector.schema import to_table
-    from collector.store.tables import SPANS
+    from stepwatch.collector.schema import to_table
+    from stepwatch.collector.store.tables import SPANS
 
     def ingest(label: str, days: int, **counts: int) -> None:
         rows = _rows(label, datetime(2026, 11, 1, tzinfo=UTC) + timedelta(days=days), [100.0, 101.0, 99.0], **counts)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collector.store.database import StoreReader, delta_dir, update
-from dashboard.pages import PAGES, TITLES
+from stepwatch.collector.store.database import StoreReader, delta_dir, update
+from stepwatch.dashboard.pages import PAGES, TITLES
 from tests.conftest import REPO, stepwatch
 
 APP = str(REPO / "dashboard" / "app.py")

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
-from dashboard.pages import PAGES, TITLES
-from dashboard.serve import CHROMIUM, REPO, serve
+from stepwatch.dashboard.pages import PAGES, TITLES
+from stepwatch.dashboard.serve import CHROMIUM, REPO, serve
 
 # (page, link query, screenshot name): every page (some opened from a link), and two again with memory picked
 LINKS = {"versions": "?model=bert", "compare": "?metric=examples_per_sec,peak_rss_bytes"}

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import REPO, copy_source
 
 LINT = Path(sys.executable).parent / "lint-imports"
 
@@ -20,8 +20,7 @@ def _lint(tree: Path) -> subprocess.CompletedProcess:
 
 def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
-    for part in ("collector", "dashboard", "trainers"):
-        shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+    copy_source(tree)
     shutil.copy(REPO / "pyproject.toml", tree / "pyproject.toml")
     kept = _lint(tree)
     assert kept.returncode == 0, kept.stdout + kept.stderr
@@ -30,9 +29,9 @@ def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
     queries = tree / "collector" / "store" / "queries.py"  # the store reaching up into the output layer
     text = queries.read_text()
     queries.write_text(
-        text.replace("\nimport duckdb\n", "\nimport duckdb\n\nimport collector.output.text  # noqa\n", 1)
+        text.replace("\nimport duckdb\n", "\nimport duckdb\n\nimport stepwatch.collector.output.text  # noqa\n", 1)
     )
     broken = _lint(tree)
     assert broken.returncode != 0
     assert "stepwatch layers BROKEN" in broken.stdout
-    assert "collector.store.queries -> collector.output.text" in broken.stdout
+    assert "stepwatch.collector.store.queries -> stepwatch.collector.output.text" in broken.stdout

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from collector.bench import memory, runner
-from collector.config import BenchmarkConfig
-from collector.metrics import ANON_KIND
-from collector.schema import conform, to_table
+from stepwatch.collector.bench import memory, runner
+from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.metrics import ANON_KIND
+from stepwatch.collector.schema import conform, to_table
 
 MIB = 2**20
 BUFFER = 256 * MIB
@@ -76,7 +76,7 @@ def test_a_held_buffer_raises_the_sampled_anonymous_peak_by_its_size(tmp_path: P
 
 FLOOR = """
 import json
-from collector.bench import memory
+from stepwatch.collector.bench import memory
 buffer = bytearray(64 << 20)
 buffer[::4096] = b"x" * (len(buffer) // 4096)
 del buffer

@@ -18,14 +18,14 @@ PROBE = textwrap.dedent(
     from datetime import UTC, datetime
     from pathlib import Path
 
-    import collector
+    import stepwatch.collector
     import pyarrow.parquet as pq
     from streamlit.testing.v1 import AppTest
 
-    from collector.config import BenchmarkConfig, config_columns
-    from collector.schema import to_table
-    from collector.store.database import StoreReader
-    from collector.store.ingest import ingest
+    from stepwatch.collector.config import BenchmarkConfig, config_columns
+    from stepwatch.collector.schema import to_table
+    from stepwatch.collector.store.database import StoreReader
+    from stepwatch.collector.store.ingest import ingest
 
     root = Path(sys.argv[1])
     rows = []
@@ -49,19 +49,19 @@ PROBE = textwrap.dedent(
         stored = con.execute("SELECT count(energy_j) FROM runs").fetchall()[0][0]
         summarized = con.execute("SELECT sum(n_energy_j) FROM summaries").fetchall()[0][0]
     compare = subprocess.run(
-        [sys.executable, "-m", "collector", "compare", "--db", str(db), "--metric", "energy_j",
+        [sys.executable, "-m", "stepwatch", "compare", "--db", str(db), "--metric", "energy_j",
          "--baseline", "label=before", "--candidate", "label=after", "--format", "json"],
         capture_output=True, text=True,
     )
     os.environ["STEPWATCH_DB"] = str(db)
-    app = str(Path(collector.__file__).parents[1] / "dashboard" / "app.py")
+    app = str(Path(stepwatch.collector.__file__).parents[1] / "dashboard" / "app.py")
     overview = AppTest.from_file(app, default_timeout=60)
     overview.run()
     picker = next(box.options for box in overview.selectbox if box.label == "Metric")
     run = AppTest.from_file(app, default_timeout=60)
     run.switch_page("views/run.py").run()
     print(json.dumps({
-        "source": collector.__file__,
+        "source": stepwatch.collector.__file__,
         "stored": stored,
         "summarized": summarized,
         "compare_exit": compare.returncode,

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from moto.server import ThreadedMotoServer
 
-from collector.store import database, history, objectstore
-from collector.store.database import StoreReader
-from collector.store.ingest import ingest
+from stepwatch.collector.store import database, history, objectstore
+from stepwatch.collector.store.database import StoreReader
+from stepwatch.collector.store.ingest import ingest
 from tests.conftest import result_rows, stepwatch, write_results
 
 CREDENTIALS = {

@@ -11,11 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from collector import outcomes
-from collector.analysis import latest
-from collector.metrics import METRICS
-from collector.store.ingest import ingest
-from dashboard import charts
+from stepwatch.collector import outcomes
+from stepwatch.collector.analysis import latest
+from stepwatch.collector.metrics import METRICS
+from stepwatch.collector.store.ingest import ingest
+from stepwatch.dashboard import charts
 from tests.conftest import result_rows, write_results
 from tests.test_dashboard import render
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collector.analysis import ops
-from collector.bench import counters, profiles
-from collector.bench.profiles import Event, Span
-from collector.schema import OP_COLUMNS
+from stepwatch.collector.analysis import ops
+from stepwatch.collector.bench import counters, profiles
+from stepwatch.collector.bench.profiles import Event, Span
+from stepwatch.collector.schema import OP_COLUMNS
 from tests.conftest import result_rows, stepwatch, write_results
 
 MS = 1e6  # nanoseconds
@@ -230,7 +230,7 @@ def test_the_compare_page_draws_the_op_diff(tmp_path: Path, monkeypatch: pytest.
 def test_a_raw_profile_that_cannot_be_kept_leaves_the_row(tmp_path: Path) -> None:
     """Moving the raw profile beside the results fails (here the results folder is a file, as a full disk
     fails a write): one line in the row's extras, no exception, and the op table stays in the row."""
-    from collector.bench import runner
+    from stepwatch.collector.bench import runner
 
     profile = tmp_path / "profile"
     profile.mkdir()

@@ -10,10 +10,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from collector.analysis.speedups import with_intervals
-from collector.store import queries
-from collector.store.database import StoreReader
-from collector.store.selection import Selection
+from stepwatch.collector.analysis.speedups import with_intervals
+from stepwatch.collector.store import queries
+from stepwatch.collector.store.database import StoreReader
+from stepwatch.collector.store.selection import Selection
 from tests.conftest import SHORT, stepwatch, write_suite
 from tests.test_dashboard import figures, render, values
 

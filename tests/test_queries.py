@@ -10,14 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from collector.analysis import comparison
-from collector.metrics import DEFAULT_METRIC
-from collector.outcomes import INCONCLUSIVE, NO_CHANGE, REGRESSION
-from collector.store import database, queries
-from collector.store.database import StoreReader
-from collector.store.ingest import ingest
-from collector.store.selection import Selection, SelectionError
-from collector.workflows.synthetic import generate
+from stepwatch.collector.analysis import comparison
+from stepwatch.collector.metrics import DEFAULT_METRIC
+from stepwatch.collector.outcomes import INCONCLUSIVE, NO_CHANGE, REGRESSION
+from stepwatch.collector.store import database, queries
+from stepwatch.collector.store.database import StoreReader
+from stepwatch.collector.store.ingest import ingest
+from stepwatch.collector.store.selection import Selection, SelectionError
+from stepwatch.collector.workflows.synthetic import generate
 from tests.conftest import result_rows, write_results
 
 

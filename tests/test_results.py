@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from collector.bench.results import ResultFile, ResultsError, read_rows
-from collector.schema import SCHEMA, SCHEMA_VERSION, to_table
+from stepwatch.collector.bench.results import ResultFile, ResultsError, read_rows
+from stepwatch.collector.schema import SCHEMA, SCHEMA_VERSION, to_table
 from tests.conftest import stepwatch
 
 
@@ -96,8 +96,8 @@ def test_the_bulk_checks_flag_the_rows_the_per_file_checks_flag() -> None:
     every value a checked column can hold, for ok and failed rows alike."""
     import duckdb
 
-    from collector.metrics import METRICS
-    from collector.schema import POSITIVE_WHEN_OK, hostile_sql, hostile_values
+    from stepwatch.collector.metrics import METRICS
+    from stepwatch.collector.schema import POSITIVE_WHEN_OK, hostile_sql, hostile_values
     from tests.conftest import result_rows
 
     checked = dict.fromkeys((*POSITIVE_WHEN_OK, *(m for m in METRICS if pa.types.is_floating(SCHEMA.field(m).type))))

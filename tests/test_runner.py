@@ -13,9 +13,9 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from collector.bench import runner
-from collector.bench.results import read_rows
-from collector.config import (
+from stepwatch.collector.bench import runner
+from stepwatch.collector.bench.results import read_rows
+from stepwatch.collector.config import (
     FIELD_NAMES,
     BenchmarkConfig,
     auto_threads,
@@ -24,7 +24,7 @@ from collector.config import (
     thread_counts,
     usable_cores,
 )
-from collector.schema import COLUMNS, SCHEMA
+from stepwatch.collector.schema import COLUMNS, SCHEMA
 from tests.conftest import REPO, stepwatch, write_suite
 
 FAST = """
@@ -137,7 +137,7 @@ def test_sigkilled_trial_gets_a_row_and_resume_skips_finished_trials(tmp_path: P
         FAST + "[[matrix]]\nper_device_batch = [4, 8]\n[[configs]]\nper_device_batch = 16\nsteps = 1000000\n",
     )
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "collector", "run", "--suite", str(suite), "--out", str(out)]
+    cmd = [sys.executable, "-m", "stepwatch", "run", "--suite", str(suite), "--out", str(out)]
     suite_proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     parent = psutil.Process(suite_proc.pid)
     third = None

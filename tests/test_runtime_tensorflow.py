@@ -6,11 +6,11 @@ import keras
 import numpy as np
 import pytest
 
-from collector.bench.measure import WindowClock
-from collector.bench.runtime import common
-from collector.bench.runtime import tensorflow as tfruntime
-from collector.config import BenchmarkConfig
-from trainers import get_model
+from stepwatch.collector.bench.measure import WindowClock
+from stepwatch.collector.bench.runtime import common
+from stepwatch.collector.bench.runtime import tensorflow as tfruntime
+from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.trainers import get_model
 
 STEPS = 6
 

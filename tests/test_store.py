@@ -20,12 +20,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from collector.config import BenchmarkConfig
-from collector.schema import SCHEMA, SCHEMA_VERSION, series_key, to_table
-from collector.store import database, engine, files, tables
-from collector.store.database import StoreError, StoreReader
-from collector.store.ingest import ingest
-from collector.workflows.synthetic import generate
+from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.schema import SCHEMA, SCHEMA_VERSION, series_key, to_table
+from stepwatch.collector.store import database, engine, files, tables
+from stepwatch.collector.store.database import StoreError, StoreReader
+from stepwatch.collector.store.ingest import ingest
+from stepwatch.collector.workflows.synthetic import generate
 from tests.conftest import REPO, result_rows, stepwatch, write_results
 
 FIXTURES = REPO / "tests" / "data"  # real files written by earlier versions of stepwatch
@@ -264,7 +264,7 @@ def synthetic_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _ingest_process(sources: list[Path], db: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "collector", "ingest", *map(str, sources), "--db", str(db), "--synthetic"]
+    command = [sys.executable, "-m", "stepwatch", "ingest", *map(str, sources), "--db", str(db), "--synthetic"]
     return subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -300,7 +300,7 @@ READER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from collector.store.database import StoreReader
+    from stepwatch.collector.store.database import StoreReader
     reader, seen, errors, stop = StoreReader(Path(sys.argv[1])), [], 0, Path(sys.argv[2])
     last = False
     while not last:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.bench.suite import SuiteError, load_suite, narrow
-from collector.config import BenchmarkConfig, ConfigError, auto_threads, usable_cores, validate
+from stepwatch.collector.bench.suite import SuiteError, load_suite, narrow
+from stepwatch.collector.config import BenchmarkConfig, ConfigError, auto_threads, usable_cores, validate
 from tests.conftest import stepwatch, write_suite
 
 

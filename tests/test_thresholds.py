@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.analysis.thresholds import load_overrides, threshold_for
-from collector.metrics import METRICS, MetricError
-from collector.store.selection import Selection
+from stepwatch.collector.analysis.thresholds import load_overrides, threshold_for
+from stepwatch.collector.metrics import METRICS, MetricError
+from stepwatch.collector.store.selection import Selection
 
 THROUGHPUT = METRICS["examples_per_sec"]
 

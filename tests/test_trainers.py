@@ -7,8 +7,8 @@ import keras_hub
 import numpy as np
 import pytest
 
-from trainers import MODELS, UnknownModelError, bert, get_model, resnet50
-from trainers.spec import sparse_ce_loss
+from stepwatch.trainers import MODELS, UnknownModelError, bert, get_model, resnet50
+from stepwatch.trainers.spec import sparse_ce_loss
 
 
 def conv_dense_macs(model: keras.Model) -> float:

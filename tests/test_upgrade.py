@@ -17,8 +17,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from collector.bench import upgrade
-from collector.config import BenchmarkConfig
+from stepwatch.collector.bench import upgrade
+from stepwatch.collector.config import BenchmarkConfig
 from tests.conftest import stepwatch
 
 PYTZ = f"pytz=={metadata.version('pytz')}"
@@ -229,7 +229,7 @@ def test_calibrate_needs_two_environments() -> None:
 def test_the_report_says_how_many_trials_found_their_step_compiled() -> None:
     """With --compile-cache a check fills the cache first (one unrecorded trial of every compiled config on every
     side); its report says how many measured trials were cold all the same. Without one it says nothing."""
-    from collector.output.comparison import upgrade_preface
+    from stepwatch.collector.output.comparison import upgrade_preface
 
     common = (["pytz==1"], ["pytz==2"], 1, 3, "smoke", "host", 0, 6, [])
     lines = upgrade_preface(*common, ["warm", "cold", "warm", "warm", "warm", "warm"])

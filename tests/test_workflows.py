@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collector.cli import build_parser
+from stepwatch.collector.cli import build_parser
 from tests.conftest import REPO
 
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))

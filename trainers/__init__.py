@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from trainers import bert, bilstm, resnet50, transformer, user
-from trainers.spec import ModelSpec
+from stepwatch.trainers import bert, bilstm, resnet50, transformer, user
+from stepwatch.trainers.spec import ModelSpec
 
 MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in (resnet50.SPEC, bert.SPEC, transformer.SPEC, bilstm.SPEC)}
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from trainers.spec import Batch, ModelSpec, random_tokens, training_flops
+from stepwatch.trainers.spec import Batch, ModelSpec, random_tokens, training_flops
 
 
 @dataclass(frozen=True)

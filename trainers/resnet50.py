@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from trainers import torch_resnet50
-from trainers.spec import Batch, ModelSpec, TorchParts, training_flops
+from stepwatch.trainers import torch_resnet50
+from stepwatch.trainers.spec import Batch, ModelSpec, TorchParts, training_flops
 
 EXPANSION = 4
 RESNET50_BLOCKS = (3, 4, 6, 3)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from trainers.spec import Batch, ModelSpec, encoder_layer_macs, random_tokens, training_flops
+from stepwatch.trainers.spec import Batch, ModelSpec, encoder_layer_macs, random_tokens, training_flops
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from trainers.spec import Batch, ModelSpec, TorchParts
+from stepwatch.trainers.spec import Batch, ModelSpec, TorchParts
 
 DEFAULT_LEARNING_RATE = 1e-3
 KEYS = ("model", "loss", "inputs", "labels", "batch", "optimizer", "flops_per_example")

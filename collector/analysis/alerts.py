@@ -16,13 +16,13 @@ from datetime import datetime
 import duckdb
 import pandas as pd
 
-from collector.analysis import changepoints, stats
-from collector.analysis.thresholds import Override, threshold_for
-from collector.metrics import Metric
-from collector.schema import VERSION_COLUMNS
-from collector.store import queries, records
-from collector.store.records import CONFIRMED, FALSE_POSITIVE, NEW, OPEN, AlertChange
-from collector.store.selection import Selection
+from stepwatch.collector.analysis import changepoints, stats
+from stepwatch.collector.analysis.thresholds import Override, threshold_for
+from stepwatch.collector.metrics import Metric
+from stepwatch.collector.schema import VERSION_COLUMNS
+from stepwatch.collector.store import queries, records
+from stepwatch.collector.store.records import CONFIRMED, FALSE_POSITIVE, NEW, OPEN, AlertChange
+from stepwatch.collector.store.selection import Selection
 
 MATCH_NIGHTS = 2  # a change found within this many nights of an alert's is the same change
 DEFAULT_NIGHTS = 180  # nights of history looked at per series

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from collector import outcomes
-from collector.analysis import stats
-from collector.errors import UsageError
-from collector.metrics import get_metric
+from stepwatch.collector import outcomes
+from stepwatch.collector.analysis import stats
+from stepwatch.collector.errors import UsageError
+from stepwatch.collector.metrics import get_metric
 
 CALIBRATION_DIR = Path("data/calibration")
 CALIBRATION_ENV = "STEPWATCH_CALIBRATION"  # a calibration file, or "none", for every command that reads one

@@ -11,13 +11,13 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from collector.analysis import stats
-from collector.analysis.stats import plain
-from collector.analysis.thresholds import Override, threshold_for
-from collector.metrics import Metric, get_metric
-from collector.outcomes import FAILED, VERDICT_ORDER
-from collector.store import queries
-from collector.store.selection import Selection
+from stepwatch.collector.analysis import stats
+from stepwatch.collector.analysis.stats import plain
+from stepwatch.collector.analysis.thresholds import Override, threshold_for
+from stepwatch.collector.metrics import Metric, get_metric
+from stepwatch.collector.outcomes import FAILED, VERDICT_ORDER
+from stepwatch.collector.store import queries
+from stepwatch.collector.store.selection import Selection
 
 
 @dataclass(frozen=True)

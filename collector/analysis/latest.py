@@ -15,13 +15,13 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from collector.analysis import stats
-from collector.analysis.changepoints import trial_side
-from collector.analysis.thresholds import Override, threshold_for
-from collector.metrics import DEFAULT_METRIC, Metric, get_metric
-from collector.outcomes import FAILED, MISSING, REGRESSION, VERDICT_ORDER
-from collector.store import queries, records
-from collector.store.selection import Selection
+from stepwatch.collector.analysis import stats
+from stepwatch.collector.analysis.changepoints import trial_side
+from stepwatch.collector.analysis.thresholds import Override, threshold_for
+from stepwatch.collector.metrics import DEFAULT_METRIC, Metric, get_metric
+from stepwatch.collector.outcomes import FAILED, MISSING, REGRESSION, VERDICT_ORDER
+from stepwatch.collector.store import queries, records
+from stepwatch.collector.store.selection import Selection
 
 BASELINE_NIGHTS = 7  # a baseline pools the trials of up to this many nights before the latest
 SPARK_NIGHTS = 30  # nights a sparkline shows

@@ -25,9 +25,9 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from collector.analysis import stats
-from collector.store import queries
-from collector.store.selection import Selection
+from stepwatch.collector.analysis import stats
+from stepwatch.collector.store import queries
+from stepwatch.collector.store.selection import Selection
 
 MOVED = 0.05  # an op that changed by less than this of its own time has not moved, whatever its interval
 NEGLIGIBLE = 0.002  # nor one whose change is less than this share of the step

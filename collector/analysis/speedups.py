@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from collector.analysis import stats
-from collector.store.queries import SPEEDUPS
+from stepwatch.collector.analysis import stats
+from stepwatch.collector.store.queries import SPEEDUPS
 
 
 def with_intervals(points: pd.DataFrame) -> pd.DataFrame:

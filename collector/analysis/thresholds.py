@@ -1,7 +1,8 @@
 """Per-series thresholds: the smallest change that counts, where a series needs its own.
 
-``data/thresholds.toml`` lists overrides, each a selection of series (the selection language of
-``collector.store.selection``: ``model=bilstm,backend=cpu,xla=on``), a metric, a threshold and its reason.
+A thresholds file (the project's, else the bundled ``thresholds.toml``) lists overrides, each a selection of
+series (the selection language of ``collector.store.selection``: ``model=bilstm,backend=cpu,xla=on``), a
+metric, a threshold and its reason.
 When several match a series, the last one wins; where none does, the metric's default threshold holds.
 """
 
@@ -13,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collector.metrics import Metric, MetricError, get_metric
-from collector.store.selection import Selection
+from stepwatch.collector.data import bundled
+from stepwatch.collector.metrics import Metric, MetricError, get_metric
+from stepwatch.collector.store.selection import Selection
 
-THRESHOLDS_PATH = Path(__file__).resolve().parents[2] / "data" / "thresholds.toml"
+THRESHOLDS_PATH = bundled("thresholds.toml")
 
 
 @dataclass(frozen=True)

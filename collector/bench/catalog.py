@@ -1,4 +1,5 @@
-"""Reference data the collector reads: prices (data/prices.toml) and peak FLOP/s (data/accelerators.toml)."""
+"""Reference data the collector reads: prices (``prices.toml``) and peak FLOP/s (``accelerators.toml``), bundled
+with stepwatch (``stepwatch.collector.data``); a project names its own price catalog in its settings."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collector.config import PRECISIONS
-from collector.errors import UsageError
+from stepwatch.collector.config import PRECISIONS
+from stepwatch.collector.data import bundled
+from stepwatch.collector.errors import UsageError
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"
-PRICES_PATH = DATA_DIR / "prices.toml"
-ACCELERATORS_PATH = DATA_DIR / "accelerators.toml"
+PRICES_PATH = bundled("prices.toml")
+ACCELERATORS_PATH = bundled("accelerators.toml")
 
 
 class CatalogError(UsageError):

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from collector.metrics import COUNTERS
+from stepwatch.collector.metrics import COUNTERS
 
 # One HLO instruction: ``[ROOT ]%name = shape opcode(operands), attributes``. The opcode is the first
 # ``word(`` after the shape (a shape holds no such word: layouts are ``{1,0}``, tiles ``:T(8,128)``).

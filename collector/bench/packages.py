@@ -29,7 +29,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from collector.bench import upgrade
+from stepwatch.collector.bench import upgrade
 
 # Never pinned: the installer's own tools (a new environment brings its own, and pip upgrades them where a
 # package needs it), and stepwatch (the environments import this checkout).

@@ -219,7 +219,9 @@ def self_times(spans: Iterable[Span]) -> dict[tuple[str, str, str], tuple[float,
 def op_table(totals: dict[tuple[str, str, str], tuple[float, int]], steps: int) -> dict[str, list[Any]]:
     """The result row's op columns (``collector.schema.OP_COLUMNS``) from per-op totals over ``steps`` steps: type,
     name, where, time and count per step; the slowest op first."""
-    from collector.schema import OP_COLUMNS  # pyarrow's types: a trial imports this module before its framework
+    from stepwatch.collector.schema import (
+        OP_COLUMNS,  # pyarrow's types: a trial imports this module before its framework
+    )
 
     rows = sorted(totals.items(), key=lambda item: (-item[1][0], item[0]))
     columns = (

@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collector.errors import Failure
-from collector.schema import SchemaError, conform, to_table, write_parquet
+from stepwatch.collector.errors import Failure
+from stepwatch.collector.schema import SchemaError, conform, to_table, write_parquet
 
 
 class ResultsError(RuntimeError, Failure):

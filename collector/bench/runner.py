@@ -22,15 +22,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from collector.bench import catalog, memory, profiles
-from collector.bench.environment import host_environment
-from collector.bench.profiles import PROFILE_ENV
-from collector.bench.results import ResultFile
-from collector.bench.runtime import COMPILE_CACHE_DIRS, COMPILE_CACHE_ENV
-from collector.bench.trial import SPAWN_TIME_ENV
-from collector.config import BenchmarkConfig, config_columns
-from collector.metrics import ANON_KIND
-from trainers.user import Reference, UserModelError, is_reference
+from stepwatch.collector.bench import catalog, memory, profiles
+from stepwatch.collector.bench.environment import host_environment
+from stepwatch.collector.bench.profiles import PROFILE_ENV
+from stepwatch.collector.bench.results import ResultFile
+from stepwatch.collector.bench.runtime import COMPILE_CACHE_DIRS, COMPILE_CACHE_ENV
+from stepwatch.collector.bench.trial import SPAWN_TIME_ENV
+from stepwatch.collector.config import BenchmarkConfig, config_columns
+from stepwatch.collector.metrics import ANON_KIND
+from stepwatch.collector.project import identity
+from stepwatch.trainers.user import Reference, UserModelError, is_reference
 
 LOG_TAIL_LINES = 40
 PROFILES_DIR = "profiles"  # beside the results file: one folder per profiled trial, named by its run_id
@@ -49,6 +50,7 @@ class RunOptions:
     profile: int = 0  # --profile: the first this many trials of every config record a profile after their timing
     profile_home: str | None = None  # where the profiles will be read from, if not beside the results (--out s3://)
     compile_cache: Path | None = None  # --compile-cache: where trials keep the compiler's output between them
+    project: dict[str, Any] = field(default_factory=identity)  # the repository and commit run in
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+TRIAL_MODULE = "stepwatch.collector.bench.trial"
+
+
 def run_child(
     config: BenchmarkConfig, python: str, workdir: Path, env_extra: dict[str, str] | None = None
 ) -> tuple[dict[str, Any], float, int | None]:
@@ -128,7 +133,7 @@ def run_child(
     start = time.perf_counter()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [python, "-m", "collector.bench.trial", "--config", config.to_json(), "--result", str(result_path)],
+            [python, "-m", TRIAL_MODULE, "--config", config.to_json(), "--result", str(result_path)],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -252,6 +257,7 @@ def make_row(
     }
     row.update(_parent_host(config.device))  # so that a trial that died early still has its host and series
     row.update(child)
+    row.update(options.project)
     row.update(wall_s=wall_s, exit_code=code)
     searched = options.max_batches.get(config.key)
     if searched is not None:  # how the search ended, and its probes (kept in extras)

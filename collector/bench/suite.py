@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collector.config import (
+from stepwatch.collector.config import (
     FIELD_NAMES,
     FORMER_NAMES,
     ROLES,
@@ -27,8 +27,8 @@ from collector.config import (
     resolve,
     validate,
 )
-from collector.errors import UsageError
-from trainers.user import is_reference
+from stepwatch.collector.errors import UsageError
+from stepwatch.trainers.user import is_reference
 
 SUITES_DIR = Path(__file__).parent / "suites"
 TOP_LEVEL = ("name", "description", "trials", "defaults", "matrix", "configs")

@@ -16,13 +16,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from collector.bench import counters, profiles, runtime
-from collector.bench.environment import host_environment
-from collector.bench.measure import NonFiniteLoss, WindowClock, host_load, summarize
-from collector.config import BenchmarkConfig, usable_cores, validate
-from collector.metrics import STARTUP_PHASES, startup_column
-from trainers import get_model
-from trainers.user import is_reference
+from stepwatch.collector.bench import counters, profiles, runtime
+from stepwatch.collector.bench.environment import host_environment
+from stepwatch.collector.bench.measure import NonFiniteLoss, WindowClock, host_load, summarize
+from stepwatch.collector.config import BenchmarkConfig, usable_cores, validate
+from stepwatch.collector.metrics import STARTUP_PHASES, startup_column
+from stepwatch.trainers import get_model
+from stepwatch.trainers.user import is_reference
 
 SPAWN_TIME_ENV = "STEPWATCH_SPAWN_TIME"  # time.time() at which the parent started this process
 FRAMEWORKS = ("tensorflow", "jax", "torch")

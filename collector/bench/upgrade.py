@@ -31,10 +31,10 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from collector.bench import runner
-from collector.bench.results import ResultFile
-from collector.config import BenchmarkConfig
-from collector.errors import Failure
+from stepwatch.collector.bench import runner
+from stepwatch.collector.bench.results import ResultFile
+from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.errors import Failure
 
 CACHE_ENV = "STEPWATCH_ENV_CACHE"
 SOURCE_ROOT = Path(__file__).resolve().parents[2]

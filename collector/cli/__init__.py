@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from collector.cli.arguments import OneLineParser
-from collector.cli.exits import EXIT_FAILED, EXIT_USAGE
-from collector.errors import Failure, UsageError
+from stepwatch.collector.cli.arguments import OneLineParser
+from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_USAGE
+from stepwatch.collector.errors import Failure, UsageError
+from stepwatch.collector.project import Project, ProjectError, version
+from stepwatch.collector.store.files import DB_ENV
 
 # Each command and the module here that registers it (in the order `stepwatch --help` lists them). Only the module
 # of the command being run is imported: a command pays for its own libraries only (`run` and `ingest` never load
@@ -32,23 +36,101 @@ COMMANDS = {
     "package-sets": "sides",
     "bisect": "bisect",
     "calibrate": "calibrate",
+    "dashboard": "dashboard",
+    "init": "init",
 }
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser of the command ``argv`` names; of every command when it names none we know (help, a typo)."""
     parser = OneLineParser(prog="stepwatch", description="Track deep-learning training performance.")
+    parser.add_argument("--version", action="version", version=f"stepwatch {version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     named = next((arg for arg in argv or () if not arg.startswith("-")), None)
     modules = [COMMANDS[named]] if named in COMMANDS else COMMANDS.values()
     for module in dict.fromkeys(modules):
-        importlib.import_module(f"collector.cli.{module}").register(commands)
+        importlib.import_module(f"stepwatch.collector.cli.{module}").register(commands)
     return parser
+
+
+# Settings that are not named after an option: per command, the dest of the option they set. ``results`` is where
+# ``run`` writes and what ``ingest`` reads; ``out`` is no setting (in the reports it names a report file).
+RENAMED_SETTINGS = {"results": {"run": "out", "ingest": "sources", "dashboard": "sources"}}
+NOT_SETTINGS = {"out": "results"}
+
+
+def _option(parser: argparse.ArgumentParser, name: str) -> argparse.Action | None:
+    renamed = RENAMED_SETTINGS.get(name, {}).get(parser.prog.split()[-1])
+    if renamed:
+        return next(action for action in parser._actions if action.dest == renamed)
+    flag = "--" + name.replace("_", "-")
+    return next((action for action in parser._actions if flag in action.option_strings), None)
+
+
+def _command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser | None:
+    named = next((arg for arg in argv if not arg.startswith("-")), None)
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return commands.choices.get(named) if named else None
+
+
+def apply_project(parser: argparse.ArgumentParser, argv: Sequence[str], project: Project) -> None:
+    """The project's settings as the defaults of the options of the command ``argv`` names, each parsed as its
+    flag would be; a flag on the command line still wins. A setting that no command has is a usage error."""
+    command = _command(parser, argv)
+    if command is None or not project.settings:
+        return
+    for name, value in project.settings.items():
+        if name in NOT_SETTINGS:
+            raise ProjectError(f"{project.source}: {name!r} is no setting; did you mean {NOT_SETTINGS[name]!r}?")
+        if name == "db" and os.environ.get(DB_ENV):  # the environment's store wins over the project's
+            continue
+        action = _option(command, name)
+        if action is None:
+            if name not in RENAMED_SETTINGS and not any(_option(c, name) for c in _all_commands().values()):
+                raise ProjectError(
+                    f"{project.source}: unknown setting {name.replace('_', '-')!r}; settings are the long options "
+                    "of stepwatch's commands without their dashes (see stepwatch --help)"
+                )
+            continue  # another command's setting
+        value = project.resolved(name, value)
+        try:
+            command.set_defaults(**{action.dest: _parsed(action, value)})
+        except (argparse.ArgumentTypeError, ValueError, TypeError) as error:
+            raise ProjectError(f"{project.source}: {name.replace('_', '-')}: {error}") from None
+
+
+def _all_commands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser([])
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def _parsed(action: argparse.Action, value: Any) -> Any:
+    """A setting's value as its flag's value: a list is the comma-separated list of the flag, true and false
+    are on and off."""
+    if action.nargs == 0:  # a switch (store_true)
+        if not isinstance(value, bool):
+            raise ValueError(f"{value!r} is not true or false")
+        return value
+    values = value if isinstance(value, list) else [value]
+    words = [("on" if v else "off") if isinstance(v, bool) else str(v) for v in values]
+    if action.nargs in ("*", "+"):  # a positional list (ingest's sources)
+        return words
+    text = ",".join(words)
+    parsed = action.type(text) if action.type else text
+    if action.choices is not None and parsed not in action.choices:
+        raise ValueError(f"{text!r} is not one of {', '.join(map(str, action.choices))}")
+    return parsed
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(argv).parse_args(argv)
+    parser = build_parser(argv)
+    try:
+        apply_project(parser, argv, Project.find())
+    except UsageError as error:
+        print(f"stepwatch: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    args = parser.parse_args(argv)
     try:
         return args.handler(args)
     except UsageError as error:

@@ -9,9 +9,9 @@ from typing import Any
 
 from rich.markup import escape
 
-from collector import metrics
-from collector.analysis import alerts, changepoints
-from collector.cli.arguments import (
+from stepwatch.collector import metrics
+from stepwatch.collector.analysis import alerts, changepoints
+from stepwatch.collector.cli.arguments import (
     FORMATS,
     OneLineParser,
     add_analysis_arguments,
@@ -20,13 +20,13 @@ from collector.cli.arguments import (
     db_path,
     overrides,
 )
-from collector.cli.exits import EXIT_OK, EXIT_REGRESSION
-from collector.errors import UsageError
-from collector.output.comparison import bimodal_warning
-from collector.output.runs import show_alerts
-from collector.output.text import plain_rows, series_label
-from collector.store import database, history, records
-from collector.store.selection import Selection
+from stepwatch.collector.cli.exits import EXIT_OK, EXIT_REGRESSION
+from stepwatch.collector.errors import UsageError
+from stepwatch.collector.output.comparison import bimodal_warning
+from stepwatch.collector.output.runs import show_alerts
+from stepwatch.collector.output.text import plain_rows, series_label
+from stepwatch.collector.store import database, history, records
+from stepwatch.collector.store.selection import Selection
 
 
 def register(commands: Any) -> None:

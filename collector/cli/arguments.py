@@ -12,14 +12,14 @@ from typing import Any, NoReturn
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from collector import metrics
-from collector.analysis import calibration, stats
-from collector.analysis.thresholds import THRESHOLDS_PATH, Override, load_overrides
-from collector.bench import catalog
-from collector.cli.exits import EXIT_USAGE
-from collector.config import FLAGGED, ROLES, TYPES, ConfigError, parse_bool
-from collector.errors import UsageError
-from collector.store.files import DB_ENV, DEFAULT_DB, default_db
+from stepwatch.collector import metrics
+from stepwatch.collector.analysis import calibration, stats
+from stepwatch.collector.analysis.thresholds import THRESHOLDS_PATH, Override, load_overrides
+from stepwatch.collector.bench import catalog
+from stepwatch.collector.cli.exits import EXIT_USAGE
+from stepwatch.collector.config import FLAGGED, ROLES, TYPES, ConfigError, parse_bool
+from stepwatch.collector.errors import UsageError
+from stepwatch.collector.store.files import DB_ENV, DEFAULT_DB, default_db
 
 DEFAULT_OUT = Path("data/results")
 FORMATS = ("table", "markdown", "json")  # how a report is printed

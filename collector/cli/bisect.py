@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from collector.bench import catalog, runner, upgrade
-from collector.bench.suite import load_suite, narrow
-from collector.cli import exits
-from collector.cli.arguments import (
+from stepwatch.collector.bench import catalog, runner, upgrade
+from stepwatch.collector.bench.suite import load_suite, narrow
+from stepwatch.collector.cli import exits
+from stepwatch.collector.cli.arguments import (
     add_analysis_arguments,
     calibrated_between,
     console,
@@ -23,12 +23,12 @@ from collector.cli.arguments import (
     overrides,
     trial_options,
 )
-from collector.cli.progress import TerminalHooks
-from collector.cli.upgrade import add_check_arguments, check_trials
-from collector.errors import UsageError
-from collector.output.bisect import bisect_json, bisect_markdown, step_line
-from collector.output.text import publish, write_file
-from collector.workflows import bisect
+from stepwatch.collector.cli.progress import TerminalHooks
+from stepwatch.collector.cli.upgrade import add_check_arguments, check_trials
+from stepwatch.collector.errors import UsageError
+from stepwatch.collector.output.bisect import bisect_json, bisect_markdown, step_line
+from stepwatch.collector.output.text import publish, write_file
+from stepwatch.collector.workflows import bisect
 
 RESULTS_DIR = upgrade.RESULTS_DIR / "bisect"
 

@@ -11,10 +11,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from collector.analysis import calibration
-from collector.bench import catalog, runner, upgrade
-from collector.bench.suite import load_suite, narrow
-from collector.cli.arguments import (
+from stepwatch.collector.analysis import calibration
+from stepwatch.collector.bench import catalog, runner, upgrade
+from stepwatch.collector.bench.suite import load_suite, narrow
+from stepwatch.collector.cli.arguments import (
     add_db_argument,
     add_environment_arguments,
     add_matrix_arguments,
@@ -23,12 +23,12 @@ from collector.cli.arguments import (
     db_path,
     matrix_values,
 )
-from collector.cli.exits import EXIT_FAILED, EXIT_OK
-from collector.cli.progress import TerminalHooks
-from collector.errors import UsageError
-from collector.metrics import METRICS
-from collector.output.runs import calibration_table
-from collector.workflows import check as workflow
+from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
+from stepwatch.collector.cli.progress import TerminalHooks
+from stepwatch.collector.errors import UsageError
+from stepwatch.collector.metrics import METRICS
+from stepwatch.collector.output.runs import calibration_table
+from stepwatch.collector.workflows import check as workflow
 
 DEFAULT_METRICS = ["examples_per_sec", "peak_memory_bytes"]
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from collector.analysis import comparison
-from collector.cli import exits
-from collector.cli.arguments import add_analysis_arguments, calibrated_between, db_path, overrides
-from collector.errors import UsageError
-from collector.output.comparison import between_lines, show_comparison
-from collector.store import database
-from collector.store.selection import Selection
+from stepwatch.collector.analysis import comparison
+from stepwatch.collector.cli import exits
+from stepwatch.collector.cli.arguments import add_analysis_arguments, calibrated_between, db_path, overrides
+from stepwatch.collector.errors import UsageError
+from stepwatch.collector.output.comparison import between_lines, show_comparison
+from stepwatch.collector.store import database
+from stepwatch.collector.store.selection import Selection
 
 
 def register(commands: Any) -> None:

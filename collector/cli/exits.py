@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from collector.outcomes import FAILED, INCONCLUSIVE, REGRESSION, SKIPPED
+from stepwatch.collector.outcomes import FAILED, INCONCLUSIVE, REGRESSION, SKIPPED
 
 if TYPE_CHECKING:  # every command imports this module: it must not load the analysis (pandas) to name its types
-    from collector.analysis.comparison import Comparison
-    from collector.workflows.bisect import Step
-    from collector.workflows.search import Search
+    from stepwatch.collector.analysis.comparison import Comparison
+    from stepwatch.collector.workflows.bisect import Step
+    from stepwatch.collector.workflows.search import Search
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_FAILED = 0, 1, 2, 3, 4
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from collector.analysis import ops
-from collector.cli.arguments import add_db_argument, db_path
-from collector.cli.exits import EXIT_OK
-from collector.errors import UsageError
-from collector.output.explain import TOP, explain_json, explain_text
-from collector.output.text import publish
-from collector.store import database
-from collector.store.queries import OP_KEYS
-from collector.store.selection import Selection
+from stepwatch.collector.analysis import ops
+from stepwatch.collector.cli.arguments import add_db_argument, db_path
+from stepwatch.collector.cli.exits import EXIT_OK
+from stepwatch.collector.errors import UsageError
+from stepwatch.collector.output.explain import TOP, explain_json, explain_text
+from stepwatch.collector.output.text import publish
+from stepwatch.collector.store import database
+from stepwatch.collector.store.queries import OP_KEYS
+from stepwatch.collector.store.selection import Selection
 
 
 def register(commands: Any) -> None:

@@ -8,11 +8,11 @@ from typing import Any
 
 from rich.markup import escape
 
-from collector.bench.results import ResultsError
-from collector.cli.arguments import add_db_argument, console, db_path
-from collector.cli.exits import EXIT_OK
-from collector.store import database, export
-from collector.store.selection import Selection
+from stepwatch.collector.bench.results import ResultsError
+from stepwatch.collector.cli.arguments import add_db_argument, console, db_path
+from stepwatch.collector.cli.exits import EXIT_OK
+from stepwatch.collector.store import database, export
+from stepwatch.collector.store.selection import Selection
 
 
 def register(commands: Any) -> None:

@@ -7,13 +7,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from collector.cli.arguments import DEFAULT_OUT, add_db_argument, console, db_path
-from collector.cli.exits import EXIT_FAILED, EXIT_OK
-from collector.cli.progress import TerminalHooks
-from collector.errors import UsageError
-from collector.store import objectstore
-from collector.store.files import SYNTHETIC_DB
-from collector.workflows.hooks import ingest_into
+from stepwatch.collector.cli.arguments import DEFAULT_OUT, add_db_argument, console, db_path
+from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
+from stepwatch.collector.cli.progress import TerminalHooks
+from stepwatch.collector.errors import UsageError
+from stepwatch.collector.store import objectstore
+from stepwatch.collector.store.files import SYNTHETIC_DB
+from stepwatch.collector.workflows.hooks import ingest_into
 
 
 def register(commands: Any) -> None:
@@ -54,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
 
 def run_rebuild(args: argparse.Namespace) -> int:
     """A new store from results and a saved alerts file (a store lost with a cache, say)."""
-    from collector.store import history  # the alerts it restores are read with pandas, which ingest never needs
+    from stepwatch.collector.store import (
+        history,  # the alerts it restores are read with pandas, which ingest never needs
+    )
 
     db = db_path(args, args.synthetic)
     _check_sources(args.sources, args.recursive, named=True)
@@ -103,7 +105,7 @@ def ingest_and_report(
 
 def run_synthesize(args: argparse.Namespace) -> int:
     """Write synthetic history (for load tests) and ingest it into a store of its own."""
-    from collector.workflows import synthetic  # numpy-heavy generator, only needed here
+    from stepwatch.collector.workflows import synthetic  # numpy-heavy generator, only needed here
 
     if args.rows < 1:
         raise UsageError("--rows must be at least 1")

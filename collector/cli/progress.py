@@ -10,11 +10,11 @@ from typing import Any
 
 from rich.progress import MofNCompleteColumn, Progress, TextColumn
 
-from collector.bench import runner
-from collector.cli.arguments import PROGRESS_COLUMNS, console
-from collector.output.runs import ingest_lines, trial_line
-from collector.store.ingest import IngestReport
-from collector.workflows.hooks import Hooks, OnDone, OnStart
+from stepwatch.collector.bench import runner
+from stepwatch.collector.cli.arguments import PROGRESS_COLUMNS, console
+from stepwatch.collector.output.runs import ingest_lines, trial_line
+from stepwatch.collector.store.ingest import IngestReport
+from stepwatch.collector.workflows.hooks import Hooks, OnDone, OnStart
 
 
 class TerminalHooks(Hooks):

@@ -8,10 +8,10 @@ from typing import Any
 
 from rich.progress import Progress
 
-from collector.bench import catalog, runner, upgrade
-from collector.bench.results import ResultsError
-from collector.bench.suite import load_suite, narrow
-from collector.cli.arguments import (
+from stepwatch.collector.bench import catalog, runner, upgrade
+from stepwatch.collector.bench.results import ResultsError
+from stepwatch.collector.bench.suite import load_suite, narrow
+from stepwatch.collector.cli.arguments import (
     DEFAULT_OUT,
     PROGRESS_COLUMNS,
     add_environment_arguments,
@@ -21,10 +21,10 @@ from collector.cli.arguments import (
     matrix_values,
     trial_options,
 )
-from collector.cli.exits import EXIT_FAILED, EXIT_OK
-from collector.errors import UsageError
-from collector.output.runs import run_summary, trial_line
-from collector.store import objectstore
+from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
+from stepwatch.collector.errors import UsageError
+from stepwatch.collector.output.runs import run_summary, trial_line
+from stepwatch.collector.store import objectstore
 
 
 def register(commands: Any) -> None:
@@ -41,6 +41,11 @@ def register(commands: Any) -> None:
         help="results folder, or an s3:// or gs:// prefix the file is uploaded to (default data/results)",
     )
     parser.add_argument("--resume", action="store_true", help="continue the latest file of this suite in --out")
+    parser.add_argument(
+        "--shard", type=shard, metavar="K/N",
+        help="run the K-th of N equal shares of the configs (1/4 ... 4/4), so that N jobs run one suite in parallel, "
+        "each within its timeout",
+    )  # fmt: skip
     parser.add_argument("--label", help="free text stored with every row, e.g. candidate")
     parser.add_argument(
         "--with", dest="packages", metavar="REQUIREMENTS",
@@ -54,10 +59,26 @@ def register(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+def shard(text: str) -> tuple[int, int]:
+    """``K/N`` with 1 <= K <= N."""
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not K/N, e.g. 1/4") from None
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError(f"{text!r}: K must be between 1 and N")
+    return k, n
+
+
 def run(args: argparse.Namespace) -> int:
     """Collect: run the (narrowed) suite and write one parquet file."""
     suite = load_suite(args.suite)
     configs = list(narrow(suite.configs, matrix_values(args), suite.defaults))
+    if args.shard:  # every N-th config from the K-th: the shares differ by one config at most
+        (k, n), total = args.shard, len(configs)
+        configs = configs[k - 1 :: n]
+        if not configs:
+            raise UsageError(f"--shard {k}/{n}: this share of the suite's {total} configs is empty")
     trials = args.trials if args.trials is not None else suite.trials
     if trials < 1:
         raise UsageError("--trials must be at least 1")

@@ -7,14 +7,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from collector.bench import pinfiles
-from collector.bench.pinfiles import PinFileError
-from collector.cli.arguments import add_environment_arguments, console
-from collector.cli.exits import EXIT_OK
-from collector.errors import UsageError
-from collector.output.sides import sides_json, sides_markdown, sides_text, step_outputs
-from collector.output.text import ReportError, publish
-from collector.workflows import sides as deriving
+from stepwatch.collector.bench import pinfiles
+from stepwatch.collector.bench.pinfiles import PinFileError
+from stepwatch.collector.cli.arguments import add_environment_arguments, console
+from stepwatch.collector.cli.exits import EXIT_OK
+from stepwatch.collector.errors import UsageError
+from stepwatch.collector.output.sides import sides_json, sides_markdown, sides_text, step_outputs
+from stepwatch.collector.output.text import ReportError, publish
+from stepwatch.collector.workflows import sides as deriving
 
 RENDER = {"text": sides_text, "markdown": sides_markdown, "json": sides_json}
 

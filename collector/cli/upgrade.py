@@ -6,10 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from collector.bench import catalog, runner, upgrade
-from collector.bench.suite import load_suite, narrow
-from collector.cli import exits
-from collector.cli.arguments import (
+from stepwatch.collector.bench import catalog, runner, upgrade
+from stepwatch.collector.bench.suite import load_suite, narrow
+from stepwatch.collector.cli import exits
+from stepwatch.collector.cli.arguments import (
     add_analysis_arguments,
     add_environment_arguments,
     add_matrix_arguments,
@@ -21,13 +21,13 @@ from collector.cli.arguments import (
     overrides,
     trial_options,
 )
-from collector.cli.exits import EXIT_FAILED, EXIT_OK
-from collector.cli.progress import TerminalHooks
-from collector.errors import UsageError
-from collector.output.comparison import aa_lines, between_lines, show_comparison, to_markdown, upgrade_preface
-from collector.output.explain import report_lines
-from collector.output.text import write_file
-from collector.workflows import check
+from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
+from stepwatch.collector.cli.progress import TerminalHooks
+from stepwatch.collector.errors import UsageError
+from stepwatch.collector.output.comparison import aa_lines, between_lines, show_comparison, to_markdown, upgrade_preface
+from stepwatch.collector.output.explain import report_lines
+from stepwatch.collector.output.text import write_file
+from stepwatch.collector.workflows import check
 
 
 def add_check_arguments(parser: argparse.ArgumentParser, results: Path) -> None:

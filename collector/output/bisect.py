@@ -7,15 +7,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from collector.analysis.comparison import Row
-from collector.analysis.stats import plain
-from collector.bench.packages import Change, Group, describe
-from collector.outcomes import INCONCLUSIVE, SKIPPED
-from collector.output.comparison import aa_lines, between_lines, change_text, resolution
-from collector.output.explain import report_lines
-from collector.output.text import interval, percent, series_label
-from collector.workflows.bisect import Bisection, Step
-from collector.workflows.search import Contribution, Search
+from stepwatch.collector.analysis.comparison import Row
+from stepwatch.collector.analysis.stats import plain
+from stepwatch.collector.bench.packages import Change, Group, describe
+from stepwatch.collector.outcomes import INCONCLUSIVE, SKIPPED
+from stepwatch.collector.output.comparison import aa_lines, between_lines, change_text, resolution
+from stepwatch.collector.output.explain import report_lines
+from stepwatch.collector.output.text import interval, percent, series_label
+from stepwatch.collector.workflows.bisect import Bisection, Step
+from stepwatch.collector.workflows.search import Contribution, Search
 
 
 def _target_cells(rows: Sequence[Row]) -> str:

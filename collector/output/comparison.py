@@ -11,12 +11,12 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from collector.analysis import stats
-from collector.analysis.comparison import Comparison, Row
-from collector.analysis.stats import plain
-from collector.metrics import Metric
-from collector.outcomes import FAILED, IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
-from collector.output.text import (
+from stepwatch.collector.analysis import stats
+from stepwatch.collector.analysis.comparison import Comparison, Row
+from stepwatch.collector.analysis.stats import plain
+from stepwatch.collector.metrics import Metric
+from stepwatch.collector.outcomes import FAILED, IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
+from stepwatch.collector.output.text import (
     MARKS,
     interval,
     percent,
@@ -27,7 +27,7 @@ from collector.output.text import (
     write_file,
 )
 
-CodeOf = Callable[[Comparison], int]  # the exit code a comparison gives (the CLI's, collector.cli.exits)
+CodeOf = Callable[[Comparison], int]  # the exit code a comparison gives (the CLI's, stepwatch.collector.cli.exits)
 
 
 def exact_change(metric: Metric, result: stats.Verdict) -> str:

@@ -8,9 +8,9 @@ import json
 import math
 from typing import Any
 
-from collector.analysis.ops import Explained, OpChange
-from collector.output.comparison import finite
-from collector.output.text import interval, percent, series_label
+from stepwatch.collector.analysis.ops import Explained, OpChange
+from stepwatch.collector.output.comparison import finite
+from stepwatch.collector.output.text import interval, percent, series_label
 
 TOP = 10  # ops shown per pair
 

@@ -16,13 +16,21 @@ import pyarrow.parquet as pq
 from rich.markup import escape
 from rich.table import Table
 
-from collector.analysis.calibration import Calibration
-from collector.config import config_from_row
-from collector.metrics import ANON_KIND, HEADLINE, RSS_KIND, Metric
-from collector.output.text import interval, percent, publish, series_label, stdout_console, versions_text, write_file
+from stepwatch.collector.analysis.calibration import Calibration
+from stepwatch.collector.config import config_from_row
+from stepwatch.collector.metrics import ANON_KIND, HEADLINE, RSS_KIND, Metric
+from stepwatch.collector.output.text import (
+    interval,
+    percent,
+    publish,
+    series_label,
+    stdout_console,
+    versions_text,
+    write_file,
+)
 
 if TYPE_CHECKING:  # `run` imports this module, and needs no DuckDB
-    from collector.store.ingest import IngestReport
+    from stepwatch.collector.store.ingest import IngestReport
 
 
 def alerts_markdown(alerts: list[dict[str, Any]], title: str = "stepwatch alerts") -> str:

@@ -13,10 +13,10 @@ from typing import Any
 
 from rich.console import Console
 
-from collector.analysis.stats import plain
-from collector.config import config_from_row, repro_flags
-from collector.errors import Failure
-from collector.outcomes import FAILED, IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
+from stepwatch.collector.analysis.stats import plain
+from stepwatch.collector.config import config_from_row, repro_flags
+from stepwatch.collector.errors import Failure
+from stepwatch.collector.outcomes import FAILED, IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
 
 
 class ReportError(OSError, Failure):

@@ -11,9 +11,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from collector.store.engine import Snapshot, Write, compact, require, snapshot, update, write
-from collector.store.errors import NoStoreError, StoreError
-from collector.store.files import (
+from stepwatch.collector.store.engine import Snapshot, Write, compact, require, snapshot, update, write
+from stepwatch.collector.store.errors import NoStoreError, StoreError
+from stepwatch.collector.store.files import (
     DB_ENV,
     DEFAULT_DB,
     SYNTHETIC_DB,
@@ -23,7 +23,7 @@ from collector.store.files import (
     store_identity,
     writer_lock,
 )
-from collector.store.tables import DERIVED, STORE_VERSION, run_id_index
+from stepwatch.collector.store.tables import DERIVED, STORE_VERSION, run_id_index
 
 if TYPE_CHECKING:
     import duckdb

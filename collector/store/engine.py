@@ -39,9 +39,9 @@ from pathlib import Path
 
 import duckdb
 
-from collector.store import files, objectstore
-from collector.store.errors import NoStoreError, StoreError
-from collector.store.tables import (
+from stepwatch.collector.store import files, objectstore
+from stepwatch.collector.store.errors import NoStoreError, StoreError
+from stepwatch.collector.store.tables import (
     DDL,
     DERIVED,
     KEPT_TABLES,

@@ -1,6 +1,6 @@
 """The store's errors: each one line a user can act on."""
 
-from collector.errors import Failure, UsageError
+from stepwatch.collector.errors import Failure, UsageError
 
 
 class StoreError(RuntimeError, Failure):

@@ -9,9 +9,9 @@ import duckdb
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from collector.schema import SCHEMA
-from collector.store.selection import Selection, SelectionError
-from collector.store.tables import CHILD_TABLES, nest_children
+from stepwatch.collector.schema import SCHEMA
+from stepwatch.collector.store.selection import Selection, SelectionError
+from stepwatch.collector.store.tables import CHILD_TABLES, nest_children
 
 EXPORT_FORMATS = ("csv", "parquet")
 

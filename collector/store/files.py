@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.store.errors import StoreError
+from stepwatch.collector.store.errors import StoreError
 
 DEFAULT_DB = Path("data/stepwatch.duckdb")
 SYNTHETIC_DB = Path("data/stepwatch-synthetic.duckdb")

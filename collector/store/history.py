@@ -16,8 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from collector.store import objectstore, records
-from collector.store.database import (
+from stepwatch.collector.store import objectstore, records
+from stepwatch.collector.store.database import (
     StoreError,
     compact,
     delta_dir,
@@ -26,7 +26,7 @@ from collector.store.database import (
     update,
     writer_lock,
 )
-from collector.store.ingest import IngestReport, ingest
+from stepwatch.collector.store.ingest import IngestReport, ingest
 
 ALERT_KEYS = ("id", "series_key", "metric", "status", "change_at")
 

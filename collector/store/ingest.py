@@ -28,8 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from collector.config import ADDED_DIMENSIONS
-from collector.schema import (
+from stepwatch.collector.config import ADDED_DIMENSIONS
+from stepwatch.collector.schema import (
     IDENTITY_COLUMNS,
     NOT_NULL,
     SCHEMA_VERSION,
@@ -40,9 +40,16 @@ from collector.schema import (
     hostile_sql,
     hostile_values,
 )
-from collector.store import objectstore
-from collector.store.database import StoreError, Write, clean, snapshot, write
-from collector.store.tables import CHILD_TABLES, LIST_COLUMNS, STORE_VERSION, list_type, store_kind, unnest_children
+from stepwatch.collector.store import objectstore
+from stepwatch.collector.store.database import StoreError, Write, clean, snapshot, write
+from stepwatch.collector.store.tables import (
+    CHILD_TABLES,
+    LIST_COLUMNS,
+    STORE_VERSION,
+    list_type,
+    store_kind,
+    unnest_children,
+)
 
 BATCH_FILES = 2_000  # files staged and inserted together (bounds the memory an ingest holds)
 READ_THREADS = 4

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from collector.errors import Failure
+from stepwatch.collector.errors import Failure
 
 REMOTE_SCHEMES = ("s3://", "gs://")
 QUARANTINE = "quarantine"

@@ -11,11 +11,11 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from collector.config import FIELD_NAMES, SERIES_DIMENSIONS
-from collector.metrics import COUNTERS, METRICS
-from collector.schema import VERSION_COLUMNS
-from collector.store.selection import ALIASES, ALL, Selection, SelectionError, as_fields, named
-from collector.store.tables import (
+from stepwatch.collector.config import FIELD_NAMES, SERIES_DIMENSIONS
+from stepwatch.collector.metrics import COUNTERS, METRICS
+from stepwatch.collector.schema import VERSION_COLUMNS
+from stepwatch.collector.store.selection import ALIASES, ALL, Selection, SelectionError, as_fields, named
+from stepwatch.collector.store.tables import (
     RECENCY,
     RECENT_TRIALS,
     SPANS,
@@ -248,7 +248,7 @@ def model_code(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str
 
 
 # What a version comparison goes along, and what History's x axis offers.
-VERSION_AXES = (*VERSION_COLUMNS[:5], "cuda_build_version", "driver_version", "container_image")
+VERSION_AXES = (*VERSION_COLUMNS[:5], "cuda_build_version", "driver_version", "container_image", "project_commit")
 X_AXES = ("night", *VERSION_AXES)
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from collector.errors import UsageError
-from collector.store.database import open_store
-from collector.store.errors import StoreError
-from collector.store.files import one_line
+from stepwatch.collector.errors import UsageError
+from stepwatch.collector.store.database import open_store
+from stepwatch.collector.store.errors import StoreError
+from stepwatch.collector.store.files import one_line
 
 READS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 TABLES = ("runs", "samples", "ops", "series", "latest_runs", "summaries", "alerts", "bisect_steps", "ingested_files")

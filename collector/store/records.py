@@ -14,7 +14,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
-from collector.errors import UsageError
+from stepwatch.collector.errors import UsageError
 
 NEW, CONFIRMED, ACKNOWLEDGED, FALSE_POSITIVE, FIXED = "new", "confirmed", "acknowledged", "false positive", "fixed"
 STATUSES = (NEW, CONFIRMED, ACKNOWLEDGED, FALSE_POSITIVE, FIXED)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from collector.config import (
+from stepwatch.collector.config import (
     COLUMN_ALIASES,
     FIELD_NAMES,
     FIELD_OF_COLUMN,
@@ -29,8 +29,8 @@ from collector.config import (
     column,
     parse_bool,
 )
-from collector.errors import UsageError
-from collector.schema import SCHEMA
+from stepwatch.collector.errors import UsageError
+from stepwatch.collector.schema import SCHEMA
 
 TYPES = {f.name: f.type for f in SCHEMA}
 SELECTABLE = tuple(

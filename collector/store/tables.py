@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from collector.config import ADDED_DIMENSIONS, FIELD_NAMES, SERIES_FIELDS
-from collector.metrics import COUNTERS, METRICS, RSS_KIND
-from collector.schema import OP_COLUMNS, SCHEMA, VERSION_COLUMNS
-from collector.store.errors import StoreError
-from collector.store.selection import ALIASES, as_fields
+from stepwatch.collector.config import ADDED_DIMENSIONS, FIELD_NAMES, SERIES_FIELDS
+from stepwatch.collector.metrics import COUNTERS, METRICS, RSS_KIND
+from stepwatch.collector.schema import OP_COLUMNS, SCHEMA, VERSION_COLUMNS
+from stepwatch.collector.store.errors import StoreError
+from stepwatch.collector.store.selection import ALIASES, as_fields
 
 if TYPE_CHECKING:
     import duckdb

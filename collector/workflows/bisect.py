@@ -13,18 +13,27 @@ from dataclasses import replace as dataclass_replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from collector.analysis import stats
-from collector.analysis.comparison import Comparison, Row
-from collector.analysis.ops import Explained
-from collector.analysis.thresholds import Override
-from collector.bench import packages, runner, upgrade
-from collector.bench.packages import Change
-from collector.config import BenchmarkConfig
-from collector.outcomes import CLEARS, FAILED, IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION, REPRODUCES, SKIPPED
-from collector.store import database, records
-from collector.workflows import search as searching
-from collector.workflows.check import measure
-from collector.workflows.hooks import Hooks
+from stepwatch.collector.analysis import stats
+from stepwatch.collector.analysis.comparison import Comparison, Row
+from stepwatch.collector.analysis.ops import Explained
+from stepwatch.collector.analysis.thresholds import Override
+from stepwatch.collector.bench import packages, runner, upgrade
+from stepwatch.collector.bench.packages import Change
+from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.outcomes import (
+    CLEARS,
+    FAILED,
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    NO_CHANGE,
+    REGRESSION,
+    REPRODUCES,
+    SKIPPED,
+)
+from stepwatch.collector.store import database, records
+from stepwatch.collector.workflows import search as searching
+from stepwatch.collector.workflows.check import measure
+from stepwatch.collector.workflows.hooks import Hooks
 
 
 @dataclass

@@ -11,13 +11,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from collector.analysis import calibration, comparison, ops, stats
-from collector.analysis.thresholds import Override
-from collector.bench import runner, upgrade
-from collector.config import BenchmarkConfig
-from collector.store import database
-from collector.store.selection import Selection
-from collector.workflows.hooks import Hooks, ingest_into
+from stepwatch.collector.analysis import calibration, comparison, ops, stats
+from stepwatch.collector.analysis.thresholds import Override
+from stepwatch.collector.bench import runner, upgrade
+from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.store import database
+from stepwatch.collector.store.selection import Selection
+from stepwatch.collector.workflows.hooks import Hooks, ingest_into
 
 
 def interleave(

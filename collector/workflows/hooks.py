@@ -8,9 +8,9 @@ import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from collector.bench import runner
-from collector.config import BenchmarkConfig
-from collector.store.ingest import IngestReport, ingest
+from stepwatch.collector.bench import runner
+from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.store.ingest import IngestReport, ingest
 
 OnStart = Callable[[str, BenchmarkConfig, int], None]
 OnDone = Callable[[str, runner.Outcome], None]

@@ -10,9 +10,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from collector.analysis import stats
-from collector.bench.packages import Change, Group, describe, prefix
-from collector.outcomes import CLEARS, INCONCLUSIVE, REPRODUCES, SKIPPED
+from stepwatch.collector.analysis import stats
+from stepwatch.collector.bench.packages import Change, Group, describe, prefix
+from stepwatch.collector.outcomes import CLEARS, INCONCLUSIVE, REPRODUCES, SKIPPED
 
 # --- The search ------------------------------------------------------------------------------------------------
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from collector.bench import packages, pinfiles, upgrade
-from collector.bench.pinfiles import PackageSet, PinFileError, Source
+from stepwatch.collector.bench import packages, pinfiles, upgrade
+from stepwatch.collector.bench.pinfiles import PackageSet, PinFileError, Source
 
 
 @dataclass(frozen=True)

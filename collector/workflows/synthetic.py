@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from collector.bench.suite import load_suite
-from collector.config import config_columns
-from collector.metrics import METRICS
-from collector.schema import SCHEMA, SCHEMA_VERSION, SYNTHETIC_SOURCE, series_key, write_parquet
-from trainers import get_model
+from stepwatch.collector.bench.suite import load_suite
+from stepwatch.collector.config import config_columns
+from stepwatch.collector.metrics import METRICS
+from stepwatch.collector.schema import SCHEMA, SCHEMA_VERSION, SYNTHETIC_SOURCE, series_key, write_parquet
+from stepwatch.trainers import get_model
 
 WINDOWS = 10
 NOT_SYNTHESIZED = ("max_per_device_batch",)  # measured only with --find-max-batch

@@ -7,13 +7,13 @@ import math
 import pandas as pd
 import streamlit as st
 
-from collector import metrics
-from collector.analysis import calibration
-from collector.analysis.thresholds import load_overrides
-from collector.bench.packages import Change, describe
-from collector.bench.profiles import raw_profile
-from collector.outcomes import INCONCLUSIVE
-from collector.output.comparison import (
+from stepwatch.collector import metrics
+from stepwatch.collector.analysis import calibration
+from stepwatch.collector.analysis.thresholds import load_overrides
+from stepwatch.collector.bench.packages import Change, describe
+from stepwatch.collector.bench.profiles import raw_profile
+from stepwatch.collector.outcomes import INCONCLUSIVE
+from stepwatch.collector.output.comparison import (
     between_lines,
     code_warnings,
     headline,
@@ -22,11 +22,11 @@ from collector.output.comparison import (
     row_cells,
     summary_text,
 )
-from collector.output.explain import header_line, pair_lines
-from collector.output.text import interval, percent, plain_rows, repro_command, series_label
-from collector.store.queries import OP_KEYS, version_key
-from collector.store.selection import ALL, Selection, SelectionError
-from dashboard import charts, data, state
+from stepwatch.collector.output.explain import header_line, pair_lines
+from stepwatch.collector.output.text import interval, percent, plain_rows, repro_command, series_label
+from stepwatch.collector.store.queries import OP_KEYS, version_key
+from stepwatch.collector.store.selection import ALL, Selection, SelectionError
+from stepwatch.dashboard import charts, data, state
 
 st.title("Compare")
 catalog = data.load("catalog")

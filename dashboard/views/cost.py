@@ -2,8 +2,8 @@
 
 import streamlit as st
 
-from collector.store.selection import Selection
-from dashboard import charts, data, state
+from stepwatch.collector.store.selection import Selection
+from stepwatch.dashboard import charts, data, state
 
 st.title("Cost")
 catalog = data.load("catalog")

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import data
+from stepwatch.dashboard import data
 
 st.title("stepwatch")
 st.info(f"No results in {data.store_path()} yet.")

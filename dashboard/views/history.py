@@ -2,12 +2,12 @@
 
 import streamlit as st
 
-from collector.config import SERIES_DIMENSIONS
-from collector.metrics import DEFAULT_METRIC, METRICS
-from collector.store import records
-from collector.store.queries import X_AXES, version_key
-from collector.store.selection import Selection
-from dashboard import charts, data, state
+from stepwatch.collector.config import SERIES_DIMENSIONS
+from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
+from stepwatch.collector.store import records
+from stepwatch.collector.store.queries import X_AXES, version_key
+from stepwatch.collector.store.selection import Selection
+from stepwatch.dashboard import charts, data, state
 
 st.title("History")
 catalog = data.load("catalog")

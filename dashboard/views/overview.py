@@ -4,15 +4,15 @@ its open alerts; series with open alerts and regressions first."""
 
 import streamlit as st
 
-from collector import outcomes
-from collector.analysis import latest
-from collector.analysis.thresholds import load_overrides
-from collector.metrics import DEFAULT_METRIC, METRICS
-from collector.outcomes import FAILED
-from collector.output.text import interval, percent, series_label
-from collector.store import records
-from collector.store.selection import Selection
-from dashboard import charts, data, state
+from stepwatch.collector import outcomes
+from stepwatch.collector.analysis import latest
+from stepwatch.collector.analysis.thresholds import load_overrides
+from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
+from stepwatch.collector.outcomes import FAILED
+from stepwatch.collector.output.text import interval, percent, series_label
+from stepwatch.collector.store import records
+from stepwatch.collector.store.selection import Selection
+from stepwatch.dashboard import charts, data, state
 
 st.title("Overview")
 catalog = data.load("catalog")

@@ -3,10 +3,10 @@
 import pandas as pd
 import streamlit as st
 
-from collector.metrics import HEADLINE
-from collector.output.runs import memory_help
-from collector.store.selection import ALL
-from dashboard import charts, data, state
+from stepwatch.collector.metrics import HEADLINE
+from stepwatch.collector.output.runs import memory_help
+from stepwatch.collector.store.selection import ALL
+from stepwatch.dashboard import charts, data, state
 
 st.title("Run")
 recent = data.load("recent_runs", ALL, 200)

@@ -4,10 +4,10 @@ against TensorFlow, each with its 95% interval and trial counts; one whose inter
 import pandas as pd
 import streamlit as st
 
-from collector.analysis.speedups import with_intervals
-from collector.store.queries import SPEEDUPS, version_key
-from collector.store.selection import ALL, Selection
-from dashboard import charts, data, state
+from stepwatch.collector.analysis.speedups import with_intervals
+from stepwatch.collector.store.queries import SPEEDUPS, version_key
+from stepwatch.collector.store.selection import ALL, Selection
+from stepwatch.dashboard import charts, data, state
 
 st.title("Speedups")
 catalog = data.load("catalog")

@@ -4,10 +4,10 @@ driver), one panel each, with the spread of the trials per version as a box."""
 
 import streamlit as st
 
-from collector.metrics import DEFAULT_METRIC, METRICS
-from collector.store.queries import VERSION_AXES, version_key
-from collector.store.selection import Selection
-from dashboard import charts, data, state
+from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
+from stepwatch.collector.store.queries import VERSION_AXES, version_key
+from stepwatch.collector.store.selection import Selection
+from stepwatch.dashboard import charts, data, state
 
 PANELS = (DEFAULT_METRIC, "max_per_device_batch", "cost_usd")
 

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
-from collector.config import BenchmarkConfig
+from stepwatch.collector.config import BenchmarkConfig
 
 # Each backend's top-level modules. A trial hides the other backends' (``import`` raises ImportError, as on a
 # host without them): keras-hub imports TensorFlow and TensorFlow imports JAX whenever they are installed,

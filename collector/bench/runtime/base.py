@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collector.bench import memory, profiles
-from collector.config import BenchmarkConfig
-from collector.metrics import ANON_KIND
+from stepwatch.collector.bench import memory, profiles
+from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.metrics import ANON_KIND
 
 
 @dataclass

@@ -11,9 +11,9 @@ from typing import Any
 
 import keras
 
-from collector.bench import counters, profiles
-from collector.bench.measure import WindowClock, window_mean_from_running
-from collector.bench.runtime.base import (  # noqa: F401 - the backends read these here too
+from stepwatch.collector.bench import counters, profiles
+from stepwatch.collector.bench.measure import WindowClock, window_mean_from_running
+from stepwatch.collector.bench.runtime.base import (  # noqa: F401 - the backends read these here too
     Runtime,
     TrialBackend,
     cudnn_text,
@@ -21,8 +21,8 @@ from collector.bench.runtime.base import (  # noqa: F401 - the backends read the
     host_peak_memory,
     wrapped,
 )
-from collector.config import BenchmarkConfig
-from trainers.spec import ModelSpec
+from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.trainers.spec import ModelSpec
 
 POLICIES = {"fp32": "float32", "tf32": "float32", "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16"}
 

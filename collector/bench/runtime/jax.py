@@ -15,10 +15,10 @@ from typing import Any
 import jax
 import keras
 
-from collector.bench import counters, profiles
-from collector.bench.runtime import common
-from collector.bench.runtime.common import Runtime
-from collector.config import BenchmarkConfig, ConfigError
+from stepwatch.collector.bench import counters, profiles
+from stepwatch.collector.bench.runtime import common
+from stepwatch.collector.bench.runtime.common import Runtime
+from stepwatch.collector.config import BenchmarkConfig, ConfigError
 
 # fp32 is true fp32 (no TF32 on tensor cores), tf32 asks for TF32; the mixed modes keep JAX's default, which
 # allows TF32 for the float32 matmuls that remain, as TensorFlow does. (Setting a precision for every dot

@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from collector.bench import counters, profiles
-from collector.bench.measure import WindowClock
-from collector.bench.runtime.base import Runtime, TrialBackend, cudnn_text
-from collector.config import BenchmarkConfig, ConfigError, thread_counts
-from trainers.spec import ModelSpec
+from stepwatch.collector.bench import counters, profiles
+from stepwatch.collector.bench.measure import WindowClock
+from stepwatch.collector.bench.runtime.base import Runtime, TrialBackend, cudnn_text
+from stepwatch.collector.config import BenchmarkConfig, ConfigError, thread_counts
+from stepwatch.trainers.spec import ModelSpec
 
 AUTOCAST = {"mixed_float16": torch.float16, "mixed_bfloat16": torch.bfloat16}  # fp32 and tf32: no autocast
 

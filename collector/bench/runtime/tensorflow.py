@@ -16,12 +16,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from collector.bench import counters, profiles
-from collector.bench.measure import WindowClock
-from collector.bench.runtime import common
-from collector.bench.runtime.common import Runtime
-from collector.config import BenchmarkConfig, ConfigError, thread_counts
-from trainers.spec import ModelSpec
+from stepwatch.collector.bench import counters, profiles
+from stepwatch.collector.bench.measure import WindowClock
+from stepwatch.collector.bench.runtime import common
+from stepwatch.collector.bench.runtime.common import Runtime
+from stepwatch.collector.config import BenchmarkConfig, ConfigError, thread_counts
+from stepwatch.trainers.spec import ModelSpec
 
 PIPELINE_EXAMPLES = 256  # distinct host examples a data=pipeline run cycles through
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import keras
 
-from collector.bench.runtime import common
-from collector.bench.runtime.common import Runtime
-from collector.bench.runtime.pytorch import TorchDevice
-from collector.config import BenchmarkConfig
+from stepwatch.collector.bench.runtime import common
+from stepwatch.collector.bench.runtime.common import Runtime
+from stepwatch.collector.bench.runtime.pytorch import TorchDevice
+from stepwatch.collector.config import BenchmarkConfig
 
 
 class TorchBackend(TorchDevice, common.KerasBackend):

@@ -1,0 +1,116 @@
+"""``stepwatch dashboard``: serve the dashboard on the project's store, from wherever stepwatch is installed.
+
+Named results (the project's ``results`` folder by default, an ``s3://`` or ``gs://`` prefix, or ``git:BRANCH``,
+the history branch the nightly workflow pushes) are ingested before the server starts and again every
+``--refresh`` seconds while it serves, so new nights appear without a rebuild by hand. Ingest is idempotent and the
+dashboard reads while it runs (``collector.store``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+from stepwatch.collector.cli.arguments import add_db_argument, console, db_path
+from stepwatch.collector.cli.exits import EXIT_OK
+from stepwatch.collector.cli.ingest import ingest_and_report
+from stepwatch.collector.errors import Failure, UsageError
+from stepwatch.collector.store import objectstore
+from stepwatch.collector.store.files import DB_ENV
+
+BRANCH = "git:"  # a source that names a branch of the repository the command runs in
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("dashboard", help="serve the dashboard on the store (http://127.0.0.1:8501)")
+    parser.add_argument(
+        "sources", nargs="*",
+        help="results to ingest first and every --refresh seconds: folders, files, s3:// or gs:// prefixes, or "
+        f"{BRANCH}BRANCH (a history branch of this repository's origin, e.g. {BRANCH}stepwatch-history)",
+    )  # fmt: skip
+    add_db_argument(parser)
+    parser.add_argument("--address", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this host)")
+    parser.add_argument("--port", type=int, default=8501)
+    parser.add_argument(
+        "--refresh", type=float, default=600, metavar="SECONDS",
+        help="ingest the sources again this often while serving (default 600; 0: once, at the start)",
+    )  # fmt: skip
+    parser.set_defaults(handler=run)
+
+
+def branch_folder(branch: str, repository: Path) -> Path:
+    """The branch's tree as it is on ``origin`` now (else the local branch), unpacked into a cache folder."""
+    if not branch or branch.startswith("-"):
+        raise UsageError(f"{BRANCH}{branch}: name a branch, e.g. {BRANCH}stepwatch-history")
+    git = ["git", "-C", str(repository)]
+    fetched = subprocess.run([*git, "fetch", "--quiet", "origin", branch], capture_output=True, text=True)
+    ref = "FETCH_HEAD" if fetched.returncode == 0 else branch
+    key = hashlib.sha256(f"{repository.resolve()}:{branch}".encode()).hexdigest()[:16]
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "stepwatch" / "branches" / key
+    archive = folder.with_suffix(".tar")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(archive, "wb") as out:
+        done = subprocess.run([*git, "archive", "--format=tar", ref], stdout=out, stderr=subprocess.PIPE, text=False)
+    if done.returncode != 0:
+        reason = done.stderr.decode(errors="replace").strip().splitlines()
+        raise UsageError(f"cannot read the branch {branch!r}: {reason[-1] if reason else 'git archive failed'}")
+    with tarfile.open(archive) as tar:
+        tar.extractall(folder, filter="data")
+    archive.unlink()
+    return folder
+
+
+def _local(sources: list[str]) -> list[str]:
+    """The sources as ingest reads them: a branch becomes its unpacked folder; a missing folder is skipped."""
+    out = []
+    for source in sources:
+        if source.startswith(BRANCH):
+            out.append(str(branch_folder(source[len(BRANCH) :], Path.cwd())))
+        elif objectstore.is_remote(source) or Path(source).exists():
+            out.append(source)
+        else:
+            console.print(f"note: {source} does not exist (yet): nothing to ingest from it")
+    return out
+
+
+def _refresh(sources: list[str], db: Path) -> None:
+    found = _local(sources)
+    if found:
+        ingest_and_report(found, db, synthetic=False, recursive=True, named=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Ingest the sources, serve the dashboard on the store, ingest again every --refresh seconds."""
+    if args.refresh < 0:
+        raise UsageError("--refresh must be 0 (once) or a number of seconds")
+    db = db_path(args).resolve()
+    _refresh(args.sources, db)
+    command = [sys.executable, "-m", "stepwatch.dashboard", f"--server.address={args.address}",
+               f"--server.port={args.port}"]  # fmt: skip
+    console.print(f"dashboard: http://{args.address}:{args.port} on {db} (Ctrl-C to stop)")
+    server = subprocess.Popen(command, env={**os.environ, DB_ENV: str(db)})
+    try:
+        while server.poll() is None:
+            if not args.refresh or not args.sources:
+                server.wait()
+                break
+            deadline = time.monotonic() + args.refresh
+            while server.poll() is None and time.monotonic() < deadline:
+                time.sleep(min(1.0, args.refresh))
+            if server.poll() is None:
+                try:
+                    _refresh(args.sources, db)
+                except (UsageError, Failure) as error:  # a source gone for now: keep serving, say so
+                    console.print(f"note: could not refresh the store: {error}")
+    finally:
+        if server.poll() is None:
+            server.terminate()
+            server.wait(timeout=30)
+    return EXIT_OK if server.returncode in (0, -15) else server.returncode

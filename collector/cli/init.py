@@ -1,0 +1,131 @@
+"""``stepwatch init``: make a repository a stepwatch project. Writes a starter ``stepwatch.toml`` and the
+workflows that run it (a nightly, and an upgrade check of every pull request that changes the pinned packages),
+each with comments, through stepwatch's GitHub Action; never changes a file that exists."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from stepwatch.collector.cli.exits import EXIT_OK
+from stepwatch.collector.config import KERAS_BACKENDS
+from stepwatch.collector.data import bundled
+from stepwatch.collector.errors import UsageError
+from stepwatch.collector.project import CONFIG_FILE, Project, version
+
+WORKFLOWS = Path(".github") / "workflows"
+# The workflows init writes: the file in the repository, and its template among stepwatch's data.
+WORKFLOW_FILES = {"stepwatch-nightly.yml": "nightly.yml", "stepwatch-upgrade-pr.yml": "upgrade-pr.yml",
+                  "stepwatch-upgrade-pr-verdict.yml": "upgrade-pr-verdict.yml"}  # fmt: skip
+# The upgrade-pr-verdict workflow finds the upgrade-pr one by its name, which the two templates share.
+ACTION_REPOSITORY = "stepwatch/stepwatch"
+CPU_EXTRAS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
+GPU_EXTRAS = {"tensorflow": "tensorflow-cuda", "jax": "jax-cuda12", "torch": "torch"}
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("init", help="write stepwatch.toml and the nightly and upgrade workflows here")
+    parser.add_argument("--models", default="", help="your models, comma-separated (path/file.py:function)")
+    parser.add_argument("--keras-backend", default="tensorflow", choices=KERAS_BACKENDS,
+                        help="the framework your models train on (the workflows install its build)")  # fmt: skip
+    parser.add_argument(
+        "--cpu-runner", default="ubuntu-latest", help="runner label of the nightly CPU job ('none': none)"
+    )
+    parser.add_argument("--gpu-runner", help="runner label of the nightly GPU job (none without it)")
+    parser.add_argument("--tpu-runner", help="runner label of the nightly TPU job (none without it)")
+    parser.add_argument("--shards", type=int, default=4, help="jobs the GPU and TPU suites are split into (default 4)")
+    parser.add_argument("--action", help=f"the action the workflows use, pinned to a commit (default "
+                        f"{ACTION_REPOSITORY} at the commit this stepwatch was installed from, where it knows it)")  # fmt: skip
+    parser.add_argument("--dir", type=Path, default=Path("."), help="the repository (default: here)")
+    parser.set_defaults(handler=run)
+
+
+def action_reference() -> str:
+    """stepwatch's action at the commit this stepwatch was installed from (pip records it for an install from git;
+    a checkout knows its own), else at this version's tag, which GitHub resolves but a pin check will flag."""
+    try:
+        direct = json.loads(metadata.distribution("stepwatch").read_text("direct_url.json") or "{}")
+    except (metadata.PackageNotFoundError, ValueError):
+        direct = {}
+    commit = direct.get("vcs_info", {}).get("commit_id")
+    if not commit and direct.get("url", "").startswith("file://"):
+        done = subprocess.run(["git", "-C", direct["url"][len("file://") :], "rev-parse", "HEAD"],
+                              capture_output=True, text=True)  # fmt: skip
+        commit = done.stdout.strip() if done.returncode == 0 else None
+    return f"{ACTION_REPOSITORY}@{commit} # v{version()}" if commit else f"{ACTION_REPOSITORY}@v{version()}"
+
+
+def _runner(label: str) -> str:
+    """A runner label as YAML: one label, or a list for self-hosted labels given comma-separated."""
+    labels = [part.strip() for part in label.split(",") if part.strip()]
+    return json.dumps(labels[0] if len(labels) == 1 else labels)
+
+
+def matrix(args: argparse.Namespace) -> list[dict[str, str]]:
+    """The nightly's jobs: one per runner the user named, the accelerators' suites split in ``--shards``."""
+    jobs = []
+    if args.cpu_runner and args.cpu_runner != "none":
+        jobs.append({"name": "cpu", "runner": args.cpu_runner, "extras": CPU_EXTRAS[args.keras_backend],
+                     "suite": "smoke", "shard": "1/1", "args": ""})  # fmt: skip
+    for name, label, suite in (("gpu", args.gpu_runner, "gpu-nightly"), ("tpu", args.tpu_runner, "tpu-nightly")):
+        if label:
+            extras = GPU_EXTRAS[args.keras_backend] if name == "gpu" else "jax"
+            jobs += [{"name": name, "runner": label, "extras": extras, "suite": suite, "shard": f"{k}/{args.shards}",
+                      "args": f"--device {name}"} for k in range(1, args.shards + 1)]  # fmt: skip
+    return jobs
+
+
+def render(template: str, args: argparse.Namespace) -> str:
+    """A workflow template with the action and the nightly's matrix filled in."""
+    text = bundled(f"init/{template}").read_text()
+    rows = "\n".join(
+        f"          - name: {job['name']}\n            runner: {_runner(job['runner'])}\n"
+        f'            extras: {job["extras"]}\n            suite: {job["suite"]}\n            shard: "{job["shard"]}"\n'
+        f'            args: "{job["args"]}"'
+        for job in matrix(args)
+    )
+    return text.replace("@@ACTION@@", args.action or action_reference()).replace("@@MATRIX@@", rows)
+
+
+def starter_config(args: argparse.Namespace) -> str:
+    models = [m.strip() for m in args.models.split(",") if m.strip()] or ["resnet50"]
+    text = bundled(f"init/{CONFIG_FILE}").read_text()
+    return text.replace("@@MODELS@@", json.dumps(models)).replace("@@BACKENDS@@", json.dumps([args.keras_backend]))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write what is missing; say what was written and what was kept."""
+    if args.shards < 1:
+        raise UsageError("--shards must be at least 1")
+    if not matrix(args):
+        raise UsageError("no runner for the nightly: give --cpu-runner, --gpu-runner or --tpu-runner")
+    root = args.dir.resolve()
+    if not root.is_dir():
+        raise UsageError(f"{args.dir} is not a directory")
+    files: dict[Path, str] = {}
+    existing = Project.find(root)
+    if existing.root == root:
+        print(f"kept {existing.source.relative_to(root)}: it already holds stepwatch's settings")
+    else:
+        files[root / CONFIG_FILE] = starter_config(args)
+    for name, template in WORKFLOW_FILES.items():
+        files[root / WORKFLOWS / name] = render(template, args)
+    for path, text in files.items():
+        shown = path.relative_to(root)
+        if path.exists():
+            print(f"kept {shown}: it exists")
+            continue
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "x") as out:
+                out.write(text)
+        except OSError as error:
+            raise UsageError(f"cannot write {shown}: {error.strerror or error}") from None
+        print(f"wrote {shown}")
+    print("next: edit stepwatch.toml, then `stepwatch run` here; commit the workflows to run it nightly and on "
+          "upgrade pull requests")  # fmt: skip
+    return EXIT_OK

@@ -56,7 +56,7 @@ def main() -> None:
                 "METRIC": args.metric, "CHECK_ARGS": f"--models {args.models} --xla off --precision fp32",
                 "ENV_ARGS": "", "RUN_URL": "https://github.com/OWNER/REPO/actions/runs/RUN",
             }  # fmt: skip
-            steps = job("upgrade-pr.yml")["steps"]
+            steps = job("stepwatch-upgrade-pr.yml")["steps"]
             start = time.perf_counter()
             outputs = run_steps(steps, repo, env, Path(tmp) / "summary.md")
             verdict = (repo / "pr" / "verdict").read_text().strip()

@@ -26,10 +26,9 @@ from stepwatch.collector.errors import UsageError
 
 CONFIG_FILE = "stepwatch.toml"
 PYPROJECT = "pyproject.toml"
-# Settings whose values are paths (relative to the project's directory), and lists of models whose entries may be
-# ``path/file.py:function`` references (their file relative to it).
+# Settings whose values are paths (relative to the project's directory). A model's ``path/file.py:function`` is
+# not one of them: it names the model in every row, so it stays as written (run commands from the project's root).
 PATH_SETTINGS = frozenset({"results", "db", "thresholds", "prices", "calibration", "compile_cache", "suite"})
-MODEL_SETTINGS = frozenset({"models"})
 
 
 class ProjectError(UsageError):
@@ -64,8 +63,6 @@ class Project:
         assert self.root is not None
         if name in PATH_SETTINGS and isinstance(value, str) and not _is_uri_or_name(name, value):
             return str((self.root / value).resolve())
-        if name in MODEL_SETTINGS:
-            return [_model_path(self.root, v) for v in (value if isinstance(value, list) else [value])]
         return value
 
 
@@ -94,13 +91,6 @@ def _is_uri_or_name(name: str, value: str) -> bool:
     if "://" in value:
         return True
     return name == "suite" and not value.endswith(".toml") and "/" not in value
-
-
-def _model_path(root: Path, reference: Any) -> Any:
-    """``file.py:function`` with the file relative to the project; bundled names and modules as they are."""
-    if isinstance(reference, str) and ".py:" in reference and not Path(reference).is_absolute():
-        return str(root / reference)
-    return reference
 
 
 def version() -> str:

@@ -100,7 +100,7 @@ def test_github_path_filters_match_as_github_does() -> None:
 
 
 def test_the_workflow_paths_filter_is_the_default_pin_files() -> None:
-    workflow = yaml.safe_load((WORKFLOWS / "upgrade-pr.yml").read_text())
+    workflow = yaml.safe_load((WORKFLOWS / "stepwatch-upgrade-pr.yml").read_text())
     assert tuple(workflow[True]["pull_request"]["paths"]) == pinfiles.PIN_FILES  # yaml reads `on:` as True
 
 
@@ -257,13 +257,18 @@ def expression(text: str, outputs: dict[str, dict[str, str]]) -> str:
     return outputs.get(match.group(1), {}).get(match.group(2), "")
 
 
+# The set-up steps: the project's own requirements and stepwatch's action installing stepwatch (run for real in
+# test_adoption, in a fresh environment); here the test's own environment is the job's.
+SET_UP = ("The project's own environment", "Set up")
+
+
 def run_steps(steps: list[dict], cwd: Path, env: dict[str, str], summary: Path) -> dict[str, dict[str, str]]:
     """Each ``run:`` step in bash -e as Actions runs it, with $GITHUB_OUTPUT read back as the step's outputs and
     ``if: steps.X.outputs.Y == 'true'`` honoured (and ``!cancelled()``, always true here); ``uses:`` steps and the
     set-up are what the test did itself."""
     outputs: dict[str, dict[str, str]] = {}
     for step in steps:
-        if "run" not in step or step["run"].strip() == "make setup":
+        if "run" not in step or step.get("name") in SET_UP:
             continue
         if step.get("if") == "!cancelled()":
             pass  # nothing is cancelled here
@@ -325,7 +330,7 @@ def posts_one_comment(tmp_path: Path, pr: Path, head: str, verdict: str, comment
     """The verdict workflow on the artifact ``pr`` (what the upgrade-pr job uploaded): its first run creates the
     comment and the check run, a later one edits the comment, a run of a head the pull request has moved on from
     posts nothing, and a forged verdict is refused."""
-    post = job("upgrade-pr-verdict.yml")
+    post = job("stepwatch-upgrade-pr-verdict.yml")
     number = (pr / "number").read_text().strip()  # the pull request the upgrade-pr job checked
     state, artifact = tmp_path / "gh", tmp_path / "post"
     state.mkdir()
@@ -382,8 +387,7 @@ def test_the_upgrade_pr_workflow_checks_a_bump_and_the_verdict_workflow_posts_on
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
     repo, tip, head = pr_repo(tmp_path)
-    (repo / ".venv").symlink_to(REPO / ".venv")  # what `make setup` made in the checkout
-    check = job("upgrade-pr.yml")
+    check = job("stepwatch-upgrade-pr.yml")
     summary = tmp_path / "summary.md"
     env = check_env("7", tip, head, wheels, cache)
     assert set(check["env"]) == set(env) - {"STEPWATCH_ENV_CACHE", "PATH"}
@@ -418,10 +422,9 @@ def test_a_pull_request_whose_package_sets_cannot_be_derived_gets_an_error_verdi
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
     repo, tip, _ = pr_repo(tmp_path)
-    (repo / ".venv").symlink_to(REPO / ".venv")
     git(repo, "checkout", "-q", "-b", "impossible", tip)
     head = commit(repo, "pin a release that does not exist", {"requirements.txt": "swt-alpha==9.9\n"})
-    check = job("upgrade-pr.yml")
+    check = job("stepwatch-upgrade-pr.yml")
     env = check_env("8", tip, head, wheels, cache)
     outputs = run_steps(check["steps"], repo, env, tmp_path / "summary.md")
     assert outputs["sets"] == {}  # no changed=true: the upgrade check did not run
@@ -442,11 +445,10 @@ def test_a_pull_request_that_changes_nothing_resolved_is_told_so_without_a_check
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
     repo, tip, _ = pr_repo(tmp_path)
-    (repo / ".venv").symlink_to(REPO / ".venv")
     git(repo, "checkout", "-q", "-b", "reword", tip)
     text = (repo / "requirements.txt").read_text().replace("# the training stack", "# what we train with")
     head = commit(repo, "reword a comment", {"requirements.txt": text})
-    check = job("upgrade-pr.yml")
+    check = job("stepwatch-upgrade-pr.yml")
     env = check_env("9", tip, head, wheels, cache)
     outputs = run_steps(check["steps"], repo, env, tmp_path / "summary.md")
     assert outputs["sets"]["changed"] == "false" and not (repo / "pr" / "report.md").exists()

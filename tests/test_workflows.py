@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stepwatch.collector.cli import build_parser
+from stepwatch.collector.cli import COMMANDS, build_parser
 from tests.conftest import REPO
 
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
@@ -61,7 +61,8 @@ def commands(prefix: str) -> list[tuple[str, list[str]]]:
 
 def test_there_are_the_five_workflows() -> None:
     assert [p.name for p in WORKFLOWS] == [
-        "ci.yml", "nightly.yml", "upgrade-check.yml", "upgrade-pr-verdict.yml", "upgrade-pr.yml",
+        "ci.yml", "stepwatch-nightly.yml", "stepwatch-upgrade-pr-verdict.yml", "stepwatch-upgrade-pr.yml",
+        "upgrade-check.yml",
     ]  # fmt: skip
 
 
@@ -87,6 +88,8 @@ def test_zizmor_finds_nothing_of_medium_severity_or_higher() -> None:
 def test_every_action_is_pinned_to_a_commit() -> None:
     for path in WORKFLOWS:
         for ref in re.findall(r"uses:\s*(\S+)", path.read_text()):
+            if ref == "./":  # stepwatch's own action, from the checkout
+                continue
             assert re.fullmatch(r"[\w.-]+/[\w.-]+(/[\w.-]+)?@[0-9a-f]{40}", ref), f"{path.name}: {ref} is not pinned"
 
 
@@ -96,12 +99,30 @@ def test_no_expression_is_expanded_inside_a_run_line() -> None:
             assert "${{" not in block, f"{path.name}: move the expression into env: {block[:80]}"
 
 
-STEPWATCH = commands(".venv/bin/stepwatch")
+STEPWATCH = commands("python3 -m stepwatch")
 
 
 def test_the_workflows_call_stepwatch() -> None:
     called = {args[1] for _, args in STEPWATCH}
-    assert called == {"run", "ingest", "detect", "upgrade-check", "bisect", "rebuild", "alerts", "package-sets"}
+    assert called == {"upgrade-check", "bisect", "rebuild", "alerts", "package-sets"}
+    # ... and the rest through stepwatch's action, whose commands are the CLI's
+    action = (REPO / "action.yml").read_text()
+    through_action = set(re.findall(r"^\s+stepwatch ([a-z-]+) ", action, re.M))
+    assert through_action == {"run", "upgrade-check", "package-sets", "ingest", "detect"}
+    assert through_action <= set(COMMANDS)
+
+
+def test_this_repositorys_workflows_are_what_stepwatch_init_writes(tmp_path: Path) -> None:
+    """One source: the nightly and upgrade pull request workflows here are init's, with the action from the
+    checkout and a CPU runner only (this project has no accelerator runner)."""
+    done = subprocess.run([sys.executable, "-m", "stepwatch", "init", "--dir", str(tmp_path), "--action", "./"],
+                          capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    written = sorted((tmp_path / ".github" / "workflows").glob("*.yml"))
+    assert [p.name for p in written] == ["stepwatch-nightly.yml", "stepwatch-upgrade-pr-verdict.yml",
+                                         "stepwatch-upgrade-pr.yml"]  # fmt: skip
+    for path in written:
+        assert path.read_text() == (REPO / ".github" / "workflows" / path.name).read_text(), path.name
 
 
 @pytest.mark.parametrize(("workflow", "args"), STEPWATCH, ids=[f"{w}:{a[1]}" for w, a in STEPWATCH])

@@ -1,8 +1,11 @@
 """The upgrade check: the same suite under two sets of packages, on this machine, interleaved.
 
 Each side is a list of pip requirements (``tensorflow==2.20.0``, ``keras==3.14.0 keras-hub==0.21.0``). It gets
-a virtual environment of its own with those requirements and stepwatch's other dependencies, cached by
-their hash and reused by the next check. This process runs the suite and starts every trial with the
+a virtual environment of its own, cached by its contents and reused by the next check, that holds what a trial
+needs and nothing else: the side's requirements; the rest of the framework stack at the versions installed where
+stepwatch runs (``--candidate keras==3.15.1`` changes Keras and nothing else); the trial's few dependencies
+(numpy, psutil); and a copy of the installed stepwatch's trial code (no checkout needed, nothing the dashboard
+needs). This process runs the suite and starts every trial with the
 side's interpreter, so both sides are measured by the same harness; the trials alternate between the
 sides (ABAB, the first side alternating each round so a steady drift of the machine favours neither).
 """
@@ -37,7 +40,17 @@ from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.errors import Failure
 
 CACHE_ENV = "STEPWATCH_ENV_CACHE"
-SOURCE_ROOT = Path(__file__).resolve().parents[2]
+# What a trial process imports beyond the standard library, the framework and the model (test_upgrade checks it).
+TRIAL_DEPENDENCIES = ("numpy", "psutil")
+# The framework stack: each one installed where stepwatch runs is installed at that version in a side that does not
+# name it, or a package of its family (a side's jax==X takes the jaxlib that goes with it).
+STACK_FAMILIES = (
+    ("tensorflow", "tensorflow-cpu", "tensorflow-text", "tf-keras"),
+    ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt"),
+    ("torch", "torchvision", "torchaudio", "triton"),
+    ("keras",),
+    ("keras-hub",),
+)
 READY = ".stepwatch-ready"
 SIDES = ("baseline", "candidate")
 AA = "baseline-aa"  # the A/A side: the baseline's requirements in a second, separately built environment
@@ -77,15 +90,22 @@ def environment_requirements(requirements: tuple[str, ...], reuse_site_packages:
 
 
 def _base_requirements(pinned: tuple[str, ...]) -> list[str]:
-    """stepwatch's own runtime dependencies, less those the side pins."""
+    """What a side installs beside its own requirements: the framework stack as installed here (less the families
+    the side names) and the trial's dependencies (less those the side names)."""
     named = {canonicalize_name(Requirement(r).name) for r in pinned}
     out = []
-    for line in metadata.requires("stepwatch") or []:
-        requirement = Requirement(line)
-        if requirement.marker is not None and "extra" in str(requirement.marker):
+    for family in STACK_FAMILIES:
+        if named & {canonicalize_name(name) for name in family}:
             continue
-        if canonicalize_name(requirement.name) not in named:
-            out.append(line)
+        for name in family:
+            try:
+                out.append(f"{name}=={metadata.version(name)}")
+            except metadata.PackageNotFoundError:
+                pass
+    declared = {canonicalize_name(Requirement(line).name): line for line in metadata.requires("stepwatch") or []}
+    for name in TRIAL_DEPENDENCIES:
+        if canonicalize_name(name) not in named:
+            out.append(declared.get(canonicalize_name(name), name))
     return out
 
 
@@ -136,12 +156,27 @@ def pip_command(python: Path | str) -> list[str]:
     return [str(python), "-m", "pip", "--disable-pip-version-check"]
 
 
+def copy_stepwatch(site: Path) -> None:
+    """The installed stepwatch's trial code (the package, less the dashboard) into ``site``, as plain files, with
+    the metadata that names its version."""
+    import stepwatch
+
+    source = Path(stepwatch.__file__).parent
+    skip = shutil.ignore_patterns("__pycache__", "dashboard")
+    for old in (site / "stepwatch", *site.glob("stepwatch-*.dist-info")):
+        shutil.rmtree(old, ignore_errors=True)
+    shutil.copytree(source, site / "stepwatch", ignore=skip)  # follows a checkout's links to its folders
+    info = site / f"stepwatch-{metadata.version('stepwatch')}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: stepwatch\nVersion: {metadata.version('stepwatch')}\n"
+    )
+
+
 def create_venv(path: Path, reuse_site_packages: bool) -> Path:
-    """A fresh virtual environment at ``path`` that imports this checkout's collector and trainers (and, with
+    """A fresh virtual environment at ``path`` holding a copy of the installed stepwatch's trial code (and, with
     reuse, this interpreter's packages, after its own); returns its interpreter. Without pip where this
     interpreter's pip can install into it (``pip_command``)."""
-    if not (SOURCE_ROOT / "pyproject.toml").exists():
-        raise UpgradeError(f"package environments are built from a stepwatch checkout; {SOURCE_ROOT} is not one")
     shutil.rmtree(path, ignore_errors=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -151,10 +186,11 @@ def create_venv(path: Path, reuse_site_packages: bool) -> Path:
         detail = getattr(error, "stderr", None) or str(error)
         raise UpgradeError(f"cannot create a virtual environment in {path}: {detail.strip()[-300:]}") from None
     site = _site_packages(path)
+    copy_stepwatch(site)
     # With reuse, this interpreter's packages come after the side's own (a .pth entry is appended to
     # sys.path), so the pinned versions win.
-    lines = [str(SOURCE_ROOT)] + ([sysconfig.get_paths()["purelib"]] if reuse_site_packages else [])
-    (site / "stepwatch-source.pth").write_text("\n".join(lines) + "\n")
+    if reuse_site_packages:
+        (site / "stepwatch-reuse.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return path / "bin" / "python"
 
 
@@ -177,6 +213,9 @@ def ensure(
     path = cache_root() / key
     what = describe or " ".join(requirements)
     if (path / READY).exists():
+        copy_stepwatch(
+            _site_packages(path)
+        )  # the trial code of the stepwatch running now, not of the one that built it
         log(f"{side}: using the cached environment {path}")
         return Environment(side, requirements, path, cached=True)
     log(f"{side}: building an environment for {what} in {path} (pip log: {path / 'pip.log'})")

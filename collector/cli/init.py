@@ -38,8 +38,10 @@ def register(commands: Any) -> None:
     parser.add_argument("--gpu-runner", help="runner label of the nightly GPU job (none without it)")
     parser.add_argument("--tpu-runner", help="runner label of the nightly TPU job (none without it)")
     parser.add_argument("--shards", type=int, default=4, help="jobs the GPU and TPU suites are split into (default 4)")
-    parser.add_argument("--action", help=f"the action the workflows use, pinned to a commit (default "
-                        f"{ACTION_REPOSITORY} at the commit this stepwatch was installed from, where it knows it)")  # fmt: skip
+    parser.add_argument(
+        "--action", help=f"the action the workflows use, pinned to a commit (default {ACTION_REPOSITORY} at the "
+        "commit this stepwatch was installed from, where it knows it)",
+    )  # fmt: skip
     parser.add_argument("--dir", type=Path, default=Path("."), help="the repository (default: here)")
     parser.set_defaults(handler=run)
 

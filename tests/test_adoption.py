@@ -1,0 +1,240 @@
+"""stepwatch as a new user adopts it: a wheel built from this repository, installed into a fresh environment that
+already holds a framework at versions stepwatch did not choose, used from a git repository of the user's own
+(a model file that imports the repository's own ``trainers`` package, and ``stepwatch init``'s settings), by the
+commands a user types there, and by the run steps of the workflows init writes, with stepwatch's action
+installing stepwatch as it would on a runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from playwright.sync_api import sync_playwright
+
+from stepwatch.dashboard.serve import CHROMIUM, free_port
+from tests.conftest import REPO
+
+UV = Path(sys.executable).parent / "uv"
+KERAS = "keras==3.14.0"  # not the Keras stepwatch's own environment has (3.15.1)
+FAST = ("--steps", "20", "--warmup", "20", "--window", "10")
+TRAINERS = '"""The team\'s own trainers package (a name stepwatch\'s own package had at the top)."""\n\nWIDTH = 4\n'
+
+
+def sh(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def versions(python: Path, *names: str) -> dict[str, str]:
+    probe = "import json, sys; from importlib import metadata as m; print(json.dumps({n: m.version(n) for n in "
+    probe += "sys.argv[1:]}))"
+    return json.loads(sh(str(python), "-c", probe, *names, cwd=python.parent).stdout)
+
+
+class User:
+    """A user's machine: a fresh virtual environment with stepwatch's wheel installed, and a git repository."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.venv = root / "venv"
+        self.repo = root / "their-project"
+        self.python = self.venv / "bin" / "python"
+        self.env = {
+            "PATH": f"{self.venv / 'bin'}:/usr/bin:/bin", "HOME": str(root), "STEPWATCH_CALIBRATION": "none",
+            "STEPWATCH_ENV_CACHE": str(root / "envs"),
+            **{k: v for k, v in os.environ.items() if k.startswith(("PIP_", "UV_"))},
+        }  # fmt: skip
+
+    def stepwatch(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+        return sh(str(self.venv / "bin" / "stepwatch"), *args, cwd=self.repo, env=self.env, timeout=timeout)
+
+    def git(self, *args: str) -> str:
+        who = {
+            "GIT_AUTHOR_NAME": "u",
+            "GIT_AUTHOR_EMAIL": "u@u",
+            "GIT_COMMITTER_NAME": "u",
+            "GIT_COMMITTER_EMAIL": "u@u",
+        }
+        done = sh("git", *args, cwd=self.repo, env={**self.env, **who})
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def user(tmp_path_factory: pytest.TempPathFactory) -> User:
+    root = tmp_path_factory.mktemp("adoption")
+    me = User(root)
+    built = sh(str(UV), "build", "--wheel", "--out-dir", str(root / "dist"), str(REPO), cwd=root, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
+    [wheel] = (root / "dist").glob("stepwatch-*.whl")
+    assert sh(str(UV), "venv", "--seed", "--python", sys.executable, str(me.venv), cwd=root).returncode == 0
+    # The team's environment before stepwatch: its framework, at versions stepwatch did not choose.
+    jax = versions(Path(sys.executable), "jax")["jax"]
+    install = [str(UV), "pip", "install", "--quiet", "--python", str(me.python)]
+    done = sh(*install, KERAS, f"jax=={jax}", cwd=root, env={**os.environ})
+    assert done.returncode == 0, done.stderr
+    before = versions(me.python, "keras", "jax", "jaxlib", "numpy")
+    done = sh(*install, str(wheel), cwd=root, env={**os.environ})
+    assert done.returncode == 0, done.stderr
+    assert versions(me.python, "keras", "jax", "jaxlib", "numpy") == before  # stepwatch changed none of them
+    me.wheel = wheel
+
+    me.repo.mkdir()
+    (me.repo / "trainers").mkdir()
+    (me.repo / "trainers" / "__init__.py").write_text(TRAINERS)
+    model = (REPO / "examples" / "keras_cnn.py").read_text()
+    model = model.replace("import keras\n", "import keras\n\nimport trainers\n", 1)
+    model = model.replace('"tiny": (16, 32, 64)', '"tiny": (trainers.WIDTH, 8, 16)')
+    (me.repo / "model.py").write_text(model)
+    me.git("init", "-q", "-b", "main")
+    me.git("remote", "add", "origin", "https://token:secret@github.com/their-org/their-project.git")
+    return me
+
+
+def test_a_new_user_installs_the_wheel_inits_runs_compares_and_opens_the_dashboard_from_their_repository(
+    user: User,
+) -> None:
+    size = user.wheel.stat().st_size
+    assert size < 2_000_000, f"the wheel is {size:,} bytes"
+    names = subprocess.run([sys.executable, "-m", "zipfile", "-l", str(user.wheel)], capture_output=True, text=True)
+    tops = {line.split()[0].split("/")[0] for line in names.stdout.splitlines()[1:] if line.strip()}
+    assert tops == {"stepwatch", f"{user.wheel.name.split('-')[0]}-{user.wheel.name.split('-')[1]}.dist-info"}
+
+    init = user.stepwatch("init", "--models", "model.py:cifar_cnn", "--keras-backend", "jax")
+    assert init.returncode == 0, init.stderr
+    assert "wrote stepwatch.toml" in init.stdout and "wrote .github/workflows/stepwatch-nightly.yml" in init.stdout
+    config = (user.repo / "stepwatch.toml").read_text()
+    assert 'models = ["model.py:cifar_cnn"]' in config and 'keras-backend = ["jax"]' in config
+    # What a user edits: one compile mode, two trials.
+    (user.repo / "stepwatch.toml").write_text(config.replace('xla = ["off", "on"]', 'xla = ["off"]').replace(
+        "trials = 3", "trials = 2"))  # fmt: skip
+    again = user.stepwatch("init")
+    assert again.returncode == 0 and "wrote" not in again.stdout and "kept stepwatch.toml" in again.stdout
+    (user.repo / ".gitignore").write_text("stepwatch-results/\n")
+    user.git("add", ".")
+    user.git("commit", "-q", "-m", "our model")
+    head = user.git("rev-parse", "HEAD")
+
+    for label in ("before", "after"):
+        done = user.stepwatch("run", "--label", label, *FAST)
+        assert done.returncode == 0, done.stderr[-3000:]
+    files = sorted((user.repo / "stepwatch-results").glob("*.parquet"))
+    rows = [row for path in files for row in pq.read_table(path).to_pylist()]
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}, [r["error_message"] for r in rows]
+    assert {r["model"] for r in rows} == {"model.py:cifar_cnn"} and {r["keras_backend"] for r in rows} == {"jax"}
+    assert {r["keras_version"] for r in rows} == {KERAS.split("==")[1]}  # the user's Keras was measured
+    assert {(r["project_repository"], r["project_commit"], r["project_dirty"]) for r in rows} == {
+        ("their-org/their-project", head, False)
+    }  # never the remote's credentials
+
+    ingest = user.stepwatch("ingest")
+    assert ingest.returncode == 0, ingest.stderr
+    assert (user.repo / "stepwatch-results" / "stepwatch.duckdb").exists()
+    compare = user.stepwatch("compare", "--baseline", "label=before", "--candidate", "label=after",
+                             "--format", "json")  # fmt: skip
+    assert compare.returncode == 0, compare.stdout + compare.stderr  # the same thing twice: no regression
+    found = json.loads(compare.stdout)
+    assert found and all(row["verdict"] != "regression" for row in found["rows"]), found
+    query = user.stepwatch("query", "SELECT project_commit, count(*) FROM runs GROUP BY 1", "--format", "csv")
+    assert query.returncode == 0 and f"\"{head}\",4" in query.stdout, query.stdout + query.stderr
+
+    port = free_port()
+    server = subprocess.Popen(
+        [str(user.venv / "bin" / "stepwatch"), "dashboard", "--port", str(port), "--refresh", "0"],
+        cwd=user.repo, env=user.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page()
+            for _ in range(180):
+                try:
+                    page.goto(f"http://127.0.0.1:{port}/run", timeout=5000)
+                    break
+                except Exception:
+                    if server.poll() is not None:
+                        raise AssertionError(server.stdout.read()) from None
+                    page.wait_for_timeout(1000)
+            # The Run page of the latest trial, from the project's store.
+            page.get_by_text("examples/s").first.wait_for(timeout=120_000)
+            assert "store: stepwatch-results/stepwatch.duckdb" in page.inner_text("body")
+            assert page.locator('[data-testid="stException"]').count() == 0
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def action_steps(uses: dict, job_env: dict[str, str]) -> list[dict]:
+    """A ``uses:`` of stepwatch's action as the runner runs it: the action's steps, their ``${{ inputs.X }}``
+    taken from the step's ``with`` (else the input's default), ``${{ github.action_path }}`` the action's folder."""
+    action = yaml.safe_load((REPO / "action.yml").read_text())
+    given = {name: str(uses.get("with", {}).get(name, spec.get("default", ""))) for name, spec in
+             action["inputs"].items()}  # fmt: skip
+
+    def value(text: str) -> str:
+        text = re.sub(r"\$\{\{\s*inputs\.([\w-]+)\s*\}\}", lambda m: given[m.group(1)], text)
+        return text.replace("${{ github.action_path }}", str(REPO))
+
+    return [{**step, "env": {k: value(str(v)) for k, v in step.get("env", {}).items()}} for step in
+            action["runs"]["steps"]]  # fmt: skip
+
+
+@pytest.mark.large
+def test_the_written_nightly_runs_through_the_action_and_an_aa_upgrade_check_stays_quiet(
+    user: User, tmp_path: Path
+) -> None:
+    if not (user.repo / "stepwatch.toml").exists():
+        pytest.skip("needs the first test's repository")
+    # The nightly's collect job, on this machine: its shell steps, and the action's for the run step.
+    nightly = yaml.safe_load((user.repo / ".github" / "workflows" / "stepwatch-nightly.yml").read_text())
+    collect = nightly["jobs"]["collect"]
+    [job] = collect["strategy"]["matrix"]["include"]
+    assert job == {"name": "cpu", "runner": "ubuntu-latest", "extras": "jax", "suite": "smoke", "shard": "1/1",
+                   "args": ""}  # fmt: skip
+    output, summary = tmp_path / "output", tmp_path / "summary.md"
+    github = {"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "their-org/their-project", "GITHUB_SHA": "a" * 40,
+              "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary), "RUNNER_NAME": "cpu"}  # fmt: skip
+    ran = []
+    for step in collect["steps"]:
+        if step.get("uses", "").startswith("stepwatch/stepwatch@"):
+            with_ = {k: str(v).replace("${{ matrix.extras }}", job["extras"]).replace("${{ matrix.suite }}",
+                     job["suite"]).replace("${{ matrix.shard }}", job["shard"]).replace("${{ matrix.args }}", "")
+                     .replace("${{ secrets.STEPWATCH_RESULTS_URI || 'stepwatch-nightly' }}", "stepwatch-nightly")
+                     for k, v in step["with"].items()}  # fmt: skip
+            steps = action_steps({"with": with_}, {})
+        elif "run" in step:
+            steps = [step]
+        else:
+            continue  # checkout, setup-python, upload-artifact: what this machine already is
+        for inner in steps:
+            env = {**user.env, **github, **inner.get("env", {})}
+            if "python3 -m pip install --quiet --upgrade pip" in inner["run"]:
+                continue  # the project's own environment is the fixture's
+            done = sh("bash", "-e", "-c", inner["run"], cwd=user.repo, env=env, timeout=900)
+            assert done.returncode == 0, (inner.get("name"), done.stdout[-2000:], done.stderr[-3000:])
+            ran.append(inner.get("name"))
+    assert ran == ["Install stepwatch", "stepwatch ${{ inputs.command }}"]
+    assert versions(user.python, "keras", "jax")["keras"] == KERAS.split("==")[1]  # the action changed no framework
+    [path] = (user.repo / "stepwatch-nightly").glob("*.parquet")
+    rows = pq.read_table(path).to_pylist()
+    assert {(r["status"], r["label"], r["project_commit"]) for r in rows} == {("ok", "nightly", "a" * 40)}
+    assert len(rows) == 2  # the project's settings: one model, xla off, two trials
+    assert "exit-code=0" in output.read_text()
+
+    # An A/A upgrade check of the user's Keras, its environments built from the installed stepwatch.
+    check = user.stepwatch("upgrade-check", "--baseline", KERAS, "--candidate", KERAS, "--aa", *FAST,
+                           "--reuse-site-packages", "--format", "json")  # fmt: skip
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+    sides = {p.parent for p in (user.root / "envs").glob("*/lib/python*/site-packages/stepwatch/__init__.py")}
+    assert len(sides) == 2  # the baseline's (and candidate's: the same packages) and the A/A copy's
+    for side in sides:
+        assert (side / "collector" / "bench" / "trial.py").exists() and not (side / "dashboard").exists()
+    report = json.loads(check.stdout)
+    assert all(row["verdict"] != "regression" for row in report["rows"])

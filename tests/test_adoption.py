@@ -142,7 +142,7 @@ def test_a_new_user_installs_the_wheel_inits_runs_compares_and_opens_the_dashboa
     found = json.loads(compare.stdout)
     assert found and all(row["verdict"] != "regression" for row in found["rows"]), found
     query = user.stepwatch("query", "SELECT project_commit, count(*) FROM runs GROUP BY 1", "--format", "csv")
-    assert query.returncode == 0 and f"\"{head}\",4" in query.stdout, query.stdout + query.stderr
+    assert query.returncode == 0 and f'"{head}",4' in query.stdout, query.stdout + query.stderr
 
     port = free_port()
     server = subprocess.Popen(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -95,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     command = [sys.executable, "-m", "stepwatch.dashboard", f"--server.address={args.address}",
                f"--server.port={args.port}"]  # fmt: skip
     console.print(f"dashboard: http://{args.address}:{args.port} on {db} (Ctrl-C to stop)")
+    # A kill of this command (SIGTERM) stops the server too: it unwinds through the finally below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server = subprocess.Popen(command, env={**os.environ, DB_ENV: str(db)})
     try:
         while server.poll() is None:

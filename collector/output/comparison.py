@@ -432,7 +432,7 @@ def upgrade_preface(
         lines += (f"Packages that differ between the two environments: {packages}.", "")
     if spent is not None:  # (seconds of the trials, their cost in USD where a price is known)
         seconds, usd = spent
-        price = f", {usd:.2f} USD at the price `data/prices.toml` gives this machine" if usd else ""
+        price = f", {usd:.2f} USD at the price the catalog gives this machine" if usd else ""
         lines += (f"What the check cost: {seconds / 60:.1f} minutes of this machine in trials{price} (building "
                   "the environments not counted).", "")  # fmt: skip
     said = [cache for cache in caches if cache]

@@ -17,7 +17,10 @@ if frame.empty:
     st.info("No priced successful runs for this selection.")
     st.stop()
 st.plotly_chart(charts.cost_bars(frame), width="stretch")
-st.caption("Medians of successful trials. Prices are per device-hour from data/prices.toml (or --price-per-hour).")
+st.caption(
+    "Medians of successful trials. Prices are per device-hour from the price catalog (the bundled one, or the "
+    "project's `prices` setting; or --price-per-hour)."
+)
 with st.expander(f"Table: {len(frame)} config points, with each price's source and date"):
     st.dataframe(
         frame[

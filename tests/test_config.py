@@ -27,8 +27,8 @@ from stepwatch.collector.config import (
 from stepwatch.collector.schema import COLUMN_NAMES
 from tests.conftest import edited_source, probe_edited
 
-NEW_FIELD = '    shard: str = _field("a", series=True, flag="--shard", choices=("a", "b"), help="test-only")\n'
-NEW_COLUMN = '    ("shard", _STR, "config"),\n'
+NEW_FIELD = '    zone: str = _field("a", series=True, flag="--zone", choices=("a", "b"), help="test-only")\n'
+NEW_COLUMN = '    ("zone", _STR, "config"),\n'
 
 PROBE = textwrap.dedent(
     """
@@ -51,7 +51,7 @@ PROBE = textwrap.dedent(
     root = Path(sys.argv[1])
     rows = []
     for label, rate in (("before", 100.0), ("after", 90.0)):
-        config = BenchmarkConfig(model="bilstm", shard="b")
+        config = BenchmarkConfig(model="bilstm", zone="b")
         for trial in range(3):
             rows.append({
                 "run_id": f"{label}-{trial}", "suite_run_id": label, "suite": "smoke", "trial": trial,
@@ -65,8 +65,8 @@ PROBE = textwrap.dedent(
     ingest([str(root / "results")], db)
     with StoreReader(db) as reader:
         con = reader.connection()
-        series = con.execute("SELECT shard FROM series").fetchall()
-        where, params = Selection.parse("shard=b").where()
+        series = con.execute("SELECT zone FROM series").fetchall()
+        where, params = Selection.parse("zone=b").where()
         picked = con.execute(f"SELECT count(*) FROM runs WHERE {where}", params).fetchall()[0][0]
         built = comparison.build(con, Selection.of(label="before"), Selection.of(label="after"),
                                  ["examples_per_sec"], [])
@@ -83,7 +83,7 @@ PROBE = textwrap.dedent(
         "series_table": [s for (s,) in series],
         "selected": picked,
         "repro": repro_command(built.rows[0].series),
-        "keys": [BenchmarkConfig(model="bilstm", shard=s).key for s in ("a", "b")],
+        "keys": [BenchmarkConfig(model="bilstm", zone=s).key for s in ("a", "b")],
         "colours": list(colours),
         "errors": [str(e.value) for e in at.exception],
     }))
@@ -147,16 +147,16 @@ def test_a_new_dimension_is_one_field_and_shows_everywhere(tmp_path: Path) -> No
     # The CLI flag: crossed like any other, checked against the field's choices.
     one, two = (
         cli("run", "--models", "bilstm", "--dry-run"),
-        cli("run", "--models", "bilstm", "--shard", "a,b", "--dry-run"),
+        cli("run", "--models", "bilstm", "--zone", "a,b", "--dry-run"),
     )
     assert one.returncode == two.returncode == 0, one.stderr + two.stderr
     count = int(one.stdout.splitlines()[-1].split()[0])
     assert two.stdout.splitlines()[-1].startswith(f"{2 * count} configs")
-    bad = cli("run", "--shard", "c", "--dry-run")
+    bad = cli("run", "--zone", "c", "--dry-run")
     assert bad.returncode == 2 and "'c' is not one of a, b" in bad.stderr
 
     found = probe_edited(tree, env, PROBE, str(tmp_path))
-    assert "shard" in found["dimensions"] and "shard" in found["colours"]  # the dashboard's pickers
+    assert "zone" in found["dimensions"] and "zone" in found["colours"]  # the dashboard's pickers
     assert found["series_table"] == ["b"] and found["selected"] == 6  # the series table and the selections
     assert found["keys"][0] != found["keys"][1]  # part of the series key
-    assert "--shard b" in found["repro"]
+    assert "--zone b" in found["repro"]

@@ -1,0 +1,169 @@
+"""A project of the user's (``collector.project``): its settings as every command's defaults, found from any
+directory below it, with flags winning; the repository and commit it runs in; ``stepwatch init`` and what it
+writes; ``run --shard``; and ``stepwatch dashboard``'s history-branch source."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stepwatch.collector.cli.dashboard import branch_folder
+from stepwatch.collector.project import Project, identity
+from tests.conftest import stepwatch
+
+BIN = Path(sys.executable).parent
+WHO = {"GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@u", "GIT_COMMITTER_NAME": "u", "GIT_COMMITTER_EMAIL": "u@u"}
+CLEAN = {"GITHUB_ACTIONS": "", "GITHUB_SHA": "", "GITHUB_REPOSITORY": "", "STEPWATCH_DB": ""}
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", **WHO})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def configs(cwd: Path, *args: str) -> list[str]:
+    done = stepwatch("run", "--dry-run", *args, cwd=cwd, env=CLEAN)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_settings_are_the_defaults_of_every_command_below_the_project_and_a_flag_wins(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "theirs"\n\n[tool.stepwatch]\nmodels = ["bilstm"]\nxla = false\nprecision = ["fp32"]\n'
+        'trials = 3\nresults = "bench/results"\n'
+    )
+    below = tmp_path / "src" / "deep"
+    below.mkdir(parents=True)
+    for where in (tmp_path, below):  # found from the project's directory and below it
+        assert configs(where) == ["bilstm/tiny cpu noxla fp32 b8 fit threads=1/2", "1 configs x 3 trials"]
+    assert configs(below, "--xla", "on,off", "--trials", "2")[-1] == "2 configs x 2 trials"  # flags win
+    project = Project.find(below)
+    assert project.root == tmp_path and project.resolved("results", "bench/results") == str(tmp_path / "bench/results")
+    # a stepwatch.toml is the project's settings in place of the table: two models, the suite's matrix and trials
+    (tmp_path / "stepwatch.toml").write_text('models = "resnet50,bilstm"\n')
+    assert configs(below)[-1] == "8 configs x 1 trials"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("modles = ['bilstm']\n", "stepwatch.toml: unknown setting 'modles'; settings are the long options"),
+        ("out = 'x'\n", "stepwatch.toml: 'out' is no setting; did you mean 'results'?"),
+        ("xla = 'sometimes'\n", "stepwatch.toml: xla: 'sometimes' is not one of off, on"),
+        ("trials = \n", "stepwatch.toml: not valid TOML"),
+        ("[matrix]\nxla = true\n", "stepwatch.toml: stepwatch.toml 'matrix' is a table"),
+    ],
+)
+def test_a_bad_settings_file_is_one_line_and_exit_2(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "stepwatch.toml").write_text(text)
+    done = stepwatch("run", "--dry-run", cwd=tmp_path, env=CLEAN)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert message in done.stderr
+
+
+def test_the_environments_store_wins_over_the_projects(tmp_path: Path) -> None:
+    (tmp_path / "stepwatch.toml").write_text('db = "stores/project.duckdb"\n')
+    below = tmp_path / "below"
+    below.mkdir()
+    mine = tmp_path / "mine.duckdb"
+    sql = "SELECT count(*) FROM runs"
+    done = stepwatch("query", sql, cwd=below, env={**CLEAN, "STEPWATCH_DB": str(mine)})
+    assert done.returncode == 2 and f"no store at {mine}:" in done.stderr
+    done = stepwatch("query", sql, cwd=below, env=CLEAN)  # the project's, relative to its settings file
+    assert done.returncode == 2 and f"no store at {tmp_path / 'stores' / 'project.duckdb'}:" in done.stderr
+    done = stepwatch("query", sql, "--db", "here.duckdb", cwd=below, env=CLEAN)  # a flag: relative to where it runs
+    assert done.returncode == 2 and "no store at here.duckdb:" in done.stderr
+
+
+def test_the_repository_and_commit_a_command_runs_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("GITHUB_ACTIONS", "GITHUB_SHA", "GITHUB_REPOSITORY"):
+        monkeypatch.delenv(name, raising=False)
+    assert identity(tmp_path) == {"project_repository": None, "project_commit": None, "project_dirty": None}
+    git(tmp_path, "init", "-q")
+    (tmp_path / "model.py").write_text("x = 1\n")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-q", "-m", "one")
+    head = git(tmp_path, "rev-parse", "HEAD")
+    assert identity(tmp_path) == {"project_repository": tmp_path.name, "project_commit": head, "project_dirty": False}
+    git(tmp_path, "remote", "add", "origin", "https://someone:ghp_token@github.com/org/their-repo.git")
+    (tmp_path / "model.py").write_text("x = 2\n")
+    found = identity(tmp_path / ".")
+    assert found == {"project_repository": "org/their-repo", "project_commit": head, "project_dirty": True}
+    git(tmp_path, "remote", "set-url", "origin", "git@github.com:org/other.git")
+    assert identity(tmp_path)["project_repository"] == "org/other"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_SHA", "b" * 40)
+    monkeypatch.setenv("GITHUB_REPOSITORY", "org/from-actions")
+    assert identity(tmp_path) == {"project_repository": "org/from-actions", "project_commit": "b" * 40,
+                                  "project_dirty": True}  # fmt: skip
+
+
+def test_init_writes_the_settings_and_workflows_once_and_keeps_what_exists(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "theirs"\n')
+    args = ("init", "--models", "model.py:build", "--keras-backend", "torch", "--gpu-runner", "self-hosted,gpu",
+            "--shards", "3", "--action", "stepwatch/stepwatch@" + "c" * 40)  # fmt: skip
+    first = stepwatch(*args, cwd=tmp_path, env=CLEAN)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.count("wrote ") == 4 and (tmp_path / "pyproject.toml").read_text().count("\n") == 2
+    settings = Project.find(tmp_path).settings
+    assert settings["models"] == ["model.py:build"] and settings["keras_backend"] == ["torch"]
+    nightly = yaml.safe_load((tmp_path / ".github/workflows/stepwatch-nightly.yml").read_text())
+    jobs = nightly["jobs"]["collect"]["strategy"]["matrix"]["include"]
+    assert [(j["name"], j["shard"], j["extras"]) for j in jobs] == [
+        ("cpu", "1/1", "torch"), ("gpu", "1/3", "torch"), ("gpu", "2/3", "torch"), ("gpu", "3/3", "torch"),
+    ]  # fmt: skip
+    assert jobs[1]["runner"] == ["self-hosted", "gpu"] and jobs[1]["args"] == "--device gpu"
+    assert {job["name"] for job in jobs} == {"cpu", "gpu"}  # no job for hardware nobody named
+    workflows = sorted((tmp_path / ".github/workflows").glob("*.yml"))
+    for check in (
+        [str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *map(str, workflows)],
+        [str(BIN / "zizmor"), "--offline", "--min-severity", "medium", str(tmp_path / ".github")],
+    ):
+        done = subprocess.run(check, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+    (tmp_path / "stepwatch.toml").write_text("# mine\n")
+    second = stepwatch(*args, cwd=tmp_path, env=CLEAN)
+    assert second.returncode == 0 and "wrote" not in second.stdout and second.stdout.count("kept ") == 4
+    assert (tmp_path / "stepwatch.toml").read_text() == "# mine\n"
+
+
+def test_init_keeps_a_pyproject_table_and_refuses_no_runner(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.stepwatch]\nmodels = ["bilstm"]\n')
+    done = stepwatch("init", "--action", "./", cwd=tmp_path, env=CLEAN)
+    assert done.returncode == 0 and "kept pyproject.toml" in done.stdout and not (tmp_path / "stepwatch.toml").exists()
+    done = stepwatch("init", "--cpu-runner", "none", cwd=tmp_path, env=CLEAN)
+    assert done.returncode == 2 and "no runner for the nightly" in done.stderr
+
+
+def test_shards_split_the_configs_and_together_are_the_suite(tmp_path: Path) -> None:
+    whole = configs(tmp_path)[:-1]
+    parts = [configs(tmp_path, "--shard", f"{k}/3")[:-1] for k in (1, 2, 3)]
+    assert sorted(sum(parts, [])) == sorted(whole) and max(map(len, parts)) - min(map(len, parts)) <= 1
+    done = stepwatch("run", "--dry-run", "--shard", "4/3", cwd=tmp_path, env=CLEAN)
+    assert done.returncode == 2 and "K must be between 1 and N" in done.stderr
+
+
+def test_the_dashboard_reads_a_history_branch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "model.py").write_text("x = 1\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "main")
+    git(repo, "checkout", "-q", "--orphan", "stepwatch-history")
+    git(repo, "rm", "-q", "-rf", ".")
+    (repo / "results").mkdir()
+    (repo / "results" / "night.parquet").write_bytes(b"PAR1 not really")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "night")
+    git(repo, "checkout", "-q", "main")
+    folder = branch_folder("stepwatch-history", repo)  # no origin here: the local branch
+    assert (folder / "results" / "night.parquet").read_bytes() == b"PAR1 not really"
+    with pytest.raises(Exception, match="cannot read the branch 'nope'"):
+        branch_folder("nope", repo)

@@ -97,15 +97,11 @@ def user(tmp_path_factory: pytest.TempPathFactory) -> User:
     return me
 
 
-def test_a_new_user_installs_the_wheel_inits_runs_compares_and_opens_the_dashboard_from_their_repository(
-    user: User,
-) -> None:
-    size = user.wheel.stat().st_size
-    assert size < 2_000_000, f"the wheel is {size:,} bytes"
-    names = subprocess.run([sys.executable, "-m", "zipfile", "-l", str(user.wheel)], capture_output=True, text=True)
-    tops = {line.split()[0].split("/")[0] for line in names.stdout.splitlines()[1:] if line.strip()}
-    assert tops == {"stepwatch", f"{user.wheel.name.split('-')[0]}-{user.wheel.name.split('-')[1]}.dist-info"}
-
+def initialised(user: User) -> str:
+    """``stepwatch init`` in the user's repository, the settings edited as a user would, all committed; the
+    commit. Once per repository (both tests start from it)."""
+    if (user.repo / "stepwatch.toml").exists():
+        return user.git("rev-parse", "HEAD")
     init = user.stepwatch("init", "--models", "model.py:cifar_cnn", "--keras-backend", "jax")
     assert init.returncode == 0, init.stderr
     assert "wrote stepwatch.toml" in init.stdout and "wrote .github/workflows/stepwatch-nightly.yml" in init.stdout
@@ -119,7 +115,19 @@ def test_a_new_user_installs_the_wheel_inits_runs_compares_and_opens_the_dashboa
     (user.repo / ".gitignore").write_text("stepwatch-results/\n")
     user.git("add", ".")
     user.git("commit", "-q", "-m", "our model")
-    head = user.git("rev-parse", "HEAD")
+    return user.git("rev-parse", "HEAD")
+
+
+def test_a_new_user_installs_the_wheel_inits_runs_compares_and_opens_the_dashboard_from_their_repository(
+    user: User,
+) -> None:
+    size = user.wheel.stat().st_size
+    assert size < 2_000_000, f"the wheel is {size:,} bytes"
+    names = subprocess.run([sys.executable, "-m", "zipfile", "-l", str(user.wheel)], capture_output=True, text=True)
+    tops = {line.split()[0].split("/")[0] for line in names.stdout.splitlines()[1:] if line.strip()}
+    assert tops == {"stepwatch", f"{user.wheel.name.split('-')[0]}-{user.wheel.name.split('-')[1]}.dist-info"}
+
+    head = initialised(user)
 
     for label in ("before", "after"):
         done = user.stepwatch("run", "--label", label, *FAST)
@@ -190,8 +198,7 @@ def action_steps(uses: dict, job_env: dict[str, str]) -> list[dict]:
 def test_the_written_nightly_runs_through_the_action_and_an_aa_upgrade_check_stays_quiet(
     user: User, tmp_path: Path
 ) -> None:
-    if not (user.repo / "stepwatch.toml").exists():
-        pytest.skip("needs the first test's repository")
+    initialised(user)
     # The nightly's collect job, on this machine: its shell steps, and the action's for the run step.
     nightly = yaml.safe_load((user.repo / ".github" / "workflows" / "stepwatch-nightly.yml").read_text())
     collect = nightly["jobs"]["collect"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -94,6 +95,15 @@ def test_history_plots_each_series_medians_and_the_url_narrows_it(
     )
     assert values(traces[0]["y"]) == pytest.approx([v for (v,) in expected])
     assert at.multiselect[2].value == ["mixed_bfloat16"]  # the sidebar filter shows what the URL chose
+
+
+def test_history_goes_along_the_projects_commits(smoke_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trials ran in this repository: each row has its commit, and History can put the commits on the x axis."""
+    at = render(smoke_store, "history", monkeypatch, x="project_commit", precision="fp32", xla="off")
+    [figure] = figures(at)
+    drawn = {x for t in figure["data"] if t.get("name") != "change point" for x in values(t["x"])}
+    commits = {c for (c,) in query(smoke_store, "SELECT DISTINCT project_commit FROM runs WHERE status = 'ok'")}
+    assert drawn and drawn <= commits and all(re.fullmatch(r"[0-9a-f]{40}", c) for c in drawn)
 
 
 @pytest.mark.parametrize(

@@ -93,7 +93,9 @@ col1, col2 = st.columns(2)
 baseline_text = col1.text_input(
     "Baseline", baseline_text, help="e.g. tf_version=2.20.0, label=baseline, since=2026-11-01"
 )
-candidate_text = col2.text_input("Candidate", candidate_text, help="e.g. tf_version=2.21.0, suite_run_id=...")
+candidate_text = col2.text_input(
+    "Candidate", candidate_text, help="e.g. tf_version=2.21.0, project_commit=3f2a9c1..., suite_run_id=..."
+)
 picked_metrics = st.multiselect("Metrics", metric_names, picked_metrics)
 state.keep(baseline=baseline_text, candidate=candidate_text, metric=picked_metrics)
 

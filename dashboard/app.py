@@ -7,12 +7,14 @@ this file has run, with the wrong navigation.)
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
 import streamlit as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `streamlit run` from a checkout without install
+if importlib.util.find_spec("stepwatch") is None:  # `streamlit run dashboard/app.py` in a checkout, not installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from stepwatch.dashboard import data  # noqa: E402
 from stepwatch.dashboard.pages import FIRST_RUN, PAGES  # noqa: E402

@@ -179,6 +179,14 @@ def test_a_new_user_installs_the_wheel_inits_runs_compares_and_opens_the_dashboa
         server.wait(timeout=30)
 
 
+def expand(text: str, matrix: dict[str, str]) -> str:
+    """A workflow value as GitHub expands it here: matrix values, and no secrets set (``secrets.X || 'default'`` is
+    the default)."""
+    text = re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m: matrix[m.group(1)], text)
+    text = re.sub(r"\$\{\{\s*secrets\.\w+\s*\|\|\s*'([^']*)'\s*\}\}", lambda m: m.group(1), text)
+    return re.sub(r"\$\{\{\s*(secrets|inputs)\.\w+\s*\}\}", "", text)
+
+
 def action_steps(uses: dict, job_env: dict[str, str]) -> list[dict]:
     """A ``uses:`` of stepwatch's action as the runner runs it: the action's steps, their ``${{ inputs.X }}``
     taken from the step's ``with`` (else the input's default), ``${{ github.action_path }}`` the action's folder."""
@@ -208,32 +216,42 @@ def test_the_written_nightly_runs_through_the_action_and_an_aa_upgrade_check_sta
     output, summary = tmp_path / "output", tmp_path / "summary.md"
     github = {"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "their-org/their-project", "GITHUB_SHA": "a" * 40,
               "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary), "RUNNER_NAME": "cpu"}  # fmt: skip
-    ran = []
-    for step in collect["steps"]:
-        if step.get("uses", "").startswith("stepwatch/stepwatch@"):
-            with_ = {k: str(v).replace("${{ matrix.extras }}", job["extras"]).replace("${{ matrix.suite }}",
-                     job["suite"]).replace("${{ matrix.shard }}", job["shard"]).replace("${{ matrix.args }}", "")
-                     .replace("${{ secrets.STEPWATCH_RESULTS_URI || 'stepwatch-nightly' }}", "stepwatch-nightly")
-                     for k, v in step["with"].items()}  # fmt: skip
-            steps = action_steps({"with": with_}, {})
-        elif "run" in step:
-            steps = [step]
-        else:
-            continue  # checkout, setup-python, upload-artifact: what this machine already is
-        for inner in steps:
-            env = {**user.env, **github, **inner.get("env", {})}
-            if "python3 -m pip install --quiet --upgrade pip" in inner["run"]:
-                continue  # the project's own environment is the fixture's
-            done = sh("bash", "-e", "-c", inner["run"], cwd=user.repo, env=env, timeout=900)
-            assert done.returncode == 0, (inner.get("name"), done.stdout[-2000:], done.stderr[-3000:])
-            ran.append(inner.get("name"))
-    assert ran == ["Install stepwatch", "stepwatch ${{ inputs.command }}"]
+
+    def run(steps: list[dict], job_env: dict[str, str]) -> list[str]:
+        """Each step as the runner runs it (a stepwatch action step as the action's own steps); the names run."""
+        ran = []
+        for step in steps:
+            if step.get("uses", "").startswith("stepwatch/stepwatch@"):
+                inner = action_steps({"with": {k: expand(str(v), job) for k, v in step["with"].items()}}, {})
+            elif "run" in step and "python3 -m pip install --quiet --upgrade pip" not in step["run"]:
+                inner = [step]  # (the project's own environment is the fixture's)
+            else:
+                continue  # checkout, setup-python, upload-artifact: what this machine already is
+            for one in inner:
+                env = {**user.env, **github, **job_env, **one.get("env", {})}
+                done = sh("bash", "-e", "-c", one["run"], cwd=user.repo, env=env, timeout=900)
+                assert done.returncode == 0, (one.get("name"), done.stdout[-2000:], done.stderr[-3000:])
+                ran.append(one.get("name"))
+        return ran
+
+    assert run(collect["steps"], {}) == ["Install stepwatch", "stepwatch ${{ inputs.command }}"]
     assert versions(user.python, "keras", "jax")["keras"] == KERAS.split("==")[1]  # the action changed no framework
     [path] = (user.repo / "stepwatch-nightly").glob("*.parquet")
     rows = pq.read_table(path).to_pylist()
     assert {(r["status"], r["label"], r["project_commit"]) for r in rows} == {("ok", "nightly", "a" * 40)}
     assert len(rows) == 2  # the project's settings: one model, xla off, two trials
     assert "exit-code=0" in output.read_text()
+
+    # The publish job's ingest and detection, through the action, into the job's store (its history branch is
+    # GitHub's: here an empty folder, as the job makes it when the branch does not exist yet).
+    publish = nightly["jobs"]["publish"]
+    (user.repo / "history" / "results").mkdir(parents=True)
+    job_env = {k: expand(str(v), {}) for k, v in publish["env"].items()}
+    [step] = [s for s in publish["steps"] if s.get("name") == "Ingest and detect change points"]
+    output.write_text("")
+    assert run([step], job_env)[-1] == "stepwatch ${{ inputs.command }}"
+    assert "exit-code=0" in output.read_text() and (user.repo / "report.md").exists()
+    assert (user.repo / job_env["STEPWATCH_DB"]).exists()
 
     # An A/A upgrade check of the user's Keras, its environments built from the installed stepwatch.
     check = user.stepwatch("upgrade-check", "--baseline", KERAS, "--candidate", KERAS, "--aa", *FAST,

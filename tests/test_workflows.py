@@ -75,6 +75,16 @@ def test_workflows_match_the_github_schema() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_the_action_matches_the_github_schema_and_zizmor_finds_nothing_in_it() -> None:
+    action = str(REPO / "action.yml")
+    schema = subprocess.run([str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.github-actions", action],
+                            capture_output=True, text=True)  # fmt: skip
+    assert schema.returncode == 0, schema.stdout + schema.stderr
+    audit = subprocess.run([str(BIN / "zizmor"), "--offline", "--min-severity", "medium", "--format", "plain", action],
+                           capture_output=True, text=True)  # fmt: skip
+    assert audit.returncode == 0 and "No findings to report" in audit.stdout + audit.stderr, audit.stdout
+
+
 def test_zizmor_finds_nothing_of_medium_severity_or_higher() -> None:
     done = subprocess.run(
         [str(BIN / "zizmor"), "--offline", "--min-severity", "medium", "--format", "plain", str(REPO / ".github")],

@@ -14,6 +14,7 @@ caches them). Each pull request's comment body is written to ``--out``.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -22,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.test_upgrade_pr import REPO, commit, git, job, run_steps  # noqa: E402
+from tests.test_upgrade_pr import commit, git, job, run_steps  # noqa: E402
 
 PULL_REQUESTS = (
     ("aa", "Same release, written as a range", "tensorflow>=2.20.0,<2.20.1"),
@@ -45,8 +46,7 @@ def main() -> None:
         git(repo, "config", "user.email", "bench@example.com")
         git(repo, "config", "user.name", "bench")
         base = commit(repo, "base", {"requirements.txt": "# the training stack\ntensorflow==2.20.0\n"})
-        (repo / ".venv").symlink_to(REPO / ".venv")  # what `make setup` made in the checkout: never committed
-        (repo / ".git" / "info" / "exclude").write_text(".venv\npr/\ndata/\n")
+        (repo / ".git" / "info" / "exclude").write_text("pr/\ndata/\n")
         for name, message, pin in PULL_REQUESTS:
             git(repo, "checkout", "-q", "-b", name, base)
             head = commit(repo, message, {"requirements.txt": f"# the training stack\n{pin}\n"})
@@ -55,6 +55,7 @@ def main() -> None:
                 "PR": "1", "BASE_SHA": base, "HEAD_SHA": head, "SUITE": "smoke", "TRIALS": args.trials,
                 "METRIC": args.metric, "CHECK_ARGS": f"--models {args.models} --xla off --precision fp32",
                 "ENV_ARGS": "", "RUN_URL": "https://github.com/OWNER/REPO/actions/runs/RUN",
+                "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # the job's python3: this one
             }  # fmt: skip
             steps = job("stepwatch-upgrade-pr.yml")["steps"]
             start = time.perf_counter()

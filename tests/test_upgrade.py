@@ -237,3 +237,29 @@ def test_the_report_says_how_many_trials_found_their_step_compiled() -> None:
     assert not any("Compile cache" in line for line in upgrade_preface(*common, [None] * 6))
     [cost] = [line for line in upgrade_preface(*common, (), (377.0, 1.29)) if line.startswith("What the check cost")]
     assert "6.3 minutes of this machine in trials, 1.29 USD" in cost
+
+
+def test_a_side_gets_stepwatchs_trial_code_as_files_without_the_dashboard_and_keeps_it_while_unchanged(
+    tmp_path: Path,
+) -> None:
+    site = tmp_path / "site"
+    upgrade.copy_stepwatch(site)
+    copied = site / "stepwatch"
+    assert (copied / "collector" / "bench" / "trial.py").is_file() and not (copied / "dashboard").exists()
+    assert (copied / "collector" / "data" / "prices.toml").is_file() and not any(copied.rglob("__pycache__"))
+    assert not any(p.is_symlink() for p in copied.rglob("*"))  # a checkout's links became files
+    trial = copied / "collector" / "bench" / "trial.py"
+    before = trial.stat().st_mtime_ns
+    upgrade.copy_stepwatch(site)  # the same code: nothing is rewritten under a running check
+    assert trial.stat().st_mtime_ns == before
+    (copied / ".source-sha256").write_text("another stepwatch")
+    trial.write_text("stale")
+    upgrade.copy_stepwatch(site)  # another stepwatch's copy is replaced
+    assert trial.read_text() != "stale"
+    [info] = site.glob("stepwatch-*.dist-info")
+    assert f"Version: {metadata.version('stepwatch')}" in (info / "METADATA").read_text()
+    # In a side environment (no packages installed yet), stepwatch is that copy.
+    python = upgrade.create_venv(tmp_path / "side", reuse_site_packages=False)
+    probe = "import stepwatch.collector.errors as e; print(e.__file__)"
+    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, cwd=python.parent)
+    assert done.stdout.strip().startswith(str(tmp_path / "side" / "lib")), done.stderr

@@ -156,21 +156,40 @@ def pip_command(python: Path | str) -> list[str]:
     return [str(python), "-m", "pip", "--disable-pip-version-check"]
 
 
+def _trial_code(source: Path) -> list[Path]:
+    """The files of the installed stepwatch a trial can import: the package, less the dashboard."""
+    found = []
+    for folder, dirs, names in os.walk(source, followlinks=True):  # a checkout's stepwatch/ links its folders
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not (Path(folder) == source and d == "dashboard"))
+        found += [Path(folder) / name for name in sorted(names)]
+    return found
+
+
 def copy_stepwatch(site: Path) -> None:
-    """The installed stepwatch's trial code (the package, less the dashboard) into ``site``, as plain files, with
-    the metadata that names its version."""
+    """The installed stepwatch's trial code into ``site``, as plain files (a checkout's links followed), with the
+    metadata that names its version; left as it is when it is already that code (a check running beside another
+    on the same cached environment never sees its files replaced under it)."""
     import stepwatch
 
     source = Path(stepwatch.__file__).parent
-    skip = shutil.ignore_patterns("__pycache__", "dashboard")
+    files = _trial_code(source)
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(source)).encode() + b"\0" + path.read_bytes())
+    stamp = site / "stepwatch" / ".source-sha256"
+    if stamp.exists() and stamp.read_text() == digest.hexdigest():
+        return
     for old in (site / "stepwatch", *site.glob("stepwatch-*.dist-info")):
         shutil.rmtree(old, ignore_errors=True)
-    shutil.copytree(source, site / "stepwatch", ignore=skip)  # follows a checkout's links to its folders
-    info = site / f"stepwatch-{metadata.version('stepwatch')}.dist-info"
+    for path in files:
+        target = site / "stepwatch" / path.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    stamp.write_text(digest.hexdigest())
+    version = metadata.version("stepwatch")
+    info = site / f"stepwatch-{version}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: stepwatch\nVersion: {metadata.version('stepwatch')}\n"
-    )
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: stepwatch\nVersion: {version}\n")
 
 
 def create_venv(path: Path, reuse_site_packages: bool) -> Path:
@@ -213,9 +232,8 @@ def ensure(
     path = cache_root() / key
     what = describe or " ".join(requirements)
     if (path / READY).exists():
-        copy_stepwatch(
-            _site_packages(path)
-        )  # the trial code of the stepwatch running now, not of the one that built it
+        # The trial code of the stepwatch running now, not of the one that built the environment.
+        copy_stepwatch(_site_packages(path))
         log(f"{side}: using the cached environment {path}")
         return Environment(side, requirements, path, cached=True)
     log(f"{side}: building an environment for {what} in {path} (pip log: {path / 'pip.log'})")

@@ -50,7 +50,7 @@ class Project:
         for folder in (here, *here.parents):
             own = folder / CONFIG_FILE
             if own.is_file():
-                return Project(folder, own, _settings(_read(own), own, own.name))
+                return Project(folder, own, _settings(_read(own), own, ""))
             pyproject = folder / PYPROJECT
             if pyproject.is_file():
                 table = _read(pyproject).get("tool", {}).get("stepwatch")
@@ -76,12 +76,14 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def _settings(table: Any, path: Path, where: str) -> dict[str, Any]:
+    """The settings of ``table`` (the file's top level, or its ``where`` table), their names with underscores."""
+    at = f"{path}: {where}: " if where else f"{path}: "
     if not isinstance(table, dict):
-        raise ProjectError(f"{path}: {where} must be a table of settings")
+        raise ProjectError(f"{at}must be a table of settings")
     out = {}
     for key, value in table.items():
         if isinstance(value, dict):
-            raise ProjectError(f"{path}: {where} {key!r} is a table; settings are plain values or lists")
+            raise ProjectError(f"{at}{key!r} is a table; settings are plain values or lists")
         out[key.replace("-", "_")] = value
     return out
 

@@ -56,7 +56,7 @@ def test_settings_are_the_defaults_of_every_command_below_the_project_and_a_flag
         ("out = 'x'\n", "stepwatch.toml: 'out' is no setting; did you mean 'results'?"),
         ("xla = 'sometimes'\n", "stepwatch.toml: xla: 'sometimes' is not one of off, on"),
         ("trials = \n", "stepwatch.toml: not valid TOML"),
-        ("[matrix]\nxla = true\n", "stepwatch.toml: stepwatch.toml 'matrix' is a table"),
+        ("[matrix]\nxla = true\n", "stepwatch.toml: 'matrix' is a table; settings are plain values or lists"),
     ],
 )
 def test_a_bad_settings_file_is_one_line_and_exit_2(tmp_path: Path, text: str, message: str) -> None:

@@ -115,5 +115,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if server.poll() is None:
             server.terminate()
-            server.wait(timeout=30)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # a server that does not stop when asked
+                server.kill()
+                server.wait()
     return EXIT_OK if server.returncode in (0, -15) else server.returncode

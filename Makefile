@@ -68,8 +68,7 @@ demo-gpu: $(STAMP)
 
 dashboard: $(STAMP)
 	@echo "dashboard: http://$(DASHBOARD_ADDRESS):$(DASHBOARD_PORT) (Ctrl-C to stop)"
-	$(BIN)/python -m stepwatch.dashboard --server.address $(DASHBOARD_ADDRESS) --server.port $(DASHBOARD_PORT) \
-		--server.headless true --browser.gatherUsageStats false
+	$(BIN)/python -m stepwatch.dashboard --server.address $(DASHBOARD_ADDRESS) --server.port $(DASHBOARD_PORT)
 
 # The browser test drives Debian's chromium; installed here when missing and we are root.
 browser:

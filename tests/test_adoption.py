@@ -187,7 +187,7 @@ def expand(text: str, matrix: dict[str, str]) -> str:
     return re.sub(r"\$\{\{\s*(secrets|inputs)\.\w+\s*\}\}", "", text)
 
 
-def action_steps(uses: dict, job_env: dict[str, str]) -> list[dict]:
+def action_steps(uses: dict) -> list[dict]:
     """A ``uses:`` of stepwatch's action as the runner runs it: the action's steps, their ``${{ inputs.X }}``
     taken from the step's ``with`` (else the input's default), ``${{ github.action_path }}`` the action's folder."""
     action = yaml.safe_load((REPO / "action.yml").read_text())
@@ -222,7 +222,7 @@ def test_the_written_nightly_runs_through_the_action_and_an_aa_upgrade_check_sta
         ran = []
         for step in steps:
             if step.get("uses", "").startswith("stepwatch/stepwatch@"):
-                inner = action_steps({"with": {k: expand(str(v), job) for k, v in step["with"].items()}}, {})
+                inner = action_steps({"with": {k: expand(str(v), job) for k, v in step["with"].items()}})
             elif "run" in step and "python3 -m pip install --quiet --upgrade pip" not in step["run"]:
                 inner = [step]  # (the project's own environment is the fixture's)
             else:

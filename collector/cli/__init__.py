@@ -41,12 +41,17 @@ COMMANDS = {
 }
 
 
+def _named(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not an option."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser of the command ``argv`` names; of every command when it names none we know (help, a typo)."""
     parser = OneLineParser(prog="stepwatch", description="Track deep-learning training performance.")
     parser.add_argument("--version", action="version", version=f"stepwatch {version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    named = next((arg for arg in argv or () if not arg.startswith("-")), None)
+    named = _named(argv or ())
     modules = [COMMANDS[named]] if named in COMMANDS else COMMANDS.values()
     for module in dict.fromkeys(modules):
         importlib.import_module(f"stepwatch.collector.cli.{module}").register(commands)
@@ -68,9 +73,8 @@ def _option(parser: argparse.ArgumentParser, name: str) -> argparse.Action | Non
 
 
 def _command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser | None:
-    named = next((arg for arg in argv if not arg.startswith("-")), None)
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return commands.choices.get(named) if named else None
+    named = _named(argv)
+    return _commands(parser).get(named) if named else None
 
 
 def apply_project(parser: argparse.ArgumentParser, argv: Sequence[str], project: Project) -> None:
@@ -99,9 +103,13 @@ def apply_project(parser: argparse.ArgumentParser, argv: Sequence[str], project:
             raise ProjectError(f"{project.source}: {name.replace('_', '-')}: {error}") from None
 
 
-def _all_commands() -> dict[str, argparse.ArgumentParser]:
-    parser = build_parser([])
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser of each command ``parser`` has, by name."""
     return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def _all_commands() -> dict[str, argparse.ArgumentParser]:
+    return _commands(build_parser([]))
 
 
 def _parsed(action: argparse.Action, value: Any) -> Any:

@@ -21,9 +21,9 @@ WORKFLOWS = Path(".github") / "workflows"
 # The workflows init writes: the file in the repository, and its template among stepwatch's data.
 WORKFLOW_FILES = {"stepwatch-nightly.yml": "nightly.yml", "stepwatch-upgrade-pr.yml": "upgrade-pr.yml",
                   "stepwatch-upgrade-pr-verdict.yml": "upgrade-pr-verdict.yml"}  # fmt: skip
-# The upgrade-pr-verdict workflow finds the upgrade-pr one by its name, which the two templates share.
 ACTION_REPOSITORY = "stepwatch/stepwatch"
-CPU_EXTRAS = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
+# The extra a GPU job installs for a Keras backend (a CPU job's extra is named as the backend; PyPI's torch for
+# Linux is its CUDA build already).
 GPU_EXTRAS = {"tensorflow": "tensorflow-cuda", "jax": "jax-cuda12", "torch": "torch"}
 
 
@@ -71,7 +71,7 @@ def matrix(args: argparse.Namespace) -> list[dict[str, str]]:
     """The nightly's jobs: one per runner the user named, the accelerators' suites split in ``--shards``."""
     jobs = []
     if args.cpu_runner and args.cpu_runner != "none":
-        jobs.append({"name": "cpu", "runner": args.cpu_runner, "extras": CPU_EXTRAS[args.keras_backend],
+        jobs.append({"name": "cpu", "runner": args.cpu_runner, "extras": args.keras_backend,
                      "suite": "smoke", "shard": "1/1", "args": ""})  # fmt: skip
     for name, label, suite in (("gpu", args.gpu_runner, "gpu-nightly"), ("tpu", args.tpu_runner, "tpu-nightly")):
         if label:

@@ -19,19 +19,22 @@ from dataclasses import Field, asdict, dataclass, field, fields, replace
 from typing import Any, get_args, get_type_hints
 
 from stepwatch.trainers import get_model
+from stepwatch.trainers.script import Script, is_script
 from stepwatch.trainers.user import UserModelError, is_reference
 
 DEVICES = ("cpu", "gpu", "tpu")
 KERAS_BACKENDS = ("tensorflow", "jax", "torch")
 STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
 PRECISIONS = ("fp32", "tf32", "mixed_float16", "mixed_bfloat16")
-LOOPS = ("fit", "ctl", "pytorch")  # Keras fit, a TensorFlow custom loop, a plain PyTorch loop (no Keras)
+# Keras fit, a TensorFlow custom loop, a plain PyTorch loop (no Keras), the user's own training script (its loop).
+LOOPS = ("fit", "ctl", "pytorch", "script")
 DATA = ("synthetic", "pipeline")
 # Host threads: the framework's own pools, a count per host chosen by stepwatch, or INTRA/INTER explicitly.
 THREADS_DEFAULT, THREADS_AUTO = "default", "auto"
 _THREADS = re.compile(r"^([1-9][0-9]*)/([1-9][0-9]*)$")
 
 ACCELERATOR_MIN_WARMUP = 10
+DEFAULT_LOOP = "fit"
 
 # The one set of words for a boolean, in suite files, on the command line, in selections and in the URL.
 BOOL_WORDS = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
@@ -83,11 +86,19 @@ class BenchmarkConfig:
     precision: str = _field("fp32", series=True, flag="--precision", choices=PRECISIONS)
     per_device_batch: int = _field(8, series=True, flag="--batch", help="per-device batch size(s)")
     steps_per_execution: int = _field(1, series=True, flag="--steps-per-execution")
-    loop: str = _field("fit", series=True, flag="--loop", choices=LOOPS)
+    loop: str = _field(DEFAULT_LOOP, series=True, flag="--loop", choices=LOOPS)
     data: str = _field("synthetic", series=True, flag="--data", choices=DATA)
     threads: str = _field(
         THREADS_DEFAULT, series=True, flag="--threads", added=True,
         help="host threads: default (the framework's pools), auto (chosen for this host) or INTRA/INTER, e.g. 1/1",
+    )  # fmt: skip
+    script_args: str = _field(
+        "", series=True, added=True, help="a script's arguments, quoted as a shell would (run --script PATH -- ARGS)"
+    )
+    nproc: int = _field(
+        1, series=True, flag="--nproc", added=True,
+        help="processes a script trial runs as, data-parallel (torch's elastic launcher for keras_backend torch, "
+        "TF_CONFIG for tensorflow, jax.distributed for jax)",
     )  # fmt: skip
     steps: int = _field(100, flag="--steps", help="measured steps after warm-up")
     warmup_steps: int = _field(20, flag="--warmup", help="warm-up steps, excluded (>= 2 windows)")
@@ -96,6 +107,10 @@ class BenchmarkConfig:
     timeout_s: float = _field(600.0, flag="--timeout", repro=False, help="seconds before a trial is killed")
     seed: int = _field(0)
 
+    def __post_init__(self) -> None:
+        if is_script(self.model) and self.loop == DEFAULT_LOOP:  # a script is its own loop: named by its path alone
+            object.__setattr__(self, "loop", "script")
+
     @property
     def compile_word(self) -> str:
         """What ``xla`` asks of this backend, in a label: jit_compile is XLA on TensorFlow and JAX, torch.compile
@@ -103,6 +118,12 @@ class BenchmarkConfig:
         if self.keras_backend == "torch":
             return "compile" if self.xla else "eager"
         return "xla" if self.xla else "noxla"
+
+    @property
+    def devices(self) -> int:
+        """The accelerators a trial holds (what it is priced for): its devices per process, times its processes
+        on an accelerator (a data-parallel script's rank each has its own; on a CPU they share the host)."""
+        return self.num_devices * (self.nproc if self.device != "cpu" else 1)
 
     @property
     def global_batch(self) -> int:
@@ -123,6 +144,10 @@ class BenchmarkConfig:
         """Human-readable one-liner for progress and tables; any other series field off its default is added as
         ``field=value``, so two series never share a label."""
         devices = f"{self.device}x{self.num_devices}" if self.num_devices > 1 else self.device
+        if self.loop == "script":  # what a script runs with is in its arguments, not in the matrix's words
+            words = (" ".join(filter(None, (self.model, self.script_args))), devices, self.keras_backend)
+            extra = [f"nproc={self.nproc}"] if self.nproc != 1 else []
+            return " ".join([*words, *extra])
         words = (devices, self.compile_word, self.precision, f"b{self.per_device_batch}", self.loop)
         text = " ".join([f"{self.model}/{self.preset}", *words])
         extra = [f"{name}={getattr(self, name)}" for name in UNLABELLED if getattr(self, name) != DEFAULTS[name]]
@@ -154,7 +179,7 @@ SERIES_DIMENSIONS = (*SERIES_FIELDS, "accelerator")
 FLAGGED = tuple(name for name in FIELD_NAMES if ROLES[name].flag)
 DEFAULTS = {f.name: f.default for f in FIELDS}
 # The series fields a label spells out in its own words; the others appear as field=value when not default.
-LABELLED = ("model", "preset", "device", "num_devices", "xla", "precision", "per_device_batch", "loop")
+LABELLED = ("model", "preset", "device", "num_devices", "xla", "precision", "per_device_batch", "loop", "script_args")
 UNLABELLED = tuple(name for name in SERIES_FIELDS if name not in LABELLED)
 
 
@@ -278,8 +303,45 @@ def _validate_keras_backend(config: BenchmarkConfig) -> None:
         )
 
 
-def validate(config: BenchmarkConfig) -> BenchmarkConfig:
-    """Raise ConfigError naming the first thing wrong with ``config``; return it unchanged otherwise."""
+# What a script decides itself (its batch, precision and compilation are in its code and arguments): a script
+# config keeps these fields at their defaults, so that one script and arguments is one series.
+SCRIPT_OWNS = (
+    "xla", "precision", "per_device_batch", "steps_per_execution", "strategy", "data", "num_devices", "threads",
+)  # fmt: skip
+
+
+def script_defaults(defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a suite's ``[defaults]`` a script runs with: how it is measured and where (steps, device, timeout),
+    not what the script decides itself."""
+    return {k: v for k, v in defaults.items() if k not in (*SCRIPT_OWNS, "preset", "loop")}
+
+
+def _validate_script(config: BenchmarkConfig) -> None:
+    """A script trial: the script exists (read, never imported, in this process), its loop is its own, and what it
+    sets itself is not crossed by the matrix."""
+    if not is_script(config.model):
+        if config.script_args or config.nproc != 1:
+            what = "script_args" if config.script_args else "nproc"
+            raise ConfigError(f"{what} is a script's (run --script PATH); model {config.model} is not a script")
+        return
+    try:
+        Script(config.model).check()
+    except UserModelError as error:
+        raise ConfigError(str(error)) from None
+    if config.loop != "script":
+        raise ConfigError(f"script {config.model} runs its own loop: loop script, not {config.loop}")
+    changed = [name for name in SCRIPT_OWNS if getattr(config, name) != DEFAULTS[name]]
+    if changed:
+        raise ConfigError(
+            f"script {config.model}: {', '.join(changed)} is set by the script itself (its code and arguments), not "
+            "by stepwatch: pass it in the script's arguments (run --script PATH -- ARGS)"
+        )
+    if not isinstance(config.nproc, int) or config.nproc < 1:
+        raise ConfigError(f"nproc must be a positive integer, got {config.nproc!r}")
+
+
+def _validate_model(config: BenchmarkConfig) -> None:
+    """A bundled model or a model of yours, and the loops it trains with."""
     try:
         get_model(config.model).preset(config.preset)
     except KeyError as error:
@@ -291,6 +353,16 @@ def validate(config: BenchmarkConfig) -> BenchmarkConfig:
     if is_reference(config.model) and config.loop == "ctl":
         raise ConfigError(f"model {config.model}: a model of yours trains with loop fit, or pytorch for a torch module "
                           "(the custom loop ctl is the bundled models' own, with their loss)")  # fmt: skip
+
+
+def validate(config: BenchmarkConfig) -> BenchmarkConfig:
+    """Raise ConfigError naming the first thing wrong with ``config``; return it unchanged otherwise."""
+    _validate_script(config)
+    if config.loop == "script" and not is_script(config.model):
+        raise ConfigError(f"loop script runs a training script of yours: name it by its path (run --script PATH), "
+                          f"not {config.model!r}")  # fmt: skip
+    if not is_script(config.model):
+        _validate_model(config)
     for name in FIELD_NAMES:
         allowed = ROLES[name].choices
         if allowed and getattr(config, name) not in allowed:

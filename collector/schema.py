@@ -31,7 +31,9 @@ SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, wh
 # peak_rss_bytes, and their peak_memory_bytes becomes empty: the two kinds are never compared as one metric.
 # 5: the project a command ran in (collector.project.PROJECT_COLUMNS): its repository, commit and whether the
 # work tree had uncommitted changes; earlier rows have none (stepwatch_git_sha was stepwatch's own commit).
-SCHEMA_VERSION = 5
+# 6: the user's training script as a benchmark: script_args and nproc, two series dimensions (every earlier row
+# had none and one process; series keys are unchanged).
+SCHEMA_VERSION = 6
 
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 _TS = pa.timestamp("us", tz="UTC")
@@ -75,6 +77,8 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("variable_dtype", _STR, "config"),
     ("tf32_enabled", _BOOL, "config"),
     ("loss_scaling", _BOOL, "config"),
+    ("script_args", _STR, "config"),
+    ("nproc", _I64, "config"),
     ("per_device_batch", _I64, "config"),
     ("global_batch", _I64, "config"),
     ("replicas", _I64, "config"),
@@ -291,6 +295,7 @@ MIGRATIONS: dict[int, Callable[[pa.Table], pa.Table]] = {
     2: _keras_backends,
     3: _anonymous_memory,
     4: lambda table: table,  # the project columns are added empty, as every missing column is
+    5: lambda table: table,  # script_args and nproc are filled with their defaults (config.ADDED_DIMENSIONS)
 }
 
 

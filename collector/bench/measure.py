@@ -61,11 +61,13 @@ class WindowClock:
         after_first = steps_done - self.first_steps
         return after_first >= 0 and after_first % self.window_steps == 0
 
-    def close(self, steps_done: int, fetch_loss: Callable[[], float]) -> Mark:
-        loss = float(fetch_loss())
+    def close(self, steps_done: int, fetch_loss: Callable[[], float] | None) -> Mark:
+        """End a window; ``fetch_loss`` None: the caller has waited for the device itself and has no loss (a
+        script's), so none is checked."""
+        loss = float(fetch_loss()) if fetch_loss is not None else math.nan
         mark = Mark(steps_done, time.perf_counter(), loss, time.process_time(), host_steal_s())
         self.marks.append(mark)
-        if not math.isfinite(loss):
+        if fetch_loss is not None and not math.isfinite(loss):
             raise NonFiniteLoss(f"loss became {loss} after {steps_done} steps")
         return mark
 

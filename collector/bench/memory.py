@@ -69,22 +69,25 @@ class PeakSampler:
 
 
 def sample_until_exit(
-    pid: int,
+    pid: int | Callable[[], int | None],
     poll: Callable[[], int | None],
     timeout_s: float,
     interval_s: float = SAMPLE_INTERVAL_S,
     measured: Callable[[], bool] = lambda: False,
 ) -> tuple[PeakSampler, int | None, bool]:
-    """Sample ``pid`` every ``interval_s`` until ``poll()`` gives its exit code or ``timeout_s`` passes:
-    (the sampler, the exit code, whether it timed out). Once ``measured()`` is true (the trial has written what
-    it measured), sampling stops: what the process does after that is not part of its peak."""
-    sampler = PeakSampler(pid)
+    """Sample ``pid`` (or the process ``pid()`` names, once it names one: a launcher's rank 0) every
+    ``interval_s`` until ``poll()`` gives its exit code or ``timeout_s`` passes: (the sampler, the exit code,
+    whether it timed out). Once ``measured()`` is true (the trial has written what it measured), sampling stops:
+    what the process does after that is not part of its peak."""
+    sampler = PeakSampler(pid if isinstance(pid, int) else 0)
     deadline = time.monotonic() + timeout_s
     sampling = True
     try:
         while True:
             sampling = sampling and not measured()
-            if sampling:
+            if sampling and not sampler.pid:  # a process found later (a launcher's rank 0)
+                sampler.pid = pid() or 0
+            if sampling and sampler.pid:
                 sampler.sample()
             code = poll()
             if code is not None:

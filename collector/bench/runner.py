@@ -22,7 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stepwatch.collector.bench import catalog, memory, profiles
+import psutil
+
+from stepwatch.collector.bench import catalog, launchers, memory, profiles, script_trial
 from stepwatch.collector.bench.environment import host_environment
 from stepwatch.collector.bench.profiles import PROFILE_ENV
 from stepwatch.collector.bench.results import ResultFile
@@ -31,6 +33,7 @@ from stepwatch.collector.bench.trial import SPAWN_TIME_ENV
 from stepwatch.collector.config import BenchmarkConfig, config_columns
 from stepwatch.collector.metrics import ANON_KIND
 from stepwatch.collector.project import identity
+from stepwatch.trainers.script import Script, is_script
 from stepwatch.trainers.user import Reference, UserModelError, is_reference
 
 LOG_TAIL_LINES = 40
@@ -108,10 +111,22 @@ def _die_with_parent() -> None:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the trial's process group and every process it started, also those in sessions of their own (the
+    ranks of torch's launcher): listed before the kill, while they are still its descendants."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    for pid in (proc.pid, *(p.pid for p in descendants)):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for process in descendants:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
     proc.wait()
 
 
@@ -132,8 +147,9 @@ def run_child(
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     start = time.perf_counter()
     with open(log_path, "wb") as log:
+        trial = ["-m", TRIAL_MODULE, "--config", config.to_json(), "--result", str(result_path)]
         proc = subprocess.Popen(
-            [python, "-m", TRIAL_MODULE, "--config", config.to_json(), "--result", str(result_path)],
+            launchers.command(config, python, trial),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -142,8 +158,9 @@ def run_child(
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
         try:  # the parent samples the child's memory while it waits (collector.bench.memory)
+            sampled = proc.pid if config.nproc == 1 else functools.partial(_rank0_pid, result_path)
             sampler, code, timed_out = memory.sample_until_exit(
-                proc.pid, proc.poll, config.timeout_s, measured=result_path.exists
+                sampled, proc.poll, config.timeout_s, measured=result_path.exists
             )
             if timed_out:
                 _kill_group(proc)
@@ -168,6 +185,8 @@ def run_child(
             child[doing[0]] = f"killed at the timeout of {config.timeout_s:g} s while {doing[1]}"
         if child.get("peak_memory_kind") == ANON_KIND:
             child.update(memory.judged_peak(sampler.fields(), child))
+        if config.nproc > 1:
+            child.update(judge_ranks(config, result_path, code, tail))
         if child.get("status") != "ok":
             child["log_tail"] = tail
         return child, wall_s, code
@@ -177,6 +196,52 @@ def run_child(
         return failure("killed", name, f"trial process was killed by {name}{hint}")
     last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
     return failure("crash", "ProcessExit", f"trial process exited with code {code}: {last[:300]}")
+
+
+def _rank0_pid(result_path: Path) -> int | None:
+    """The process id of rank 0, once it has said it (the memory a data-parallel trial reports is rank 0's)."""
+    try:
+        return int(script_trial.rank0_pid_file(result_path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def judge_ranks(config: BenchmarkConfig, result_path: Path, code: int | None, log: str) -> dict[str, Any]:
+    """A data-parallel trial is ok only if every rank was: otherwise one failure, naming the rank that most likely
+    failed first and why, in its own words where it wrote any. First: a rank that ended on its own without a
+    result (it died: the others' errors are its consequences, "connection reset by peer"); then the ranks that
+    caught an error, earliest first; last, ranks the launcher stopped (a signal, no result)."""
+    ranks: dict[int, dict[str, Any] | None] = {}
+    for index in range(config.nproc):
+        path = script_trial.rank_result(result_path, index)
+        ranks[index] = json.loads(path.read_text()) if path.exists() else None
+    failed = [i for i, r in ranks.items() if r is None or r.get("status") != "ok"]
+    if not failed and code == 0:
+        return {}
+    codes = launchers.rank_exit_codes(log)
+
+    def order(index: int) -> tuple[int, float]:
+        own = ranks[index]
+        if own is None:
+            return (0, 0.0) if codes.get(index, -1) > 0 else (2, 0.0)
+        return 1, own.get("failed_at") or 0.0
+
+    if not failed:
+        where, why = f"{config.nproc} ranks", f"every rank finished, but the launcher exited with code {code}"
+        return {"status": "crash", "error_type": "RankFailed", "error_message": f"{where}: {why}",
+                "examples_per_sec": None}  # fmt: skip
+    first, *others = sorted(failed, key=order)
+    own = ranks[first]
+    if own is not None:
+        why = own.get("error_message") or own.get("status")
+    else:
+        ended = codes.get(first)
+        how = f"exit code {ended}" if ended is not None and ended >= 0 else "a signal" if ended else "no exit code"
+        why = f"ended without a result ({how})"
+    also = f"; rank(s) {', '.join(map(str, others))} failed after it" if others else ""
+    status = own["status"] if own is not None and own.get("status") in ("oom", "timeout") else "crash"
+    return {"status": status, "error_type": "RankFailed", "failed_rank": first, "examples_per_sec": None,
+            "error_message": f"rank {first} of {config.nproc}: {why}{also}"}  # fmt: skip
 
 
 def _free_port() -> int:
@@ -271,8 +336,8 @@ def make_row(
         row["units_per_sec"] = eps * (row.get("units_per_example") or 1)
     accelerator = row.get("accelerator")
     price = catalog.find_price(options.prices, config.device, accelerator)
-    row.update(catalog.cost_columns(price, options.price_per_hour, config.num_devices, wall_s, eps))
-    peak, source = catalog.peak_tflops(options.peaks, accelerator, config.precision, config.num_devices)
+    row.update(catalog.cost_columns(price, options.price_per_hour, config.devices, wall_s, eps))
+    peak, source = catalog.peak_tflops(options.peaks, accelerator, config.precision, config.devices)
     flops = row.get("flops_per_example")
     achieved = flops * eps / 1e12 if flops and eps else None
     row.update(
@@ -323,11 +388,13 @@ def run_one(
 
 
 def model_hash(config: BenchmarkConfig) -> str | None:
-    """Which code of a model of yours runs (its source's hash: another hash is another model's); None for a
-    bundled model, or a file gone since the suite was read (the trial's row then says why it failed)."""
-    if not is_reference(config.model):
-        return None
+    """Which code of a model or script of yours runs (its source's hash: another hash is another model's); None
+    for a bundled model, or a file gone since the suite was read (the trial's row then says why it failed)."""
     try:
+        if is_script(config.model):
+            return Script(config.model).source_hash()
+        if not is_reference(config.model):
+            return None
         return Reference.parse(config.model).source_hash()
     except UserModelError:
         return None

@@ -25,9 +25,11 @@ from stepwatch.collector.config import (
     ConfigError,
     parse_bool,
     resolve,
+    script_defaults,
     validate,
 )
 from stepwatch.collector.errors import UsageError
+from stepwatch.trainers.script import is_script
 from stepwatch.trainers.user import is_reference
 
 SUITES_DIR = Path(__file__).parent / "suites"
@@ -141,11 +143,16 @@ def narrow(
     resolved for this host."""
     configs = list(configs)
     given = {name: values for name, values in flags.items() if values}
-    yours = [name for name in given.get("model") or () if is_reference(name)]
+    script_args = (given.pop("script_args", None) or [""])[0]  # a script's arguments go to the scripts only
+    yours = [name for name in given.get("model") or () if is_reference(name) or is_script(name)]
     if yours:
         given["model"] = [name for name in given["model"] if name not in yours]
         kept = list(narrow(configs, {"model": given["model"]})) if given["model"] else []
-        configs = kept + list(build_configs(({**defaults, "model": name} for name in yours), "--models"))
+        points = (
+            {**script_defaults(defaults), "model": name, "script_args": script_args} if is_script(name)
+            else {**defaults, "model": name} for name in yours
+        )  # fmt: skip
+        configs = kept + list(build_configs(points, "--models"))
         given.pop("model")
     for name in [n for n in given if ROLES[n].keeps]:
         present = {getattr(c, name) for c in configs}

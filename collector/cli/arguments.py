@@ -4,6 +4,7 @@ fields' roles), the store and analysis flags, and where a command's store is."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from stepwatch.collector.cli.exits import EXIT_USAGE
 from stepwatch.collector.config import FLAGGED, ROLES, TYPES, ConfigError, parse_bool
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.store.files import DB_ENV, DEFAULT_DB, default_db
+from stepwatch.trainers.script import is_script
 
 DEFAULT_OUT = Path("data/results")
 FORMATS = ("table", "markdown", "json")  # how a report is printed
@@ -93,6 +95,12 @@ def add_matrix_arguments(parser: argparse.ArgumentParser) -> None:
         if former:
             described = f"{described} ({former[0]}: its former name)"
         parser.add_argument(role.flag, *former, type=comma_list(cast, role.choices or None), dest=name, help=described)
+    parser.add_argument(
+        "--script", metavar="PATH",
+        help="your training script as the benchmark (it marks its steps with stepwatch.steps); its arguments "
+        "follow --, e.g. --script train.py -- --epochs 1",
+    )  # fmt: skip
+    parser.add_argument("script_args", nargs="*", metavar="-- ARGS", help="the script's arguments")
     parser.add_argument("--price-per-hour", type=float, help="USD per hour for the whole run, overriding the catalog")
     parser.add_argument("--prices", type=Path, default=catalog.PRICES_PATH, help="price catalog TOML")
 
@@ -136,8 +144,18 @@ def trial_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def matrix_values(args: argparse.Namespace) -> dict[str, list[Any] | None]:
-    """Field -> the values its flag listed (None where the flag was not given)."""
-    return {name: getattr(args, name) for name in FLAGGED}
+    """Field -> the values its flag listed (None where the flag was not given); ``--script PATH -- ARGS`` names
+    a script as one more model, with its arguments (quoted as a shell would)."""
+    values = {name: getattr(args, name) for name in FLAGGED}
+    if args.script_args and not args.script:
+        given = shlex.join(args.script_args)
+        raise UsageError(f"{given!r}: arguments after -- are a script's; name the script with --script PATH")
+    if args.script:
+        if not is_script(args.script):
+            raise UsageError(f"--script {args.script}: a script is a Python file (path/train.py)")
+        values["model"] = [*(values["model"] or []), args.script]
+        values["script_args"] = [shlex.join(args.script_args)]
+    return values
 
 
 def add_db_argument(parser: argparse.ArgumentParser, default: Path | None = None) -> None:

@@ -1,0 +1,224 @@
+"""A trial that runs the user's training script (loop ``script``), in the trial process: the script runs as
+``__main__`` with its arguments and marks its steps (``collector.bench.steps``); the row is every trial's (the
+window clock, throughput, step times, startup to the first step, memory, failure rows).
+
+Under a data-parallel launcher (``collector.bench.launchers``) every process runs this, each a rank: rank 0
+writes the trial's result file, every other rank its own beside it (``rank_result``), which the parent reads to
+say which rank failed. Imports no framework itself: the script imports what it trains with.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import runpy
+import shlex
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from stepwatch.collector.bench import steps
+from stepwatch.collector.bench.environment import host_environment
+from stepwatch.collector.bench.launchers import COORDINATOR_ENV
+from stepwatch.collector.bench.measure import WindowClock, host_load, summarize
+from stepwatch.collector.bench.runtime.base import host_memory_fields, host_peak_memory
+from stepwatch.collector.config import BenchmarkConfig, usable_cores
+from stepwatch.trainers.script import Script
+
+# Where each framework's version goes (loaded frameworks only: the script imports what it trains with).
+VERSION_COLUMNS = {"tensorflow": "tf_version", "keras": "keras_version", "jax": "jax_version", "torch": "torch_version"}
+DISTRIBUTIONS = {
+    "tensorflow": ("tensorflow", "tensorflow-cpu"), "keras": ("keras",), "jax": ("jax",), "torch": ("torch",),
+}  # fmt: skip
+PR_SET_PDEATHSIG = 1
+GUIDE = "docs/reference.md, 'Your own training script'"
+
+
+def rank() -> int:
+    """This process's rank under a launcher (RANK, as torch's launcher and stepwatch's set it); 0 alone."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def rank_result(result_path: Path, index: int) -> Path:
+    """Where rank ``index`` writes its result (rank 0: the trial's result file)."""
+    return result_path if index == 0 else result_path.with_name(f"rank-{index}.json")
+
+
+def rank0_pid_file(result_path: Path) -> Path:
+    """Where rank 0 writes its process id, so that the parent samples the memory of rank 0, not of a launcher."""
+    return result_path.with_name("rank-0.pid")
+
+
+def die_with_launcher() -> None:
+    """Under a launcher that starts its workers in sessions of their own (torch's does), get SIGKILL when it
+    dies, so that no rank outlives a killed trial."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def framework_versions() -> dict[str, Any]:
+    """The version of each framework the script loaded, and the CUDA torch was built with."""
+    found: dict[str, Any] = {}
+    for module, column in VERSION_COLUMNS.items():
+        if sys.modules.get(module) is None:
+            continue
+        for distribution in DISTRIBUTIONS[module]:
+            try:
+                found[column] = metadata.version(distribution)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch.version, "cuda", None):
+        found["cuda_build_version"] = torch.version.cuda
+    return found
+
+
+def device_fields(config: BenchmarkConfig) -> dict[str, Any]:
+    """On a GPU, the device the script trained on and its allocator's peak, from the framework it loaded: torch
+    (the rank's own device), JAX or TensorFlow. On a CPU the parent samples the peak (``collector.bench.memory``)."""
+    if config.device == "cpu":
+        peak, kind = host_peak_memory()
+        return {"peak_memory_bytes": peak, "peak_memory_kind": kind}
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        device = torch.cuda.current_device()
+        major, minor = torch.cuda.get_device_capability(device)
+        return {"accelerator": torch.cuda.get_device_name(device), "compute_capability": f"{major}.{minor}",
+                "peak_memory_bytes": int(torch.cuda.max_memory_allocated(device)),
+                "peak_memory_kind": "device"}  # fmt: skip
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        device = jax.local_devices()[0]
+        stats = device.memory_stats() or {}
+        return {"accelerator": device.device_kind, "peak_memory_bytes": stats.get("peak_bytes_in_use"),
+                "peak_memory_kind": "device" if stats else None}  # fmt: skip
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[local])
+        capability = details.get("compute_capability")
+        return {"accelerator": details.get("device_name"),
+                "compute_capability": ".".join(map(str, capability)) if capability else None,
+                "peak_memory_bytes": tf.config.experimental.get_memory_info(f"GPU:{local}")["peak"],
+                "peak_memory_kind": "device"}  # fmt: skip
+    return {"peak_memory_bytes": None, "peak_memory_kind": None}
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """An allocator's out-of-memory error, by the framework's own exception or status word."""
+    return type(error).__name__ in ("OutOfMemoryError", "ResourceExhaustedError") or "RESOURCE_EXHAUSTED" in str(error)
+
+
+def initialise_distributed(config: BenchmarkConfig) -> None:
+    """JAX's distributed initialisation, for a JAX script run as several processes (stepwatch's launcher gives
+    the coordinator's address): the script then sees every process's devices, as under a cluster's launcher.
+    TensorFlow reads TF_CONFIG and torch its RANK / WORLD_SIZE / MASTER_ADDR itself, in the script."""
+    if config.nproc > 1 and config.keras_backend == "jax":
+        import jax
+
+        jax.distributed.initialize(os.environ[COORDINATOR_ENV], num_processes=config.nproc, process_id=rank())
+
+
+def run(
+    config: BenchmarkConfig, result_path: Path, phases: Any, write: Callable[[Path, dict[str, Any]], None], perf_at: Any
+) -> dict[str, Any]:
+    """Run the config's script as ``__main__`` until its steps are done, and write this rank's part of the row:
+    once the last window has closed (the parent stops sampling memory then), and again when the script has
+    stopped."""
+    index = rank()
+    own_result = rank_result(result_path, index)
+    if config.nproc > 1:
+        die_with_launcher()
+        if index == 0:
+            rank0_pid_file(result_path).write_text(str(os.getpid()))
+    result: dict[str, Any] = {"status": "crash", "rank": index}
+    phases.done("python")
+    result.update(host_environment(config.device))
+    phases.done("environment")
+    os.environ["KERAS_BACKEND"] = config.keras_backend  # a Keras script runs on the config's backend
+    clock = WindowClock(first_steps=1, window_steps=config.window_steps)
+    total = 1 + config.warmup_steps + config.steps
+    session = steps.Session(clock, total)
+    path = Script(config.model).check()
+
+    def measured() -> dict[str, Any]:
+        global_batch = (session.examples_per_step or 0) * config.nproc
+        if session.examples_per_step:  # what the script's steps held: per process (per device), and in all
+            result.update(per_device_batch=session.examples_per_step, global_batch=global_batch)
+        result.update(replicas=config.nproc, usable_cores=usable_cores(), steps_marked=session.done)
+        if clock.marks:
+            result["startup_s"] = clock.marks[0].time - perf_at
+        result.update(phases.times)
+        stats = asdict(summarize(clock, config.warmup_steps, global_batch or 1))
+        # A script's loss is its own: nothing measured it here.
+        stats.update(first_loss=None, final_loss=None, loss_finite=None, window_losses=[])
+        result.update(stats, **host_load(clock, config.warmup_steps))
+        result.update(framework_versions())
+        result.update(device_fields(config))
+        result.update(host_memory_fields())
+        result["frameworks_loaded"] = sorted(m for m in VERSION_COLUMNS if sys.modules.get(m) is not None)
+        return result
+
+    def done() -> None:  # the last window closed: what was measured is complete
+        result["status"] = "ok"
+        write(own_result, measured())
+
+    session.on_done = done
+    argv = [str(path), *shlex.split(config.script_args)]
+    sys.argv[:] = argv
+    sys.path.insert(0, str(path.parent))
+    try:
+        initialise_distributed(config)
+        steps.start(session)
+        clock.begin()  # time to the first step: from here, the script's own start-up (imports, build) included
+        try:
+            runpy.run_path(str(path), run_name="__main__")
+        except SystemExit as exit:
+            if exit.code not in (0, None):
+                raise ScriptExit(exit.code) from None
+        result.update(status="crash", **too_few(config, session, total))
+    except steps.StepsDone:
+        result["status"] = "ok"
+    except ScriptExit as exit:
+        result.update(status="crash", error_type="ScriptExit",
+                      error_message=f"script {config.model} exited with code {exit.code} after marking "
+                      f"{session.done} of {total} steps")  # fmt: skip
+    except Exception as error:  # noqa: BLE001 - whatever the script raises becomes the row, its traceback in the log
+        traceback.print_exc()
+        text = str(error).strip().splitlines()
+        message = f"script {config.model} raised {type(error).__name__}" + (f": {text[0][:400]}" if text else "")
+        status = "oom" if is_out_of_memory(error) else "crash"
+        result.update(status=status, error_type=type(error).__name__, error_message=message)
+    finally:
+        if result["status"] != "ok":
+            result["failed_at"] = time.time()  # which rank failed first, among several
+        steps.start(None)
+        write(own_result, measured())
+    return result
+
+
+class ScriptExit(Exception):  # noqa: N818 - the script's own sys.exit, with its code
+    def __init__(self, code: Any) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def too_few(config: BenchmarkConfig, session: steps.Session, total: int) -> dict[str, str]:
+    """Why a script that ran to its end is no measurement: it marked no step, or fewer than the trial needs."""
+    if not session.done:
+        return {"error_type": "NoStepsMarked",
+                "error_message": f"script {config.model} ran to its end without marking a step: wrap its training "
+                f"loop in stepwatch.steps(loader, examples_per_step=N) ({GUIDE})"}  # fmt: skip
+    return {"error_type": "TooFewSteps",
+            "error_message": f"script {config.model} ended after {session.done} of the {total} steps the trial needs "
+            f"(1 first, {config.warmup_steps} warm-up, {config.steps} measured): give it more data or epochs in its "
+            "arguments, or ask for fewer --warmup/--steps"}  # fmt: skip

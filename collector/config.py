@@ -120,6 +120,12 @@ class BenchmarkConfig:
         return "xla" if self.xla else "noxla"
 
     @property
+    def processes(self) -> int:
+        """The processes a trial runs as (its ranks): a script's nproc, or one per device for the plain PyTorch
+        loop, which trains data-parallel (DistributedDataParallel) on several."""
+        return self.num_devices if self.loop == "pytorch" else self.nproc
+
+    @property
     def devices(self) -> int:
         """The accelerators a trial holds (what it is priced for): its devices per process, times its processes
         on an accelerator (a data-parallel script's rank each has its own; on a CPU they share the host)."""
@@ -296,7 +302,7 @@ def _validate_keras_backend(config: BenchmarkConfig) -> None:
             f"threads {config.threads!r}: JAX has no supported setting for its CPU threads (jax-ml/jax#1539); "
             "use default or auto"
         )
-    if name == "torch" and (config.num_devices != 1 or config.device == "tpu"):
+    if name == "torch" and config.loop != "pytorch" and (config.num_devices != 1 or config.device == "tpu"):
         raise ConfigError(
             "keras_backend torch runs one CPU or GPU: released Keras has no multi-device torch training "
             "(keras.distribution is JAX-only) and no torch TPU support"
@@ -397,9 +403,17 @@ def validate(config: BenchmarkConfig) -> BenchmarkConfig:
         raise ConfigError("strategy 'tpu' needs device 'tpu'")
     if config.device == "tpu" and config.strategy != "tpu":
         raise ConfigError("device 'tpu' runs under strategy 'tpu'")
-    if config.device == "cpu" and (config.num_devices != 1 or config.strategy not in ("default", "multi-worker")):
+    if config.loop == "pytorch" and config.strategy != "default":
+        raise ConfigError("loop pytorch trains on several devices with DistributedDataParallel, one process each "
+                          "(--devices N), under the default strategy")  # fmt: skip
+    data_parallel = config.loop == "pytorch"  # one process per device: on a CPU, N processes share it (gloo)
+    if (
+        config.device == "cpu"
+        and not data_parallel
+        and (config.num_devices != 1 or config.strategy not in ("default", "multi-worker"))
+    ):
         raise ConfigError("device 'cpu' runs one device per process, under the default or multi-worker strategy")
-    if config.strategy == "default" and config.num_devices != 1:
+    if config.strategy == "default" and config.num_devices != 1 and not data_parallel:
         raise ConfigError("num_devices > 1 needs strategy 'mirrored' (GPU) or 'tpu'")
     _validate_keras_backend(config)
     if config.threads != THREADS_AUTO:

@@ -16,6 +16,7 @@ Run as a module, this is the ``workers`` launcher: ``launchers --nproc N --backe
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import re
@@ -24,12 +25,38 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from stepwatch.collector.config import BenchmarkConfig
 
 COORDINATOR_ENV = "STEPWATCH_COORDINATOR"
+PR_SET_PDEATHSIG = 1
 POLL_S = 0.05
+
+
+def rank() -> int:
+    """This process's rank under a launcher (RANK, as torch's launcher and stepwatch's set it); 0 alone."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def rank_result(result_path: Path, index: int) -> Path:
+    """Where rank ``index`` writes its result (rank 0: the trial's result file)."""
+    return result_path if index == 0 else result_path.with_name(f"rank-{index}.json")
+
+
+def rank0_pid_file(result_path: Path) -> Path:
+    """Where rank 0 writes its process id, so that the parent samples the memory of rank 0, not of a launcher."""
+    return result_path.with_name("rank-0.pid")
+
+
+def die_with_launcher() -> None:
+    """Under a launcher that starts its workers in sessions of their own (torch's does), get SIGKILL when it
+    dies, so that no rank outlives a killed trial."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
 
 
 def free_port() -> int:
@@ -40,7 +67,7 @@ def free_port() -> int:
 
 def name(config: BenchmarkConfig) -> str:
     """The launcher a config's trial runs under."""
-    if config.nproc == 1:
+    if config.processes == 1:
         return "one"
     return "torchrun" if config.keras_backend == "torch" else "workers"
 
@@ -53,8 +80,8 @@ def command(config: BenchmarkConfig, python: str, trial: list[str]) -> list[str]
         return [python, *trial]
     if launcher == "torchrun":
         return [python, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-                f"--nproc-per-node={config.nproc}", "--max-restarts=0", *trial]  # fmt: skip
-    return [python, "-m", __name__, "--nproc", str(config.nproc), "--backend", config.keras_backend, "--",
+                f"--nproc-per-node={config.processes}", "--max-restarts=0", *trial]  # fmt: skip
+    return [python, "-m", __name__, "--nproc", str(config.processes), "--backend", config.keras_backend, "--",
             python, *trial]  # fmt: skip
 
 

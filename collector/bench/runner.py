@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 
-from stepwatch.collector.bench import catalog, launchers, memory, profiles, script_trial
+from stepwatch.collector.bench import catalog, launchers, memory, profiles
 from stepwatch.collector.bench.environment import host_environment
 from stepwatch.collector.bench.profiles import PROFILE_ENV
 from stepwatch.collector.bench.results import ResultFile
@@ -143,6 +143,8 @@ def run_child(
     result_path = workdir / "result.json"
     log_path = workdir / "trial.log"
     result_path.unlink(missing_ok=True)
+    for stale in workdir.glob("rank-*"):  # an earlier trial's ranks in this folder
+        stale.unlink()
     env = {**os.environ, SPAWN_TIME_ENV: repr(time.time()), "PYTHONUNBUFFERED": "1", **(env_extra or {})}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     start = time.perf_counter()
@@ -158,7 +160,7 @@ def run_child(
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
         try:  # the parent samples the child's memory while it waits (collector.bench.memory)
-            sampled = proc.pid if config.nproc == 1 else functools.partial(_rank0_pid, result_path)
+            sampled = proc.pid if config.processes == 1 else functools.partial(_rank0_pid, result_path)
             sampler, code, timed_out = memory.sample_until_exit(
                 sampled, proc.poll, config.timeout_s, measured=result_path.exists
             )
@@ -176,6 +178,13 @@ def run_child(
     def failure(status: str, error_type: str, message: str) -> tuple[dict[str, Any], float, int | None]:
         return {"status": status, "error_type": error_type, "error_message": message, "log_tail": tail}, wall_s, code
 
+    if config.processes > 1 and (not result_path.exists() or timed_out or code != 0):  # what each rank says
+        judged = judge_ranks(config, result_path, code, tail, timed_out)
+        if judged:
+            child = json.loads(result_path.read_text()) if result_path.exists() else {}
+            if child.get("peak_memory_kind") == ANON_KIND:
+                child.update(memory.judged_peak(sampler.fields(), child))
+            return {**child, **judged, "log_tail": tail}, wall_s, code
     if timed_out and not result_path.exists():
         return failure("timeout", "Timeout", f"trial ran past its timeout of {config.timeout_s:g} s and was killed")
     if result_path.exists():  # written once measured; a timeout after that only cut the counters short
@@ -185,8 +194,6 @@ def run_child(
             child[doing[0]] = f"killed at the timeout of {config.timeout_s:g} s while {doing[1]}"
         if child.get("peak_memory_kind") == ANON_KIND:
             child.update(memory.judged_peak(sampler.fields(), child))
-        if config.nproc > 1:
-            child.update(judge_ranks(config, result_path, code, tail))
         if child.get("status") != "ok":
             child["log_tail"] = tail
         return child, wall_s, code
@@ -201,22 +208,24 @@ def run_child(
 def _rank0_pid(result_path: Path) -> int | None:
     """The process id of rank 0, once it has said it (the memory a data-parallel trial reports is rank 0's)."""
     try:
-        return int(script_trial.rank0_pid_file(result_path).read_text())
+        return int(launchers.rank0_pid_file(result_path).read_text())
     except (OSError, ValueError):
         return None
 
 
-def judge_ranks(config: BenchmarkConfig, result_path: Path, code: int | None, log: str) -> dict[str, Any]:
+def judge_ranks(
+    config: BenchmarkConfig, result_path: Path, code: int | None, log: str, timed_out: bool
+) -> dict[str, Any]:
     """A data-parallel trial is ok only if every rank was: otherwise one failure, naming the rank that most likely
     failed first and why, in its own words where it wrote any. First: a rank that ended on its own without a
     result (it died: the others' errors are its consequences, "connection reset by peer"); then the ranks that
     caught an error, earliest first; last, ranks the launcher stopped (a signal, no result)."""
     ranks: dict[int, dict[str, Any] | None] = {}
-    for index in range(config.nproc):
-        path = script_trial.rank_result(result_path, index)
+    for index in range(config.processes):
+        path = launchers.rank_result(result_path, index)
         ranks[index] = json.loads(path.read_text()) if path.exists() else None
     failed = [i for i, r in ranks.items() if r is None or r.get("status") != "ok"]
-    if not failed and code == 0:
+    if not failed and code == 0 and not timed_out:
         return {}
     codes = launchers.rank_exit_codes(log)
 
@@ -227,21 +236,27 @@ def judge_ranks(config: BenchmarkConfig, result_path: Path, code: int | None, lo
         return 1, own.get("failed_at") or 0.0
 
     if not failed:
-        where, why = f"{config.nproc} ranks", f"every rank finished, but the launcher exited with code {code}"
-        return {"status": "crash", "error_type": "RankFailed", "error_message": f"{where}: {why}",
-                "examples_per_sec": None}  # fmt: skip
+        ended = f"the launcher was still running at the timeout of {config.timeout_s:g} s" if timed_out else (
+            f"the launcher exited with code {code}")  # fmt: skip
+        return {"status": "timeout" if timed_out else "crash", "error_type": "RankFailed", "examples_per_sec": None,
+                "error_message": f"{config.processes} ranks: every rank finished, but {ended}"}  # fmt: skip
     first, *others = sorted(failed, key=order)
     own = ranks[first]
     if own is not None:
         why = own.get("error_message") or own.get("status")
+    elif timed_out:
+        why = (
+            f"was still running at the timeout of {config.timeout_s:g} s and was killed (it hung, or waited on a rank)"
+        )
     else:
         ended = codes.get(first)
         how = f"exit code {ended}" if ended is not None and ended >= 0 else "a signal" if ended else "no exit code"
         why = f"ended without a result ({how})"
     also = f"; rank(s) {', '.join(map(str, others))} failed after it" if others else ""
     status = own["status"] if own is not None and own.get("status") in ("oom", "timeout") else "crash"
+    status = "timeout" if own is None and timed_out else status
     return {"status": status, "error_type": "RankFailed", "failed_rank": first, "examples_per_sec": None,
-            "error_message": f"rank {first} of {config.nproc}: {why}{also}"}  # fmt: skip
+            "error_message": f"rank {first} of {config.processes}: {why}{also}"}  # fmt: skip
 
 
 def _free_port() -> int:

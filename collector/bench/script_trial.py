@@ -9,11 +9,9 @@ say which rank failed. Imports no framework itself: the script imports what it t
 
 from __future__ import annotations
 
-import ctypes
 import os
 import runpy
 import shlex
-import signal
 import sys
 import time
 import traceback
@@ -25,7 +23,7 @@ from typing import Any
 
 from stepwatch.collector.bench import steps
 from stepwatch.collector.bench.environment import host_environment
-from stepwatch.collector.bench.launchers import COORDINATOR_ENV
+from stepwatch.collector.bench.launchers import COORDINATOR_ENV, rank
 from stepwatch.collector.bench.measure import WindowClock, host_load, summarize
 from stepwatch.collector.bench.runtime.base import host_memory_fields, host_peak_memory
 from stepwatch.collector.config import BenchmarkConfig, usable_cores
@@ -36,32 +34,7 @@ VERSION_COLUMNS = {"tensorflow": "tf_version", "keras": "keras_version", "jax": 
 DISTRIBUTIONS = {
     "tensorflow": ("tensorflow", "tensorflow-cpu"), "keras": ("keras",), "jax": ("jax",), "torch": ("torch",),
 }  # fmt: skip
-PR_SET_PDEATHSIG = 1
 GUIDE = "docs/reference.md, 'Your own training script'"
-
-
-def rank() -> int:
-    """This process's rank under a launcher (RANK, as torch's launcher and stepwatch's set it); 0 alone."""
-    return int(os.environ.get("RANK", "0"))
-
-
-def rank_result(result_path: Path, index: int) -> Path:
-    """Where rank ``index`` writes its result (rank 0: the trial's result file)."""
-    return result_path if index == 0 else result_path.with_name(f"rank-{index}.json")
-
-
-def rank0_pid_file(result_path: Path) -> Path:
-    """Where rank 0 writes its process id, so that the parent samples the memory of rank 0, not of a launcher."""
-    return result_path.with_name("rank-0.pid")
-
-
-def die_with_launcher() -> None:
-    """Under a launcher that starts its workers in sessions of their own (torch's does), get SIGKILL when it
-    dies, so that no rank outlives a killed trial."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
 
 
 def framework_versions() -> dict[str, Any]:
@@ -97,7 +70,7 @@ def device_fields(config: BenchmarkConfig) -> dict[str, Any]:
                 "peak_memory_bytes": int(torch.cuda.max_memory_allocated(device)),
                 "peak_memory_kind": "device"}  # fmt: skip
     jax = sys.modules.get("jax")
-    if jax is not None:
+    if jax is not None and steps.jax_started():
         device = jax.local_devices()[0]
         stats = device.memory_stats() or {}
         return {"accelerator": device.device_kind, "peak_memory_bytes": stats.get("peak_bytes_in_use"),
@@ -122,25 +95,19 @@ def initialise_distributed(config: BenchmarkConfig) -> None:
     """JAX's distributed initialisation, for a JAX script run as several processes (stepwatch's launcher gives
     the coordinator's address): the script then sees every process's devices, as under a cluster's launcher.
     TensorFlow reads TF_CONFIG and torch its RANK / WORLD_SIZE / MASTER_ADDR itself, in the script."""
-    if config.nproc > 1 and config.keras_backend == "jax":
+    if config.processes > 1 and config.keras_backend == "jax":
         import jax
 
-        jax.distributed.initialize(os.environ[COORDINATOR_ENV], num_processes=config.nproc, process_id=rank())
+        jax.distributed.initialize(os.environ[COORDINATOR_ENV], num_processes=config.processes, process_id=rank())
 
 
 def run(
     config: BenchmarkConfig, result_path: Path, phases: Any, write: Callable[[Path, dict[str, Any]], None], perf_at: Any
 ) -> dict[str, Any]:
-    """Run the config's script as ``__main__`` until its steps are done, and write this rank's part of the row:
-    once the last window has closed (the parent stops sampling memory then), and again when the script has
-    stopped."""
-    index = rank()
-    own_result = rank_result(result_path, index)
-    if config.nproc > 1:
-        die_with_launcher()
-        if index == 0:
-            rank0_pid_file(result_path).write_text(str(os.getpid()))
-    result: dict[str, Any] = {"status": "crash", "rank": index}
+    """Run the config's script as ``__main__`` until its steps are done, and write this rank's part of the row to
+    ``result_path``: once the last window has closed (the parent stops sampling memory then), and again when the
+    script has stopped."""
+    result: dict[str, Any] = {"status": "crash", "rank": rank()}
     phases.done("python")
     result.update(host_environment(config.device))
     phases.done("environment")
@@ -151,10 +118,10 @@ def run(
     path = Script(config.model).check()
 
     def measured() -> dict[str, Any]:
-        global_batch = (session.examples_per_step or 0) * config.nproc
+        global_batch = (session.examples_per_step or 0) * config.processes
         if session.examples_per_step:  # what the script's steps held: per process (per device), and in all
             result.update(per_device_batch=session.examples_per_step, global_batch=global_batch)
-        result.update(replicas=config.nproc, usable_cores=usable_cores(), steps_marked=session.done)
+        result.update(replicas=config.processes, usable_cores=usable_cores(), steps_marked=session.done)
         if clock.marks:
             result["startup_s"] = clock.marks[0].time - perf_at
         result.update(phases.times)
@@ -170,7 +137,7 @@ def run(
 
     def done() -> None:  # the last window closed: what was measured is complete
         result["status"] = "ok"
-        write(own_result, measured())
+        write(result_path, measured())
 
     session.on_done = done
     argv = [str(path), *shlex.split(config.script_args)]
@@ -202,7 +169,7 @@ def run(
         if result["status"] != "ok":
             result["failed_at"] = time.time()  # which rank failed first, among several
         steps.start(None)
-        write(own_result, measured())
+        write(result_path, measured())
     return result
 
 

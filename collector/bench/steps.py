@@ -38,12 +38,19 @@ def sync_devices() -> None:
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.synchronize()
     jax = sys.modules.get("jax")
-    if jax is not None and hasattr(jax, "live_arrays"):
+    if jax is not None and jax_started():
         jax.block_until_ready(jax.live_arrays())
     tf = sys.modules.get("tensorflow")
     sync = getattr(getattr(getattr(tf, "test", None), "experimental", None), "sync_devices", None)
     if sync is not None:
         sync()
+
+
+def jax_started() -> bool:
+    """Whether JAX has started a backend: JAX loaded by another framework (TensorFlow imports it when installed)
+    but never used has nothing to wait for, and asking it would start one."""
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    return bool(getattr(bridge, "_backends", None))
 
 
 @dataclass
@@ -61,6 +68,11 @@ class Session:
 
     def claim(self, marker: str) -> None:
         """``marker`` counts from now on; two markers at once would count each step twice."""
+        if self.marker == "steps" and marker == "steps":
+            raise StepsMisuse(
+                "stepwatch.steps inside another stepwatch.steps loop: mark each step once (wrap one loop, the one "
+                "whose items are the training steps)"
+            )
         if self.marker is not None and self.marker != marker:
             raise StepsMisuse(
                 f"stepwatch.{marker} used while stepwatch.{self.marker} is counting the steps: mark each step once "

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from stepwatch.collector.bench import counters, profiles, runtime, script_trial
+from stepwatch.collector.bench import counters, launchers, profiles, runtime, script_trial
 from stepwatch.collector.bench.environment import host_environment
 from stepwatch.collector.bench.measure import NonFiniteLoss, WindowClock, host_load, summarize
 from stepwatch.collector.config import BenchmarkConfig, usable_cores, validate
@@ -53,6 +53,11 @@ def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> 
     """Set up the config's Keras backend, train for the configured steps and write the child's part of the row to
     ``result_path``: once when everything timed and its memory are measured (the parent stops sampling the
     memory when the file appears), and again with the compiled step's counters, which are read after that."""
+    if config.processes > 1:  # one rank of several: rank 0 writes the trial's result, each other rank its own
+        launchers.die_with_launcher()
+        if launchers.rank() == 0:
+            launchers.rank0_pid_file(result_path).write_text(str(os.getpid()))
+        result_path = launchers.rank_result(result_path, launchers.rank())
     if config.loop == "script":  # the user's own training script, in this process
         return script_trial.run(config, result_path, Phases(spawn_time), write_json_atomically, _perf_at(spawn_time))
     result: dict[str, Any] = {"status": "crash"}

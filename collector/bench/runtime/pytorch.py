@@ -11,6 +11,7 @@ KERAS_BACKEND=torch imports this module; it imports neither Keras nor TensorFlow
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,9 +101,9 @@ class TorchDevice:
         return totals
 
     def device_peak_memory(self, config: BenchmarkConfig) -> tuple[int | None, str | None]:
-        """torch.cuda.max_memory_allocated."""
+        """torch.cuda.max_memory_allocated, of this process's device."""
         try:
-            return int(torch.cuda.max_memory_allocated(0)), "device"
+            return int(torch.cuda.max_memory_allocated(torch.cuda.current_device())), "device"
         except RuntimeError:
             return None, None
 
@@ -146,7 +147,14 @@ class PlainTorchBackend(TorchDevice, TrialBackend):
     until a window closes, where one synchronisation reads the window's losses."""
 
     def configure(self, config: BenchmarkConfig) -> Runtime:
+        """Threads, TF32 and autocast; on several devices, this rank's process group (NCCL on GPUs, gloo on a CPU),
+        from the environment torch's launcher gives each rank."""
         settings = self.set_up(config)
+        if config.processes > 1:
+            if config.device == "gpu":
+                torch.cuda.set_device(self.device(config))
+            torch.distributed.init_process_group("nccl" if config.device == "gpu" else "gloo")
+            settings["replicas"] = torch.distributed.get_world_size()
         compute = {torch.float16: "float16", torch.bfloat16: "bfloat16"}.get(AUTOCAST.get(config.precision))
         return Runtime(compute_dtype=compute or "float32", variable_dtype="float32", **settings)
 
@@ -154,7 +162,8 @@ class PlainTorchBackend(TorchDevice, TrialBackend):
         return self.torch_environment()
 
     def device(self, config: BenchmarkConfig) -> torch.device:
-        return torch.device("cuda" if config.device == "gpu" else "cpu")
+        """This rank's device: its own GPU (LOCAL_RANK, as torch's launcher sets it), or the CPU."""
+        return torch.device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if config.device == "gpu" else "cpu")
 
     def build_model(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> tuple[Any, Any]:
         """The spec's PyTorch module on the device, seeded, compiled by torch.compile for ``xla`` on; its
@@ -163,6 +172,11 @@ class PlainTorchBackend(TorchDevice, TrialBackend):
         preset = spec.preset(config.preset)
         module = spec.torch.build(preset).to(self.device(config))
         module.train()
+        if config.processes > 1:  # gradients averaged across ranks in backward, bucketed and overlapped
+            gpu = config.device == "gpu"
+            module = torch.nn.parallel.DistributedDataParallel(
+                module, device_ids=[self.device(config)] if gpu else None
+            )
         optimizer = spec.torch.optimizer(module.parameters(), spec.learning_rate(config.learning_rate))
         kind = self.device(config).type
         dtype = AUTOCAST.get(config.precision)
@@ -176,7 +190,8 @@ class PlainTorchBackend(TorchDevice, TrialBackend):
 
     def make_data(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
         """One synthetic batch (the spec's, as for Keras), on the device once, used for every step."""
-        x, y = spec.synthetic_batch(spec.preset(config.preset), config.per_device_batch, config.seed)
+        rank = torch.distributed.get_rank() if config.processes > 1 else 0  # each rank its own examples
+        x, y = spec.synthetic_batch(spec.preset(config.preset), config.per_device_batch, config.seed + rank)
         device = self.device(config)
 
         def place(value: Any) -> Any:

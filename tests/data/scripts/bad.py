@@ -1,0 +1,46 @@
+"""Scripts that go wrong in each way a training script can: ``bad.py WAY``. No framework, so each trial is quick."""
+
+import os
+import sys
+import time
+
+import stepwatch
+
+way = sys.argv[1]
+rank = int(os.environ.get("RANK", "0"))
+if way == "never-marks":
+    for _ in range(100):
+        pass
+elif way == "fewer":
+    for _ in stepwatch.steps(range(15), examples_per_step=4):
+        pass
+elif way == "raises":
+    for index in stepwatch.steps(range(1000), examples_per_step=4):
+        if index == 12:
+            raise ValueError("the loss went the wrong way")
+elif way == "hangs":
+    for _ in stepwatch.steps(range(1000), examples_per_step=4):
+        time.sleep(3600)
+elif way == "exits":
+    for index in stepwatch.steps(range(1000), examples_per_step=4):
+        if index == 5:
+            sys.exit(5)
+elif way == "twice":
+    for _ in stepwatch.steps(range(1000), examples_per_step=4):
+        for _ in stepwatch.steps(range(2), examples_per_step=4):
+            pass
+elif way == "rank-1-dies":
+    for index in stepwatch.steps(range(1000), examples_per_step=4):
+        if rank == 1 and index == 8:
+            os._exit(7)
+        time.sleep(0.001)
+elif way == "rank-1-hangs":
+    for index in stepwatch.steps(range(1000), examples_per_step=4):
+        if rank == 1 and index == 8:
+            time.sleep(3600)
+elif way == "good":
+    for _epoch in range(10):  # epochs: each loop counts on
+        for _ in stepwatch.steps(range(20), examples_per_step=4):
+            time.sleep(0.001)
+else:
+    raise SystemExit(f"unknown way {way}")

@@ -1,0 +1,185 @@
+"""A training script of the user's as the benchmark (``run --script PATH -- ARGS``): the markers do nothing outside a
+trial, and in one count the steps and end the script's loop; the examples run for real (the PyTorch one
+data-parallel, two processes under torch's launcher with gloo) and an A/A comparison of them stays quiet; every
+way a script goes wrong is one row that names it while the suite goes on, and no process outlives its trial. A
+script written from the docs alone runs from an installed wheel in tests/test_adoption.py; the examples' A/A
+upgrade check is in the large job here."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+import stepwatch as api
+from stepwatch.collector.bench import steps
+from stepwatch.collector.bench.measure import WindowClock
+from tests.conftest import REPO, stepwatch, write_suite
+
+BAD = "tests/data/scripts/bad.py"
+TORCH_EXAMPLE = "examples/torch_ddp_train.py"
+KERAS_EXAMPLE = "examples/keras_fit_train.py"
+FAST = ("--steps", "20", "--warmup", "20", "--window", "10")
+
+
+def rows_of(out: Path) -> list[dict]:
+    return [row for path in sorted(out.glob("*.parquet")) for row in pq.read_table(path).to_pylist()]
+
+
+def test_outside_a_trial_the_markers_give_back_what_they_were_given() -> None:
+    assert steps.active() is None
+    loader = [("x", 1), ("y", 2)]
+    assert list(api.steps(loader, examples_per_step=2)) == loader
+    assert list(api.steps(iter(range(3)), examples_per_step=0)) == [0, 1, 2]  # not even checked: the script's own
+    assert api.step(examples=4) is None
+
+
+def test_a_session_counts_steps_across_loops_ends_the_loop_and_refuses_a_step_marked_twice() -> None:
+    synced = []
+    session = steps.Session(WindowClock(first_steps=1, window_steps=2), total_steps=7, sync=lambda: synced.append(1))
+    finished = []
+    session.on_done = lambda: finished.append(session.done)
+    steps.start(session)
+    try:
+        seen = []
+        with pytest.raises(steps.StepsDone):
+            for _epoch in range(10):  # epochs of three: the count goes on across loops
+                for item in api.steps(range(3), examples_per_step=4):
+                    seen.append(item)
+        assert len(seen) == 7 and finished == [7] and session.examples_per_step == 4
+        assert [mark.steps for mark in session.clock.marks] == [1, 3, 5, 7] and len(synced) == 4
+        assert all(math.isnan(mark.loss) for mark in session.clock.marks)  # a script's loss is not read
+
+        for twice, said in (
+            (lambda: [list(api.steps(range(2), examples_per_step=4)) for _ in api.steps(range(2), examples_per_step=4)],
+             "inside another stepwatch.steps loop"),
+            (lambda: [api.step(examples=4) for _ in api.steps(range(2), examples_per_step=4)], "is counting the steps"),
+            (lambda: list(api.steps(range(2), examples_per_step=8)), "examples per step changed from 4 to 8"),
+        ):  # fmt: skip
+            steps.start(steps.Session(WindowClock(1, 2), total_steps=100))
+            steps.active().examples(4)
+            with pytest.raises(steps.StepsMisuse, match=said):
+                twice()
+    finally:
+        steps.start(None)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--script", "no/such/train.py"), "script no/such/train.py: no such file"),
+        (("--", "--epochs", "1"), "'--epochs 1': arguments after -- are a script's; name the script with --script"),
+        (("--script", BAD, "--xla", "on"), f"script {BAD}: xla is set by the script itself"),
+        (("--script", BAD, "--batch", "64"), "per_device_batch is set by the script itself"),
+        (("--script", "tests/data/scripts"), "a script is a Python file"),
+        (("--models", "resnet50", "--nproc", "2"), "nproc is a script's (run --script PATH)"),
+    ],
+    ids=["missing", "args-without-script", "xla", "batch", "folder", "nproc-of-a-model"],
+)
+def test_what_cannot_run_as_a_script_is_one_line_and_exit_2_before_anything_runs(args: tuple, said: str) -> None:
+    done = stepwatch("run", "--dry-run", *args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_script_runs_with_the_suites_measurement_and_its_own_arguments() -> None:
+    done = stepwatch("run", "--suite", "smoke", "--script", BAD, "--nproc", "1,2", "--dry-run", "--", "good", "x y")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"{BAD} good 'x y' cpu tensorflow",
+        f"{BAD} good 'x y' cpu tensorflow nproc=2",
+        "2 configs x 1 trials",
+    ]
+
+
+WAYS = {  # script_args -> (status, error_type, what the message says)
+    "never-marks": ("crash", "NoStepsMarked", f"script {BAD} ran to its end without marking a step"),
+    "fewer": ("crash", "TooFewSteps", "ended after 15 of the 41 steps the trial needs"),
+    "raises": ("crash", "ValueError", f"script {BAD} raised ValueError: the loss went the wrong way"),
+    "hangs": ("timeout", "Timeout", "ran past its timeout of 3 s"),
+    "exits": ("crash", "ScriptExit", "exited with code 5 after marking 5 of 41 steps"),
+    "twice": ("crash", "StepsMisuse", "stepwatch.steps inside another stepwatch.steps loop"),
+    "rank-1-dies": ("crash", "RankFailed", "rank 1 of 2: ended without a result (exit code 7)"),
+    "rank-1-hangs": ("timeout", "RankFailed", "rank 1 of 2: was still running at the timeout of 6 s"),
+}
+
+
+def test_what_goes_wrong_in_a_script_is_one_row_naming_it_the_suite_goes_on_and_no_process_outlives_it(
+    tmp_path: Path,
+) -> None:
+    configs = []
+    for way in WAYS:
+        extra = {"hangs": "timeout_s = 3\n", "rank-1-hangs": 'timeout_s = 6\nkeras_backend = "torch"\nnproc = 2\n',
+                 "rank-1-dies": 'keras_backend = "torch"\nnproc = 2\n'}.get(way, "")  # fmt: skip
+        configs.append(f'[[configs]]\nmodel = "{BAD}"\nscript_args = "{way}"\n{extra}')
+    # The same death under stepwatch's own launcher (TensorFlow's TF_CONFIG), and two that go well.
+    configs.append(f'[[configs]]\nmodel = "{BAD}"\nscript_args = "rank-1-dies"\nnproc = 2\n')
+    configs += [f'[[configs]]\nmodel = "{BAD}"\nscript_args = "good"\nnproc = {n}\n' for n in (1, 2)]
+    suite = write_suite(tmp_path / "bad.toml", "[defaults]\nsteps = 20\ntimeout_s = 60\n\n" + "\n".join(configs))
+    out = tmp_path / "out"
+    done = stepwatch("run", "--suite", str(suite), "--out", str(out))
+    assert done.returncode == 4 and "9 of 11 trials failed" in done.stderr, done.stderr[-3000:]
+    rows = rows_of(out)
+    found = {(r["script_args"], r["keras_backend"]): r for r in rows}
+    for way, (status, error_type, said) in WAYS.items():
+        row = found[way, "torch" if way.startswith("rank") else "tensorflow"]
+        assert (row["status"], row["error_type"]) == (status, error_type), (way, row["error_message"])
+        assert said in row["error_message"], (way, row["error_message"])
+        assert row["model"] == BAD and row["model_hash"] and row["examples_per_sec"] is None
+    assert "rank 1 of 2: ended without a result (exit code 7)" in found["rank-1-dies", "tensorflow"]["error_message"]
+    raised = found["raises", "tensorflow"]
+    assert "ValueError: the loss went the wrong way" in raised["log_tail"]  # the traceback is in the log
+    good = [r for r in rows if r["script_args"] == "good"]
+    assert [(r["status"], r["nproc"], r["replicas"], r["per_device_batch"], r["global_batch"]) for r in good] == [
+        ("ok", 1, 1, 4, 4), ("ok", 2, 2, 4, 8)]  # fmt: skip
+    assert all(r["examples_per_sec"] > 0 and len(r["window_step_times_s"]) == 2 for r in good)
+    # Every rank was killed with its trial: the hung ones, and those torch's launcher put in sessions of their own.
+    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"]) if BAD in " ".join(p.info["cmdline"] or [])]
+    assert left == [], left
+
+
+def test_the_pytorch_example_trains_data_parallel_and_an_aa_comparison_of_it_stays_quiet(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for label in ("a", "b"):
+        done = stepwatch("run", "--script", TORCH_EXAMPLE, "--keras-backend", "torch", "--nproc", "2", *FAST,
+                         "--trials", "2", "--label", label, "--out", str(out), "--", "--batch", "16",
+                         "--data", str(tmp_path / "shards"))  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+    rows = rows_of(out)
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}, [r["error_message"] for r in rows]
+    row = rows[0]
+    assert (row["model"], row["nproc"], row["replicas"], row["per_device_batch"], row["global_batch"]) == (
+        TORCH_EXAMPLE, 2, 2, 16, 32)  # fmt: skip
+    assert row["script_args"] == f"--batch 16 --data {tmp_path / 'shards'}" and row["loop"] == "script"
+    assert json.loads(row["extras"])["frameworks_loaded"] == ["torch"] and row["torch_version"]
+    assert row["peak_memory_kind"] == "host_anon" and row["peak_memory_bytes"] > 0
+    assert sorted((tmp_path / "shards").glob("*.npz"))  # the script wrote its dataset and read it back
+    db = tmp_path / "store.duckdb"
+    assert stepwatch("ingest", str(out), "--db", str(db)).returncode == 0
+    compare = stepwatch("compare", "--baseline", "label=a", "--candidate", "label=b", "--db", str(db),
+                        "--format", "json")  # fmt: skip
+    assert compare.returncode == 0, compare.stdout + compare.stderr
+    verdicts = {r["verdict"] for r in json.loads(compare.stdout)["rows"]}
+    assert verdicts <= {"no change", "inconclusive"}, compare.stdout
+
+
+def test_the_keras_example_trains_with_fit_on_tf_data(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    records = tmp_path / "examples.tfrecord"
+    done = stepwatch("run", "--script", KERAS_EXAMPLE, *FAST, "--out", str(out), "--", "--batch", "16",
+                     "--records", str(records))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    [row] = rows_of(out)
+    assert row["status"] == "ok" and row["per_device_batch"] == 16 and row["tf_version"] and row["keras_version"]
+    assert row["measured_steps"] == 20 and records.exists()
+    assert row["compile_s"] > 0 and row["startup_s"] > row["compile_s"]
+    # On its own the script trains too (one short epoch), without stepwatch in charge.
+    bare = subprocess.run([sys.executable, KERAS_EXAMPLE, "--epochs", "1", "--steps-per-epoch", "3", "--records",
+                           str(records)], cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert bare.returncode == 0 and "3/3" in bare.stdout + bare.stderr, bare.stderr[-2000:]

@@ -92,6 +92,8 @@ def user(tmp_path_factory: pytest.TempPathFactory) -> User:
     model = model.replace("import keras\n", "import keras\n\nimport trainers\n", 1)
     model = model.replace('"tiny": (16, 32, 64)', '"tiny": (trainers.WIDTH, 8, 16)')
     (me.repo / "model.py").write_text(model)
+    # Their training script, written from docs/reference.md ("Your own training script") alone.
+    (me.repo / "train.py").write_text((REPO / "tests" / "data" / "scripts" / "from_docs.py").read_text())
     me.git("init", "-q", "-b", "main")
     me.git("remote", "add", "origin", "https://token:secret@github.com/their-org/their-project.git")
     return me
@@ -141,6 +143,17 @@ def test_a_new_user_installs_the_wheel_inits_runs_compares_and_opens_the_dashboa
         ("their-org/their-project", head, False)
     }  # never the remote's credentials
 
+    # Their training script: on its own it trains; under stepwatch it is a benchmark (the project's models aside).
+    bare = sh(str(user.python), "train.py", "--epochs", "2", cwd=user.repo, env=user.env)
+    assert bare.returncode == 0 and "epoch 1: loss" in bare.stdout, bare.stderr[-2000:]
+    done = user.stepwatch("run", "--script", "train.py", "--keras-backend", "jax", *FAST, "--", "--epochs", "50")
+    assert done.returncode == 0, done.stderr[-3000:]
+    [script_file] = set(sorted((user.repo / "stepwatch-results").glob("*.parquet"))) - set(files)
+    scripted = pq.read_table(script_file).to_pylist()
+    assert [(r["status"], r["model"], r["script_args"], r["project_commit"]) for r in scripted] == [
+        ("ok", "train.py", "--epochs 50", head)] * 2  # fmt: skip
+    assert scripted[0]["jax_version"] and scripted[0]["per_device_batch"] == 32
+
     ingest = user.stepwatch("ingest")
     assert ingest.returncode == 0, ingest.stderr
     assert (user.repo / "stepwatch-results" / "stepwatch.duckdb").exists()
@@ -150,7 +163,7 @@ def test_a_new_user_installs_the_wheel_inits_runs_compares_and_opens_the_dashboa
     found = json.loads(compare.stdout)
     assert found and all(row["verdict"] != "regression" for row in found["rows"]), found
     query = user.stepwatch("query", "SELECT project_commit, count(*) FROM runs GROUP BY 1", "--format", "csv")
-    assert query.returncode == 0 and f'"{head}",4' in query.stdout, query.stdout + query.stderr
+    assert query.returncode == 0 and f'"{head}",6' in query.stdout, query.stdout + query.stderr
 
     port = free_port()
     server = subprocess.Popen(
@@ -172,6 +185,12 @@ def test_a_new_user_installs_the_wheel_inits_runs_compares_and_opens_the_dashboa
             # The Run page of the latest trial, from the project's store.
             page.get_by_text("examples/s").first.wait_for(timeout=120_000)
             assert "store: stepwatch-results/stepwatch.duckdb" in page.inner_text("body")
+            assert page.locator('[data-testid="stException"]').count() == 0
+            # The Overview names the script's series beside the model's.
+            page.goto(f"http://127.0.0.1:{port}/overview", timeout=60_000)
+            cells = page.locator('td[role="gridcell"]')  # the table's cells (drawn on a canvas, kept in the DOM)
+            cells.filter(has_text="train.py --epochs 50 cpu jax").first.wait_for(state="attached", timeout=120_000)
+            assert cells.filter(has_text="model.py:cifar_cnn").count() > 0
             assert page.locator('[data-testid="stException"]').count() == 0
             browser.close()
     finally:

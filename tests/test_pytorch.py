@@ -94,3 +94,16 @@ def test_plain_pytorch_trains_resnet50_and_a_users_module_beside_keras_on_torch(
 def test_what_the_pytorch_loop_cannot_run_is_one_line(args: tuple[str, ...], said: str) -> None:
     done = stepwatch("run", *args, "--dry-run")
     assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_the_plain_pytorch_loop_trains_data_parallel_on_several_devices_one_rank_each(tmp_path: Path) -> None:
+    """--devices 2: DistributedDataParallel over two processes under torch's launcher (gloo on this CPU); rank 0's
+    row, with the world size, the per-device and the global batch."""
+    out = tmp_path / "out"
+    done = stepwatch("run", "--models", "resnet50", "--keras-backend", "torch", "--loop", "pytorch", "--devices", "2",
+                     "--precision", "fp32", "--xla", "off", *SHORT, "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    [row] = [r for f in out.glob("*.parquet") for r in pq.read_table(f).to_pylist()]
+    assert row["status"] == "ok" and row["loss_finite"] and row["num_devices"] == 2 and row["replicas"] == 2
+    assert (row["per_device_batch"], row["global_batch"]) == (8, 16)
+    assert row["examples_per_sec_per_device"] == pytest.approx(row["examples_per_sec"] / 2)

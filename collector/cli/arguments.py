@@ -145,7 +145,7 @@ def trial_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def matrix_values(args: argparse.Namespace) -> dict[str, list[Any] | None]:
     """Field -> the values its flag listed (None where the flag was not given); ``--script PATH -- ARGS`` names
-    a script as one more model, with its arguments (quoted as a shell would)."""
+    a script as the model, with its arguments (quoted as a shell would)."""
     values = {name: getattr(args, name) for name in FLAGGED}
     if args.script_args and not args.script:
         given = shlex.join(args.script_args)
@@ -153,7 +153,7 @@ def matrix_values(args: argparse.Namespace) -> dict[str, list[Any] | None]:
     if args.script:
         if not is_script(args.script):
             raise UsageError(f"--script {args.script}: a script is a Python file (path/train.py)")
-        values["model"] = [*(values["model"] or []), args.script]
+        values["model"] = [args.script]  # the script alone: a project's models setting is not run beside it
         values["script_args"] = [shlex.join(args.script_args)]
     return values
 

@@ -25,10 +25,20 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = {
     # name -> (script, --keras-backend, arguments, steps per epoch, the epoch flag and its two values)
-    "torch": ("examples/torch_ddp_train.py", "torch", ["--batch", "16", "--shards", "8"], 8 * 256 // 16,
-              ("--epochs", 2, 6)),  # fmt: skip
-    "keras": ("examples/keras_fit_train.py", "tensorflow", ["--batch", "32", "--steps-per-epoch", "100"], 100,
-              ("--epochs", 2, 8)),  # fmt: skip
+    "torch": (
+        "examples/torch_ddp_train.py",
+        "torch",
+        ["--batch", "16", "--shards", "8"],
+        8 * 256 // 16,
+        ("--epochs", 2, 6),
+    ),  # fmt: skip
+    "keras": (
+        "examples/keras_fit_train.py",
+        "tensorflow",
+        ["--batch", "32", "--steps-per-epoch", "100"],
+        100,
+        ("--epochs", 2, 8),
+    ),  # fmt: skip
 }
 
 

@@ -11,6 +11,7 @@ import json
 import math
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import psutil
@@ -18,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import stepwatch as api
-from stepwatch.collector.bench import steps
+from stepwatch.collector.bench import steps, upgrade
 from stepwatch.collector.bench.measure import WindowClock
 from tests.conftest import REPO, stepwatch, write_suite
 
@@ -29,7 +30,7 @@ FAST = ("--steps", "20", "--warmup", "20", "--window", "10")
 
 
 def rows_of(out: Path) -> list[dict]:
-    return [row for path in sorted(out.glob("*.parquet")) for row in pq.read_table(path).to_pylist()]
+    return [row for path in sorted(out.rglob("*.parquet")) for row in pq.read_table(path).to_pylist()]
 
 
 def test_outside_a_trial_the_markers_give_back_what_they_were_given() -> None:
@@ -75,8 +76,8 @@ def test_a_session_counts_steps_across_loops_ends_the_loop_and_refuses_a_step_ma
     [
         (("--script", "no/such/train.py"), "script no/such/train.py: no such file"),
         (("--", "--epochs", "1"), "'--epochs 1': arguments after -- are a script's; name the script with --script"),
-        (("--script", BAD, "--xla", "on"), f"script {BAD}: xla is set by the script itself"),
-        (("--script", BAD, "--batch", "64"), "per_device_batch is set by the script itself"),
+        (("--script", BAD, "--xla", "on"), "--xla on: a script sets its xla itself; pass it in the script's arg"),
+        (("--script", BAD, "--batch", "64"), "--batch 64: a script sets its per_device_batch itself"),
         (("--script", "tests/data/scripts"), "a script is a Python file"),
         (("--models", "resnet50", "--nproc", "2"), "nproc is a script's (run --script PATH)"),
     ],
@@ -89,7 +90,8 @@ def test_what_cannot_run_as_a_script_is_one_line_and_exit_2_before_anything_runs
 
 
 def test_a_script_runs_with_the_suites_measurement_and_its_own_arguments() -> None:
-    done = stepwatch("run", "--suite", "smoke", "--script", BAD, "--nproc", "1,2", "--dry-run", "--", "good", "x y")
+    done = stepwatch("run", "--suite", "smoke", "--script", BAD, "--nproc", "1,2", "--xla", "off,on", "--dry-run", "--",
+                     "good", "x y")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         f"{BAD} good 'x y' cpu tensorflow",
@@ -183,3 +185,27 @@ def test_the_keras_example_trains_with_fit_on_tf_data(tmp_path: Path) -> None:
     bare = subprocess.run([sys.executable, KERAS_EXAMPLE, "--epochs", "1", "--steps-per-epoch", "3", "--records",
                            str(records)], cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert bare.returncode == 0 and "3/3" in bare.stdout + bare.stderr, bare.stderr[-2000:]
+
+
+@pytest.mark.large  # 3 environments x 2 trials of each example: about 2 minutes of both cores
+def test_an_aa_upgrade_check_of_both_examples_runs_each_script_in_every_side_environment_and_stays_quiet(
+    tmp_path: Path,
+) -> None:
+    pins = f"pytz=={metadata.version('pytz')}"  # installed already: the sides are this interpreter's packages
+    for script, backend, args in ((TORCH_EXAMPLE, "torch", ("--nproc", "2")), (KERAS_EXAMPLE, "tensorflow", ())):
+        folder = tmp_path / Path(script).stem
+        done = stepwatch(
+            "upgrade-check", "--baseline", pins, "--candidate", pins, "--aa", "--reuse-site-packages",
+            "--pip-arg=--no-index", "--script", script, "--keras-backend", backend, *args, *FAST, "--trials", "2",
+            "--results", str(folder / "results"), "--db", str(folder / "check.duckdb"), "--format", "json",
+            "--", "--batch", "16", env={upgrade.CACHE_ENV: str(tmp_path / "envs")}, timeout=900,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        rows = rows_of(folder / "results")
+        assert sorted(r["label"] for r in rows) == ["baseline"] * 2 + ["baseline-aa"] * 2 + ["candidate"] * 2
+        assert {(r["status"], r["model"], r["model_hash"]) for r in rows} == {("ok", script, rows[0]["model_hash"])}
+        pythons = {label: {json.loads(r["extras"])["python_executable"] for r in rows if r["label"] == label}
+                   for label in ("baseline", "baseline-aa")}  # fmt: skip
+        assert pythons["baseline"] != pythons["baseline-aa"] and sys.executable not in pythons["baseline"]
+        report = json.loads(done.stdout)
+        assert report["rows"] and all(row["verdict"] in ("no change", "inconclusive") for row in report["rows"])

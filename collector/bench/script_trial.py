@@ -121,7 +121,14 @@ def run(
         global_batch = (session.examples_per_step or 0) * config.processes
         if session.examples_per_step:  # what the script's steps held: per process (per device), and in all
             result.update(per_device_batch=session.examples_per_step, global_batch=global_batch)
-        result.update(replicas=config.processes, usable_cores=usable_cores(), steps_marked=session.done)
+        result.update(
+            unit="examples",  # a script counts examples (examples_per_step)
+            units_per_example=1,
+            replicas=config.processes,
+            usable_cores=usable_cores(),
+            steps_marked=session.done,
+            python_executable=sys.executable,
+        )  # kept in extras: the environment the script ran in
         if clock.marks:
             result["startup_s"] = clock.marks[0].time - perf_at
         result.update(phases.times)

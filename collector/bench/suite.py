@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from stepwatch.collector.config import (
+    DEFAULTS,
     FIELD_NAMES,
     FORMER_NAMES,
     ROLES,
+    SCRIPT_OWNS,
     TYPES,
     BenchmarkConfig,
     ConfigError,
+    bool_text,
     parse_bool,
     resolve,
     script_defaults,
@@ -133,6 +136,20 @@ def build_configs(points: Iterable[Mapping[str, Any]], where: str) -> tuple[Benc
     return tuple(seen)
 
 
+def _of_script(given: Mapping[str, list[Any]]) -> dict[str, list[Any]]:
+    """The matrix a script runs in: what the script sets itself (``SCRIPT_OWNS``: xla, precision, batch...) at its
+    default, where the matrix has it (a project's ``xla = ["off", "on"]`` runs a script once); a matrix without
+    it is refused, since the script would not run what it asks."""
+    values = dict(given)
+    for name in set(given) & set(SCRIPT_OWNS):
+        if DEFAULTS[name] not in given[name]:
+            asked = ",".join(bool_text(v) if isinstance(v, bool) else str(v) for v in given[name])
+            raise SuiteError(f"{ROLES[name].flag} {asked}: a script sets its {name} itself; pass it in the script's "
+                             "arguments (run --script PATH -- ARGS)")  # fmt: skip
+        values[name] = [DEFAULTS[name]]
+    return values
+
+
 def narrow(
     configs: Iterable[BenchmarkConfig], flags: Mapping[str, list[Any] | None], defaults: Mapping[str, Any] = {}
 ) -> tuple[BenchmarkConfig, ...]:
@@ -165,7 +182,8 @@ def narrow(
     keys = list(given)
     points = []
     for config in configs:
-        for combo in itertools.product(*(given[k] for k in keys)):
+        values = _of_script(given) if config.loop == "script" else given
+        for combo in itertools.product(*(values[k] for k in keys)):
             points.append({**config.__dict__, **dict(zip(keys, combo))})
     # What runs, on this host: ``threads = "auto"`` becomes the setting it picks (and the series key holds it).
     return tuple(dict.fromkeys(resolve(c) for c in build_configs(points, "command line")))

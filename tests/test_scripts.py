@@ -1,9 +1,9 @@
 """A training script of the user's as the benchmark (``run --script PATH -- ARGS``): the markers do nothing outside a
 trial, and in one count the steps and end the script's loop; the examples run for real (the PyTorch one
-data-parallel, two processes under torch's launcher with gloo) and an A/A comparison of them stays quiet; every
-way a script goes wrong is one row that names it while the suite goes on, and no process outlives its trial. A
-script written from the docs alone runs from an installed wheel in tests/test_adoption.py; the examples' A/A
-upgrade check is in the large job here."""
+data-parallel, two processes under torch's launcher with gloo); every way a script goes wrong is one row that
+names it while the suite goes on, and no process outlives its trial. A script written from the docs alone runs
+from an installed wheel in tests/test_adoption.py; the A/A comparison of the PyTorch example and the A/A upgrade
+check of both examples are in the large job here."""
 
 from __future__ import annotations
 
@@ -104,11 +104,11 @@ WAYS = {  # script_args -> (status, error_type, what the message says)
     "never-marks": ("crash", "NoStepsMarked", f"script {BAD} ran to its end without marking a step"),
     "fewer": ("crash", "TooFewSteps", "ended after 15 of the 41 steps the trial needs"),
     "raises": ("crash", "ValueError", f"script {BAD} raised ValueError: the loss went the wrong way"),
-    "hangs": ("timeout", "Timeout", "ran past its timeout of 3 s"),
+    "hangs": ("timeout", "Timeout", "ran past its timeout of 2 s"),
     "exits": ("crash", "ScriptExit", "exited with code 5 after marking 5 of 41 steps"),
     "twice": ("crash", "StepsMisuse", "stepwatch.steps inside another stepwatch.steps loop"),
     "rank-1-dies": ("crash", "RankFailed", "rank 1 of 2: ended without a result (exit code 7)"),
-    "rank-1-hangs": ("timeout", "RankFailed", "rank 1 of 2: was still running at the timeout of 6 s"),
+    "rank-1-hangs": ("timeout", "RankFailed", "rank 1 of 2: was still running at the timeout of 5 s"),
 }
 
 
@@ -117,7 +117,7 @@ def test_what_goes_wrong_in_a_script_is_one_row_naming_it_the_suite_goes_on_and_
 ) -> None:
     configs = []
     for way in WAYS:
-        extra = {"hangs": "timeout_s = 3\n", "rank-1-hangs": 'timeout_s = 6\nkeras_backend = "torch"\nnproc = 2\n',
+        extra = {"hangs": "timeout_s = 2\n", "rank-1-hangs": 'timeout_s = 5\nkeras_backend = "torch"\nnproc = 2\n',
                  "rank-1-dies": 'keras_backend = "torch"\nnproc = 2\n'}.get(way, "")  # fmt: skip
         configs.append(f'[[configs]]\nmodel = "{BAD}"\nscript_args = "{way}"\n{extra}')
     # The same death under stepwatch's own launcher (TensorFlow's TF_CONFIG), and two that go well.
@@ -146,24 +146,35 @@ def test_what_goes_wrong_in_a_script_is_one_row_naming_it_the_suite_goes_on_and_
     assert left == [], left
 
 
-def test_the_pytorch_example_trains_data_parallel_and_an_aa_comparison_of_it_stays_quiet(tmp_path: Path) -> None:
+def run_torch_example(tmp_path: Path, labels: tuple[str, ...], trials: int) -> list[dict]:
     out = tmp_path / "out"
-    for label in ("a", "b"):
+    for label in labels:
         done = stepwatch("run", "--script", TORCH_EXAMPLE, "--keras-backend", "torch", "--nproc", "2", *FAST,
-                         "--trials", "2", "--label", label, "--out", str(out), "--", "--batch", "16",
+                         "--trials", str(trials), "--label", label, "--out", str(out), "--", "--batch", "16",
                          "--data", str(tmp_path / "shards"))  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
     rows = rows_of(out)
-    assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}, [r["error_message"] for r in rows]
-    row = rows[0]
+    assert len(rows) == len(labels) * trials and {r["status"] for r in rows} == {"ok"}, [
+        r["error_message"] for r in rows
+    ]
+    return rows
+
+
+def test_the_pytorch_example_trains_data_parallel_from_its_files_through_its_loaders_workers(tmp_path: Path) -> None:
+    [row] = run_torch_example(tmp_path, ("a",), trials=1)
     assert (row["model"], row["nproc"], row["replicas"], row["per_device_batch"], row["global_batch"]) == (
         TORCH_EXAMPLE, 2, 2, 16, 32)  # fmt: skip
     assert row["script_args"] == f"--batch 16 --data {tmp_path / 'shards'}" and row["loop"] == "script"
     assert json.loads(row["extras"])["frameworks_loaded"] == ["torch"] and row["torch_version"]
     assert row["peak_memory_kind"] == "host_anon" and row["peak_memory_bytes"] > 0
     assert sorted((tmp_path / "shards").glob("*.npz"))  # the script wrote its dataset and read it back
+
+
+@pytest.mark.large  # four data-parallel trials: 30 s of both cores
+def test_an_aa_comparison_of_the_pytorch_example_stays_quiet(tmp_path: Path) -> None:
+    run_torch_example(tmp_path, ("a", "b"), trials=2)
     db = tmp_path / "store.duckdb"
-    assert stepwatch("ingest", str(out), "--db", str(db)).returncode == 0
+    assert stepwatch("ingest", str(tmp_path / "out"), "--db", str(db)).returncode == 0
     compare = stepwatch("compare", "--baseline", "label=a", "--candidate", "label=b", "--db", str(db),
                         "--format", "json")  # fmt: skip
     assert compare.returncode == 0, compare.stdout + compare.stderr

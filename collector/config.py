@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import Field, asdict, dataclass, field, fields, replace
 from typing import Any, get_args, get_type_hints
@@ -234,13 +235,16 @@ def config_from_row(row: Mapping[str, Any]) -> BenchmarkConfig:
 
 
 def repro_flags(config: BenchmarkConfig) -> list[str]:
-    """The flags that set every repro field of ``config`` on `stepwatch run`."""
-    args = []
+    """The flags that set every repro field of ``config`` on `stepwatch run` (last: a script's arguments, after
+    ``--``)."""
+    script = config.loop == "script"
+    skipped = (*SCRIPT_OWNS, "model", "preset", "loop") if script else ("nproc",)
+    args = ["--script", config.model] if script else []
     for name in FIELD_NAMES:
         role, value = ROLES[name], getattr(config, name)
-        if role.flag and role.repro and value is not None:
+        if role.flag and role.repro and value is not None and name not in skipped:
             args += [role.flag, bool_text(value) if isinstance(value, bool) else str(value)]
-    return args
+    return [*args, "--", *shlex.split(config.script_args)] if script and config.script_args else args
 
 
 def thread_counts(threads: str) -> tuple[int, int] | None:

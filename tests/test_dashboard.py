@@ -143,7 +143,7 @@ def test_compare_shows_a_forest_plot_and_verdicts_for_two_labels(
     assert both["verdict"].iloc[0] in ("regression", "improvement", "no change", "inconclusive")
     assert points[0][0] == pytest.approx(float(both["change"].iloc[0].rstrip("%")), abs=0.051)
     assert sorted(table["verdict"]).count("missing") == 3  # run on the baseline only
-    assert both["repro"].iloc[0].startswith("stepwatch run --suite smoke --models bilstm")
+    assert both["repro"].iloc[0].startswith("stepwatch run --suite smoke --trials 5 --models bilstm")
     assert at.get("download_button")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import subprocess
 import sys
 from importlib import metadata
@@ -21,6 +22,8 @@ import pytest
 import stepwatch as api
 from stepwatch.collector.bench import steps, upgrade
 from stepwatch.collector.bench.measure import WindowClock
+from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.output.text import repro_command
 from tests.conftest import REPO, stepwatch, write_suite
 
 BAD = "tests/data/scripts/bad.py"
@@ -220,3 +223,13 @@ def test_an_aa_upgrade_check_of_both_examples_runs_each_script_in_every_side_env
         assert pythons["baseline"] != pythons["baseline-aa"] and sys.executable not in pythons["baseline"]
         report = json.loads(done.stdout)
         assert report["rows"] and all(row["verdict"] in ("no change", "inconclusive") for row in report["rows"])
+
+
+def test_a_scripts_repro_command_runs_the_same_series_again() -> None:
+    config = BenchmarkConfig(model=BAD, script_args="good 'two words'", nproc=2, keras_backend="torch")
+    command = repro_command({**config.__dict__, "per_device_batch": 16, "suite": "smoke"}, trials=3)
+    assert command.endswith(f"--script {BAD} --keras-backend torch --device cpu --nproc 2 --steps 100 --warmup 20 "
+                            "--window 10 -- good 'two words'")  # fmt: skip
+    words = shlex.split(command)
+    done = stepwatch(*words[1:2], "--dry-run", *words[2:])
+    assert done.returncode == 0 and done.stdout.splitlines() == [config.label(), "1 configs x 3 trials"], done.stderr

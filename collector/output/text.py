@@ -32,7 +32,7 @@ def repro_command(series: dict[str, Any], trials: int = 5) -> str:
     """The ``stepwatch run`` line that measures this one series again."""
     config = config_from_row(series)
     suite = ["--suite", series.get("suite") or "smoke"]
-    return shlex.join(["stepwatch", "run", *suite, *repro_flags(config), "--trials", str(trials)])
+    return shlex.join(["stepwatch", "run", *suite, "--trials", str(trials), *repro_flags(config)])
 
 
 def percent(ratio: float) -> str:

@@ -115,23 +115,36 @@ def active() -> Session | None:
     return _session
 
 
-def steps(iterable: Iterable[T], examples_per_step: int) -> Iterator[T]:
-    """Yield from ``iterable``, one step per item. In a stepwatch trial: the loop ends once the trial's warm-up and
-    measured steps are done (the script stops there), and the time between items is the step's, the loader's
-    time included; ``examples_per_step`` is this process's batch (per device). Several loops in a row (epochs)
-    count on; a loop inside another, or beside ``stepwatch.step``, is an error."""
+def steps(iterable: Iterable[T], examples_per_step: int) -> Iterable[T]:
+    """``iterable``, one step per item. Outside a trial, ``iterable`` itself. In a stepwatch trial: the loop ends
+    once the trial's warm-up and measured steps are done (the script stops there), and the time between items is
+    the step's, the loader's time included; ``examples_per_step`` is this process's batch (per device). Several
+    loops in a row (epochs) count on; a loop inside another, or beside ``stepwatch.step``, is an error."""
     session = _session
-    if session is None:
-        yield from iterable
-        return
-    session.examples(examples_per_step)
-    session.claim("steps")
-    try:
-        for item in iterable:
-            yield item
-            session.mark()
-    finally:
-        session.marker = None
+    return iterable if session is None else Counted(session, iterable, examples_per_step)
+
+
+@dataclass
+class Counted:
+    """An iterable whose items are counted as steps (its length is the iterable's, for a progress bar)."""
+
+    session: Session
+    iterable: Iterable[Any]
+    examples_per_step: int
+
+    def __len__(self) -> int:
+        return len(self.iterable)  # type: ignore[arg-type] - a TypeError, as the iterable's own, if it has none
+
+    def __iter__(self) -> Iterator[Any]:
+        session = self.session
+        session.examples(self.examples_per_step)
+        session.claim("steps")
+        try:
+            for item in self.iterable:
+                yield item
+                session.mark()
+        finally:
+            session.marker = None
 
 
 def step(examples: int) -> None:

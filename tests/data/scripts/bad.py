@@ -1,5 +1,6 @@
 """Scripts that go wrong in each way a training script can: ``bad.py WAY``. No framework, so each trial is quick."""
 
+import json
 import os
 import sys
 import time
@@ -39,6 +40,11 @@ elif way == "rank-1-hangs":
         if rank == 1 and index == 8:
             time.sleep(3600)
 elif way == "good":
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:  # what a rank finds, as its framework's launcher would give it
+        task = json.loads(os.environ["TF_CONFIG"])["task"]
+        assert task == {"type": "worker", "index": rank} and os.environ["LOCAL_RANK"] == str(rank), os.environ
+        assert os.environ["MASTER_ADDR"] == "127.0.0.1" and int(os.environ["MASTER_PORT"]) > 0
     for _epoch in range(10):  # epochs: each loop counts on
         for _ in stepwatch.steps(range(20), examples_per_step=4):
             time.sleep(0.001)

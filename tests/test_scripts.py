@@ -18,13 +18,17 @@ from pathlib import Path
 import psutil
 import pyarrow.parquet as pq
 import pytest
+from playwright.sync_api import sync_playwright
 
 import stepwatch as api
 from stepwatch.collector.bench import steps, upgrade
 from stepwatch.collector.bench.measure import WindowClock
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.output.text import repro_command
+from stepwatch.dashboard.pages import TITLES
+from stepwatch.dashboard.serve import CHROMIUM, serve
 from tests.conftest import REPO, stepwatch, write_suite
+from tests.test_dashboard_browser import NEEDS_CHROMIUM, no_errors, settled
 
 BAD = "tests/data/scripts/bad.py"
 TORCH_EXAMPLE = "examples/torch_ddp_train.py"
@@ -167,14 +171,25 @@ def run_torch_example(tmp_path: Path, labels: tuple[str, ...], trials: int) -> l
     return rows
 
 
-def test_the_pytorch_example_trains_data_parallel_from_its_files_through_its_loaders_workers(tmp_path: Path) -> None:
-    [row] = run_torch_example(tmp_path, ("a",), trials=1)
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Both examples run once (the PyTorch one data-parallel), into one folder; the folder."""
+    root = tmp_path_factory.mktemp("examples")
+    run_torch_example(root, ("torch",), trials=1)
+    done = stepwatch("run", "--script", KERAS_EXAMPLE, *FAST, "--label", "keras", "--out", str(root / "out"), "--",
+                     "--batch", "16", "--records", str(root / "examples.tfrecord"))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root
+
+
+def test_the_pytorch_example_trains_data_parallel_from_its_files_through_its_loaders_workers(examples: Path) -> None:
+    [row] = [r for r in rows_of(examples / "out") if r["label"] == "torch"]
     assert (row["model"], row["nproc"], row["replicas"], row["per_device_batch"], row["global_batch"]) == (
         TORCH_EXAMPLE, 2, 2, 16, 32)  # fmt: skip
-    assert row["script_args"] == f"--batch 16 --data {tmp_path / 'shards'}" and row["loop"] == "script"
+    assert row["script_args"] == f"--batch 16 --data {examples / 'shards'}" and row["loop"] == "script"
     assert json.loads(row["extras"])["frameworks_loaded"] == ["torch"] and row["torch_version"]
     assert row["peak_memory_kind"] == "host_anon" and row["peak_memory_bytes"] > 0
-    assert sorted((tmp_path / "shards").glob("*.npz"))  # the script wrote its dataset and read it back
+    assert sorted((examples / "shards").glob("*.npz"))  # the script wrote its dataset and read it back
 
 
 @pytest.mark.large  # four data-parallel trials: 30 s of both cores
@@ -189,13 +204,9 @@ def test_an_aa_comparison_of_the_pytorch_example_stays_quiet(tmp_path: Path) -> 
     assert verdicts <= {"no change", "inconclusive"}, compare.stdout
 
 
-def test_the_keras_example_trains_with_fit_on_tf_data(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    records = tmp_path / "examples.tfrecord"
-    done = stepwatch("run", "--script", KERAS_EXAMPLE, *FAST, "--out", str(out), "--", "--batch", "16",
-                     "--records", str(records))  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    [row] = rows_of(out)
+def test_the_keras_example_trains_with_fit_on_tf_data(examples: Path) -> None:
+    [row] = [r for r in rows_of(examples / "out") if r["label"] == "keras"]
+    records = examples / "examples.tfrecord"
     assert row["status"] == "ok" and row["per_device_batch"] == 16 and row["tf_version"] and row["keras_version"]
     assert row["measured_steps"] == 20 and records.exists()
     assert row["compile_s"] > 0 and row["startup_s"] > row["compile_s"]
@@ -237,3 +248,25 @@ def test_a_scripts_repro_command_runs_the_same_series_again() -> None:
     words = shlex.split(command)
     done = stepwatch(*words[1:2], "--dry-run", *words[2:])
     assert done.returncode == 0 and done.stdout.splitlines() == [config.label(), "1 configs x 3 trials"], done.stderr
+
+
+@NEEDS_CHROMIUM
+def test_the_dashboards_pages_show_the_examples_by_name(examples: Path) -> None:
+    db = examples / "store.duckdb"
+    assert stepwatch("ingest", str(examples / "out"), "--db", str(db)).returncode == 0
+    with serve(db) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)  # the Overview's table: a row for each script's series, named by its path and arguments
+        settled(page, TITLES["overview"])
+        cells = page.locator('td[role="gridcell"]')
+        for name in (TORCH_EXAMPLE, KERAS_EXAMPLE):
+            cells.filter(has_text=f"{name} --batch 16").first.wait_for(state="attached", timeout=120_000)
+        no_errors(page, "overview")
+        page.goto(f"{url}/history?model={TORCH_EXAMPLE},{KERAS_EXAMPLE}")  # both picked, by link: the legend
+        settled(page, TITLES["history"])
+        page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
+        legend = page.locator(".js-plotly-plot .legendtext").all_text_contents()
+        assert all(any(name in entry for entry in legend) for name in (TORCH_EXAMPLE, KERAS_EXAMPLE)), legend
+        no_errors(page, "history")
+        browser.close()

@@ -197,8 +197,9 @@ def test_an_aa_comparison_of_the_pytorch_example_stays_quiet(tmp_path: Path) -> 
     run_torch_example(tmp_path, ("a", "b"), trials=2)
     db = tmp_path / "store.duckdb"
     assert stepwatch("ingest", str(tmp_path / "out"), "--db", str(db)).returncode == 0
-    compare = stepwatch("compare", "--baseline", "label=a", "--candidate", "label=b", "--db", str(db),
-                        "--format", "json")  # fmt: skip
+    selected = f"model={TORCH_EXAMPLE},nproc=2"  # the script by name, in the selection language
+    compare = stepwatch("compare", "--baseline", f"label=a,{selected}", "--candidate", f"label=b,{selected}",
+                        "--db", str(db), "--format", "json")  # fmt: skip
     assert compare.returncode == 0, compare.stdout + compare.stderr
     verdicts = {r["verdict"] for r in json.loads(compare.stdout)["rows"]}
     assert verdicts <= {"no change", "inconclusive"}, compare.stdout

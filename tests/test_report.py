@@ -77,7 +77,7 @@ def test_json_report_has_a_verdict_per_series_and_exit_code_1_on_regression(db: 
     assert verdicts["CPU E"]["verdict"] == "failed" and verdicts["CPU E"]["failed_candidate"] == 3
     assert report["summaries"]["examples_per_sec"]["series"] == 3  # A, B, C: on both sides with ok trials
     assert report["versions"]["candidate"]["tf_version"] == ["2.21.0"]
-    assert verdicts["CPU A"]["repro"].startswith("stepwatch run --suite smoke --models bilstm")
+    assert verdicts["CPU A"]["repro"].startswith("stepwatch run --suite smoke --trials 5 --models bilstm")
 
 
 def test_markdown_report_leads_with_regressions_and_names_missing_series(db: Path, tmp_path: Path) -> None:

@@ -82,7 +82,7 @@ test:
 	$(MAKE) --no-print-directory -j2 $(BACKENDS_STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadfile --no-loadscope-reorder
 
 # The tests marked `large` (slow end-to-end runs; CI runs them in a job of their own).
 test-large:

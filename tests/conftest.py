@@ -5,11 +5,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections import Counter
 import shutil
 import subprocess
 import sys
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta

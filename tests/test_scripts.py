@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import shlex
-import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -27,7 +26,7 @@ from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.output.text import repro_command
 from stepwatch.dashboard.pages import TITLES
 from stepwatch.dashboard.serve import CHROMIUM, serve
-from tests.conftest import REPO, stepwatch, write_suite
+from tests.conftest import stepwatch, write_suite
 from tests.test_dashboard_browser import NEEDS_CHROMIUM, no_errors, settled
 
 BAD = "tests/data/scripts/bad.py"
@@ -211,10 +210,6 @@ def test_the_keras_example_trains_with_fit_on_tf_data(examples: Path) -> None:
     assert row["status"] == "ok" and row["per_device_batch"] == 16 and row["tf_version"] and row["keras_version"]
     assert row["measured_steps"] == 20 and records.exists()
     assert row["compile_s"] > 0 and row["startup_s"] > row["compile_s"]
-    # On its own the script trains too (one short epoch), without stepwatch in charge.
-    bare = subprocess.run([sys.executable, KERAS_EXAMPLE, "--epochs", "1", "--steps-per-epoch", "3", "--records",
-                           str(records)], cwd=REPO, capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert bare.returncode == 0 and "3/3" in bare.stdout + bare.stderr, bare.stderr[-2000:]
 
 
 @pytest.mark.large  # 3 environments x 2 trials of each example: about 2 minutes of both cores

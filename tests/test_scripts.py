@@ -130,11 +130,12 @@ def test_what_goes_wrong_in_a_script_is_one_row_naming_it_the_suite_goes_on_and_
     # The same death under stepwatch's own launcher (TensorFlow's TF_CONFIG), and two that go well.
     configs.append(f'[[configs]]\nmodel = "{BAD}"\nscript_args = "rank-1-dies"\nnproc = 2\n')
     configs += [f'[[configs]]\nmodel = "{BAD}"\nscript_args = "good"\nnproc = {n}\n' for n in (1, 2)]
+    configs.append(f'[[configs]]\nmodel = "{BAD}"\nscript_args = "marks-each-step"\n')
     configs.append('[[configs]]\nmodel = "tests/data/scripts/jax_ranks.py"\nkeras_backend = "jax"\nnproc = 2\n')
     suite = write_suite(tmp_path / "bad.toml", "[defaults]\nsteps = 20\ntimeout_s = 60\n\n" + "\n".join(configs))
     out = tmp_path / "out"
     done = stepwatch("run", "--suite", str(suite), "--out", str(out))
-    assert done.returncode == 4 and "9 of 12 trials failed" in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 4 and "9 of 13 trials failed" in done.stderr, done.stderr[-3000:]
     rows = rows_of(out)
     found = {(r["script_args"], r["keras_backend"]): r for r in rows}
     for way, (status, error_type, said) in WAYS.items():
@@ -149,6 +150,8 @@ def test_what_goes_wrong_in_a_script_is_one_row_naming_it_the_suite_goes_on_and_
     assert [(r["status"], r["nproc"], r["replicas"], r["per_device_batch"], r["global_batch"]) for r in good] == [
         ("ok", 1, 1, 4, 4), ("ok", 2, 2, 4, 8)]  # fmt: skip
     assert all(r["examples_per_sec"] > 0 and len(r["window_step_times_s"]) == 2 for r in good)
+    [each] = [r for r in rows if r["script_args"] == "marks-each-step"]
+    assert each["status"] == "ok" and each["measured_steps"] == 20 and each["per_device_batch"] == 4
     [jax_ranks] = [r for r in rows if r["keras_backend"] == "jax"]  # jax.distributed, then a collective
     assert jax_ranks["status"] == "ok" and jax_ranks["replicas"] == 2, jax_ranks["error_message"]
     # Every rank was killed with its trial: the hung ones, and those torch's launcher put in sessions of their own.

@@ -48,5 +48,9 @@ elif way == "good":
     for _epoch in range(10):  # epochs: each loop counts on
         for _ in stepwatch.steps(range(20), examples_per_step=4):
             time.sleep(0.001)
+elif way == "marks-each-step":  # a loop that is no loader: stepwatch.step at the end of each step
+    while True:
+        time.sleep(0.001)
+        stepwatch.step(examples=4)
 else:
     raise SystemExit(f"unknown way {way}")

@@ -42,10 +42,6 @@ class Metric:
         digits = 2 if abs(shown) < 100 else 1
         return f"{shown:,.{digits}f} {unit}".rstrip()
 
-    def worse(self, ratio: float) -> bool:
-        """True if candidate/baseline = ``ratio`` is a change in the bad direction."""
-        return ratio < 1 if self.higher_is_better else ratio > 1
-
 
 METRICS: dict[str, Metric] = {
     m.name: m

@@ -12,10 +12,13 @@ REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE, MISSING = (
     "inconclusive",
     "missing",
 )
+# A counter of the compiled step (collector.metrics, deterministic) that moved: the program changed, by how much, and
+# no more; which way is worse is the user's to declare (collector.analysis.thresholds), never assumed.
+CHANGED = "changed"
 FAILED = "failed"  # every trial of a side failed: nothing to compare, and not a pass
 # Verdicts worst first, the order every list of them is read in: what got worse, what failed, what cannot be
 # told, then the rest.
-VERDICT_ORDER = (REGRESSION, FAILED, INCONCLUSIVE, IMPROVEMENT, NO_CHANGE, MISSING)
+VERDICT_ORDER = (REGRESSION, FAILED, INCONCLUSIVE, CHANGED, IMPROVEMENT, NO_CHANGE, MISSING)
 
 # A bisect step against the good side: it reproduces the regression, clears it, cannot tell (INCONCLUSIVE), or
 # was skipped (it could not be built, or its trials failed).

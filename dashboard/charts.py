@@ -23,6 +23,7 @@ VERDICT_COLORS = {
     "regression": "#d62728",
     "failed": "#8c1c13",
     "inconclusive": "#e6a700",
+    "changed": "#1f77b4",  # a counter that moved, in no declared direction
     "improvement": "#2ca02c",
     "no change": "#7f7f7f",
     "missing": "#bbbbbb",
@@ -34,6 +35,7 @@ VERDICT_FILLS = {
     "regression": "#fbd5d2",
     "failed": "#f2b8b3",
     "inconclusive": "#fcefc4",
+    "changed": "#d6e6f5",
     "improvement": "#d4efd4",
 }
 

@@ -17,7 +17,7 @@ import pytest
 from stepwatch.collector.analysis import stats
 from stepwatch.collector.bench import counters
 from stepwatch.collector.metrics import COUNTERS, METRICS
-from stepwatch.collector.outcomes import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
+from stepwatch.collector.outcomes import CHANGED, IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
 from stepwatch.collector.output.comparison import exact_change
 from stepwatch.collector.schema import OP_COLUMNS
 from tests.conftest import REPO, SHORT, edited_source, result_rows, stepwatch, two_at_a_time, write_suite
@@ -78,6 +78,9 @@ def test_a_counter_is_compared_exactly(baseline: tuple, candidate: tuple, verdic
     assert result.ratio == pytest.approx(ratio)
     assert math.isnan(result.p_value) and math.isnan(result.q_value)  # nothing sampled, nothing tested
     assert stats.exact(b, stats.Span.of([]), 0.0, False).verdict == MISSING
+    # Without a declared direction, a change is a change, whichever way it goes.
+    undirected = stats.exact(b, c, 0.0, higher_is_better=None).verdict
+    assert undirected == (CHANGED if verdict in (REGRESSION, IMPROVEMENT) else verdict)
 
 
 def test_a_threshold_on_a_counter_is_honoured() -> None:
@@ -92,7 +95,8 @@ def test_an_exact_change_shows_the_values() -> None:
     def shown(metric: object, baseline: tuple, candidate: tuple) -> str:
         return exact_change(metric, stats.exact(stats.Span(3, *baseline), stats.Span(3, *candidate), 0.0, False))
 
-    assert shown(metric, (4994, 4994), (5010, 5010)) == "4,994 -> 5,010 (+0.3%)"
+    assert shown(metric, (4994, 4994), (5010, 5010)) == "4,994 -> 5,010 (+16, +0.3%)"
+    assert shown(metric, (416, 416), (400, 400)) == "416 -> 400 (-16, -3.8%)"
     assert shown(METRICS["graph_breaks"], (0, 0), (2, 2)) == "0 -> 2"
     assert shown(metric, (10, 12), (10, 10)) == "10..12 -> 10"
 
@@ -125,21 +129,32 @@ def test_compare_judges_counters_exactly_beside_timing(tmp_path: Path, by: str) 
     )
     metrics = "examples_per_sec,hlo_instructions,hlo_fusions,graph_breaks,compiled_graphs,compiled_flops"
     done = stepwatch("compare", *sides, "--metric", metrics, "--db", db)
-    assert done.returncode == 1, done.stdout + done.stderr  # a counter regressed
+    assert done.returncode == 0, (
+        done.stdout + done.stderr
+    )  # counters changed: the program did, not necessarily for worse
     out = tmp_path / "c.json"
     assert (
         stepwatch("compare", *sides, "--metric", metrics, "--db", db, "--format", "json", "--out", str(out)).returncode
-        == 1
+        == 0
     )
     rows = {r["metric"]: r for r in json.loads(out.read_text())["rows"]}
     assert rows["examples_per_sec"]["verdict"] == INCONCLUSIVE
-    assert rows["hlo_instructions"]["verdict"] == REGRESSION
+    assert rows["hlo_instructions"]["verdict"] == CHANGED
     assert rows["hlo_instructions"]["exact"]["candidate"] == {"n": 3, "low": 5010, "high": 5010}
     assert rows["hlo_instructions"]["q_value"] is None  # not a test
-    assert rows["graph_breaks"]["verdict"] == REGRESSION and rows["graph_breaks"]["ratio"] is None  # 0 -> 2
+    assert rows["graph_breaks"]["verdict"] == CHANGED and rows["graph_breaks"]["ratio"] is None  # 0 -> 2
     assert rows["hlo_fusions"]["verdict"] == rows["compiled_graphs"]["verdict"] == NO_CHANGE
     assert "compiled_flops" not in rows  # never read for this series (its backend has none): no row, not "missing"
-    assert "4,994 -> 5,010 (+0.3%)" in done.stdout and "0 -> 2" in done.stdout
+    assert "4,994 -> 5,010 (+16, +0.3%)" in done.stdout and "0 -> 2" in done.stdout
+    assert "verdict: 2 changed, 2 no change, 1 inconclusive" in done.stdout + done.stderr
+    # A direction declared for a counter (graph breaks: fewer is better, here) makes its change a regression.
+    declared = tmp_path / "thresholds.toml"
+    declared.write_text('[[override]]\nmetric = "graph_breaks"\nbetter = "lower"\nreason = "a break splits the step"\n')
+    judged = stepwatch("compare", *sides, "--metric", metrics, "--db", db, "--thresholds", str(declared),
+                       "--format", "json")  # fmt: skip
+    assert judged.returncode == 1, judged.stdout + judged.stderr
+    verdicts = {r["metric"]: r["verdict"] for r in json.loads(judged.stdout)["rows"]}
+    assert (verdicts["graph_breaks"], verdicts["hlo_instructions"]) == (REGRESSION, CHANGED)
 
 
 # Real compiled steps on this CPU: (backend, model, xla) -> the counters its trials must read.
@@ -420,8 +435,8 @@ def test_a_store_written_before_the_counters_is_read_and_then_upgraded(tmp_path:
     ingest("later", 3, hlo_fusions=4)
     judged = stepwatch("compare", "--baseline", "label=after", "--candidate", "label=later", "--metric",
                        "hlo_fusions", "--db", str(db), "--format", "json")  # fmt: skip
-    assert judged.returncode == 1, judged.stdout + judged.stderr
-    assert [r["verdict"] for r in json.loads(judged.stdout)["rows"]] == [REGRESSION]  # 3 -> 4 fusions
+    assert judged.returncode == 0, judged.stdout + judged.stderr
+    assert [r["verdict"] for r in json.loads(judged.stdout)["rows"]] == [CHANGED]  # 3 -> 4 fusions
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM ops").fetchall() == [(0,)]
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from stepwatch.collector.analysis.thresholds import load_overrides, threshold_for
+from stepwatch.collector.analysis.thresholds import direction_for, load_overrides, threshold_for
 from stepwatch.collector.metrics import METRICS, MetricError
+from stepwatch.collector.outcomes import CHANGED, REGRESSION
 from stepwatch.collector.store.selection import Selection
+from tests.conftest import REPO, stepwatch
 
 THROUGHPUT = METRICS["examples_per_sec"]
 
@@ -51,3 +54,48 @@ def test_a_broken_override_is_one_line_naming_it(tmp_path: Path, where: str, mes
     with pytest.raises(MetricError, match="override 1: ") as error:
         overrides(tmp_path, f'where = "{where}"\nmetric = "examples_per_sec"\nthreshold = 0.1')
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_counter_has_a_direction_only_where_one_is_declared(tmp_path: Path) -> None:
+    fusions = METRICS["hlo_fusions"]
+    found = overrides(tmp_path, 'where = "model=bert"\nmetric = "hlo_fusions"\nbetter = "lower"\nreason = "launches"')
+    assert direction_for(fusions, {"model": "bert"}, found) is False  # declared: lower is better
+    assert direction_for(fusions, {"model": "bilstm"}, found) is None  # not declared: no direction
+    assert threshold_for(fusions, {"model": "bert"}, found) == fusions.threshold  # a direction alone keeps it
+    assert direction_for(THROUGHPUT, {"model": "bert"}, found) is True  # a timed metric's own
+    for entry, said in (
+        ('metric = "examples_per_sec"\nbetter = "lower"', "better is declared for counters of the compiled step only"),
+        ('metric = "hlo_fusions"\nbetter = "fewer"', "better 'fewer' is not one of higher, lower"),
+    ):
+        with pytest.raises(MetricError, match="override 1: ") as error:
+            overrides(tmp_path, entry)
+        assert said in str(error.value) and "\n" not in str(error.value)
+
+
+def test_tensorflow_2_21_changes_its_compiled_steps_counters_which_is_no_regression_until_declared(
+    tmp_path: Path,
+) -> None:
+    """The reference counters (data/reference/cpu-tf-counters): more fusions and instructions under 2.21.0 say the
+    compiler emitted another program, not which is worse."""
+    db = str(tmp_path / "store.duckdb")
+    assert stepwatch("ingest", str(REPO / "data" / "reference" / "cpu-tf-counters"), "--db", db).returncode == 0
+    sides = ("--baseline", "tf_version=2.20.0", "--candidate", "tf_version=2.21.0")
+    metrics = ("--metric", "hlo_fusions,hlo_instructions", "--db", db, "--format", "json")
+    done = stepwatch("compare", *sides, *metrics)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(done.stdout)["rows"]
+    assert len(rows) == 8 and {r["verdict"] for r in rows} == {CHANGED}
+    text = stepwatch("compare", *sides, *metrics[:-2], "--format", "markdown").stdout
+    assert "**8 changed**" in text and "🔷 changed" in text and "255 -> 322 (+67, +26.3%)" in text
+    declared = tmp_path / "thresholds.toml"
+    declared.write_text('[[override]]\nmetric = "hlo_fusions"\nbetter = "lower"\nreason = "fewer launches"\n')
+    judged = stepwatch("compare", *sides, *metrics, "--thresholds", str(declared))
+    assert judged.returncode == 1, judged.stdout + judged.stderr
+    verdicts = [(r["metric"], r["verdict"]) for r in json.loads(judged.stdout)["rows"]]
+    assert sorted(set(verdicts)) == [("hlo_fusions", REGRESSION), ("hlo_instructions", CHANGED)]
+    # The Overview judges a counter the same way: the latest run's fusions against the run before, exactly.
+    from stepwatch.collector.analysis import latest
+    from stepwatch.collector.store.database import StoreReader
+
+    table = latest.overview(StoreReader(Path(db)).connection(), Selection.of(xla=True), "hlo_fusions", [])
+    assert len(table) == 4 and set(table["previous_verdict"]) == set(table["verdict"]) == {CHANGED}

@@ -17,7 +17,7 @@ import duckdb
 import pandas as pd
 
 from stepwatch.collector.analysis import changepoints, stats
-from stepwatch.collector.analysis.thresholds import Override, threshold_for
+from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for
 from stepwatch.collector.metrics import Metric
 from stepwatch.collector.schema import VERSION_COLUMNS
 from stepwatch.collector.store import queries, records
@@ -73,7 +73,7 @@ def scan(
         detection = changepoints.detect_changes(
             nights["value"].to_numpy(dtype=float),
             threshold,
-            metric.higher_is_better,
+            direction_for(metric, fields.get(key, {}), overrides),
             versions,
             trials=[v if v is not None else [] for v in nights["trial_values"]],
         )

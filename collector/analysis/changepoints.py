@@ -204,7 +204,7 @@ def _segment_test(
 def detect_changes(
     values: Sequence[float] | np.ndarray,
     threshold: float,
-    higher_is_better: bool,
+    higher_is_better: bool | None,  # None: a counter without a declared direction (no change is a regression)
     versions: Sequence[Mapping[str, Any]] | None = None,
     penalty: float = PENALTY,
     trials: Sequence[Sequence[float]] | None = None,
@@ -278,7 +278,7 @@ def detect_changes(
                 ci_high=test.ci_high,
                 p_value=test.p_value,
                 status="suspected" if recent else "confirmed",
-                regression=(test.ratio < 1) == higher_is_better,
+                regression=higher_is_better is not None and (test.ratio < 1) == higher_is_better,
                 versions_changed=changed,
             )
         )

@@ -13,7 +13,7 @@ import pandas as pd
 
 from stepwatch.collector.analysis import stats
 from stepwatch.collector.analysis.stats import plain
-from stepwatch.collector.analysis.thresholds import Override, threshold_for
+from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for
 from stepwatch.collector.metrics import Metric, get_metric
 from stepwatch.collector.outcomes import FAILED, VERDICT_ORDER
 from stepwatch.collector.store import queries
@@ -101,7 +101,7 @@ def build(
             cells.append((metric, series, int(record["failed_baseline"]), int(record["failed_candidate"])))
             pairs.append((_side(record, "baseline"), _side(record, "candidate")))
             thresholds.append(threshold_for(metric, series, overrides))
-            directions.append(metric.higher_is_better)
+            directions.append(direction_for(metric, series, overrides))
             offsets.append((between or {}).get(metric.name))
             spans.append(span)
     # Timed metrics through the tests (Benjamini-Hochberg across all of them); counters exactly.

@@ -17,7 +17,7 @@ import pandas as pd
 
 from stepwatch.collector.analysis import stats
 from stepwatch.collector.analysis.changepoints import trial_side
-from stepwatch.collector.analysis.thresholds import Override, threshold_for
+from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for
 from stepwatch.collector.metrics import DEFAULT_METRIC, Metric, get_metric
 from stepwatch.collector.outcomes import FAILED, MISSING, REGRESSION, VERDICT_ORDER
 from stepwatch.collector.store import queries, records
@@ -48,6 +48,7 @@ def changes(
     for less). ``series`` gives each series' fields (for its threshold); ``starts`` where an accepted change
     started a series' new baseline."""
     rows, pairs = [], {against: [] for against in AGAINST}
+    spans: dict[str, list[tuple[stats.Span, stats.Span]]] = {against: [] for against in AGAINST}  # counters
     ordered = points.sort_values(["series_key", "back"])
     by_series: dict[str, list[tuple]] = {}
     for record in zip(ordered["series_key"], ordered["night"], ordered["value"], ordered["values"]):
@@ -61,6 +62,9 @@ def changes(
         newest = stats.Side.of_logs(logs[0])
         pairs["previous"].append((stats.Side.of_logs(logs[before[0]]) if before else EMPTY, newest))
         pairs["baseline"].append((trial_side([logs[i] for i in base]) if base else EMPTY, newest))
+        raw = [list(v) if v is not None else [] for v in values]
+        spans["previous"].append((stats.Span.of(raw[before[0]] if before else []), stats.Span.of(raw[0])))
+        spans["baseline"].append((stats.Span.of([x for i in base for x in raw[i]]), stats.Span.of(raw[0])))
         rows.append(
             {
                 "series_key": key,
@@ -73,9 +77,13 @@ def changes(
             }
         )
     thresholds = [threshold_for(metric, series.get(row["series_key"], {}), overrides) for row in rows]
-    directions = [metric.higher_is_better] * len(rows)
+    directions = [direction_for(metric, series.get(row["series_key"], {}), overrides) for row in rows]
     for against in AGAINST:
-        judged = stats.judge(pairs[against], thresholds, directions)
+        if metric.deterministic:  # a counter exactly, as compare does: "changed" unless a direction is declared
+            exact = [stats.exact(*pair, t, d) for pair, t, d in zip(spans[against], thresholds, directions)]
+            judged = [(stats.Ratio(v.ratio, v.ci_low, v.ci_high, math.nan), math.nan, v.verdict) for v in exact]
+        else:
+            judged = stats.judge(pairs[against], thresholds, directions)
         for row, (_, newest), (ratio, _, verdict) in zip(rows, pairs[against], judged):
             row.update({f"{against}_ratio": ratio.ratio, f"{against}_ci_low": ratio.ci_low,
                         f"{against}_ci_high": ratio.ci_high,

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from stepwatch.collector.outcomes import IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
+from stepwatch.collector.outcomes import CHANGED, IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
 from stepwatch.collector.store.tables import RECENT_TRIALS
 
 ALPHA = 0.05
@@ -306,11 +306,12 @@ def _exact_ratio(candidate: float, baseline: float) -> float:
     return candidate / baseline
 
 
-def exact(baseline: Span, candidate: Span, threshold: float, higher_is_better: bool) -> Verdict:
+def exact(baseline: Span, candidate: Span, threshold: float, higher_is_better: bool | None) -> Verdict:
     """A deterministic metric compared exactly, not by a test: the ratio's interval is the range of what the two
-    sides' values allow (a single point when each side repeated its value). regression / improvement: the whole
-    range is a change of at least ``threshold`` (any change, at 0) in one direction; no change: within it;
-    inconclusive: a side's values varied enough to straddle both. No p-value: nothing is sampled."""
+    sides' values allow (a single point when each side repeated its value). changed: the whole range is a change of
+    at least ``threshold`` (any change, at 0); it is a regression or an improvement only where a direction is
+    declared (``higher_is_better`` not None). no change: within the threshold; inconclusive: a side's values
+    varied enough to straddle both. No p-value: nothing is sampled."""
 
     def side(span: Span) -> Side:  # what the summaries and reports read of a side: its count, no variance
         return Side(span.n, math.log(span.high) if span.n and span.high > 0 else math.nan, 0.0)
@@ -323,9 +324,9 @@ def exact(baseline: Span, candidate: Span, threshold: float, higher_is_better: b
         ratio = _exact_ratio((candidate.low + candidate.high) / 2, (baseline.low + baseline.high) / 2)
         up, down = 1 + threshold, 1 / (1 + threshold)
         if low > 1 and low >= up:
-            call = IMPROVEMENT if higher_is_better else REGRESSION
+            call = CHANGED if higher_is_better is None else IMPROVEMENT if higher_is_better else REGRESSION
         elif high < 1 and high <= down:
-            call = REGRESSION if higher_is_better else IMPROVEMENT
+            call = CHANGED if higher_is_better is None else REGRESSION if higher_is_better else IMPROVEMENT
         elif down <= low and high <= up:
             call = NO_CHANGE
         else:
@@ -341,7 +342,7 @@ class Verdict:
     baseline: Side
     candidate: Side
     threshold: float
-    higher_is_better: bool
+    higher_is_better: bool | None  # None: a counter without a declared direction
     ratio: float
     ci_low: float
     ci_high: float

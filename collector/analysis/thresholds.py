@@ -4,6 +4,10 @@ A thresholds file (the project's, else the bundled ``thresholds.toml``) lists ov
 series (the selection language of ``collector.store.selection``: ``model=bilstm,backend=cpu,xla=on``), a
 metric, a threshold and its reason.
 When several match a series, the last one wins; where none does, the metric's default threshold holds.
+
+A counter of the compiled step has no better direction of its own: a change is "changed" (collector.outcomes).
+An override may declare one for it (``better = "lower"`` or ``"higher"``): its changes are then regressions or
+improvements, for the series it selects.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from stepwatch.collector.metrics import Metric, MetricError, get_metric
 from stepwatch.collector.store.selection import Selection
 
 THRESHOLDS_PATH = bundled("thresholds.toml")
+BETTER = ("higher", "lower")
 
 
 @dataclass(frozen=True)
@@ -27,12 +32,14 @@ class Override:
 
     where: Selection
     metric: str
-    threshold: float
+    threshold: float | None  # None: the metric's own (an override that only declares a counter's direction)
     reason: str
+    better: str | None = None  # a counter's declared direction: "higher" or "lower"
 
 
 def load_overrides(path: Path | None = None) -> list[Override]:
-    """Per-series thresholds from a TOML file (``[[override]]`` with where, metric, threshold, reason)."""
+    """Per-series thresholds from a TOML file (``[[override]]`` with where, metric, threshold and/or a counter's
+    better direction, reason)."""
     path = path or THRESHOLDS_PATH
     if not path.exists():
         return []
@@ -43,9 +50,10 @@ def load_overrides(path: Path | None = None) -> list[Override]:
     overrides = []
     for number, entry in enumerate(data.get("override", []), 1):
         origin = f"{path} override {number}"
+        better = entry.get("better")
         try:
-            metric = get_metric(str(entry["metric"])).name
-            threshold = float(entry["threshold"])
+            metric = get_metric(str(entry["metric"]))
+            threshold = float(entry["threshold"]) if "threshold" in entry or better is None else None
             where = Selection.parse(str(entry.get("where") or ""))
         except KeyError as missing:
             raise MetricError(f"{origin}: missing {missing}") from None
@@ -53,9 +61,15 @@ def load_overrides(path: Path | None = None) -> list[Override]:
             raise MetricError(f"{origin}: {error}") from None
         if where.since or where.until:
             raise MetricError(f"{origin}: a threshold selects series, not dates (drop since/until)")
-        if not 0 < threshold < 1:
+        if threshold is not None and not 0 < threshold < 1:
             raise MetricError(f"{origin}: threshold {threshold} must be a fraction between 0 and 1 (0.05 = 5%)")
-        overrides.append(Override(where, metric, threshold, str(entry.get("reason", ""))))
+        if better is not None and better not in BETTER:
+            raise MetricError(f"{origin}: better {better!r} is not one of {', '.join(BETTER)}")
+        if better is not None and not metric.deterministic:
+            own = "higher" if metric.higher_is_better else "lower"
+            raise MetricError(f"{origin}: better is declared for counters of the compiled step only; {metric.name} is "
+                              f"{own} is better")  # fmt: skip
+        overrides.append(Override(where, metric.name, threshold, str(entry.get("reason", "")), better))
     return overrides
 
 
@@ -63,6 +77,25 @@ def threshold_for(metric: Metric, series: Mapping[str, Any], overrides: list[Ove
     """The last matching override's threshold for this series and metric, else the metric's default."""
     chosen = metric.threshold
     for override in overrides:
-        if override.metric == metric.name and override.where.matches(series):
+        if override.metric == metric.name and override.threshold is not None and override.where.matches(series):
             chosen = override.threshold
+    return chosen
+
+
+def worse(metric: Metric, series: Mapping[str, Any], overrides: list[Override], ratio: float) -> bool:
+    """Whether candidate/baseline = ``ratio`` is a change in the bad direction for this series (never, for a
+    counter without a declared direction)."""
+    higher = direction_for(metric, series, overrides)
+    return higher is not None and (ratio < 1 if higher else ratio > 1)
+
+
+def direction_for(metric: Metric, series: Mapping[str, Any], overrides: list[Override]) -> bool | None:
+    """Whether higher is better for this series and metric: the metric's own direction for a timed metric; for a
+    counter, the last matching override's declared one, else None (a change is only "changed")."""
+    if not metric.deterministic:
+        return metric.higher_is_better
+    chosen = None
+    for override in overrides:
+        if override.metric == metric.name and override.better is not None and override.where.matches(series):
+            chosen = override.better == "higher"
     return chosen

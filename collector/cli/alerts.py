@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from stepwatch.collector import metrics
 from stepwatch.collector.analysis import alerts, changepoints
+from stepwatch.collector.analysis.thresholds import worse
 from stepwatch.collector.cli.arguments import (
     FORMATS,
     OneLineParser,
@@ -85,7 +86,8 @@ def run_detect(args: argparse.Namespace) -> int:
         warning = bimodal_warning(series_label(scanned.fields[key]), metric.name, noise)
         if warning:
             console.print(f"[yellow]{escape(warning)}[/yellow]")
-    regressions = [a for a in open_alerts if a["status"] == records.CONFIRMED and metric.worse(a["ratio"])]
+    regressions = [a for a in open_alerts if a["status"] == records.CONFIRMED
+                   and worse(metric, scanned.fields.get(a["series_key"], {}), thresholds, a["ratio"])]  # fmt: skip
     if regressions:
         console.print(f"[red]{len(regressions)} confirmed regression(s)[/red]: triage with `stepwatch alerts ack ID`")
         return EXIT_REGRESSION

@@ -15,7 +15,7 @@ from stepwatch.collector.analysis import stats
 from stepwatch.collector.analysis.comparison import Comparison, Row
 from stepwatch.collector.analysis.stats import plain
 from stepwatch.collector.metrics import Metric
-from stepwatch.collector.outcomes import FAILED, IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
+from stepwatch.collector.outcomes import CHANGED, FAILED, IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
 from stepwatch.collector.output.text import (
     MARKS,
     interval,
@@ -31,8 +31,8 @@ CodeOf = Callable[[Comparison], int]  # the exit code a comparison gives (the CL
 
 
 def exact_change(metric: Metric, result: stats.Verdict) -> str:
-    """A counter's change (``stats.exact``) as its values: '4,994 -> 5,010 (+0.3%)'; a side whose values varied
-    shows their range."""
+    """A counter's change (``stats.exact``) as its values and their difference: '4,994 -> 5,010 (+16, +0.3%)'; a
+    side whose values varied shows their range."""
 
     def values(span: stats.Span) -> str:
         if not span.n:
@@ -43,7 +43,8 @@ def exact_change(metric: Metric, result: stats.Verdict) -> str:
     baseline, candidate = result.spans
     ratio = result.ratio
     moved = baseline.constant and candidate.constant and math.isfinite(ratio) and ratio != 1
-    shown = f" ({percent(ratio)})" if moved else ""
+    difference = candidate.low - baseline.low
+    shown = f" ({'+' if difference > 0 else '-'}{metric.shown(abs(difference))}, {percent(ratio)})" if moved else ""
     return f"{values(baseline)} -> {values(candidate)}{shown}"
 
 
@@ -171,7 +172,7 @@ def aa_lines(aa: Comparison | None) -> tuple[str, ...]:
     quiet, or which series it called a change (a verdict there is a false alarm of this runner)."""
     if aa is None:
         return ()
-    alarms = [r for r in aa.rows if r.verdict in (REGRESSION, IMPROVEMENT)]
+    alarms = [r for r in aa.rows if r.verdict in (REGRESSION, IMPROVEMENT, CHANGED)]
     head = f"A/A (the baseline in a second environment of the same packages): {headline(aa)}."
     if not alarms:
         return (head + " No false alarm.", "")
@@ -206,7 +207,8 @@ def summary_text(comparison: Comparison, metric: Metric) -> str | None:
 
 
 def headline(comparison: Comparison) -> str:
-    counts = {v: len(comparison.by_verdict(v)) for v in (REGRESSION, IMPROVEMENT, NO_CHANGE, INCONCLUSIVE, FAILED)}
+    counts = {v: len(comparison.by_verdict(v)) for v in (REGRESSION, IMPROVEMENT, CHANGED, NO_CHANGE, INCONCLUSIVE,
+                                                          FAILED)}  # fmt: skip
     parts = [
         f"{n} {name}" + ("s" if n != 1 and name in (REGRESSION, IMPROVEMENT) else "") for name, n in counts.items() if n
     ]
@@ -344,7 +346,7 @@ def json_payload(comparison: Comparison, code_of: CodeOf) -> dict[str, Any]:
     return payload
 
 
-VERDICT_STYLES = {REGRESSION: "red", IMPROVEMENT: "green", INCONCLUSIVE: "yellow", FAILED: "red"}
+VERDICT_STYLES = {REGRESSION: "red", IMPROVEMENT: "green", INCONCLUSIVE: "yellow", FAILED: "red", CHANGED: "cyan"}
 
 
 def comparison_table(comparison: Comparison) -> Table:

@@ -16,7 +16,7 @@ from rich.console import Console
 from stepwatch.collector.analysis.stats import plain
 from stepwatch.collector.config import config_from_row, repro_flags
 from stepwatch.collector.errors import Failure
-from stepwatch.collector.outcomes import FAILED, IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
+from stepwatch.collector.outcomes import CHANGED, FAILED, IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
 
 
 class ReportError(OSError, Failure):
@@ -45,7 +45,8 @@ def interval(low: float, high: float) -> str:
     return f"[{percent(low)}, {percent(high)}]"
 
 
-MARKS = {REGRESSION: "🔴", IMPROVEMENT: "🟢", NO_CHANGE: "⚪", INCONCLUSIVE: "🟡", MISSING: "⚫", FAILED: "❌"}
+MARKS = {REGRESSION: "🔴", IMPROVEMENT: "🟢", NO_CHANGE: "⚪", INCONCLUSIVE: "🟡", MISSING: "⚫", FAILED: "❌",
+         CHANGED: "🔷"}  # fmt: skip
 
 
 def versions_text(versions_changed: str | None) -> str:

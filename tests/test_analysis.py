@@ -261,3 +261,26 @@ def test_two_clusters_of_trials_are_bimodal_and_one_noisy_cluster_is_not():
     assert not stats.noise_of([1000.0] * 10).bimodal  # constant: no noise at all
     assert not stats.noise_of(two[:7]).bimodal  # too few trials to tell
     assert stats.noise_of(1000 * np.exp(0.04 * rng.standard_normal(30))).cv == pytest.approx(0.04, rel=0.35)
+
+
+def test_the_overviews_columns_cover_the_nights_offsets_an_aa_stays_quiet_and_a_drop_is_still_seen() -> None:
+    """Nightly history where each night moves the series by 3% (its offset) over 1% trial noise and nothing
+    changes: the night-to-night column, judged by the two nights' trials alone, called a share of the series a
+    regression; with the nights' offset in its interval, neither column does (benchmarks/overview_aa.py measures
+    the rates). A 15% drop on the latest night is still called."""
+    from benchmarks.overview_aa import points
+    from stepwatch.collector.analysis import latest
+    from stepwatch.collector.metrics import METRICS
+
+    metric = METRICS["examples_per_sec"]
+    frame = points(np.random.default_rng(0), 120, 15, 3, 0.03)
+    former = latest.changes(frame, metric, {}, [], {}, night_to_night=False)
+    now = latest.changes(frame, metric, {}, [], {})
+    assert (former["previous_verdict"] == REGRESSION).mean() > 0.05  # what the former column did
+    assert (now["previous_verdict"] == REGRESSION).mean() <= 0.025 and (
+        now["baseline_verdict"] == REGRESSION
+    ).mean() <= 0.025
+    dropped = latest.changes(points(np.random.default_rng(0), 120, 15, 3, 0.03, latest=0.85), metric, {}, [], {})
+    assert (dropped["baseline_verdict"] == REGRESSION).mean() >= 0.9
+    young = latest.changes(frame[frame["back"] <= 3], metric, {}, [], {})  # two baseline nights: no offset known
+    assert set(young["previous_verdict"]) == set(young["baseline_verdict"]) == {INCONCLUSIVE}

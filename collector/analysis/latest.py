@@ -19,7 +19,7 @@ from stepwatch.collector.analysis import stats
 from stepwatch.collector.analysis.changepoints import trial_side
 from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for
 from stepwatch.collector.metrics import DEFAULT_METRIC, Metric, get_metric
-from stepwatch.collector.outcomes import FAILED, MISSING, REGRESSION, VERDICT_ORDER
+from stepwatch.collector.outcomes import FAILED, INCONCLUSIVE, MISSING, REGRESSION, VERDICT_ORDER
 from stepwatch.collector.store import queries, records
 from stepwatch.collector.store.selection import Selection
 
@@ -40,14 +40,23 @@ def changes(
     overrides: list[Override],
     starts: Mapping[str, datetime],
     baseline_nights: int = BASELINE_NIGHTS,
+    night_to_night: bool = True,
 ) -> pd.DataFrame:
     """One row per series of ``points`` (``queries.recent_points``, newest night first): the latest night's
     median, its trials, a sparkline of the nights' medians (oldest first), and against the previous night and
     against the baseline each a ratio, its 95% interval and the verdict. The baseline's trials are pooled as
     a change point's segment is (``changepoints.trial_side``: trials of one night that move together count
     for less). ``series`` gives each series' fields (for its threshold); ``starts`` where an accepted change
-    started a series' new baseline."""
+    started a series' new baseline.
+
+    A night against the night before is two nights' offsets apart, which the trials of either night cannot show:
+    its interval also covers twice the variance of a night's offset, estimated from consecutive nights since the
+    baseline began (``stats.between_nights``, up to SPARK_NIGHTS of them); against the baseline (whose pooled
+    nights carry their own offsets in its spread), the latest night's one offset. With fewer than three earlier
+    nights of two trials there is no estimate, and both verdicts are inconclusive. ``night_to_night`` False: the former plain tests of
+    the trials, which ``benchmarks/overview_aa.py`` measures against this."""
     rows, pairs = [], {against: [] for against in AGAINST}
+    nightly: list[stats.Between | None] = []  # per series, the variance of a night's offset (its baseline's)
     spans: dict[str, list[tuple[stats.Span, stats.Span]]] = {against: [] for against in AGAINST}  # counters
     ordered = points.sort_values(["series_key", "back"])
     by_series: dict[str, list[tuple]] = {}
@@ -62,6 +71,7 @@ def changes(
         newest = stats.Side.of_logs(logs[0])
         pairs["previous"].append((stats.Side.of_logs(logs[before[0]]) if before else EMPTY, newest))
         pairs["baseline"].append((trial_side([logs[i] for i in base]) if base else EMPTY, newest))
+        nightly.append(stats.between_nights([logs[i] for i in before]))  # every night since the baseline began
         raw = [list(v) if v is not None else [] for v in values]
         spans["previous"].append((stats.Span.of(raw[before[0]] if before else []), stats.Span.of(raw[0])))
         spans["baseline"].append((stats.Span.of([x for i in base for x in raw[i]]), stats.Span.of(raw[0])))
@@ -82,6 +92,10 @@ def changes(
         if metric.deterministic:  # a counter exactly, as compare does: "changed" unless a direction is declared
             exact = [stats.exact(*pair, t, d) for pair, t, d in zip(spans[against], thresholds, directions)]
             judged = [(stats.Ratio(v.ratio, v.ci_low, v.ci_high, math.nan), math.nan, v.verdict) for v in exact]
+        elif night_to_night:  # the previous night: two nights' offsets; the baseline's pooled nights: the latest's
+            offsets = nightly if against == "previous" else [one_night(e) for e in nightly]
+            judged = stats.judge(pairs[against], thresholds, directions, offsets)
+            judged = [(r, q, v if e is not None else INCONCLUSIVE) for (r, q, v), e in zip(judged, nightly)]
         else:
             judged = stats.judge(pairs[against], thresholds, directions)
         for row, (_, newest), (ratio, _, verdict) in zip(rows, pairs[against], judged):
@@ -89,6 +103,11 @@ def changes(
                         f"{against}_ci_high": ratio.ci_high,
                         f"{against}_verdict": FAILED if newest.n == 0 else verdict})  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def one_night(between: stats.Between | None) -> stats.Between | None:
+    """One night's offset as a ``stats.Between`` (which adds its variance twice: once per side)."""
+    return None if between is None else stats.Between(between.var_log / 2, between.df, "one night's offset")
 
 
 def worst(*verdicts: str) -> str:

@@ -123,6 +123,24 @@ def between_groups(groups: Sequence[np.ndarray]) -> Between | None:
     return Between(var, max(1.0, var**2 / (a**2 / (k - 1) + b**2 / df_within)))
 
 
+NORMAL_MAD = 0.6745  # the median of |x| for a standard normal x
+
+
+def between_nights(nights: Sequence[np.ndarray]) -> Between | None:
+    """The variance of a night's offset from consecutive nights' trials (log values, in night order): from the
+    median of the differences between one night's mean and the next (a robust estimate, so that a step in the
+    history counts as one large difference, not as spread), less the trials' own part; its degrees of freedom
+    those of a median of the differences (about a third of theirs). None with fewer than three nights of 2+
+    trials."""
+    groups = [np.asarray(g, dtype=float) for g in nights if len(g) >= 2]
+    if len(groups) < 3:
+        return None
+    means = np.array([g.mean() for g in groups])
+    within = float(np.mean([g.var(ddof=1) / len(g) for g in groups]))
+    spread = float(np.median(np.abs(np.diff(means)))) / (NORMAL_MAD * math.sqrt(2))
+    return Between(max(0.0, spread**2 - within), max(1.0, (len(groups) - 2) / 3), "nights' offsets")
+
+
 def between_pair(a: Side, b: Side) -> Between | None:
     """The between-environment variance from one A/A pair (the same packages in two environments): half of what
     the difference of their means exceeds its own standard error by, with one degree of freedom."""

@@ -53,8 +53,8 @@ def changes(
     its interval also covers twice the variance of a night's offset, estimated from consecutive nights since the
     baseline began (``stats.between_nights``, up to SPARK_NIGHTS of them); against the baseline (whose pooled
     nights carry their own offsets in its spread), the latest night's one offset. With fewer than three earlier
-    nights of two trials there is no estimate, and both verdicts are inconclusive. ``night_to_night`` False: the former plain tests of
-    the trials, which ``benchmarks/overview_aa.py`` measures against this."""
+    nights of two trials there is no estimate, and both verdicts are inconclusive. ``night_to_night`` False: the
+    former plain tests of the trials, which ``benchmarks/overview_aa.py`` measures against this."""
     rows, pairs = [], {against: [] for against in AGAINST}
     nightly: list[stats.Between | None] = []  # per series, the variance of a night's offset (its baseline's)
     spans: dict[str, list[tuple[stats.Span, stats.Span]]] = {against: [] for against in AGAINST}  # counters

@@ -284,3 +284,13 @@ def test_the_overviews_columns_cover_the_nights_offsets_an_aa_stays_quiet_and_a_
     assert (dropped["baseline_verdict"] == REGRESSION).mean() >= 0.9
     young = latest.changes(frame[frame["back"] <= 3], metric, {}, [], {})  # two baseline nights: no offset known
     assert set(young["previous_verdict"]) == set(young["baseline_verdict"]) == {INCONCLUSIVE}
+
+
+def test_a_counters_step_is_a_change_but_a_regression_only_in_a_declared_direction() -> None:
+    """Fusions 255 for 20 nights, then 322: a change point either way; a regression only where more is declared
+    worse (higher_is_better False), never without a direction (None)."""
+    values = np.array([255.0] * 20 + [322.0] * 20)
+    undirected = changepoints.detect_changes(values, 0.0, None).changes
+    declared = changepoints.detect_changes(values, 0.0, False).changes
+    assert [(c.index, c.regression) for c in undirected] == [(20, False)]
+    assert [(c.index, c.regression) for c in declared] == [(20, True)]

@@ -95,7 +95,8 @@ def changes(
         elif night_to_night:  # the previous night: two nights' offsets; the baseline's pooled nights: the latest's
             offsets = nightly if against == "previous" else [one_night(e) for e in nightly]
             judged = stats.judge(pairs[against], thresholds, directions, offsets)
-            judged = [(r, q, v if e is not None else INCONCLUSIVE) for (r, q, v), e in zip(judged, nightly)]
+            judged = [(r, q, v if e is not None or v in (MISSING, FAILED) else INCONCLUSIVE)
+                      for (r, q, v), e in zip(judged, nightly)]  # fmt: skip
         else:
             judged = stats.judge(pairs[against], thresholds, directions)
         for row, (_, newest), (ratio, _, verdict) in zip(rows, pairs[against], judged):

@@ -131,9 +131,8 @@ def test_a_new_user_installs_the_wheel_inits_runs_compares_and_opens_the_dashboa
 
     head = initialised(user)
 
-    for label in ("before", "after"):
-        done = user.stepwatch("run", "--label", label, *FAST)
-        assert done.returncode == 0, done.stderr[-3000:]
+    done = user.stepwatch("run", "--label", "aa", "--trials", "4", *FAST)  # an A/A: alternate trials, below
+    assert done.returncode == 0, done.stderr[-3000:]
     files = sorted((user.repo / "stepwatch-results").glob("*.parquet"))
     rows = [row for path in files for row in pq.read_table(path).to_pylist()]
     assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}, [r["error_message"] for r in rows]
@@ -158,11 +157,14 @@ def test_a_new_user_installs_the_wheel_inits_runs_compares_and_opens_the_dashboa
     ingest = user.stepwatch("ingest")
     assert ingest.returncode == 0, ingest.stderr
     assert (user.repo / "stepwatch-results" / "stepwatch.duckdb").exists()
-    compare = user.stepwatch("compare", "--baseline", "label=before", "--candidate", "label=after",
+    # The same thing on both sides, interleaved in time (trials 0 and 2 against 1 and 3: two runs one after the
+    # other on a shared machine differ by whatever else it ran meanwhile): no regression.
+    compare = user.stepwatch("compare", "--baseline", "label=aa,trial=0|2", "--candidate", "label=aa,trial=1|3",
                              "--format", "json")  # fmt: skip
-    assert compare.returncode == 0, compare.stdout + compare.stderr  # the same thing twice: no regression
+    assert compare.returncode == 0, compare.stdout + compare.stderr
     found = json.loads(compare.stdout)
-    assert found and all(row["verdict"] != "regression" for row in found["rows"]), found
+    assert found["rows"] and all(row["n_baseline"] == row["n_candidate"] == 2 and row["verdict"] != "regression"
+                                 for row in found["rows"]), found  # fmt: skip
     query = user.stepwatch("query", "SELECT project_commit, count(*) FROM runs GROUP BY 1", "--format", "csv")
     assert query.returncode == 0 and f'"{head}",5' in query.stdout, query.stdout + query.stderr
 

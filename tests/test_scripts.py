@@ -196,11 +196,11 @@ def test_the_pytorch_example_trains_data_parallel_from_its_files_through_its_loa
 
 @pytest.mark.large  # four data-parallel trials: 30 s of both cores
 def test_an_aa_comparison_of_the_pytorch_example_stays_quiet(tmp_path: Path) -> None:
-    run_torch_example(tmp_path, ("a", "b"), trials=2)
+    run_torch_example(tmp_path, ("aa",), trials=4)  # both sides interleaved in time: trials 0, 2 against 1, 3
     db = tmp_path / "store.duckdb"
     assert stepwatch("ingest", str(tmp_path / "out"), "--db", str(db)).returncode == 0
     selected = f"model={TORCH_EXAMPLE},nproc=2"  # the script by name, in the selection language
-    compare = stepwatch("compare", "--baseline", f"label=a,{selected}", "--candidate", f"label=b,{selected}",
+    compare = stepwatch("compare", "--baseline", f"trial=0|2,{selected}", "--candidate", f"trial=1|3,{selected}",
                         "--db", str(db), "--format", "json")  # fmt: skip
     assert compare.returncode == 0, compare.stdout + compare.stderr
     verdicts = {r["verdict"] for r in json.loads(compare.stdout)["rows"]}

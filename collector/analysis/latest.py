@@ -72,9 +72,10 @@ def changes(
         pairs["previous"].append((stats.Side.of_logs(logs[before[0]]) if before else EMPTY, newest))
         pairs["baseline"].append((trial_side([logs[i] for i in base]) if base else EMPTY, newest))
         nightly.append(stats.between_nights([logs[i] for i in before]))  # every night since the baseline began
-        raw = [list(v) if v is not None else [] for v in values]
-        spans["previous"].append((stats.Span.of(raw[before[0]] if before else []), stats.Span.of(raw[0])))
-        spans["baseline"].append((stats.Span.of([x for i in base for x in raw[i]]), stats.Span.of(raw[0])))
+        if metric.deterministic:  # a counter's values as they are, for the exact comparison
+            raw = [list(v) if v is not None else [] for v in values]
+            spans["previous"].append((stats.Span.of(raw[before[0]] if before else []), stats.Span.of(raw[0])))
+            spans["baseline"].append((stats.Span.of([x for i in base for x in raw[i]]), stats.Span.of(raw[0])))
         rows.append(
             {
                 "series_key": key,

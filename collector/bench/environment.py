@@ -44,7 +44,8 @@ TF_ENV_PREFIXES = (
 )
 
 
-def _version(distribution: str) -> str | None:
+def distribution_version(distribution: str) -> str | None:
+    """An installed distribution's version, or None."""
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
@@ -116,9 +117,9 @@ def host_environment(device: str) -> dict[str, Any]:
         "host": socket.gethostname(),
         "os": platform.platform(),
         "python_version": platform.python_version(),
-        "numpy_version": _version("numpy"),
-        "keras_hub_version": _version("keras-hub"),
-        "stepwatch_version": _version("stepwatch"),
+        "numpy_version": distribution_version("numpy"),
+        "keras_hub_version": distribution_version("keras-hub"),
+        "stepwatch_version": distribution_version("stepwatch"),
         "stepwatch_git_sha": git_sha(),
         "xla_flags": os.environ.get("XLA_FLAGS"),
         "tf_env": json.dumps(tf_env),

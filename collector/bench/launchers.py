@@ -50,9 +50,10 @@ def rank0_pid_file(result_path: Path) -> Path:
     return result_path.with_name("rank-0.pid")
 
 
-def die_with_launcher() -> None:
-    """Under a launcher that starts its workers in sessions of their own (torch's does), get SIGKILL when it
-    dies, so that no rank outlives a killed trial."""
+def die_with_parent() -> None:
+    """Get SIGKILL when the parent process dies (Linux): a trial started by stepwatch (before exec), and a rank
+    under a launcher that starts its workers in sessions of their own (torch's), so that no process outlives a
+    killed suite or trial."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
@@ -85,12 +86,17 @@ def command(config: BenchmarkConfig, python: str, trial: list[str]) -> list[str]
             python, *trial]  # fmt: skip
 
 
+def tf_config(addresses: list[str], index: int) -> str:
+    """TF_CONFIG of worker ``index`` of a cluster of workers at ``addresses`` (MultiWorkerMirroredStrategy reads it)."""
+    return json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}})
+
+
 def rank_environment(index: int, nproc: int, backend: str, port: int, addresses: list[str]) -> dict[str, str]:
     """What rank ``index`` of ``nproc`` on this host finds in its environment."""
     env = {"RANK": str(index), "LOCAL_RANK": str(index), "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
     if backend == "tensorflow":
-        env["TF_CONFIG"] = json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}})
+        env["TF_CONFIG"] = tf_config(addresses, index)
     if backend == "jax":
         env[COORDINATOR_ENV] = f"127.0.0.1:{port}"
     return env

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,7 +36,6 @@ from stepwatch.trainers.user import Reference, UserModelError, is_reference
 
 LOG_TAIL_LINES = 40
 PROFILES_DIR = "profiles"  # beside the results file: one folder per profiled trial, named by its run_id
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -102,14 +99,6 @@ def _tail(path: Path) -> str:
     return "\n".join(lines[-LOG_TAIL_LINES:])
 
 
-def _die_with_parent() -> None:
-    """In the child before exec (Linux): get SIGKILL when the parent dies, so no trial outlives a killed suite."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
-
-
 def _kill_group(proc: subprocess.Popen) -> None:
     """Kill the trial's process group and every process it started, also those in sessions of their own (the
     ranks of torch's launcher): listed before the kill, while they are still its descendants."""
@@ -157,7 +146,7 @@ def run_child(
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=launchers.die_with_parent if sys.platform == "linux" else None,
         )
         try:  # the parent samples the child's memory while it waits (collector.bench.memory)
             sampled = proc.pid if config.processes == 1 else functools.partial(_rank0_pid, result_path)
@@ -181,9 +170,7 @@ def run_child(
     if config.processes > 1 and (not result_path.exists() or timed_out or code != 0):  # what each rank says
         judged = judge_ranks(config, result_path, code, tail, timed_out)
         if judged:
-            child = json.loads(result_path.read_text()) if result_path.exists() else {}
-            if child.get("peak_memory_kind") == ANON_KIND:
-                child.update(memory.judged_peak(sampler.fields(), child))
+            child = with_peak(json.loads(result_path.read_text()) if result_path.exists() else {}, sampler)
             return {**child, **judged, "log_tail": tail}, wall_s, code
     if timed_out and not result_path.exists():
         return failure("timeout", "Timeout", f"trial ran past its timeout of {config.timeout_s:g} s and was killed")
@@ -192,8 +179,7 @@ def run_child(
         if timed_out:  # after what it measured: while reading its counters, or while profiling (after them)
             doing = ("profile_error", "profiling") if "counters_s" in child else ("counters_error", "reading counters")
             child[doing[0]] = f"killed at the timeout of {config.timeout_s:g} s while {doing[1]}"
-        if child.get("peak_memory_kind") == ANON_KIND:
-            child.update(memory.judged_peak(sampler.fields(), child))
+        child = with_peak(child, sampler)
         if child.get("status") != "ok":
             child["log_tail"] = tail
         return child, wall_s, code
@@ -203,6 +189,13 @@ def run_child(
         return failure("killed", name, f"trial process was killed by {name}{hint}")
     last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
     return failure("crash", "ProcessExit", f"trial process exited with code {code}: {last[:300]}")
+
+
+def with_peak(child: dict[str, Any], sampler: memory.PeakSampler) -> dict[str, Any]:
+    """A CPU trial's fields with the peak anonymous memory the parent sampled (``memory.judged_peak``)."""
+    if child.get("peak_memory_kind") == ANON_KIND:
+        child.update(memory.judged_peak(sampler.fields(), child))
+    return child
 
 
 def _rank0_pid(result_path: Path) -> int | None:
@@ -259,12 +252,6 @@ def judge_ranks(
             "error_message": f"rank {first} of {config.processes}: {why}{also}"}  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def tf_config_task() -> tuple[int, int] | None:
     """(this worker's index, worker count) from TF_CONFIG, when a multi-worker cluster is set up by hand."""
     try:
@@ -279,10 +266,7 @@ def run_local_workers(
 ) -> tuple[dict[str, Any], float, int | None]:
     """A multi-worker trial on this host: ``workers`` processes on 127.0.0.1, each with its TF_CONFIG. The
     chief (worker 0) measures; the row also lists every worker's address, host and outcome."""
-    addresses = [f"127.0.0.1:{_free_port()}" for _ in range(workers)]
-
-    def tf_config(index: int) -> str:
-        return json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}})
+    addresses = [f"127.0.0.1:{launchers.free_port()}" for _ in range(workers)]
 
     # Helpers run through the same run_child as any trial (own folder, timeout, kill), on threads.
     folders = [workdir / f"worker-{index}" for index in range(1, workers)]
@@ -290,8 +274,10 @@ def run_local_workers(
         helpers = []
         for index, folder in enumerate(folders, 1):
             folder.mkdir(exist_ok=True)
-            helpers.append(pool.submit(run_child, config, python, folder, {"TF_CONFIG": tf_config(index)}))
-        child, wall_s, code = run_child(config, python, workdir, {"TF_CONFIG": tf_config(0)})
+            helpers.append(
+                pool.submit(run_child, config, python, folder, {"TF_CONFIG": launchers.tf_config(addresses, index)})
+            )
+        child, wall_s, code = run_child(config, python, workdir, {"TF_CONFIG": launchers.tf_config(addresses, 0)})
         results = [helper.result()[0] for helper in helpers]
     members = [
         {"index": index, "address": addresses[index], "host": result.get("host"), "status": result.get("status")}

@@ -17,14 +17,14 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from stepwatch.collector.bench import steps
-from stepwatch.collector.bench.environment import host_environment
+from stepwatch.collector.bench.environment import distribution_version, host_environment
 from stepwatch.collector.bench.launchers import COORDINATOR_ENV, rank
 from stepwatch.collector.bench.measure import WindowClock, host_load, summarize
+from stepwatch.collector.bench.runtime import loaded_frameworks
 from stepwatch.collector.bench.runtime.base import host_memory_fields, host_peak_memory
 from stepwatch.collector.config import BenchmarkConfig, usable_cores
 from stepwatch.trainers.script import Script
@@ -43,12 +43,7 @@ def framework_versions() -> dict[str, Any]:
     for module, column in VERSION_COLUMNS.items():
         if sys.modules.get(module) is None:
             continue
-        for distribution in DISTRIBUTIONS[module]:
-            try:
-                found[column] = metadata.version(distribution)
-                break
-            except metadata.PackageNotFoundError:
-                continue
+        found[column] = next(filter(None, map(distribution_version, DISTRIBUTIONS[module])), None)
     torch = sys.modules.get("torch")
     if torch is not None and getattr(torch.version, "cuda", None):
         found["cuda_build_version"] = torch.version.cuda
@@ -139,7 +134,7 @@ def run(
         result.update(framework_versions())
         result.update(device_fields(config))
         result.update(host_memory_fields())
-        result["frameworks_loaded"] = sorted(m for m in VERSION_COLUMNS if sys.modules.get(m) is not None)
+        result["frameworks_loaded"] = loaded_frameworks()  # kept in extras, as every trial's
         return result
 
     def done() -> None:  # the last window closed: what was measured is complete

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from stepwatch.collector.bench.measure import WindowClock
@@ -64,7 +64,6 @@ class Session:
     done: int = 0
     examples_per_step: int | None = None
     marker: str | None = None  # the marker that is counting now (steps / step / keras_callback)
-    markers_used: set[str] = field(default_factory=set)
 
     def claim(self, marker: str) -> None:
         """``marker`` counts from now on; two markers at once would count each step twice."""
@@ -79,7 +78,6 @@ class Session:
                 "(one stepwatch.steps loop, or stepwatch.step, or the Keras callback)"
             )
         self.marker = marker
-        self.markers_used.add(marker)
 
     def examples(self, count: Any) -> None:
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:

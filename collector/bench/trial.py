@@ -25,7 +25,6 @@ from stepwatch.trainers import get_model
 from stepwatch.trainers.user import is_reference
 
 SPAWN_TIME_ENV = "STEPWATCH_SPAWN_TIME"  # time.time() at which the parent started this process
-FRAMEWORKS = ("tensorflow", "jax", "torch")
 
 
 def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
@@ -54,7 +53,7 @@ def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> 
     ``result_path``: once when everything timed and its memory are measured (the parent stops sampling the
     memory when the file appears), and again with the compiled step's counters, which are read after that."""
     if config.processes > 1:  # one rank of several: rank 0 writes the trial's result, each other rank its own
-        launchers.die_with_launcher()
+        launchers.die_with_parent()
         if launchers.rank() == 0:
             launchers.rank0_pid_file(result_path).write_text(str(os.getpid()))
         result_path = launchers.rank_result(result_path, launchers.rank())
@@ -130,7 +129,7 @@ def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> 
         result.update(host_load(clock, config.warmup_steps))  # kept in extras: how busy the host was
         result["peak_memory_bytes"], result["peak_memory_kind"] = backend.peak_memory(config)
         result.update(backend.host_memory_fields())
-        result["frameworks_loaded"] = loaded_frameworks()  # kept in extras: what this process really imported
+        result["frameworks_loaded"] = runtime.loaded_frameworks()  # kept in extras: what this process really imported
         write_json_atomically(result_path, result)
     if result["status"] == "ok":
         result.update(read_counters(backend, model, data, config, setup))
@@ -196,11 +195,6 @@ def read_counters(
         traceback.print_exc()
         return {"counters_error": f"{type(error).__name__}: {str(error).strip()[:300]}"}
     return {**found, "counters_s": round(time.perf_counter() - start, 3)}  # counters_s: kept in extras
-
-
-def loaded_frameworks() -> list[str]:
-    """The deep-learning frameworks this process has imported (a JAX or torch trial must not load TensorFlow)."""
-    return sorted(name for name in FRAMEWORKS if sys.modules.get(name) is not None)
 
 
 def _perf_at(wall_time: float) -> float:

@@ -55,7 +55,7 @@ class Hiding:
 
 def hide(names: Iterable[str]) -> None:
     """Hide the top-level modules ``names`` from every import in this process from now on (those already
-    imported stay: ``trial.loaded_frameworks`` records what was loaded). Finders added to ``sys.meta_path``
+    imported stay: ``loaded_frameworks`` records what was loaded). Finders added to ``sys.meta_path``
     later are not wrapped; what they load is recorded all the same."""
     hidden = frozenset(names) - set(sys.modules)
     if not hidden:
@@ -69,6 +69,11 @@ def hide(names: Iterable[str]) -> None:
         wrapped.append(finder)
     sys.meta_path[:] = wrapped
     importlib.invalidate_caches()
+
+
+def loaded_frameworks() -> list[str]:
+    """The deep-learning frameworks this process has imported (a JAX or torch trial must not load TensorFlow)."""
+    return sorted(name for name in FRAMEWORK_MODULES if sys.modules.get(name) is not None)
 
 
 def hidden_framework(error: BaseException, config: BenchmarkConfig) -> str | None:

@@ -209,10 +209,11 @@ def _rank0_pid(result_path: Path) -> int | None:
 def judge_ranks(
     config: BenchmarkConfig, result_path: Path, code: int | None, log: str, timed_out: bool
 ) -> dict[str, Any]:
-    """A data-parallel trial is ok only if every rank was: otherwise one failure, naming the rank that most likely
-    failed first and why, in its own words where it wrote any. First: a rank that ended on its own without a
-    result (it died: the others' errors are its consequences, "connection reset by peer"); then the ranks that
-    caught an error, earliest first; last, ranks the launcher stopped (a signal, no result)."""
+    """A data-parallel trial is ok only if every rank was (empty: it was, or no rank ran at all and the launcher's
+    own exit is the failure): otherwise one failure, naming the rank that most likely failed first and why, in
+    its own words where it wrote any. First: a rank that ended on its own without a result (it died: the others'
+    errors are its consequences, "connection reset by peer"); then the ranks that caught an error, earliest
+    first; last, ranks the launcher stopped (a signal, no result)."""
     ranks: dict[int, dict[str, Any] | None] = {}
     for index in range(config.processes):
         path = launchers.rank_result(result_path, index)
@@ -221,6 +222,8 @@ def judge_ranks(
     if not failed and code == 0 and not timed_out:
         return {}
     codes = launchers.rank_exit_codes(log)
+    if not timed_out and not codes and all(r is None for r in ranks.values()):
+        return {}  # no rank ever ran (the launcher itself failed: no torch): the process's own failure row
 
     def order(index: int) -> tuple[int, float]:
         own = ranks[index]

@@ -64,6 +64,7 @@ METRICS: dict[str, Metric] = {
         Metric("max_per_device_batch", "Largest per-device batch (--find-max-batch)", "examples", True, 0.05),
         Metric("cost_usd", "Cost per run", "USD", False, 0.03),
         Metric("cost_per_1m_examples_usd", "Cost per 1M examples", "USD", False, 0.03),
+        Metric("gpu_wh_per_1m_examples", "GPU energy per 1M examples", "Wh", False, 0.03),  # NVML's energy counter
         Metric("final_loss", "Final loss", "", False, 0.05),
         # What the compiler emitted for one training step (collector.bench.counters), read after the timed steps.
         # Less is better for each (less work, fewer kernels); any change counts (threshold 0), exactly. XLA's cost

@@ -33,7 +33,10 @@ SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, wh
 # work tree had uncommitted changes; earlier rows have none (stepwatch_git_sha was stepwatch's own commit).
 # 6: the user's training script as a benchmark: script_args and nproc, two series dimensions (every earlier row
 # had none and one process; series keys are unchanged).
-SCHEMA_VERSION = 6
+# 7: the machine's state during the measured steps (collector.bench.machine): throttled and shared flags with why,
+# the CPU's frequency, quota throttling, steal and other processes' load; the GPUs' clocks, power, temperature,
+# clock event reasons, ECC and MIG mode, other compute processes and energy. Earlier rows have none.
+SCHEMA_VERSION = 7
 
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 _TS = pa.timestamp("us", tz="UTC")
@@ -43,7 +46,8 @@ _TS = pa.timestamp("us", tz="UTC")
 OP_LISTS = (("op_types", _STR), ("op_names", _STR), ("op_where", _STR), ("op_time_s", _F64), ("op_counts", _F64))
 OP_COLUMNS = tuple(name for name, _ in OP_LISTS)
 
-# (column, type, group). Groups: identity, status, config, metrics, profile, cost, software, hardware, extras.
+# (column, type, group). Groups: identity, status, config, metrics, profile, cost, software, hardware, machine,
+# extras.
 COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("schema_version", _I64, "identity"),
     ("run_id", _STR, "identity"),
@@ -153,6 +157,7 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("price_date", _STR, "cost"),
     ("cost_usd", _F64, "cost"),
     ("cost_per_1m_examples_usd", _F64, "cost"),
+    ("gpu_wh_per_1m_examples", _F64, "cost"),
     ("tf_version", _STR, "software"),
     ("tf_git_version", _STR, "software"),
     ("keras_version", _STR, "software"),
@@ -185,6 +190,28 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("cpu_cores", _I64, "hardware"),
     ("host_memory_bytes", _I64, "hardware"),
     ("runner_label", _STR, "hardware"),
+    # The machine during the measured steps (collector.bench.machine): empty where it was not read.
+    ("throttled", _BOOL, "machine"),
+    ("shared", _BOOL, "machine"),
+    ("machine_note", _STR, "machine"),
+    ("cpu_freq_mhz", _F64, "machine"),
+    ("cpu_governor", _STR, "machine"),
+    ("cpu_throttled_s", _F64, "machine"),
+    ("host_other_cpu", _F64, "machine"),  # cores other processes kept busy, on average
+    ("host_steal_cpu", _F64, "machine"),  # cores the hypervisor took (steal), on average
+    ("gpu_sm_clock_mhz", _F64, "machine"),
+    ("gpu_max_sm_clock_mhz", _F64, "machine"),
+    ("gpu_mem_clock_mhz", _F64, "machine"),
+    ("gpu_power_limit_w", _F64, "machine"),
+    ("gpu_power_w", _F64, "machine"),
+    ("gpu_temp_c", _F64, "machine"),
+    ("gpu_clock_reasons", _STR, "machine"),
+    ("gpu_thermal_held_s", _F64, "machine"),
+    ("gpu_power_held_s", _F64, "machine"),
+    ("gpu_ecc", _BOOL, "machine"),
+    ("gpu_mig", _BOOL, "machine"),
+    ("gpu_other_processes", _I64, "machine"),
+    ("gpu_energy_j", _F64, "machine"),
     ("extras", _STR, "extras"),
 )
 
@@ -296,6 +323,7 @@ MIGRATIONS: dict[int, Callable[[pa.Table], pa.Table]] = {
     3: _anonymous_memory,
     4: lambda table: table,  # the project columns are added empty, as every missing column is
     5: lambda table: table,  # script_args and nproc are filled with their defaults (config.ADDED_DIMENSIONS)
+    6: lambda table: table,  # the machine's state is added empty: it was not read
 }
 
 

@@ -81,9 +81,9 @@ def test_jitter_is_scaled_mad() -> None:
 
 def test_host_load_is_per_measured_second_and_skips_the_warmup() -> None:
     clock = WindowClock(first_steps=1, window_steps=2, start=0.0)
-    # (time, process cpu, host steal) at each mark: warm-up windows burn CPU, measured ones 1.5 cores
-    for i, (t, cpu, steal) in enumerate([(1, 1, 10), (2, 5, 10), (3, 9, 10), (5, 12, 10.5), (7, 15, 11)]):
-        clock.marks.append(Mark(1 + 2 * i, t, 1.0, cpu, steal))
-    assert host_load(clock, warmup_steps=4) == {"process_cpu_per_s": 1.5, "host_steal_per_s": 0.25}
+    # (time, process cpu) at each mark: warm-up windows burn CPU, measured ones 1.5 cores
+    for i, (t, cpu) in enumerate([(1, 1), (2, 5), (3, 9), (5, 12), (7, 15)]):
+        clock.marks.append(Mark(1 + 2 * i, t, 1.0, cpu))
+    assert host_load(clock, warmup_steps=4) == {"process_cpu_per_s": 1.5}
     clock.marks[-1] = Mark(9, 7, 1.0)  # the OS did not say: nothing is made up
     assert host_load(clock, warmup_steps=4) == {}

@@ -47,6 +47,7 @@ class Comparison:
     versions: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     aa: Comparison | None = None  # an upgrade check's A/A: the baseline against a second environment of it
     model_code: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # side -> user model -> hashes
+    machine: dict[str, dict[str, int]] = field(default_factory=dict)  # side -> its trials flagged (queries)
 
     def code_changes(self) -> list[tuple[str, list[str], list[str]]]:
         """User models whose source differs between the sides, or within one: (model, baseline's hashes,
@@ -126,7 +127,8 @@ def build(
     summaries = {m.name: stats.geomean_summary([r.result for r in rows if r.metric == m]) for m in metrics}
     versions = {"baseline": queries.side_versions(con, baseline), "candidate": queries.side_versions(con, candidate)}
     code = {"baseline": queries.model_code(con, baseline), "candidate": queries.model_code(con, candidate)}
-    return Comparison(baseline, candidate, metrics, rows, summaries, versions, model_code=code)
+    machine = {"baseline": queries.machine_state(con, baseline), "candidate": queries.machine_state(con, candidate)}
+    return Comparison(baseline, candidate, metrics, rows, summaries, versions, model_code=code, machine=machine)
 
 
 def _span(record: dict[str, Any], side: str) -> stats.Span:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -23,22 +23,6 @@ class Mark:
     time: float  # time.perf_counter() after the loss of the window reached the host
     loss: float  # mean loss over the window's steps
     cpu: float = math.nan  # this process's CPU seconds (all threads, user + system) at the mark
-    steal: float = math.nan  # seconds the hypervisor held back this machine's CPUs (all of them) since boot
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_proc_stat: list[int] = []  # /proc/stat, opened once per process: read at every window close, one pread each
-
-
-def host_steal_s() -> float:
-    """Steal time of all CPUs since boot (/proc/stat), in seconds; NaN where the OS does not say."""
-    try:
-        if not _proc_stat:
-            _proc_stat.append(os.open("/proc/stat", os.O_RDONLY))
-        first_line = os.pread(_proc_stat[0], 256, 0).split(b"\n", 1)[0]
-        return int(first_line.split()[8]) / _CLOCK_TICKS
-    except (OSError, IndexError, ValueError):
-        return math.nan
 
 
 @dataclass
@@ -53,9 +37,16 @@ class WindowClock:
     window_steps: int
     start: float = 0.0
     marks: list[Mark] = field(default_factory=list)
+    watch: Any = None  # collector.bench.machine.Watch: read when the measured steps begin and end
+    measured: tuple[int, int] = (-1, -1)  # steps done when they begin and end
 
     def begin(self) -> None:
         self.start = time.perf_counter()
+
+    def watch_measured(self, watch: Any, warmup_steps: int, total_steps: int) -> None:
+        """Read the machine (``watch.read()``) as the measured windows (``summarize``'s) begin and end."""
+        self.watch = watch
+        self.measured = (self.first_steps + warmup_steps // self.window_steps * self.window_steps, total_steps)
 
     def due(self, steps_done: int) -> bool:
         after_first = steps_done - self.first_steps
@@ -65,7 +56,11 @@ class WindowClock:
         """End a window; ``fetch_loss`` None: the caller has waited for the device itself and has no loss (a
         script's), so none is checked."""
         loss = float(fetch_loss()) if fetch_loss is not None else math.nan
-        mark = Mark(steps_done, time.perf_counter(), loss, time.process_time(), host_steal_s())
+        mark = Mark(steps_done, time.perf_counter(), loss, time.process_time())
+        if self.watch is not None and steps_done in self.measured:
+            self.watch.read()
+            if steps_done == self.measured[0]:  # the first measured window starts after the reading
+                mark = replace(mark, time=time.perf_counter(), cpu=time.process_time())
         self.marks.append(mark)
         if fetch_loss is not None and not math.isfinite(loss):
             raise NonFiniteLoss(f"loss became {loss} after {steps_done} steps")
@@ -157,17 +152,12 @@ def summarize(clock: WindowClock, warmup_steps: int, global_batch: int) -> Trial
 
 
 def host_load(clock: WindowClock, warmup_steps: int) -> dict[str, float]:
-    """What the machine did during the measured windows, per measured second: the cores this process kept busy
-    (``process_cpu_per_s``; 1.3 = one core and a third) and the CPU time the hypervisor took from the machine
-    (``host_steal_per_s``, all CPUs together). A trial that is slow while steal is high was held back by its
-    host, not by its code. Empty when no measured window closed or the OS does not say."""
+    """The cores this process kept busy during the measured windows, per measured second (``process_cpu_per_s``;
+    1.3 = one core and a third); what the rest of the machine did is the row's machine state
+    (collector.bench.machine). Empty when no measured window closed or the OS does not say."""
     measured = clock.marks[warmup_steps // clock.window_steps :]
     if len(measured) < 2:
         return {}
     first, last = measured[0], measured[-1]
-    seconds = last.time - first.time
-    load = {
-        "process_cpu_per_s": (last.cpu - first.cpu) / seconds,
-        "host_steal_per_s": (last.steal - first.steal) / seconds,
-    }
-    return {k: round(v, 4) for k, v in load.items() if math.isfinite(v)}
+    load = (last.cpu - first.cpu) / (last.time - first.time)
+    return {"process_cpu_per_s": round(load, 4)} if math.isfinite(load) else {}

@@ -24,6 +24,7 @@ import psutil
 
 from stepwatch.collector.bench import catalog, launchers, memory, profiles
 from stepwatch.collector.bench.environment import host_environment
+from stepwatch.collector.bench.machine import RUNNER_PID_ENV
 from stepwatch.collector.bench.profiles import PROFILE_ENV
 from stepwatch.collector.bench.results import ResultFile
 from stepwatch.collector.bench.runtime import COMPILE_CACHE_DIRS, COMPILE_CACHE_ENV
@@ -135,6 +136,7 @@ def run_child(
     for stale in workdir.glob("rank-*"):  # an earlier trial's ranks in this folder
         stale.unlink()
     env = {**os.environ, SPAWN_TIME_ENV: repr(time.time()), "PYTHONUNBUFFERED": "1", **(env_extra or {})}
+    env[RUNNER_PID_ENV] = str(os.getpid())  # this process's tree is the trial's own (collector.bench.machine)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     start = time.perf_counter()
     with open(log_path, "wb") as log:

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from stepwatch.collector.bench import steps
+from stepwatch.collector.bench import machine, steps
 from stepwatch.collector.bench.environment import distribution_version, host_environment
 from stepwatch.collector.bench.launchers import COORDINATOR_ENV, rank
 from stepwatch.collector.bench.measure import WindowClock, host_load, summarize
@@ -109,6 +109,8 @@ def run(
     os.environ["KERAS_BACKEND"] = config.keras_backend  # a Keras script runs on the config's backend
     clock = WindowClock(first_steps=1, window_steps=config.window_steps)
     total = 1 + config.warmup_steps + config.steps
+    if rank() == 0:  # rank 0 writes the row: it reads the machine (every rank's processes are the trial's)
+        clock.watch_measured(machine.Watch(config.device, config.devices, config.processes), config.warmup_steps, total)
     session = steps.Session(clock, total)
     path = Script(config.model).check()
 
@@ -131,6 +133,8 @@ def run(
         # A script's loss is its own: nothing measured it here.
         stats.update(first_loss=None, final_loss=None, loss_finite=None, window_losses=[])
         result.update(stats, **host_load(clock, config.warmup_steps))
+        if clock.watch is not None:
+            result.update(clock.watch.fields(stats["measured_steps"] * (global_batch or 0)))
         result.update(framework_versions())
         result.update(device_fields(config))
         result.update(host_memory_fields())

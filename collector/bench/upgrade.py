@@ -41,7 +41,7 @@ from stepwatch.collector.errors import Failure
 
 CACHE_ENV = "STEPWATCH_ENV_CACHE"
 # What a trial process imports beyond the standard library, the framework and the model (test_upgrade checks it).
-TRIAL_DEPENDENCIES = ("numpy", "psutil")
+TRIAL_DEPENDENCIES = ("numpy", "psutil", "nvidia-ml-py")
 # The framework stack: each one installed where stepwatch runs is installed at that version in a side that does not
 # name it, or a package of its family (a side's jax==X takes the jaxlib that goes with it).
 STACK_FAMILIES = (

@@ -101,6 +101,28 @@ def warnings_of(comparison: Comparison) -> list[str]:
     return code_warnings(comparison) + sorted({line for line in lines if line})
 
 
+def machine_line(comparison: Comparison) -> str | None:
+    """How many ok trials of each side ran throttled or shared (the machine's state, collector.bench.machine): a
+    verdict over flagged trials may be the machine's, not the software's. None when no side has trials."""
+    parts = []
+    for side in ("baseline", "candidate"):
+        m = comparison.machine.get(side)
+        if not m or not m["trials"]:
+            continue
+        if not m["read"]:
+            parts.append(f"{side} not recorded for its {m['trials']} trial(s)")
+            continue
+        flags = [f"{m[flag]} of {m['read']} trial(s) {flag}" for flag in ("throttled", "shared") if m[flag]]
+        unread = f" ({m['trials'] - m['read']} not recorded)" if m["read"] < m["trials"] else ""
+        parts.append(f"{side} " + (", ".join(flags) if flags else f"none of {m['read']} trial(s) throttled or shared")
+                     + unread)  # fmt: skip
+    return "machine: " + "; ".join(parts) if parts else None
+
+
+def flagged(comparison: Comparison) -> bool:
+    return any(m.get("throttled") or m.get("shared") for m in comparison.machine.values())
+
+
 def can_see(r: stats.Verdict) -> str:
     """'≥9.0% (14/side for ±3%)': the minimum detectable effect, and the trials per side that would detect the
     threshold when this comparison cannot ('out of reach' where no number of trials would)."""
@@ -226,6 +248,9 @@ def to_markdown(
     lead = resolution_lead(comparison)
     lines = [f"## {title}", "", *(f"**{line}**" for line in lead), *([""] if lead else [])]
     lines += [f"**{headline(comparison)}**", "", *preface]
+    machine = machine_line(comparison)
+    if machine:
+        lines += [("⚠️ " if flagged(comparison) else "") + machine, ""]
     lines += ["| | baseline | candidate |", "|---|---|---|"]
     lines.append(f"| selection | `{comparison.baseline.describe()}` | `{comparison.candidate.describe()}` |")
     for name in comparison.versions.get("baseline", {}):
@@ -338,6 +363,7 @@ def json_payload(comparison: Comparison, code_of: CodeOf) -> dict[str, Any]:
         "exit_code": code_of(comparison),
         "versions": comparison.versions,
         "model_code": comparison.model_code,
+        "machine": comparison.machine,
         "summaries": summaries,
         "rows": rows,
     }
@@ -402,6 +428,9 @@ def show_comparison(
         if only:
             labels = "; ".join(escape(series_label(row.series)) for row in only)
             stdout.print(f"only in the {side} ({len(only)}): {labels}")
+    machine = machine_line(comparison)
+    if machine:
+        stdout.print(f"[yellow]{escape(machine)}[/yellow]" if flagged(comparison) else escape(machine))
     stdout.print(f"verdict: {headline(comparison)}")
     for line in appendix:
         stdout.print(escape(line))

@@ -247,6 +247,20 @@ def model_code(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str
     return {model: list(hashes) for model, hashes in rows}
 
 
+def machine_state(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, int]:
+    """Among the selected ok trials: how many there are, how many recorded the machine's state, and how many of
+    those ran throttled or shared (collector.bench.machine)."""
+    if "throttled" not in con.sql("SELECT * FROM runs LIMIT 0").columns:
+        return {"trials": 0, "read": 0, "throttled": 0, "shared": 0}
+    where, params = selection.where()
+    row = con.sql(
+        "SELECT count(*), count(throttled), count(*) FILTER (WHERE throttled), count(*) FILTER (WHERE shared) "
+        f"FROM runs WHERE ({where}) AND status = 'ok'",
+        params=params,
+    ).fetchall()[0]
+    return dict(zip(("trials", "read", "throttled", "shared"), (int(v) for v in row)))
+
+
 # What a version comparison goes along, and what History's x axis offers.
 VERSION_AXES = (*VERSION_COLUMNS[:5], "cuda_build_version", "driver_version", "container_image", "project_commit")
 X_AXES = ("night", *VERSION_AXES)

@@ -52,5 +52,8 @@ elif way == "marks-each-step":  # a loop that is no loader: stepwatch.step at th
     while True:
         time.sleep(0.001)
         stepwatch.step(examples=4)
+elif way == "spins":  # busy on the CPU in every step: a CPU quota holds it back
+    for _ in stepwatch.steps(range(10**9), examples_per_step=4):
+        sum(range(100_000))
 else:
     raise SystemExit(f"unknown way {way}")

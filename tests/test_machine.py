@@ -1,0 +1,180 @@
+"""The machine's state in every row (collector.bench.machine): on this CPU for real, a trial run under a CPU quota
+(a cgroup of its own) with a busy process beside it is flagged throttled and shared, and its note names the
+busy process; the NVML path runs the real nvidia-ml-py bindings against a stand-in of the driver's library
+(tests/data/nvml/standin.c) serving an H100's values, as it runs, throttled by heat and shared; the measured
+windows leave the reading out; and compare says how many trials of each side were flagged."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from stepwatch.collector.bench import machine
+from stepwatch.collector.bench.measure import WindowClock, summarize
+from stepwatch.collector.schema import COLUMN_NAMES, to_table
+from tests.conftest import REPO, result_rows, stepwatch
+
+NVML = REPO / "tests" / "data" / "nvml"
+
+
+def cpu_cgroup(quota: float) -> tuple[Path, str]:
+    """A cgroup of its own with a CPU quota of ``quota`` cores (v1's cpu controller or v2's cpu.max): its folder
+    and the file a process writes its pid to, to join it; skipped where this machine gives none."""
+    name = f"stepwatch-test-{uuid.uuid4().hex[:8]}"
+    v1, v2 = Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")
+    try:
+        if (v1 / "cpu.cfs_quota_us").exists():
+            folder = v1 / name
+            folder.mkdir()
+            (folder / "cpu.cfs_quota_us").write_text(str(int(quota * 100_000)))
+        elif "cpu" in (v2 / "cgroup.subtree_control").read_text().split():
+            folder = v2 / name
+            folder.mkdir()
+            (folder / "cpu.max").write_text(f"{int(quota * 100_000)} 100000")
+        else:
+            pytest.skip("no cgroup with a cpu controller here")  # ok-skip: needs a cgroup this user can make
+    except OSError as error:
+        pytest.skip(f"cannot make a cgroup here: {error}")  # ok-skip: needs root and a writable cgroup file system
+    return folder, str(folder / "cgroup.procs")
+
+
+def test_a_trial_under_a_cpu_quota_beside_a_busy_process_is_flagged_throttled_and_shared(tmp_path: Path) -> None:
+    folder, procs = cpu_cgroup(quota=0.2)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+
+        def join() -> None:
+            Path(procs).write_text(str(os.getpid()))
+
+        measure = ("--trials", "1", "--steps", "100", "--warmup", "20", "--window", "10", "--out", str(tmp_path))
+        command = [sys.executable, "-m", "stepwatch", "run", "--script", "tests/data/scripts/bad.py", *measure, "--"]
+        command.append("spins")
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, preexec_fn=join)
+    finally:
+        busy.kill()
+        busy.wait()
+        for _ in range(50):  # the cgroup goes once its processes have
+            try:
+                folder.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (row,) = [r for p in tmp_path.glob("*.parquet") for r in pq.read_table(p).to_pylist()]
+    assert row["status"] == "ok", row["error_message"]
+    assert row["throttled"] is True and row["cpu_throttled_s"] > 0.01 * row["measured_s"], row["machine_note"]
+    assert row["shared"] is True and row["host_other_cpu"] >= machine.SHARED_OTHER_CORES, row["machine_note"]
+    assert "a CPU quota (cgroup) held it back" in row["machine_note"]
+    assert f"(pid {busy.pid})" in row["machine_note"]  # the busy process is named
+    assert row["gpu_sm_clock_mhz"] is None  # a CPU trial reads no GPU
+
+    # compare says how many trials of each side ran flagged
+    db = tmp_path / "store.duckdb"
+    assert stepwatch("ingest", str(tmp_path), "--db", str(db)).returncode == 0
+    shown = stepwatch("compare", "--db", str(db), "--baseline", "trial=0", "--candidate", "trial=0")
+    assert "machine: baseline 1 of 1 trial(s) throttled, 1 of 1 trial(s) shared; candidate 1 of 1" in shown.stdout
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stand-in NVML library, built here (a folder to put on LD_LIBRARY_PATH)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        pytest.skip("no C compiler to build the NVML stand-in")  # ok-skip: the stand-in is C
+    folder = tmp_path_factory.mktemp("nvml")
+    built = subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(folder / "libnvidia-ml.so.1"),
+                            str(NVML / "standin.c")], capture_output=True, text=True)  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    return folder
+
+
+READ_GPU = """
+import json, sys, time
+from stepwatch.collector.bench import machine
+watch = machine.Watch("gpu", 1, 1)
+watch.read()
+time.sleep(0.5)
+watch.read()
+print(json.dumps(watch.fields(examples=40_000)))
+"""
+
+
+def gpu_state(standin: Path, recording: str, **env: str) -> dict:
+    """What a GPU trial's watch reads through the real bindings from the stand-in serving ``recording``."""
+    done = subprocess.run([sys.executable, "-c", READ_GPU], capture_output=True, text=True, timeout=60, cwd=REPO,
+                          env={**os.environ, "LD_LIBRARY_PATH": str(standin), "NVML_STANDIN": str(NVML / recording),
+                               **env})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_nvml_state_of_an_h100_that_runs_as_it_should(standin: Path) -> None:
+    state = gpu_state(standin, "h100_sxm.txt")
+    assert (state["gpu_sm_clock_mhz"], state["gpu_max_sm_clock_mhz"], state["gpu_mem_clock_mhz"]) == (1980, 1980, 2619)
+    assert state["gpu_power_limit_w"] == 700 and state["gpu_temp_c"] == 61 and state["gpu_ecc"] is True
+    assert state["gpu_mig"] is False and state["gpu_other_processes"] == 0 and state["gpu_clock_reasons"] == ""
+    # energy: NVML's counter over the measured time; power is energy over that time (612 W in the recording)
+    assert state["gpu_power_w"] == pytest.approx(612, rel=0.02)
+    assert state["gpu_energy_j"] == pytest.approx(612 * 0.5, rel=0.2)
+    assert state["gpu_wh_per_1m_examples"] == pytest.approx(state["gpu_energy_j"] / 3600 / 40_000 * 1e6, rel=1e-3)
+    assert state["throttled"] is False and state["machine_note"] is None or "GPU" not in state["machine_note"]
+    assert not [k for k in state if k not in COLUMN_NAMES]  # every field is a column of the row
+    assert to_table([{**result_rows(1)[0], **state}]).column("gpu_sm_clock_mhz").to_pylist() == [1980]
+
+
+def test_nvml_state_of_an_h100_held_back_by_heat_is_flagged_throttled(standin: Path) -> None:
+    state = gpu_state(standin, "h100_throttled.txt")
+    assert state["throttled"] is True and state["gpu_sm_clock_mhz"] == 1410 and state["gpu_temp_c"] == 88
+    assert state["gpu_clock_reasons"] == "sw_thermal_slowdown"
+    assert "throttled: GPU clocks held back: sw_thermal_slowdown" in state["machine_note"]
+    assert state["gpu_thermal_held_s"] == pytest.approx(0.6 * 0.5, rel=0.25)
+
+
+def test_nvml_state_of_a_shared_h100_and_of_a_gpu_named_by_uuid(standin: Path) -> None:
+    state = gpu_state(standin, "h100_shared.txt")
+    assert state["shared"] is True and state["gpu_other_processes"] == 1
+    assert "1 other compute process(es) on its GPU(s)" in state["machine_note"]
+    uuid_ = "GPU-6f1c2a8e-52b1-4f0e-9d7a-0c3b1e5a9f21"  # CUDA_VISIBLE_DEVICES by UUID, as schedulers set it
+    assert gpu_state(standin, "h100_sxm.txt", CUDA_VISIBLE_DEVICES=uuid_)["gpu_sm_clock_mhz"] == 1980
+    missing = gpu_state(standin, "h100_sxm.txt", CUDA_VISIBLE_DEVICES="GPU-not-this-one")
+    assert missing["gpu_state_missing"].startswith("NVML: ") and "gpu_sm_clock_mhz" not in missing
+
+
+def test_a_gpu_trial_without_a_driver_says_why_it_has_no_gpu_state() -> None:
+    watch = machine.Watch("gpu", 1, 1)  # no libnvidia-ml.so.1 on this machine
+    watch.read()
+    watch.read()
+    fields = watch.fields(examples=100)
+    assert fields["gpu_state_missing"].startswith("NVML: ") and "gpu_sm_clock_mhz" not in fields
+    assert fields["throttled"] in (True, False)  # the CPU's state is read all the same
+
+
+class SlowWatch:
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def read(self) -> None:
+        self.reads += 1
+        time.sleep(0.3)
+
+
+def test_the_measured_windows_leave_the_machine_reading_out() -> None:
+    clock = WindowClock(first_steps=1, window_steps=2)
+    watch = SlowWatch()
+    clock.watch_measured(watch, warmup_steps=2, total_steps=7)
+    clock.begin()
+    for steps in (1, 3, 5, 7):
+        time.sleep(0.01)
+        clock.close(steps, None)
+    assert watch.reads == 2  # as the measured steps begin (after 3) and end (after 7)
+    stats = summarize(clock, warmup_steps=2, global_batch=1)
+    assert stats.measured_steps == 4 and stats.measured_s < 0.2  # two 10 ms windows, not the 300 ms readings

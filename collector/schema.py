@@ -35,7 +35,8 @@ SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, wh
 # had none and one process; series keys are unchanged).
 # 7: the machine's state during the measured steps (collector.bench.machine): throttled and shared flags with why,
 # the CPU's frequency, quota throttling, steal and other processes' load; the GPUs' clocks, power, temperature,
-# clock event reasons, ECC and MIG mode, other compute processes and energy. Earlier rows have none.
+# clock event reasons, ECC and MIG mode, other compute processes and energy. Earlier rows have none. And what a
+# price covers (price_covers), or why a run has none (price_note).
 SCHEMA_VERSION = 7
 
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
@@ -155,6 +156,8 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("price_per_device_hour", _F64, "cost"),
     ("price_source", _STR, "cost"),
     ("price_date", _STR, "cost"),
+    ("price_covers", _STR, "cost"),  # what the price pays for: instance, instance share, device only
+    ("price_note", _STR, "cost"),  # why a run has no cost (its hardware matches no entry of the catalog)
     ("cost_usd", _F64, "cost"),
     ("cost_per_1m_examples_usd", _F64, "cost"),
     ("gpu_wh_per_1m_examples", _F64, "cost"),

@@ -328,12 +328,22 @@ def speedup_bars(
 COST_METRICS = ("cost_usd", "cost_per_1m_examples_usd")
 
 
+def price_marks(frame: pd.DataFrame) -> dict[str, int]:
+    """A number per price in the costs (``queries.costs``), in order of key: what each bar carries under it, and
+    the Cost page's list of sources."""
+    return {key: i for i, key in enumerate(sorted(frame["price_key"].dropna().unique()), start=1)}
+
+
 def cost_bars(frame: pd.DataFrame) -> go.Figure:
     """Cost per run and per 1M examples, a row of panels per model: the alternatives of a config (XLA on/off,
     precision, batch, ...) side by side as grouped bars, never stacked (costs of alternatives do not add);
-    colour by precision, hatched when jit_compile is on. The hover names the price, its source and date."""
+    colour by precision, hatched when jit_compile is on. Each bar names its price under it (its mark in
+    ``price_marks``); the hover names the price, what it covers, its source and date."""
     data = frame.copy()
     data["config"] = data["model"] + "/" + data["preset"]
+    # Every bar names its price under it: the hardware and the price's mark in the list below the chart.
+    marks = price_marks(data)
+    data["priced"] = data["accelerator"].fillna("?") + data["price_key"].map(lambda key: f" [{marks[key]}]")
     models = sorted(data["config"].unique())
     alternatives = [d for d in varying(data, SERIES_DIMENSIONS) if d not in ("model", "preset", "accelerator")]
     if "precision" not in alternatives:
@@ -342,7 +352,7 @@ def cost_bars(frame: pd.DataFrame) -> go.Figure:
     fig = make_subplots(
         rows=len(models), cols=2, subplot_titles=[f"{m}: {t}" for m in models for t in ("cost per run (USD)",
                                                                                       "USD per 1M examples")],
-        vertical_spacing=0.12 / max(1, len(models) - 1) if len(models) > 1 else 0.1,
+        vertical_spacing=0.4 / len(models) if len(models) > 1 else 0.1,  # room for the slanted names
     )  # fmt: skip
     palette = px.colors.qualitative.Plotly
     colours = {v: palette[i % len(palette)] for i, v in enumerate(sorted(data["precision"].unique()))}
@@ -353,7 +363,7 @@ def cost_bars(frame: pd.DataFrame) -> go.Figure:
             for col, column in enumerate(COST_METRICS, start=1):
                 fig.add_trace(
                     go.Bar(
-                        x=part["accelerator"],
+                        x=part["priced"],
                         y=part[column],
                         name=name,
                         legendgroup=name,
@@ -362,18 +372,20 @@ def cost_bars(frame: pd.DataFrame) -> go.Figure:
                         marker={"color": colours[part["precision"].iloc[0]],
                                 "pattern": {"shape": "/" if xla_on else ""}},
                         customdata=part[["price_per_device_hour", "price_source", "price_date", "trials",
-                                         "examples_per_sec"]].astype(str).to_numpy(),
+                                         "examples_per_sec", "price_covers"]].astype(str).to_numpy(),
                         hovertemplate=f"{model} {name}<br>%{{x}}: %{{y:.4g}} USD<br>"
                         "%{customdata[4]} examples/s (median of %{customdata[3]} trials)<br>"
-                        "price %{customdata[0]} USD per device-hour, %{customdata[1]} (%{customdata[2]})"
+                        "price %{customdata[0]} USD per device-hour (%{customdata[5]}), %{customdata[1]} "
+                        "(%{customdata[2]})"
                         "<extra></extra>",
                     ),
                     row=row,
                     col=col,
                 )  # fmt: skip
                 shown.add(name)
-    fig.update_layout(barmode="group", height=max(360, 300 * len(models)), margin={"t": 40},
-                      legend_title_text=", ".join(alternatives))  # fmt: skip
+    fig.update_layout(barmode="group", height=max(400, 380 * len(models)), margin={"t": 40},
+                      legend={"title_text": ", ".join(alternatives), "orientation": "h", "yanchor": "top",
+                              "y": -0.25 / len(models)})  # fmt: skip
     return fig
 
 

@@ -25,6 +25,7 @@ QUERIES = {
     "spread": queries.version_spread,
     "speedups": queries.speedups,
     "costs": queries.costs,
+    "cost_gaps": queries.cost_gaps,
     "recent_runs": queries.recent_runs,
     "run_detail": queries.run_detail,
     "alerts": records.list_alerts,

@@ -12,25 +12,58 @@ from stepwatch.collector.bench.runner import RunOptions, make_row
 from stepwatch.collector.config import BenchmarkConfig
 
 
-def test_every_price_names_its_source_and_date() -> None:
+def test_every_price_says_what_it_covers_and_names_its_source_and_date() -> None:
     prices = catalog.load_prices()
     assert prices
     for price in prices:
         assert price.source and len(price.date) >= 7 and price.usd_per_hour > 0
+        assert price.covers in ("instance", "instance share", "device only")  # the bundled catalog says which
+    gpus = [p for p in prices if p.device == "gpu"]
+    assert {p.covers for p in gpus} == {"instance share"}  # GPU prices compare like with like
 
 
-def test_price_lookup_by_device_and_accelerator_name() -> None:
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("NVIDIA H100 80GB HBM3", "aws-p5.48xlarge-h100-sxm"),  # the SXM part, as NVML names it
+        ("NVIDIA H100 PCIe", "lambda-1x-h100-pcie"),
+        ("NVIDIA H100 NVL", "azure-nc40ads-h100-v5-h100-nvl"),
+        ("NVIDIA A100-SXM4-40GB", "aws-p4d.24xlarge-a100-sxm4-40gb"),
+        ("NVIDIA A100-SXM4-80GB", "aws-p4de.24xlarge-a100-sxm4-80gb"),
+        ("NVIDIA A100 80GB PCIe", "azure-nc24ads-a100-v4-a100-80gb-pcie"),
+        ("NVIDIA L4", "aws-g6.xlarge-l4"),
+        ("NVIDIA L40S", None),  # not in the catalog: no cost, rather than another card's
+        ("NVIDIA H200", None),
+        ("NVIDIA A100-PCIE-40GB", None),
+    ],
+)
+def test_a_gpu_is_priced_by_its_exact_product(name: str, key: str | None) -> None:
+    price = catalog.find_price(catalog.load_prices(), "gpu", name)
+    assert (price.key if price else None) == key
+
+
+def test_a_cpu_is_priced_only_as_the_runner_it_is() -> None:
     prices = catalog.load_prices()
-    assert catalog.find_price(prices, "gpu", "NVIDIA H100 80GB HBM3").key == "aws-p5.48xlarge-h100"
-    assert catalog.find_price(prices, "gpu", "NVIDIA A100-SXM4-40GB").key == "gcp-a2-highgpu-a100-40gb"
-    assert catalog.find_price(prices, "cpu", "AMD EPYC").device == "cpu"
-    assert catalog.find_price(prices, "gpu", "NVIDIA GeForce RTX 4090") is None
+    hosted = {"RUNNER_ENVIRONMENT": "github-hosted"}
+    assert catalog.find_price(prices, "cpu", "AMD EPYC 7763", 2, hosted).key == "github-hosted-linux-2core"
+    assert catalog.find_price(prices, "cpu", "AMD EPYC 7763", 4, hosted).key == "github-hosted-linux-4core"
+    assert catalog.find_price(prices, "cpu", "AMD EPYC 7763", 2, {}) is None  # a laptop, a VM: unknown
+    assert catalog.find_price(prices, "cpu", "AMD EPYC 7763", 16, hosted) is None
+    note = catalog.no_price_note("cpu", "AMD EPYC 7763", 2)
+    assert note.startswith("no price: AMD EPYC 7763 (cpu, 2 CPUs) matches no entry") and "--price-per-hour" in note
 
 
-def test_peak_is_per_precision_and_absent_rather_than_guessed() -> None:
+def test_peak_is_per_exact_product_and_precision_and_absent_rather_than_guessed() -> None:
     peaks = catalog.load_peaks()
     total, source = catalog.peak_tflops(peaks, "NVIDIA A100-SXM4-80GB", "tf32", 2)
     assert total == 312.0 and "A100" in source
+    # the three H100 parts: SXM, PCIe and NVL differ
+    fp32 = {name: catalog.peak_tflops(peaks, name, "fp32", 1)[0] for name in
+            ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100 NVL")}  # fmt: skip
+    assert fp32 == {"NVIDIA H100 80GB HBM3": 67.0, "NVIDIA H100 PCIe": 51.0, "NVIDIA H100 NVL": 60.0}
+    assert catalog.peak_tflops(peaks, "NVIDIA H100 PCIe", "mixed_bfloat16", 1)[0] == 756.5
+    assert catalog.peak_tflops(peaks, "NVIDIA L4", "mixed_bfloat16", 1)[0] == 121.0
+    assert catalog.peak_tflops(peaks, "NVIDIA H100", "fp32", 1) == (None, None)  # which part? not guessed
     assert catalog.peak_tflops(peaks, "Tesla V100-SXM2-16GB", "mixed_bfloat16", 1) == (None, None)
     assert catalog.peak_tflops(peaks, "AMD EPYC", "fp32", 1) == (None, None)
     total, _ = catalog.peak_tflops(peaks, "TPU v3-8", "mixed_bfloat16", 8)  # 8 cores = 4 chips
@@ -38,11 +71,15 @@ def test_peak_is_per_precision_and_absent_rather_than_guessed() -> None:
 
 
 def test_cost_of_a_run_and_of_a_million_examples() -> None:
-    price = catalog.Price("k", "gpu", "A100", "device", 3.0, "somewhere", "2025-01")
+    price = catalog.Price("k", "gpu", "A100", "instance share", 3.0, "somewhere", "2025-01")
     cost = catalog.cost_columns(price, None, num_devices=2, wall_s=1800, examples_per_sec=1000)
     assert cost["cost_usd"] == pytest.approx(3.0)  # 2 devices x $3/h x 0.5 h
     assert cost["cost_per_1m_examples_usd"] == pytest.approx(6.0 / 3600 / 1000 * 1e6)
-    assert cost["price_per_device_hour"] == 3.0
+    assert cost["price_per_device_hour"] == 3.0 and cost["price_covers"] == "instance share"
+    host = catalog.Price("k", "gpu", "A100", "instance", 8.0, "somewhere", "2025-01")
+    assert catalog.cost_columns(host, None, 2, 3600, None)["cost_usd"] == 8.0  # a whole instance: not per device
+    missing = catalog.cost_columns(None, None, 1, 3600, 100.0, "no price: why")
+    assert missing["cost_usd"] is None and missing["price_note"] == "no price: why"
     override = catalog.cost_columns(price, 10.0, num_devices=2, wall_s=360, examples_per_sec=None)
     assert override["cost_usd"] == pytest.approx(1.0) and override["price_key"] == "override"
     assert override["cost_per_1m_examples_usd"] is None
@@ -61,12 +98,30 @@ def test_make_row_computes_mfu_from_flops_throughput_and_peak() -> None:
     row = make_row(config, 0, child, 60.0, 0, datetime.now(UTC), "s", "id", RunOptions())
     assert row["achieved_tflops"] == pytest.approx(49.0)
     assert row["mfu"] == pytest.approx(49.0 / 312.0)
-    assert row["cost_usd"] == pytest.approx(2.93 / 60)
+    assert row["cost_usd"] == pytest.approx(4.0966 / 60)  # p4d.24xlarge / 8 and row["price_covers"] == "instance share"
     assert row["xla_requested"] is False and row["global_batch"] == 8
+    unknown = make_row(config, 0, {**child, "accelerator": "NVIDIA L40S"}, 60.0, 0, datetime.now(UTC), "s", "id",
+                       RunOptions())  # fmt: skip
+    assert unknown["cost_usd"] is None and unknown["mfu"] is None
+    assert unknown["price_note"].startswith("no price: NVIDIA L40S (gpu) matches no entry of the price catalog")
+    assert "no dense peak of NVIDIA L40S at mixed_bfloat16" in unknown["peak_missing"]
 
 
-def test_a_catalog_entry_without_source_is_refused(tmp_path: Path) -> None:
+def test_a_catalog_entry_without_source_or_with_unknown_cover_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "prices.toml"
     path.write_text('[[price]]\nkey="x"\nbackend="cpu"\nmatch=".*"\nper="host"\nusd_per_hour=1.0\nsource=""\ndate=""\n')
     with pytest.raises(catalog.CatalogError, match="needs a source and a date"):
         catalog.load_prices(path)
+    path.write_text(
+        '[[price]]\nkey="x"\ndevice="gpu"\nmatch="A"\ncovers="gpu"\nusd_per_hour=1.0\nsource="s"\ndate="d"\n'
+    )
+    with pytest.raises(catalog.CatalogError, match="covers must be one of"):
+        catalog.load_prices(path)
+
+
+def test_a_catalog_written_before_covers_still_loads(tmp_path: Path) -> None:
+    path = tmp_path / "prices.toml"
+    path.write_text('[[price]]\nkey="x"\nbackend="gpu"\nmatch="NVIDIA L4"\nper="device"\nusd_per_hour=1.0\n'
+                    'source="ours"\ndate="2024-01"\n')  # fmt: skip
+    (price,) = catalog.load_prices(path)
+    assert price.per == "device" and price.covers == "device" and price.hourly(2) == 2.0

@@ -3,8 +3,10 @@ with stepwatch (``stepwatch.collector.data``); a project names its own price cat
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,18 +23,41 @@ class CatalogError(UsageError):
     """A catalog file that cannot be used, in one line."""
 
 
+# What a price pays for, and so whether it is multiplied by the devices a run holds: a whole instance (per host);
+# an instance's price divided by its devices (its CPUs, memory and disk included); the accelerator alone, without
+# the machine it sits in; or, in a catalog written before entries said so, a device's price of unknown extent.
+COVERS = {"instance": "host", "instance share": "device", "device only": "device", "device": "device"}
+CATALOG_HINT = "give --price-per-hour, or add an entry to the price catalog (the project's `prices` setting)"
+
+
 @dataclass(frozen=True)
 class Price:
     key: str
     device: str  # cpu, gpu or tpu (``backend`` in catalogs written before Keras backends)
-    match: str
-    per: str  # "device" or "host"
+    match: str  # a regular expression the accelerator's whole product name must match
+    covers: str  # COVERS
     usd_per_hour: float
     source: str
     date: str
+    cores: int | None = None  # only on a host with this many CPUs (a CPU runner is priced by its size)
+    env: str | None = None  # only where this environment variable has this value ("NAME=value")
+
+    @property
+    def per(self) -> str:
+        return COVERS[self.covers]
 
     def hourly(self, num_devices: int) -> float:
         return self.usd_per_hour * (num_devices if self.per == "device" else 1)
+
+    def fits(self, device: str, accelerator: str | None, cores: int | None, environ: Mapping[str, str]) -> bool:
+        if self.device != device or not re.fullmatch(self.match, accelerator or ""):
+            return False
+        if self.cores is not None and cores != self.cores:
+            return False
+        if self.env is not None:
+            name, _, value = self.env.partition("=")
+            return environ.get(name) == value
+        return True
 
 
 @dataclass(frozen=True)
@@ -54,19 +79,26 @@ def _read(path: Path, table: str) -> list[dict[str, Any]]:
 
 
 def load_prices(path: Path = PRICES_PATH) -> list[Price]:
-    """Every price entry; each must name its source and date."""
+    """Every price entry; each must say what it covers and name its source and date."""
     prices = []
     for i, entry in enumerate(_read(path, "price")):
         if "backend" in entry and "device" not in entry:
             entry = {("device" if k == "backend" else k): v for k, v in entry.items()}
+        if "per" in entry:  # a catalog written before entries said what they cover
+            per = entry.pop("per")
+            entry.setdefault("covers", "instance" if per == "host" else "device")
         try:
             price = Price(**entry)
         except TypeError as error:
             raise CatalogError(f"{path}: price #{i + 1}: {error}") from None
         if not price.source or not price.date:
             raise CatalogError(f"{path}: price {price.key!r} needs a source and a date")
-        if price.per not in ("device", "host"):
-            raise CatalogError(f"{path}: price {price.key!r}: per must be 'device' or 'host'")
+        if price.covers not in COVERS:
+            raise CatalogError(f"{path}: price {price.key!r}: covers must be one of {', '.join(map(repr, COVERS))}")
+        try:
+            re.compile(price.match)
+        except re.error as error:
+            raise CatalogError(f"{path}: price {price.key!r}: match {price.match!r}: {error}") from None
         prices.append(price)
     return prices
 
@@ -80,22 +112,37 @@ def load_peaks(path: Path = ACCELERATORS_PATH) -> list[Peak]:
     return peaks
 
 
-def find_price(prices: list[Price], device: str, accelerator: str | None) -> Price | None:
-    """The first price for this device kind whose pattern is found in the accelerator name."""
-    for price in prices:
-        if price.device == device and re.search(price.match, accelerator or ""):
-            return price
-    return None
+def find_price(
+    prices: list[Price],
+    device: str,
+    accelerator: str | None,
+    cores: int | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Price | None:
+    """The first price for this device kind whose pattern matches the accelerator's whole product name (and whose
+    host conditions hold): an H100 PCIe is not priced as an H100 SXM, nor any CPU as a hosted runner."""
+    environ = os.environ if environ is None else environ
+    return next((p for p in prices if p.fits(device, accelerator, cores, environ)), None)
+
+
+def no_price_note(device: str, accelerator: str | None, cores: int | None) -> str:
+    """Why a run has no cost: what it ran on matches no entry of the catalog."""
+    host = f", {cores} CPUs" if cores and device == "cpu" else ""
+    return (
+        f"no price: {accelerator or 'an unnamed device'} ({device}{host}) matches no entry of the price catalog; "
+        f"{CATALOG_HINT}"
+    )
 
 
 def peak_tflops(
     peaks: list[Peak], accelerator: str | None, precision: str, num_devices: int
 ) -> tuple[float | None, str | None]:
-    """Total dense peak of the devices a run used, or (None, None) where none is published."""
+    """Total dense peak of the devices a run used, or (None, None) where none is published for that exact product
+    (an H100 PCIe has not the SXM part's peak) and precision."""
     if not accelerator:
         return None, None
     for peak in peaks:
-        if re.search(peak.match, accelerator):
+        if re.fullmatch(peak.match, accelerator):
             per_chip = peak.tflops.get(precision)
             if per_chip is None:
                 return None, None
@@ -109,28 +156,27 @@ def cost_columns(
     num_devices: int,
     wall_s: float | None,
     examples_per_sec: float | None,
+    missing: str | None = None,
 ) -> dict[str, Any]:
-    """Cost of the run (its wall time) and of one million examples at its throughput."""
+    """Cost of the run (its wall time) and of one million examples at its throughput; without a price, none, and
+    ``missing`` (why) as the row's price_note."""
     if override_per_hour is not None:
         hourly, key, source, date = override_per_hour, "override", "--price-per-hour", None
-        per_device = override_per_hour / num_devices
+        per_device, covers = override_per_hour / num_devices, "instance"
     elif price is not None:
         hourly, key, source, date = price.hourly(num_devices), price.key, price.source, price.date
-        per_device = hourly / num_devices
+        per_device, covers = hourly / num_devices, price.covers
     else:
-        return {
-            "price_key": None,
-            "price_per_device_hour": None,
-            "price_source": None,
-            "price_date": None,
-            "cost_usd": None,
-            "cost_per_1m_examples_usd": None,
-        }
+        empty = ("price_key", "price_per_device_hour", "price_source", "price_date", "price_covers", "cost_usd",
+                 "cost_per_1m_examples_usd")  # fmt: skip
+        return {**dict.fromkeys(empty), "price_note": missing}
     return {
         "price_key": key,
         "price_per_device_hour": per_device,
         "price_source": source,
         "price_date": date,
+        "price_covers": covers,
+        "price_note": None,
         "cost_usd": hourly * wall_s / 3600 if wall_s is not None else None,
         "cost_per_1m_examples_usd": hourly / 3600 / examples_per_sec * 1e6 if examples_per_sec else None,
     }

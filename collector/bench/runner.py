@@ -341,9 +341,16 @@ def make_row(
         row["examples_per_sec_per_device"] = eps / max(row.get("replicas") or config.num_devices, 1)
         row["units_per_sec"] = eps * (row.get("units_per_example") or 1)
     accelerator = row.get("accelerator")
-    price = catalog.find_price(options.prices, config.device, accelerator)
-    row.update(catalog.cost_columns(price, options.price_per_hour, config.devices, wall_s, eps))
+    cores = row.get("cpu_cores")
+    price = catalog.find_price(options.prices, config.device, accelerator, cores)
+    missing = catalog.no_price_note(config.device, accelerator, cores)
+    row.update(catalog.cost_columns(price, options.price_per_hour, config.devices, wall_s, eps, missing))
     peak, source = catalog.peak_tflops(options.peaks, accelerator, config.precision, config.devices)
+    if peak is None and config.device != "cpu":  # kept in extras: why MFU is empty
+        row["peak_missing"] = (
+            f"no dense peak of {accelerator or 'an unnamed device'} at {config.precision} in the "
+            "peak table (accelerators.toml): MFU left empty"
+        )
     flops = row.get("flops_per_example")
     achieved = flops * eps / 1e12 if flops and eps else None
     row.update(

@@ -124,6 +124,8 @@ def trial_line(label: str, row: dict[str, Any], trial: int) -> str:
     """One finished trial for the progress log (rich markup)."""
     if row["status"] == "ok":
         detail = f"{row['units_per_sec']:,.1f} {row.get('unit')}/s, compile {row.get('compile_s') or 0:.1f} s"
+        if row.get("throttled") or row.get("shared"):  # the machine's state while it measured
+            detail += f" [yellow]({escape(str(row.get('machine_note')))})[/yellow]"
     else:
         detail = f"[red]{row['status']}[/red]: {escape(str(row.get('error_message')))}"
     return f"{escape(label)} trial {trial + 1}: {detail}"

@@ -398,19 +398,32 @@ def speedups(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFra
 
 
 def costs(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFrame:
-    """Per accelerator and config: median cost per run and per 1M examples of the selected ok runs, with
-    the price used, its source and its date."""
+    """Per accelerator, config and price: median cost per run and per 1M examples of the selected ok runs, with
+    the price used, what it covers, its source and its date."""
     where, params = selection.where()
     return _frame(
         con,
         f"""
-        SELECT {named(SERIES_DIMENSIONS)},
+        SELECT {named(SERIES_DIMENSIONS)}, price_key,
                median(cost_usd) AS cost_usd, median(cost_per_1m_examples_usd) AS cost_per_1m_examples_usd,
                median(examples_per_sec) AS examples_per_sec, any_value(price_per_device_hour) AS price_per_device_hour,
-               any_value(price_source) AS price_source, any_value(price_date) AS price_date, count(*) AS trials
+               any_value(price_covers) AS price_covers, any_value(price_source) AS price_source,
+               any_value(price_date) AS price_date, count(*) AS trials
         FROM runs WHERE status = 'ok' AND cost_usd IS NOT NULL AND {where}
         GROUP BY ALL ORDER BY model, preset, cost_per_1m_examples_usd
         """,
+        params,
+    )
+
+
+def cost_gaps(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFrame:
+    """The selected ok runs that have no cost, by why (their price_note): the hardware the catalog does not know."""
+    where, params = selection.where()
+    return _frame(
+        con,
+        "SELECT coalesce(price_note, 'no price recorded (a row written before runs said why)') AS why, "
+        f"count(*) AS trials FROM runs WHERE status = 'ok' AND cost_usd IS NULL AND {where} "
+        "GROUP BY ALL ORDER BY trials DESC",
         params,
     )
 

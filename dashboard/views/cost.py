@@ -13,19 +13,39 @@ state.notices()
 picked = st.multiselect("Model", models, picked)
 state.keep(model=picked)
 frame = data.load("costs", Selection.of(model=picked))
+gaps = data.load("cost_gaps", Selection.of(model=picked))
+for why, trials in gaps[["why", "trials"]].itertuples(index=False):
+    st.warning(f"{trials} successful trial(s) have no cost: {why}")
 if frame.empty:
     st.info("No priced successful runs for this selection.")
     st.stop()
 st.plotly_chart(charts.cost_bars(frame), width="stretch")
 st.caption(
-    "Medians of successful trials. Prices are per device-hour from the price catalog (the bundled one, or the "
-    "project's `prices` setting; or --price-per-hour)."
+    "Medians of successful trials. Under each bar: the hardware, and [n], the price it was costed at, listed below "
+    "with its source (the bundled catalog, the project's `prices` setting, or --price-per-hour). A price says what "
+    "it covers: a whole instance, an instance's price divided by its devices (its CPUs and memory included), or the "
+    "device alone."
+)
+
+
+def said(value: object, otherwise: str) -> str:
+    return value if isinstance(value, str) and value else otherwise
+
+
+marks = charts.price_marks(frame)
+st.markdown(
+    "\n".join(
+        f"{marks[p.price_key]}. **{p.price_key}** ({said(p.price_covers, 'what it covers not recorded')}, "
+        f"{said(p.price_date, 'no date')}): {said(p.price_source, 'no source')}"
+        for p in frame.drop_duplicates("price_key").sort_values("price_key").itertuples(index=False)
+    )
 )
 with st.expander(f"Table: {len(frame)} config points, with each price's source and date"):
     st.dataframe(
         frame[
             ["accelerator", "model", "preset", "precision", "xla", "per_device_batch", "cost_usd",
-             "cost_per_1m_examples_usd", "examples_per_sec", "price_per_device_hour", "price_source", "price_date"]
+             "cost_per_1m_examples_usd", "examples_per_sec", "price_key", "price_per_device_hour", "price_covers",
+             "price_source", "price_date"]
         ],
         hide_index=True,
         width="stretch",

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from stepwatch.collector.schema import to_table, write_parquet
 from stepwatch.collector.store.database import StoreReader, delta_dir, update
 from stepwatch.dashboard.pages import PAGES, TITLES
-from tests.conftest import REPO, stepwatch
+from tests.conftest import REPO, result_rows, stepwatch
 
 APP = str(REPO / "dashboard" / "app.py")
 
@@ -320,3 +321,33 @@ def test_speedups_say_there_is_no_pair_instead_of_an_empty_chart(
     titles = [figure["layout"]["title"]["text"] for figure in figures(at)]
     assert not any(title.startswith("jit_compile on vs off") for title in titles), titles
     assert any(title.startswith("Precision modes") for title in titles), titles
+
+
+def test_cost_marks_every_bar_with_its_price_and_says_which_trials_have_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two accelerators costed at two catalog prices, and a machine the catalog does not know: each bar carries
+    its price's mark, the list under the chart gives each price's source and what it covers, and the trials
+    without a cost are counted with why."""
+    priced = {"aws-p5.48xlarge-h100-sxm": ("NVIDIA H100 80GB HBM3", "AWS EC2 on-demand pricing, p5.48xlarge"),
+              "aws-g6.xlarge-l4": ("NVIDIA L4", "AWS EC2 on-demand pricing, g6.xlarge")}  # fmt: skip
+    rows = []
+    for i, (key, (accelerator, source)) in enumerate(priced.items()):
+        rows += result_rows(2, start=10 * i, accelerator=accelerator, device="gpu", price_key=key,
+                            price_source=source, price_covers="instance share", price_date="2024-04",
+                            price_per_device_hour=1.0, cost_usd=0.01, cost_per_1m_examples_usd=0.5)  # fmt: skip
+    note = "no price: AMD EPYC (cpu, 2 CPUs) matches no entry of the price catalog; give --price-per-hour"
+    rows += result_rows(3, start=20, price_note=note)
+    write_parquet(to_table(rows), tmp_path / "runs.parquet")
+    db = tmp_path / "store.duckdb"
+    assert stepwatch("ingest", str(tmp_path / "runs.parquet"), "--db", str(db)).returncode == 0
+    at = render(db, "cost", monkeypatch)
+    assert [w.value for w in at.warning] == [f"3 successful trial(s) have no cost: {note}"]
+    marks = {key: i for i, key in enumerate(sorted(priced), start=1)}
+    (figure,) = figures(at)
+    names = {x for trace in figure["data"] for x in trace["x"]}
+    assert names == {f"{priced[key][0]} [{mark}]" for key, mark in marks.items()}  # every bar names its price
+    listed = [m.value for m in at.markdown if "**aws-" in m.value]
+    assert listed == [
+        "\n".join(f"{marks[k]}. **{k}** (instance share, 2024-04): {priced[k][1]}" for k in sorted(priced))
+    ]

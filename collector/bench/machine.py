@@ -205,17 +205,19 @@ def cpu_fields(before: CpuReading, after: CpuReading) -> tuple[dict[str, Any], l
     seconds = max(after.time - before.time, 1e-9)
     out: dict[str, Any] = {"cpu_freq_mhz": after.frequency, "cpu_governor": _governor()}
     throttled, shared = [], []
+    started = {pid: cpu for pid, (_, cpu) in before.others.items()}  # a process started since: all of it counts
+    busiest = sorted(((cpu - started.get(pid, 0.0), name, pid) for pid, (name, cpu) in after.others.items()),
+                     reverse=True)  # fmt: skip
     if before.machine and after.machine:
         busy = after.machine[0] - before.machine[0]
         steal = after.machine[1] - before.machine[1]
-        other = max(busy - (after.own - before.own), 0.0) / seconds
+        # The machine's busy time less the trial's (it counts processes that ended), or the other processes' own
+        # CPU time where that is more (the two clocks differ by a tick's rounding)
+        other = max(busy - (after.own - before.own), sum(max(b[0], 0.0) for b in busiest), 0.0) / seconds
         out["host_other_cpu"] = round(other, 3)
         out["host_steal_cpu"] = round(steal / seconds, 3)
         limit = max(SHARED_OTHER_CORES, SHARED_OTHER_SHARE * (os.cpu_count() or 1))
         if other >= limit:
-            started = {pid: cpu for pid, (_, cpu) in before.others.items()}  # a process started since: all of it
-            busiest = sorted(((cpu - started.get(pid, 0.0), name, pid) for pid, (name, cpu) in after.others.items()),
-                             reverse=True)  # fmt: skip
             named = ", ".join(f"{name} (pid {pid}) {cpu / seconds:.2f}" for cpu, name, pid in busiest[:TOP_OTHERS]
                               if cpu / seconds >= 0.05)  # fmt: skip
             shared.append(f"other processes used {other:.2f} cores" + (f": {named}" if named else ""))

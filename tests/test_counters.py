@@ -332,8 +332,9 @@ def test_a_trial_without_profile_is_as_before(counted: list[dict]) -> None:
     for profiled, plain in pairs:
         assert all(plain[name] is None for name in PROFILE_FIELDS)
         assert not {"profile_s", "profile_bytes", "profile_error"} & set(json.loads(plain["extras"]))
-        others = {name for name, value in plain.items() if value is not None}
-        assert others == {name for name, value in profiled.items() if value is not None} - set(PROFILE_FIELDS)
+        varies = {"machine_note"}  # empty where the machine was quiet: one trial may be shared, the other not
+        others = {name for name, value in plain.items() if value is not None} - varies
+        assert others == {name for name, value in profiled.items() if value is not None} - set(PROFILE_FIELDS) - varies
 
 
 ONE_MORE_LAYER = '    "tiny": TransformerSize(2, 32, 2, 64, 512, 16, dropout=0.0),\n'

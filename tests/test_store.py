@@ -587,3 +587,90 @@ def test_query_reads_the_base_and_its_deltas_and_only_reads(tmp_path: Path) -> N
         assert len(refused.stderr.strip().splitlines()) == 1 and why in refused.stderr, refused.stderr
     with StoreReader(db) as reader:
         assert reader.connection().execute("SELECT count(*) FROM runs").fetchall() == [(105,)]
+
+
+def older_and_hostile_files(folder: Path) -> None:
+    """Files of other schemas, as they come: an older stepwatch's (schemas 1, 2 and 3), another writer's, broken
+    and hostile ones, each kind more than once where a group could hide a difference."""
+    folder.mkdir(parents=True)
+    history = pa.concat_tables([pq.read_table(p) for p in sorted((REPO / "data/reference/cpu-tf-history").glob("*"))])
+    for i in range(12):  # schema 3, one row each, as the reference history was written
+        pq.write_table(history.slice(i, 1), folder / f"v3-{i:02d}.parquet")
+    nan = history.slice(12, 2)
+    nan = nan.set_column(nan.column_names.index("examples_per_sec"), "examples_per_sec", pa.array([float("nan"), 9.0]))
+    pq.write_table(nan, folder / "v3-hostile.parquet")  # one hostile row beside a good one
+    pq.write_table(history.slice(14, 0), folder / "v3-empty.parquet")  # no rows: its metadata's version
+    clash = history.slice(0, 1)  # the run id of v3-00 with another throughput: a conflict
+    clash = clash.set_column(clash.column_names.index("examples_per_sec"), "examples_per_sec", pa.array([1.0]))
+    pq.write_table(clash, folder / "v3-clash.parquet")
+    synthetic = history.slice(15, 1)
+    synthetic = synthetic.set_column(
+        synthetic.column_names.index("source"), "source", pa.array(["synthetic-test-data"])
+    )
+    pq.write_table(synthetic, folder / "v3-synthetic.parquet")  # test data, refused by a real store
+    shutil.copy(FIXTURES / "results-schema-v2.parquet", folder / "v2.parquet")
+    v1 = to_table(result_rows(2, "old")).drop_columns(["series_key", "keras_backend", "compiler"])
+    v1 = v1.rename_columns(["backend" if n == "device" else n for n in v1.column_names])
+    v1 = v1.set_column(0, "schema_version", pa.array([1, 1], pa.int64())).append_column("gpu_c", pa.array([61.0, 64.5]))
+    pq.write_table(v1, folder / "v1.parquet")
+    foreign = to_table(result_rows(4, "foreign")).drop_columns(["extras"])  # another tool's writer: no metadata
+    for i, version in enumerate((4, 5)):  # two files of one parquet schema, of two schema versions
+        part = foreign.slice(2 * i, 2).replace_schema_metadata(None)
+        pq.write_table(part.set_column(0, "schema_version", pa.array([version] * 2, pa.int64())),
+                       folder / f"foreign-{version}.parquet")  # fmt: skip
+    newer = to_table(result_rows(1, "new")).set_column(0, "schema_version", pa.array([99], pa.int64()))
+    pq.write_table(newer, folder / "v99.parquet")
+    wrong = to_table(result_rows(1, "w"))
+    wrong = wrong.set_column(wrong.schema.get_field_index("examples_per_sec"), "examples_per_sec", pa.array(["fast"]))
+    pq.write_table(wrong, folder / "wrong-type.parquet")
+    pq.write_table(to_table(result_rows(1, "m")).drop_columns(["config_key"]), folder / "no-key.parquet")
+    pd.DataFrame({"city": ["Oslo"], "temperature": [3.5]}).to_parquet(folder / "other-tool.parquet")
+    (folder / "truncated.parquet").write_bytes((folder / "v1.parquet").read_bytes()[:300])
+
+
+def test_files_of_other_schemas_land_in_bulk_exactly_as_the_per_file_way_decides(tmp_path: Path) -> None:
+    """The same files ingested the bulk way (grouped by schema, DuckDB's reader, ``conform`` once a group) and
+    the per-file way: the same rows land, the same files and rows are quarantined with the same reasons, the
+    same are refused."""
+    outcomes = []
+    for way in ("bulk", "per-file"):
+        folder = tmp_path / way / "results"
+        older_and_hostile_files(folder)
+        db = tmp_path / way / "store.duckdb"
+        report = ingest([str(folder)], db, bulk=way == "bulk")
+        with StoreReader(db) as reader:
+            rows = (
+                reader.connection()
+                .sql(
+                    "SELECT * EXCLUDE (ingested_at, source_uri), "
+                    "regexp_extract(source_uri, '[^/]+$') AS file FROM runs ORDER BY run_id"
+                )
+                .to_arrow_table()
+            )
+        kept = sorted((folder / "quarantine").iterdir())
+        quarantine = {p.name: repr(pq.read_table(p).to_pylist()) if p.name.endswith(".rows.parquet") else p.read_bytes()
+                      for p in kept}  # fmt: skip
+        name = lambda uri: uri.rsplit("/", 1)[-1]  # noqa: E731
+        outcomes.append(
+            {
+                "counts": (report.files_ingested, report.rows_read, report.rows_added),
+                "one by one": report.files_one_by_one,
+                "quarantined": sorted((name(uri), why) for uri, why, _ in report.quarantined),
+                "refused": sorted((name(uri), why.replace(str(tmp_path / way), "")) for uri, why in report.refused),
+                "rows": rows.to_pylist(),
+                "quarantine": quarantine,
+            }
+        )
+    bulk, per_file = outcomes
+    for key in bulk.keys() - {"one by one"}:
+        assert bulk[key] == per_file[key], key
+    # The bulk way read the older files in groups: one by one only the files without rows or with a fault, and
+    # the two files of one schema but two schema versions (their group is not one version)
+    assert per_file["one by one"] == 25 and bulk["one by one"] == 9
+    # and what they decided: the broken files and the hostile row quarantined; the two files that hold one run
+    # with two throughputs refused (each names the other), as is test data in a real store; the rest lands
+    assert bulk["counts"][2] == len(bulk["rows"]) and len(bulk["rows"]) >= 20
+    quarantined = {"v3-hostile.parquet", "v99.parquet", "wrong-type.parquet", "no-key.parquet", "other-tool.parquet",
+                   "truncated.parquet"}  # fmt: skip
+    assert {q[0] for q in bulk["quarantined"]} == quarantined
+    assert {r[0] for r in bulk["refused"]} == {"v3-00.parquet", "v3-clash.parquet", "v3-synthetic.parquet"}

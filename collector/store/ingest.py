@@ -7,9 +7,12 @@ skipped; a file that fails validation is quarantined beside where it was, and th
 Every file is read whole (local or remote, the same way) and hashed. A file whose footer says it holds
 exactly this stepwatch's schema goes the bulk way: DuckDB's multi-file reader loads a batch of them at
 once (a remote file from a local copy of the bytes just read), and SQL checks every row as ``conform`` and
-``hostile_values`` would. Any other file, and any file the bulk checks or reader find fault with, goes
-the per-file way: pyarrow reads it, ``conform`` migrates it or says why not, and hostile rows are
-quarantined with their reasons.
+``hostile_values`` would. Files of another schema (an older stepwatch's, another writer's) go in bulk too,
+grouped by their parquet schema: DuckDB's reader loads each group at once and ``conform`` migrates and
+checks the group's rows together. A file without rows, and any file the reader, the checks or ``conform``
+find fault with, goes the per-file way: pyarrow reads it, ``conform`` migrates it or says why not, and
+hostile rows are quarantined with their reasons; so what lands and what is quarantined, and why, is the
+per-file way's decision for every file (tests/test_store.py runs both ways on the same files).
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ class IngestReport:
     quarantined: list[tuple[str, str, str]] = field(default_factory=list)  # (uri, reason, moved to)
     refused: list[tuple[str, str]] = field(default_factory=list)  # (uri, reason): left where they are
     seconds: float = 0.0
+    files_one_by_one: int = 0  # read the per-file way: no rows, or a fault the bulk reader or checks found
 
 
 @dataclass
@@ -94,6 +98,7 @@ class _Read:
 
     digest: str
     bulk_path: str | None = None
+    group: str | None = None  # a file of another schema read in bulk: the schema it shares with its group
     table: pa.Table | str | None = None
     hostile: pa.Table | None = None  # rows whose values cannot be a measurement
     reasons: list[str] = field(default_factory=list)  # why, per hostile row
@@ -113,27 +118,43 @@ def _per_file(data: bytes, digest: str) -> _Read:
     if not any(reasons):
         return _Read(digest, table=table)
     bad = pa.array([r is not None for r in reasons])
-    return _Read(digest, None, table.filter(pc.invert(bad)), table.filter(bad), [r for r in reasons if r is not None])
+    return _Read(digest, table=table.filter(pc.invert(bad)), hostile=table.filter(bad),
+                 reasons=[r for r in reasons if r is not None])  # fmt: skip
+
+
+def _schema_group(data: bytes) -> str | None:
+    """The parquet schema a file of another schema (an older stepwatch's, another writer's) shares with the
+    files it is read in bulk with, or None for a file that goes the per-file way at once: no readable footer,
+    or no rows (its schema version is then its metadata's, which only the per-file way reads)."""
+    try:
+        meta = pq.read_metadata(pa.BufferReader(data))
+    except (pa.ArrowException, OSError):
+        return None
+    return str(meta.schema).split("\n", 1)[-1] if meta.num_rows else None  # the schema's text, not its id
 
 
 def _read(loc: objectstore.Location, entry: objectstore.Entry, spool: Path, bulk: bool = True) -> _Read:
     data = objectstore.read_bytes(loc, entry.path)
     digest = hashlib.sha256(data).hexdigest()
-    if not bulk or not has_current_schema(data):
+    current = bulk and has_current_schema(data)
+    group = _schema_group(data) if bulk and not current else None
+    if not current and group is None:
         return _per_file(data, digest)
     if objectstore.is_remote(entry.uri):  # DuckDB reads the bytes just read, from a local copy
         local = spool / f"{digest}.parquet"
         local.write_bytes(data)
-        return _Read(digest, bulk_path=str(local))
-    return _Read(digest, bulk_path=entry.path)
+        return _Read(digest, bulk_path=str(local), group=group)
+    return _Read(digest, bulk_path=entry.path, group=group)
 
 
-def _read_ahead(todo: list[tuple[objectstore.Location, objectstore.Entry]], spool: Path) -> Iterator[_Read]:
+def _read_ahead(
+    todo: list[tuple[objectstore.Location, objectstore.Entry]], spool: Path, bulk: bool = True
+) -> Iterator[_Read]:
     """``_read`` of each file in order, a few files ahead on worker threads (I/O, hashing and parquet decoding
     free the GIL)."""
     with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
         for start in range(0, len(todo), READ_AHEAD):
-            yield from pool.map(lambda item: _read(*item, spool), todo[start : start + READ_AHEAD])
+            yield from pool.map(lambda item: _read(*item, spool, bulk), todo[start : start + READ_AHEAD])
 
 
 INDEX_LOOKUP_MAX = 2_048  # run ids looked up through the base's index; more are found by one scan
@@ -176,6 +197,7 @@ class _Batch:
 
     def __init__(self) -> None:
         self.bulk: dict[str, tuple[objectstore.Location, objectstore.Entry, dict]] = {}  # path -> file
+        self.groups: dict[str, list[str]] = {}  # files of another schema: their parquet schema -> paths
         self.tables: list[pa.Table] = []
         self.manifest: list[dict] = []
 
@@ -207,8 +229,12 @@ class _Ingest:
             report.files_unchanged += 1
             on_file(entry.uri, "unchanged")
             return
-        if read.bulk_path is not None:
+        if read.bulk_path is None:
+            report.files_one_by_one += 1
+        else:
             self.digests.add(read.digest)
+            if read.group is not None:
+                batch.groups.setdefault(read.group, []).append(read.bulk_path)
             batch.bulk[read.bulk_path] = (loc, entry, manifest)
             return
         table = read.table
@@ -249,9 +275,12 @@ class _Ingest:
         con.execute("CREATE OR REPLACE TEMP TABLE staged AS SELECT * EXCLUDE (ingested_at) FROM runs LIMIT 0")
         for name in LIST_COLUMNS:
             con.execute(f"ALTER TABLE staged ADD COLUMN {name} {list_type(name)}")
+        grouped = {path for paths in batch.groups.values() for path in paths}
         retry = []
-        if batch.bulk:
-            retry = self._stage_bulk(batch)
+        if len(grouped) < len(batch.bulk):
+            retry = self._stage_bulk(batch, [path for path in batch.bulk if path not in grouped])
+        for paths in batch.groups.values():
+            retry += self._stage_group(batch, paths)
         for path in retry:
             loc, entry, _ = batch.bulk[path]
             self.digests.discard(batch.bulk[path][2]["digest"])
@@ -261,9 +290,43 @@ class _Ingest:
             con.execute("INSERT INTO staged BY NAME SELECT * FROM slow")
             con.unregister("slow")
 
-    def _stage_bulk(self, batch: _Batch) -> list[str]:
+    def _stage_group(self, batch: _Batch, paths: list[str]) -> list[str]:
+        """Files of one older (or another writer's) schema: read together by DuckDB's multi-file reader, brought
+        to today's schema by ``conform`` once for all of them (the migrations and checks the per-file way runs on
+        each), and staged. Files the reader, ``conform`` or ``hostile_values`` find fault with go the per-file
+        way, which decides what lands and what is quarantined, and says why, as it always did."""
+        try:
+            read = self.con.sql("SELECT * FROM read_parquet(?, filename = true)", params=[paths]).to_arrow_table()
+        except duckdb.Error:
+            return paths
+        read = read.combine_chunks()  # a chunk a file: one for all, or every step below pays per chunk
+        filenames = read.column("filename").to_pylist()
+        try:
+            table = conform(read.drop_columns(["filename"]))
+        except SchemaError:
+            return paths  # one of them is not what the others are: each says what on its own
+        faulty = {filenames[i] for i, why in enumerate(hostile_values(table)) if why is not None}
+        synthetic = set(pc.filter(read.column("filename"), pc.equal(read.column("source"), SYNTHETIC_SOURCE))
+                        .to_pylist()) if "source" in read.column_names else set()  # fmt: skip
+        counts: dict[str, int] = {}
+        for name in filenames:
+            counts[name] = counts.get(name, 0) + 1
+        keep: dict[str, str] = {}  # path -> uri
+        for path in paths:
+            if path in faulty:
+                continue
+            _, entry, manifest = batch.bulk[path]
+            if self._belongs(entry.uri, path in synthetic):
+                keep[path] = entry.uri
+                self._accepted(batch, manifest, counts.get(path, 0))
+        if keep:
+            mask = pa.array([name in keep for name in filenames])
+            uris = pa.array([keep[name] for name in filenames if name in keep], pa.string())
+            batch.tables.append(table.filter(mask).append_column("source_uri", uris))
+        return [path for path in paths if path in faulty]
+
+    def _stage_bulk(self, batch: _Batch, paths: list[str]) -> list[str]:
         con = self.con
-        paths = list(batch.bulk)
         try:
             con.execute("SET preserve_insertion_order = false")  # lets DuckDB read the files in parallel
             con.execute("CREATE OR REPLACE TEMP TABLE bulk AS SELECT * FROM read_parquet(?, filename = true)", [paths])
@@ -349,9 +412,11 @@ def ingest(
     on_file: Callable[[str, str], None] = lambda uri, outcome: None,
     on_wait: Callable[[], None] = lambda: None,
     recursive: bool = False,
+    bulk: bool = True,
 ) -> IngestReport:
     """Ingest every *.parquet in ``sources`` (folders, files, s3:// or gs:// prefixes) into ``db``; with
-    ``recursive``, those in the folders below them too (not in quarantine/).
+    ``recursive``, those in the folders below them too (not in quarantine/). ``bulk`` False reads every file
+    the per-file way: the reference the bulk ways are held to.
 
     Files already ingested unchanged are skipped without being read; rows whose run_id is present are
     skipped; a file that fails validation is quarantined beside where it was, and the rest goes on.
@@ -387,7 +452,7 @@ def ingest(
             for start_at in range(0, len(todo), BATCH_FILES):
                 chunk = todo[start_at : start_at + BATCH_FILES]
                 batch = _Batch()
-                for (loc, entry), read in zip(chunk, _read_ahead(chunk, Path(spool))):
+                for (loc, entry), read in zip(chunk, _read_ahead(chunk, Path(spool), bulk)):
                     work.file(loc, entry, read, batch)
                 work.insert(batch)
     else:

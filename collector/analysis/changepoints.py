@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from stepwatch.collector.analysis.stats import Ratio, Side, noise_of, welch_ratio
+from stepwatch.collector.analysis.stats import Ratio, Side, is_worse, noise_of, welch_ratio
 
 MIN_SIZE = 2  # nights in a segment: one night alone is an outlier, never a level
 HAMPEL_HALF = 3  # a night is judged against the median of the 3 nights either side
@@ -278,7 +278,7 @@ def detect_changes(
                 ci_high=test.ci_high,
                 p_value=test.p_value,
                 status="suspected" if recent else "confirmed",
-                regression=higher_is_better is not None and (test.ratio < 1) == higher_is_better,
+                regression=is_worse(test.ratio, higher_is_better),
                 versions_changed=changed,
             )
         )

@@ -123,6 +123,11 @@ def between_groups(groups: Sequence[np.ndarray]) -> Between | None:
     return Between(var, max(1.0, var**2 / (a**2 / (k - 1) + b**2 / df_within)))
 
 
+def is_worse(ratio: float, higher_is_better: bool | None) -> bool:
+    """Whether candidate/baseline = ``ratio`` went the bad way (never, for a counter without a declared direction)."""
+    return higher_is_better is not None and (ratio < 1 if higher_is_better else ratio > 1)
+
+
 NORMAL_MAD = 0.6745  # the median of |x| for a standard normal x
 
 

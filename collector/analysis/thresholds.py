@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stepwatch.collector.analysis.stats import is_worse
 from stepwatch.collector.data import bundled
 from stepwatch.collector.metrics import Metric, MetricError, get_metric
 from stepwatch.collector.store.selection import Selection
@@ -73,20 +74,26 @@ def load_overrides(path: Path | None = None) -> list[Override]:
     return overrides
 
 
+def _last(metric: Metric, series: Mapping[str, Any], overrides: list[Override], attribute: str) -> Any:
+    """The ``attribute`` of the last override for this metric that matches the series and sets it, else None."""
+    chosen = None
+    for override in overrides:
+        value = getattr(override, attribute)
+        if override.metric == metric.name and value is not None and override.where.matches(series):
+            chosen = value
+    return chosen
+
+
 def threshold_for(metric: Metric, series: Mapping[str, Any], overrides: list[Override]) -> float:
     """The last matching override's threshold for this series and metric, else the metric's default."""
-    chosen = metric.threshold
-    for override in overrides:
-        if override.metric == metric.name and override.threshold is not None and override.where.matches(series):
-            chosen = override.threshold
-    return chosen
+    chosen = _last(metric, series, overrides, "threshold")
+    return metric.threshold if chosen is None else chosen
 
 
 def worse(metric: Metric, series: Mapping[str, Any], overrides: list[Override], ratio: float) -> bool:
     """Whether candidate/baseline = ``ratio`` is a change in the bad direction for this series (never, for a
     counter without a declared direction)."""
-    higher = direction_for(metric, series, overrides)
-    return higher is not None and (ratio < 1 if higher else ratio > 1)
+    return is_worse(ratio, direction_for(metric, series, overrides))
 
 
 def direction_for(metric: Metric, series: Mapping[str, Any], overrides: list[Override]) -> bool | None:
@@ -94,8 +101,5 @@ def direction_for(metric: Metric, series: Mapping[str, Any], overrides: list[Ove
     counter, the last matching override's declared one, else None (a change is only "changed")."""
     if not metric.deterministic:
         return metric.higher_is_better
-    chosen = None
-    for override in overrides:
-        if override.metric == metric.name and override.better is not None and override.where.matches(series):
-            chosen = override.better == "higher"
-    return chosen
+    better = _last(metric, series, overrides, "better")
+    return None if better is None else better == "higher"

@@ -27,6 +27,10 @@ from typing import Any
 
 import psutil
 
+from stepwatch.collector.bench.launchers import rank
+from stepwatch.collector.bench.measure import WindowClock
+from stepwatch.collector.config import BenchmarkConfig
+
 RUNNER_PID_ENV = "STEPWATCH_RUNNER_PID"  # set by the runner: its process tree is the trial's own
 # The limits a flag stands on, in one place (docs/reference.md, "The machine's state").
 SHARED_OTHER_CORES = 0.5  # other processes' CPU, in cores, at least this or 5% of the machine's cores
@@ -120,13 +124,12 @@ def cgroup_cpu_stats() -> list[Path]:
             ]
         else:
             continue
-        for root in roots:
-            if (root / "cpu.stat").exists() or (root / path / "cpu.stat").exists():
-                parts_ = Path(path).parts
-                for depth in range(len(parts_), -1, -1):
-                    stat = root.joinpath(*parts_[:depth], "cpu.stat")
-                    if stat.exists() and stat not in found:
-                        found.append(stat)
+        below = Path(path).parts
+        for root in roots:  # the first root that holds this hierarchy: the cgroup's cpu.stat, then its parents'
+            chain = [root.joinpath(*below[:depth], "cpu.stat") for depth in range(len(below), -1, -1)]
+            existing = [stat for stat in chain if stat.exists()]
+            if existing:
+                found += [stat for stat in existing if stat not in found]
                 break
     return found
 
@@ -165,6 +168,7 @@ class CpuReading:
     time: float
     machine: tuple[float, float] | None  # busy, steal seconds
     own: float  # the trial's processes' CPU seconds
+    own_pids: set[int]  # the trial's processes at the reading
     others: dict[int, tuple[str, float]]  # pid -> (name, CPU seconds) of every other process
     throttled: list[float | None]  # per cgroup cpu.stat
     thermal: int | None
@@ -193,6 +197,7 @@ def read_cpu(stats: list[Path]) -> CpuReading:
         time.monotonic(),
         _machine_cpu(),
         own_s,
+        own_pids,
         others,
         [throttled_seconds(s) for s in stats],
         _thermal_events(),
@@ -338,9 +343,8 @@ def gpu_fields(
         "gpu_mem_clock_mhz": min(_known([r["mem_clock"] for r in readings]), default=None),
         "gpu_temp_c": max(_known([r["temp_c"] for r in readings]), default=None),
         "gpu_power_limit_w": sum(_known([r["limit_mw"] for r in after.values])) / 1000 or None,
-        "gpu_power_w": energy_j / seconds
-        if energy_j is not None
-        else (sum(powers) / len(readings) * len(after.values) / 1000 if powers else None),  # fmt: skip
+        # energy over time; without an energy counter, the mean of the two readings of all devices' draw
+        "gpu_power_w": energy_j / seconds if energy_j is not None else (sum(powers) / 2 / 1000 if powers else None),
         "gpu_energy_j": energy_j,
         "gpu_clock_reasons": ",".join(reason_names(mask)),
         "gpu_ecc": all(r["ecc"] == 1 for r in after.values) if _known([r["ecc"] for r in after.values]) else None,
@@ -401,8 +405,7 @@ class Watch:
         (cpu0, gpu0), (cpu1, gpu1) = self.readings
         out, throttled, shared = cpu_fields(cpu0, cpu1)
         if gpu0 is not None and gpu1 is not None:
-            own = {p.pid for p in own_processes()}
-            gpu, gpu_throttled, gpu_shared = gpu_fields(gpu0, gpu1, own, self.processes)
+            gpu, gpu_throttled, gpu_shared = gpu_fields(gpu0, gpu1, cpu1.own_pids, self.processes)
             out.update(gpu)
             throttled += gpu_throttled
             shared += gpu_shared
@@ -414,3 +417,16 @@ class Watch:
         notes = [f"throttled: {t}" for t in throttled] + [f"shared: {s}" for s in shared]
         out.update(throttled=bool(throttled), shared=bool(shared), machine_note="; ".join(notes) or None)
         return {k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v) for k, v in out.items()}
+
+
+def watch_trial(clock: WindowClock, config: BenchmarkConfig, total_steps: int) -> None:
+    """Have a trial's clock read the machine as its measured steps begin and end: in the process that writes the
+    row (rank 0 of several, whose processes are all the trial's)."""
+    if rank() == 0:
+        watch = Watch(config.device, config.devices, config.processes)
+        clock.watch_measured(watch, config.warmup_steps, total_steps)
+
+
+def trial_fields(clock: WindowClock, examples: float | None) -> dict[str, Any]:
+    """The row's machine columns of a trial ``watch_trial`` set up (none in the other ranks)."""
+    return clock.watch.fields(examples) if clock.watch is not None else {}

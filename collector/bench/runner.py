@@ -343,7 +343,7 @@ def make_row(
     accelerator = row.get("accelerator")
     cores = row.get("cpu_cores")
     price = catalog.find_price(options.prices, config.device, accelerator, cores)
-    missing = catalog.no_price_note(config.device, accelerator, cores)
+    missing = None if price else catalog.no_price_note(config.device, accelerator, cores)
     row.update(catalog.cost_columns(price, options.price_per_hour, config.devices, wall_s, eps, missing))
     peak, source = catalog.peak_tflops(options.peaks, accelerator, config.precision, config.devices)
     if peak is None and config.device != "cpu":  # kept in extras: why MFU is empty

@@ -109,8 +109,7 @@ def run(
     os.environ["KERAS_BACKEND"] = config.keras_backend  # a Keras script runs on the config's backend
     clock = WindowClock(first_steps=1, window_steps=config.window_steps)
     total = 1 + config.warmup_steps + config.steps
-    if rank() == 0:  # rank 0 writes the row: it reads the machine (every rank's processes are the trial's)
-        clock.watch_measured(machine.Watch(config.device, config.devices, config.processes), config.warmup_steps, total)
+    machine.watch_trial(clock, config, total)
     session = steps.Session(clock, total)
     path = Script(config.model).check()
 
@@ -133,8 +132,7 @@ def run(
         # A script's loss is its own: nothing measured it here.
         stats.update(first_loss=None, final_loss=None, loss_finite=None, window_losses=[])
         result.update(stats, **host_load(clock, config.warmup_steps))
-        if clock.watch is not None:
-            result.update(clock.watch.fields(stats["measured_steps"] * (global_batch or 0)))
+        result.update(machine.trial_fields(clock, stats["measured_steps"] * (global_batch or 0)))
         result.update(framework_versions())
         result.update(device_fields(config))
         result.update(host_memory_fields())

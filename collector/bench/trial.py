@@ -75,9 +75,7 @@ def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> 
     preset = spec.preset(config.preset)
     clock = WindowClock(first_steps=config.steps_per_execution, window_steps=config.window_steps)
     total_steps = config.steps_per_execution + config.warmup_steps + config.steps
-    if launchers.rank() == 0:  # rank 0 writes the row: it reads the machine
-        watch = machine.Watch(config.device, config.devices, config.processes)
-        clock.watch_measured(watch, config.warmup_steps, total_steps)
+    machine.watch_trial(clock, config, total_steps)
     model = optimizer = data = setup = None
     try:
         setup = backend.configure(config)
@@ -130,8 +128,7 @@ def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> 
         stats = summarize(clock, config.warmup_steps, result.get("global_batch", config.per_device_batch))
         result.update(asdict(stats))
         result.update(host_load(clock, config.warmup_steps))  # kept in extras: how busy this process was
-        if clock.watch is not None:
-            result.update(clock.watch.fields(stats.measured_steps * result.get("global_batch", 0)))
+        result.update(machine.trial_fields(clock, stats.measured_steps * result.get("global_batch", 0)))
         result["peak_memory_bytes"], result["peak_memory_kind"] = backend.peak_memory(config)
         result.update(backend.host_memory_fields())
         result["frameworks_loaded"] = runtime.loaded_frameworks()  # kept in extras: what this process really imported

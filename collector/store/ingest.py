@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -306,11 +307,9 @@ class _Ingest:
         except SchemaError:
             return paths  # one of them is not what the others are: each says what on its own
         faulty = {filenames[i] for i, why in enumerate(hostile_values(table)) if why is not None}
-        synthetic = set(pc.filter(read.column("filename"), pc.equal(read.column("source"), SYNTHETIC_SOURCE))
-                        .to_pylist()) if "source" in read.column_names else set()  # fmt: skip
-        counts: dict[str, int] = {}
-        for name in filenames:
-            counts[name] = counts.get(name, 0) + 1
+        sources = table.column("source").to_pylist()  # conform keeps the rows' order
+        synthetic = {name for name, source in zip(filenames, sources) if source == SYNTHETIC_SOURCE}
+        counts = Counter(filenames)
         keep: dict[str, str] = {}  # path -> uri
         for path in paths:
             if path in faulty:

@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from stepwatch.collector.analysis.stats import plain
 from stepwatch.collector.store.selection import Selection
 from stepwatch.dashboard import charts, data, state
 
@@ -28,15 +29,11 @@ st.caption(
 )
 
 
-def said(value: object, otherwise: str) -> str:
-    return value if isinstance(value, str) and value else otherwise
-
-
 marks = charts.price_marks(frame)
 st.markdown(
     "\n".join(
-        f"{marks[p.price_key]}. **{p.price_key}** ({said(p.price_covers, 'what it covers not recorded')}, "
-        f"{said(p.price_date, 'no date')}): {said(p.price_source, 'no source')}"
+        f"{marks[p.price_key]}. **{p.price_key}** ({plain(p.price_covers) or 'what it covers not recorded'}, "
+        f"{plain(p.price_date) or 'no date'}): {plain(p.price_source) or 'no source'}"
         for p in frame.drop_duplicates("price_key").sort_values("price_key").itertuples(index=False)
     )
 )

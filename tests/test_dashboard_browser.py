@@ -86,11 +86,21 @@ def test_a_copied_link_opened_first_on_a_fresh_server_gets_the_app_navigation(re
     with serve(reference_store) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        asked = []
+        page.on("request", lambda request: asked.append(request.url))
         page.goto(f"{url}/history?precision=fp32")  # nothing has opened the app before this link
         page.get_by_role("heading", name="History").first.wait_for(timeout=120_000)
         page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
         nav = page.locator('[data-testid="stSidebarNav"]').inner_text()
         caption = page.get_by_text("store: ").inner_text()
+        linked = page.url
+        page.locator('[data-testid="stSidebarNav"] a', has_text="Cost").click()
+        page.get_by_role("heading", name="Cost").first.wait_for(timeout=120_000)
+        page.wait_for_url(f"{url}/cost**", timeout=120_000)
         browser.close()
+    # The page knew where its server is (dashboard/server.py): it never took /history for the server's base path.
+    assert not [u for u in asked if "/history/_stcore/" in u], asked
+    assert [u for u in asked if u.endswith("/_stcore/health")] == [f"{url}/_stcore/health"]
+    assert linked.startswith(f"{url}/history?precision=fp32&")
     assert [title for title in TITLES.values() if title in nav] == list(TITLES.values())
     assert "first run" not in nav and (REPO / caption.removeprefix("store: ")).resolve() == reference_store.resolve()

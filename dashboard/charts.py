@@ -325,7 +325,7 @@ def speedup_bars(
     return fig
 
 
-COST_METRICS = ("cost_usd", "cost_per_1m_examples_usd")
+COST_METRICS = {"cost_usd": "cost per run (USD)", "cost_per_1m_examples_usd": "USD per 1M examples"}
 
 
 def price_marks(frame: pd.DataFrame) -> dict[str, int]:
@@ -334,9 +334,9 @@ def price_marks(frame: pd.DataFrame) -> dict[str, int]:
     return {key: i for i, key in enumerate(sorted(frame["price_key"].dropna().unique()), start=1)}
 
 
-def cost_bars(frame: pd.DataFrame) -> go.Figure:
-    """Cost per run and per 1M examples, a row of panels per model: the alternatives of a config (XLA on/off,
-    precision, batch, ...) side by side as grouped bars, never stacked (costs of alternatives do not add);
+def cost_bars(frame: pd.DataFrame, column: str) -> go.Figure:
+    """One of ``COST_METRICS`` (cost per run or per 1M examples), a panel per model: the alternatives of a config
+    (XLA on/off, precision, batch, ...) side by side as grouped bars, never stacked (costs of alternatives do not add);
     colour by precision, hatched when jit_compile is on. Each bar names its price under it (its mark in
     ``price_marks``); the hover names the price, what it covers, its source and date."""
     data = frame.copy()
@@ -350,8 +350,7 @@ def cost_bars(frame: pd.DataFrame) -> go.Figure:
         alternatives.insert(0, "precision")
     data["alternative"] = short_names(data, alternatives)
     fig = make_subplots(
-        rows=len(models), cols=2, subplot_titles=[f"{m}: {t}" for m in models for t in ("cost per run (USD)",
-                                                                                      "USD per 1M examples")],
+        rows=len(models), cols=1, subplot_titles=[f"{m}: {COST_METRICS[column]}" for m in models],
         vertical_spacing=0.4 / len(models) if len(models) > 1 else 0.1,  # room for the slanted names
     )  # fmt: skip
     palette = px.colors.qualitative.Plotly
@@ -360,29 +359,28 @@ def cost_bars(frame: pd.DataFrame) -> go.Figure:
     for row, model in enumerate(models, start=1):
         for name, part in data[data["config"] == model].groupby("alternative", sort=True):
             xla_on = bool(part["xla"].iloc[0])
-            for col, column in enumerate(COST_METRICS, start=1):
-                fig.add_trace(
-                    go.Bar(
-                        x=part["priced"],
-                        y=part[column],
-                        name=name,
-                        legendgroup=name,
-                        offsetgroup=name,
-                        showlegend=name not in shown,
-                        marker={"color": colours[part["precision"].iloc[0]],
-                                "pattern": {"shape": "/" if xla_on else ""}},
-                        customdata=part[["price_per_device_hour", "price_source", "price_date", "trials",
-                                         "examples_per_sec", "price_covers"]].astype(str).to_numpy(),
-                        hovertemplate=f"{model} {name}<br>%{{x}}: %{{y:.4g}} USD<br>"
-                        "%{customdata[4]} examples/s (median of %{customdata[3]} trials)<br>"
-                        "price %{customdata[0]} USD per device-hour (%{customdata[5]}), %{customdata[1]} "
-                        "(%{customdata[2]})"
-                        "<extra></extra>",
-                    ),
-                    row=row,
-                    col=col,
-                )  # fmt: skip
-                shown.add(name)
+            fig.add_trace(
+                go.Bar(
+                    x=part["priced"],
+                    y=part[column],
+                    name=name,
+                    legendgroup=name,
+                    offsetgroup=name,
+                    showlegend=name not in shown,
+                    marker={"color": colours[part["precision"].iloc[0]],
+                            "pattern": {"shape": "/" if xla_on else ""}},
+                    customdata=part[["price_per_device_hour", "price_source", "price_date", "trials",
+                                     "examples_per_sec", "price_covers"]].astype(str).to_numpy(),
+                    hovertemplate=f"{model} {name}<br>%{{x}}: %{{y:.4g}} USD<br>"
+                    "%{customdata[4]} examples/s (median of %{customdata[3]} trials)<br>"
+                    "price %{customdata[0]} USD per device-hour (%{customdata[5]}), %{customdata[1]} "
+                    "(%{customdata[2]})"
+                    "<extra></extra>",
+                ),
+                row=row,
+                col=1,
+            )  # fmt: skip
+            shown.add(name)
     fig.update_layout(barmode="group", height=max(400, 380 * len(models)), margin={"t": 40},
                       legend={"title_text": ", ".join(alternatives), "orientation": "h", "yanchor": "top",
                               "y": -0.25 / len(models)})  # fmt: skip

@@ -84,3 +84,15 @@ def notices() -> None:
     ignored = st.session_state.pop("_ignored", [])
     if ignored:
         st.info("Ignored from the link (not known to this store): " + ", ".join(ignored))
+
+
+# What is below a page's first screen is drawn on demand: a table costs the browser 0.1-0.3 s to draw and a figure
+# 0.06-0.1 s on every visit (benchmarks/dashboard.py), opened they cost one rerun of cached queries.
+def on_demand(label: str, key: str, expanded: bool = False) -> Any:
+    """An expander whose content runs (and is drawn) only while it is open: ``if box.open: with box: ...``."""
+    return st.expander(label, expanded=expanded, key=key, on_change="rerun")
+
+
+def tabs(key: str, labels: Sequence[str]) -> Sequence[Any]:
+    """Tabs of which only the picked one runs and is drawn (``tab.open``); the pick is kept in the URL as ``key``."""
+    return st.tabs(list(labels), key=key, bind="query-params")

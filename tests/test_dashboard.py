@@ -35,6 +35,15 @@ def render(db: Path, page: str, monkeypatch: pytest.MonkeyPatch, **params: str) 
     return at
 
 
+def opened(at: AppTest, *keys: str) -> AppTest:
+    """The page again with the named on-demand expanders open (``state.on_demand``), as a click opens them."""
+    for key in keys:
+        at.session_state[key] = True
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
 def figures(at: AppTest) -> list[dict]:
     return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
 
@@ -135,6 +144,8 @@ def test_compare_shows_a_forest_plot_and_verdicts_for_two_labels(
 ) -> None:
     at = render(smoke_store, "compare", monkeypatch, baseline="label=baseline", candidate="label=candidate")
     [forest] = figures(at)
+    assert not at.dataframe  # the table is drawn when its expander is opened
+    opened(at, "verdict_table")
     points = [(x, y) for trace in forest["data"] for x, y in zip(values(trace["x"]), values(trace["y"]))]
     assert len(points) == 1 and points[0][1].startswith("bilstm/tiny cpu noxla fp32 b8 fit on ")
     table = at.dataframe[0].value
@@ -171,8 +182,8 @@ def test_speedups_are_ratios_of_the_stores_geometric_means(smoke_store: Path, mo
 def test_speedups_compare_each_keras_backend_with_tensorflow(
     smoke_store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    at = render(smoke_store, "speedups", monkeypatch)
-    backend_chart = figures(at)[2]
+    at = render(smoke_store, "speedups", monkeypatch, kind="Keras backends vs TensorFlow")
+    [backend_chart] = figures(at)
     bars = {trace["name"]: values(trace["y"]) for trace in backend_chart["data"]}
     (torch, tf) = query(
         smoke_store,
@@ -187,7 +198,7 @@ def test_compare_pairs_series_across_keras_backends(smoke_store: Path, monkeypat
     at = render(
         smoke_store, "compare", monkeypatch, baseline="keras_backend=tensorflow", candidate="keras_backend=torch"
     )
-    table = at.dataframe[0].value
+    table = opened(at, "verdict_table").dataframe[0].value
     both = table[(table["n candidate"] > 0) & (table["n baseline"] > 0)]
     assert len(both) == 1 and list(both["n candidate"]) == [1] and list(both["n baseline"]) == [4]
     assert both["series"].iloc[0].startswith("bilstm/tiny cpu eager fp32 b8 fit keras_backend=torch")
@@ -203,7 +214,7 @@ def test_a_link_made_before_the_device_rename_still_filters(smoke_store: Path, m
 
 def test_run_page_shows_a_failed_runs_error_from_the_url(smoke_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     [(run_id,)] = query(smoke_store, "SELECT run_id FROM runs WHERE status <> 'ok'")
-    at = render(smoke_store, "run", monkeypatch, run=run_id)
+    at = opened(render(smoke_store, "run", monkeypatch, run=run_id), "environment")
     assert at.error[0].value.startswith("timeout: Timeout trial ran past its timeout of 2 s")
     environment = at.dataframe[0].value
     assert dict(zip(environment["field"], environment["value"]))["run_id"] == run_id
@@ -284,7 +295,7 @@ def test_compare_shows_a_bisects_steps_and_compares_one(
     steps.button[0].click().run()
     assert at.query_params["baseline"] == f"suite_run_id={baseline_id}"
     assert at.query_params["candidate"] == f"suite_run_id={candidate_id}"
-    compared = at.dataframe[-1].value
+    compared = opened(at, "verdict_table").dataframe[-1].value
     assert list(compared["n baseline"]) == [1] and list(compared["n candidate"]) == [2]
 
 
@@ -315,10 +326,12 @@ def test_speedups_say_there_is_no_pair_instead_of_an_empty_chart(
 ) -> None:
     """Every H100 run compiled (XLA on JAX, inductor on torch, except two eager torch runs of other precisions), so
     no config ran with jit_compile both on and off: a line says so. Precisions and backends have their pairs."""
-    at = render(h100_store, "speedups", monkeypatch)
-    captions = [c.value for c in at.caption]
+    captions, titles = [], []
+    for kind in ("jit_compile on vs off", "Precision vs fp32", "Keras backends vs TensorFlow"):  # one tab each
+        at = render(h100_store, "speedups", monkeypatch, kind=kind)
+        captions += [c.value for c in at.caption]
+        titles += [figure["layout"]["title"]["text"] for figure in figures(at)]
     assert "jit_compile on vs off: no config in this selection ran both with and without it." in captions
-    titles = [figure["layout"]["title"]["text"] for figure in figures(at)]
     assert not any(title.startswith("jit_compile on vs off") for title in titles), titles
     assert any(title.startswith("Precision modes") for title in titles), titles
 

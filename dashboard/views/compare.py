@@ -153,9 +153,9 @@ rows = [
     for r in comparison.ordered()
 ]
 table = pd.DataFrame(rows)
-# Tables open on demand: a table costs the browser about 0.3 s to draw, more than the page's figure.
-with st.expander(f"Verdict table: {len(table)} rows, with a repro command each"):
-    st.dataframe(table, hide_index=True, width="stretch")
+box = state.on_demand(f"Verdict table: {len(table)} rows, with a repro command each", "verdict_table")
+if box.open:
+    box.dataframe(table, hide_index=True, width="stretch")
 st.download_button("Download CSV", table.to_csv(index=False), "stepwatch-compare.csv", "text/csv")
 for r in comparison.by_verdict(INCONCLUSIVE):
     st.caption(f"Inconclusive, {series_label(r.series)} {r.metric.name}: {resolution(r.result)}")

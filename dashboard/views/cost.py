@@ -20,7 +20,10 @@ for why, trials in gaps[["why", "trials"]].itertuples(index=False):
 if frame.empty:
     st.info("No priced successful runs for this selection.")
     st.stop()
-st.plotly_chart(charts.cost_bars(frame), width="stretch")
+# One measure at a time, in tabs: only the picked one is drawn (a figure costs the browser 0.06-0.1 s).
+for tab, column in zip(state.tabs("measure", list(charts.COST_METRICS.values())), charts.COST_METRICS):
+    if tab.open:
+        tab.plotly_chart(charts.cost_bars(frame, column), width="stretch")
 st.caption(
     "Medians of successful trials. Under each bar: the hardware, and [n], the price it was costed at, listed below "
     "with its source (the bundled catalog, the project's `prices` setting, or --price-per-hour). A price says what "
@@ -37,8 +40,9 @@ st.markdown(
         for p in frame.drop_duplicates("price_key").sort_values("price_key").itertuples(index=False)
     )
 )
-with st.expander(f"Table: {len(frame)} config points, with each price's source and date"):
-    st.dataframe(
+box = state.on_demand(f"Table: {len(frame)} config points, with each price's source and date", "cost_table")
+if box.open:
+    box.dataframe(
         frame[
             ["accelerator", "model", "preset", "precision", "xla", "per_device_batch", "cost_usd",
              "cost_per_1m_examples_usd", "examples_per_sec", "price_key", "price_per_device_hour", "price_covers",

@@ -79,8 +79,9 @@ else:
         f"{thinned}); failed trials are left out of every point."
     )
 if len(failed):
-    with st.expander(f"Suite runs with failed trials ({len(failed)})"):
-        st.dataframe(
+    box = state.on_demand(f"Suite runs with failed trials ({len(failed)})", "failed_runs")
+    if box.open:
+        box.dataframe(
             failed[["night", "model", "accelerator", "precision", "xla", "ok", "trials", "suite_run_id"]],
             hide_index=True,
         )

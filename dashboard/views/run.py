@@ -50,5 +50,6 @@ if row.get("log_tail"):
         st.code(row["log_tail"])
 st.subheader("Environment and configuration")
 fields = {k: v for k, v in row.items() if v is not None and k not in ("log_tail",)}
-with st.expander(f"Environment and config: {len(fields)} fields"):
-    st.dataframe(pd.DataFrame({"field": list(fields), "value": [str(v) for v in fields.values()]}), hide_index=True)
+box = state.on_demand(f"Environment and config: {len(fields)} fields", "environment")
+if box.open:
+    box.dataframe(pd.DataFrame({"field": list(fields), "value": [str(v) for v in fields.values()]}), hide_index=True)

@@ -48,39 +48,51 @@ def bars(points: pd.DataFrame, kind: str, title: str, missing: str, **style: str
         st.caption(f"{title.split(' (')[0]}: {missing}")
 
 
-bars(
-    frame[frame["xla"]],
-    "xla",
-    "jit_compile on vs off (XLA; torch.compile on torch), same precision and batch",
-    "no config in this selection ran both with and without it.",
-)
-bars(
-    frame,
-    "precision",
-    "Precision modes vs the fastest fp32 point (jit_compile off / on)",
-    "no config in this selection ran another precision beside fp32."
-    if (frame["precision"] != "fp32").any()
-    else "only fp32 was run in this selection.",
-    pattern="xla",
-)
-bars(
-    frame[frame["keras_backend"] != "tensorflow"],
-    "backend",
-    "Keras backends vs TensorFlow (same model, precision, batch, device and jit_compile setting)",
-    "no JAX or torch run has a TensorFlow run of the same config here.",
-    color="keras_backend",
-    pattern="xla",
-)
-# Plain PyTorch against Keras on torch: rows of plain PyTorch have no Keras version, so any Keras version's fit
-# trials of the same config are its reference here.
-plain = with_intervals(data.load("speedups", Selection.of(keras_backend="torch", accelerator=picked)))
-bars(
-    plain[plain["loop"] == "pytorch"],
-    "plain",
-    "Plain PyTorch vs Keras on torch (same model, precision, batch, device and compile setting; Keras: any version)",
-    "no plain PyTorch run (--loop pytorch) has a Keras-on-torch run of the same config here.",
-    pattern="xla",
-)
+def plain_pytorch() -> None:
+    """Plain PyTorch against Keras on torch: rows of plain PyTorch have no Keras version, so any Keras version's
+    fit trials of the same config are its reference here."""
+    plain = with_intervals(data.load("speedups", Selection.of(keras_backend="torch", accelerator=picked)))
+    bars(
+        plain[plain["loop"] == "pytorch"],
+        "plain",
+        "Plain PyTorch vs Keras on torch (same model, precision, batch, device and compile setting; Keras: any "
+        "version)",
+        "no plain PyTorch run (--loop pytorch) has a Keras-on-torch run of the same config here.",
+        pattern="xla",
+    )
+
+
+# One kind of speedup at a time, in tabs: only the picked one is drawn (a figure costs the browser 0.06-0.1 s).
+KINDS = {
+    "jit_compile on vs off": lambda: bars(
+        frame[frame["xla"]],
+        "xla",
+        "jit_compile on vs off (XLA; torch.compile on torch), same precision and batch",
+        "no config in this selection ran both with and without it.",
+    ),
+    "Precision vs fp32": lambda: bars(
+        frame,
+        "precision",
+        "Precision modes vs the fastest fp32 point (jit_compile off / on)",
+        "no config in this selection ran another precision beside fp32."
+        if (frame["precision"] != "fp32").any()
+        else "only fp32 was run in this selection.",
+        pattern="xla",
+    ),
+    "Keras backends vs TensorFlow": lambda: bars(
+        frame[frame["keras_backend"] != "tensorflow"],
+        "backend",
+        "Keras backends vs TensorFlow (same model, precision, batch, device and jit_compile setting)",
+        "no JAX or torch run has a TensorFlow run of the same config here.",
+        color="keras_backend",
+        pattern="xla",
+    ),
+    "Plain PyTorch vs Keras": plain_pytorch,
+}
+for tab, draw in zip(state.tabs("kind", list(KINDS)), KINDS.values()):
+    if tab.open:
+        with tab:
+            draw()
 columns = [
     "model",
     "preset",
@@ -93,5 +105,6 @@ columns = [
     "n",
     *(f"{k}_{part}" for k in SPEEDUPS for part in ("speedup", "ci_low", "ci_high", "n")),
 ]
-with st.expander(f"Table: {len(frame)} config points"):  # drawn when opened (a table costs the browser ~0.3 s)
-    st.dataframe(frame[columns], hide_index=True, width="stretch")
+box = state.on_demand(f"Table: {len(frame)} config points", "speedups_table")
+if box.open:
+    box.dataframe(frame[columns], hide_index=True, width="stretch")

@@ -1,6 +1,6 @@
 """Versions: what an upgrade did, at a glance. Throughput, the largest per-device batch and the cost per run of
 the picked series across software versions (TensorFlow, Keras, the JAX or torch of their backend, CUDA, the
-driver), one panel each, with the spread of the trials per version as a box."""
+driver), one panel each (in tabs), with the spread of the trials per version as a box."""
 
 import streamlit as st
 
@@ -42,21 +42,25 @@ selection = Selection.of(
     xla=[v == "on" for v in picked_xla],
 )  # fmt: skip
 
-spreads = {name: data.load("spread", selection, name, along) for name in (*PANELS, extra)}
-versions = sorted({v for s in spreads.values() for v in s["version"].astype(str)}, key=version_key)
-if not versions:
+# One panel at a time, in tabs: only the picked one is queried and drawn (a figure costs the browser 0.06-0.1 s).
+names = (*PANELS, extra)
+tabs = state.tabs("panel", [METRICS[name].label for name in names])
+spreads = {name: data.load("spread", selection, name, along) for name, tab in zip(names, tabs) if tab.open}
+spreads.setdefault(DEFAULT_METRIC, data.load("spread", selection, DEFAULT_METRIC, along))  # what the caption counts
+counted = sorted(set(spreads[DEFAULT_METRIC]["version"].astype(str)), key=version_key)
+if not counted:
     st.info(f"No successful runs with a {along} for this selection.")
     st.stop()
 st.caption(
-    f"{len(versions)} values of {along}; each box is one series' successful trials at that version (median, "
+    f"{len(counted)} values of {along}; each box is one series' successful trials at that version (median, "
     "quartiles, whiskers at the lowest and highest trial). Hover a box for its series, trials and suite runs."
 )
-left, right = st.columns(2)
-for slot, name in zip((left, right, left, right), (*PANELS, extra)):
-    metric = METRICS[name]
-    with slot:
-        if spreads[name].empty:
-            st.markdown(f"**{metric.label}**")
+for name, tab in zip(names, tabs):
+    if not tab.open:
+        continue
+    metric, spread = METRICS[name], spreads[name]
+    with tab:
+        if spread.empty:
             hint = (
                 " The largest batch is searched by `stepwatch run --find-max-batch`, on GPU and TPU hosts."
                 if name == "max_per_device_batch"
@@ -64,4 +68,5 @@ for slot, name in zip((left, right, left, right), (*PANELS, extra)):
             )
             st.info(f"Not measured in the runs of this selection.{hint}")
             continue
-        st.plotly_chart(charts.version_boxes(spreads[name], metric, versions, along), width="stretch")
+        versions = sorted(set(spread["version"].astype(str)), key=version_key)
+        st.plotly_chart(charts.version_boxes(spread, metric, versions, along), width="stretch")

@@ -9,6 +9,7 @@ the comparison and alert modules built on it), with bound parameters.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,31 @@ def load(name: str, *args: Any) -> Any:
     if version is None:
         raise database.StoreError(f"no store at {store_path()}")
     return _cached(str(store_path()), version, name, args)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _drawn(
+    db: str, version: tuple, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], _build: Callable[..., Any]
+) -> Any:
+    return _build(*args, **kwargs)
+
+
+def drawn(build: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``build(*args, **kwargs)`` once per store version and arguments (data frames among them, hashed by
+    content): a page's figure, or what it is drawn from, built from cached queries. Kept as the object itself,
+    not a copy, so it must only be read (``st.plotly_chart`` copies it): a figure costs the server 0.03-0.3 s to
+    build, and the browser waits for it on every visit."""
+    version = identity()
+    if version is None:
+        raise database.StoreError(f"no store at {store_path()}")
+    name = f"{build.__code__.co_filename}:{build.__qualname__}"
+    return _drawn(str(store_path()), version, name, args, kwargs, build)
+
+
+def clear() -> None:
+    """Forget every cached query result and figure (a cold start, for the dashboard benchmark)."""
+    _cached.clear()
+    _drawn.clear()
 
 
 def has_runs() -> bool:

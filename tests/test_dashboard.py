@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from stepwatch.collector.metrics import METRICS
 from stepwatch.collector.schema import to_table, write_parquet
 from stepwatch.collector.store.database import StoreReader, delta_dir, update
 from stepwatch.dashboard.pages import PAGES, TITLES
@@ -244,6 +245,32 @@ def test_versions_draws_a_box_per_series_and_release_from_the_stores_trials(
     assert all(n >= 3 for *_, n in expected)  # the spread of at least three trials per release
 
 
+def test_versions_draws_one_panel_a_tab_and_the_last_ones_metric_is_picked_in_it(
+    reference_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = render(reference_store, "versions", monkeypatch, model="bert")
+    assert [f["layout"]["title"]["text"] for f in figures(first)] == [METRICS["examples_per_sec"].label]
+    assert not [s for s in first.selectbox if s.label == "Metric"]  # the other tabs run only once picked
+    other = render(
+        reference_store, "versions", monkeypatch, model="bert", panel="Another metric", also="peak_rss_bytes"
+    )
+    assert [f["layout"]["title"]["text"] for f in figures(other)] == [METRICS["peak_rss_bytes"].label]
+    assert [s.value for s in other.selectbox if s.label == "Metric"] == ["peak_rss_bytes"]
+
+
+def test_history_chart_options_apply_from_the_link_with_their_expander_closed(
+    reference_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = render(reference_store, "history", monkeypatch, model="bert", x="tf_version")
+    assert not [s for s in at.selectbox if s.label == "X axis"]  # drawn when "Chart: ..." is opened
+    [figure] = figures(at)
+    releases = {version for (version,) in query(reference_store, "SELECT DISTINCT tf_version FROM runs")}
+    drawn = {v for trace in figure["data"] for v in values(trace["x"])}
+    assert drawn and drawn <= releases  # along TensorFlow versions, not nights
+    opened(at, "chart_options")
+    assert [s.value for s in at.selectbox if s.label == "X axis"] == ["tf_version"]
+
+
 def test_history_lines_are_told_apart_without_hovering(reference_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Colour by precision, which does not vary here: the lines take their colour from the model instead, their
     dash from XLA, and each is named by both."""
@@ -364,3 +391,11 @@ def test_cost_marks_every_bar_with_its_price_and_says_which_trials_have_none(
     assert listed == [
         "\n".join(f"{marks[k]}. **{k}** (instance share, 2024-04): {priced[k][1]}" for k in sorted(priced))
     ]
+
+
+def test_the_overviews_sparkline_is_text_scaled_to_its_own_nights() -> None:
+    from stepwatch.dashboard.charts import spark_text
+
+    assert spark_text([1.0, 2.0, 3.0]) == "▁▅█"
+    assert spark_text([100.0, 90.0]) == "█▁"  # its own range: a 10% drop spans the whole height
+    assert spark_text([5.0, 5.0]) == "▄▄" and spark_text([]) == ""

@@ -23,7 +23,7 @@ if frame.empty:
 # One measure at a time, in tabs: only the picked one is drawn (a figure costs the browser 0.06-0.1 s).
 for tab, column in zip(state.tabs("measure", list(charts.COST_METRICS.values())), charts.COST_METRICS):
     if tab.open:
-        tab.plotly_chart(charts.cost_bars(frame, column), width="stretch")
+        tab.plotly_chart(data.drawn(charts.cost_bars, frame, column), width="stretch")
 st.caption(
     "Medians of successful trials. Under each bar: the hardware, and [n], the price it was costed at, listed below "
     "with its source (the bundled catalog, the project's `prices` setting, or --price-per-hour). A price says what "

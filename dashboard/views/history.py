@@ -1,5 +1,6 @@
 """History: any metric over nights or versions, per series; version upgrades and change points marked."""
 
+import plotly.graph_objects as go
 import streamlit as st
 
 from stepwatch.collector.config import SERIES_DIMENSIONS
@@ -32,15 +33,17 @@ with st.sidebar:
     picked_accelerators = st.multiselect("Accelerator", accelerators, picked_accelerators)
     picked_precisions = st.multiselect("Precision", precisions, picked_precisions)
     picked_xla = st.multiselect("XLA", ["off", "on"], picked_xla)
-col1, col2, col3, col4, col5 = st.columns(5)
-metric_name = col1.selectbox(
+metric_name = st.selectbox(
     "Metric", metric_names, metric_names.index(metric_name), format_func=lambda m: METRICS[m].label
 )
-x = col2.selectbox("X axis", X_AXES, X_AXES.index(x))
-color = col3.selectbox("Series colour", SERIES_DIMENSIONS, SERIES_DIMENSIONS.index(color))
-facets = ["none", *SERIES_DIMENSIONS]
-facet = col4.selectbox("Facet", facets, facets.index(facet))
-scale = col5.radio("Scale", ["linear", "log"], ["linear", "log"].index(scale), horizontal=True)
+options = state.on_demand("Chart: x axis, colour, facet, scale, normalised", "chart_options")
+if options.open:
+    col2, col3, col4, col5 = options.columns(4)
+    x = col2.selectbox("X axis", X_AXES, X_AXES.index(x))
+    color = col3.selectbox("Series colour", SERIES_DIMENSIONS, SERIES_DIMENSIONS.index(color))
+    facets = ["none", *SERIES_DIMENSIONS]
+    facet = col4.selectbox("Facet", facets, facets.index(facet))
+    scale = col5.radio("Scale", ["linear", "log"], ["linear", "log"].index(scale), horizontal=True)
 
 selection = Selection.of(
     model=picked_models, accelerator=picked_accelerators, precision=picked_precisions,
@@ -51,18 +54,27 @@ points = data.load("history", selection, metric_name, False)  # medians only: no
 versions = sorted(points["tf_version"].dropna().unique(), key=version_key) if len(points) else []
 baseline = state.one("baseline", ["(none)", *versions], "(none)")  # known only once the points are loaded
 state.notices()
-baseline = st.selectbox("Normalise to TensorFlow version", ["(none)", *versions], ["(none)", *versions].index(baseline))
+if options.open:
+    baseline = options.selectbox(
+        "Normalise to TensorFlow version", ["(none)", *versions], ["(none)", *versions].index(baseline)
+    )
 state.keep(
     model=picked_models, accelerator=picked_accelerators, precision=picked_precisions, xla=picked_xla,
     metric=metric_name, x=x, color=color, facet=facet if facet != "none" else None, scale=scale,
     baseline=baseline if baseline != "(none)" else None,
 )  # fmt: skip
 
-measured = points.dropna(subset=["value"])
 failed = points[points["ok"] < points["trials"]]
-if measured.empty:
-    st.warning(f"No {metric.label.lower()} measured for this selection.")
-else:
+
+
+def history_figure(
+    selection: Selection, metric_name: str, x: str, color: str, facet: str, scale: str, baseline: str
+) -> tuple[go.Figure | None, str]:
+    """The figure and its caption (None and "" when nothing was measured), built once per store version."""
+    metric = METRICS[metric_name]
+    measured = data.load("history", selection, metric_name, False).dropna(subset=["value"])
+    if measured.empty:
+        return None, ""
     if baseline != "(none)":
         measured = charts.normalise(measured, "tf_version", baseline)
     drawn, every = charts.thin(measured) if x == "night" else (measured, 1)
@@ -72,12 +84,20 @@ else:
         drawn, metric, x, color, None if facet == "none" else facet, scale == "log",
         baseline if baseline != "(none)" else None, changes,
     )  # fmt: skip
-    st.plotly_chart(figure, width="stretch")
     thinned = f"; drawn as the median of every {every} consecutive suite runs" if every > 1 else ""
-    st.caption(
+    caption = (
         f"{measured['series_key'].nunique()} series, {len(measured)} points (median of each suite run's ok trials"
         f"{thinned}); failed trials are left out of every point."
     )
+    return figure, caption
+
+
+figure, caption = data.drawn(history_figure, selection, metric_name, x, color, facet, scale, baseline)
+if figure is None:
+    st.warning(f"No {metric.label.lower()} measured for this selection.")
+else:
+    st.plotly_chart(figure, width="stretch")
+    st.caption(caption)
 if len(failed):
     box = state.on_demand(f"Suite runs with failed trials ({len(failed)})", "failed_runs")
     if box.open:

@@ -78,6 +78,7 @@ records = table.to_dict("records")
 shown = table.assign(
     series=[series_label(r) for r in records],
     latest=[f"{v * metric.scale:.4g}" if v == v else "" for v in table["value"]],
+    spark=[charts.spark_text(v) for v in table["spark"]],
     vs_previous=[change(r, "previous") for r in records],
     vs_baseline=[change(r, "baseline") for r in records],
     passing=table["ok"].astype(str) + "/" + table["trials"].astype(str),
@@ -108,7 +109,9 @@ st.dataframe(
         "vs_previous": st.column_config.TextColumn("vs previous run", help="ratio and its 95% interval"),
         "vs_baseline": st.column_config.TextColumn(f"vs baseline (≤{latest.BASELINE_NIGHTS} nights)"),
         "series": st.column_config.TextColumn("series", width="large"),
-        "spark": st.column_config.LineChartColumn(f"last {latest.SPARK_NIGHTS} nights", width="small"),
+        "spark": st.column_config.TextColumn(
+            f"last {latest.SPARK_NIGHTS} nights", help="each night's median, from its lowest to its highest"
+        ),
         "noise": st.column_config.TextColumn("throughput noise"),
         "verdict": st.column_config.TextColumn("status", help="the worse of the two verdicts"),
     },

@@ -76,6 +76,8 @@ PROBE = textwrap.dedent(
     at = AppTest.from_file(str(app), default_timeout=60)
     at.run()
     at.switch_page("views/history.py").run()
+    at.session_state["chart_options"] = True  # the chart's options, drawn once their expander is opened
+    at.run()
     colours = next(box.options for box in at.selectbox if box.label == "Series colour")
     print(json.dumps({
         "source": stepwatch.collector.__file__,

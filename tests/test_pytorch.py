@@ -69,8 +69,11 @@ def test_plain_pytorch_trains_resnet50_and_a_users_module_beside_keras_on_torch(
     assert pair["plain_speedup"] == pytest.approx(plain["examples_per_sec"] / keras_fit["examples_per_sec"], rel=0.3)
 
     # The Speedups page: the plain PyTorch bar, and the plain runs (no Keras version) beside the picked version's.
-    at = render(db, "speedups", monkeypatch)
-    charts = {figure["layout"]["title"]["text"].split(" (")[0]: figure for figure in figures(at)}
+    charts = {
+        figure["layout"]["title"]["text"].split(" (")[0]: figure
+        for kind in ("Precision vs fp32", "Plain PyTorch vs Keras")  # one tab each
+        for figure in figures(render(db, "speedups", monkeypatch, kind=kind))
+    }
     [bar] = charts["Plain PyTorch vs Keras on torch"]["data"]
     assert list(bar["x"]) == ["resnet50/tiny"] and values(bar["y"]) == [pytest.approx(pair["plain_speedup"])]
     shown = {x for trace in charts["Precision modes vs the fastest fp32 point"]["data"] for x in trace["x"]}

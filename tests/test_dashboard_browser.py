@@ -104,3 +104,36 @@ def test_a_copied_link_opened_first_on_a_fresh_server_gets_the_app_navigation(re
     assert linked.startswith(f"{url}/history?precision=fp32&")
     assert [title for title in TITLES.values() if title in nav] == list(TITLES.values())
     assert "first run" not in nav and (REPO / caption.removeprefix("store: ")).resolve() == reference_store.resolve()
+
+
+@NEEDS_CHROMIUM
+def test_what_is_below_the_first_screen_is_drawn_when_opened(reference_store: Path) -> None:
+    """Tables and options in on-demand expanders (``state.on_demand``) are not drawn until a click opens them;
+    a tab picked by a link is the one drawn (``state.tabs``)."""
+    with serve(reference_store) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        drawn = {}
+        for path, label, element in (
+            ("compare", "Verdict table", "stDataFrame"),
+            ("history", "Chart:", "stSelectbox"),
+            ("run", "Environment and config", "stDataFrame"),
+        ):
+            page.goto(f"{url}/{path}")
+            settled(page, TITLES[path])
+            before = page.locator(f'[data-testid="{element}"]').count()
+            page.locator('[data-testid="stExpander"] summary', has_text=label).first.click()
+            page.wait_for_function(
+                f"n => document.querySelectorAll('[data-testid=\"{element}\"]').length > n", arg=before, timeout=120_000
+            )
+            no_errors(page, path)
+            drawn[path] = (before, page.locator(f'[data-testid="{element}"]').count())
+        page.goto(f"{url}/versions?model=bert&panel=Another+metric&also=peak_rss_bytes")
+        settled(page, "Versions")
+        page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
+        picked = page.get_by_role("tab", selected=True).inner_text()
+        figures = page.locator('[data-testid="stPlotlyChart"]').count()
+        browser.close()
+    assert drawn["compare"] == (0, 1) and drawn["run"] == (0, 1)
+    assert drawn["history"][1] - drawn["history"][0] == 4  # x axis, colour, facet, normalised (scale is a radio)
+    assert picked == "Another metric" and figures == 1

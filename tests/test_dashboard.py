@@ -399,3 +399,13 @@ def test_the_overviews_sparkline_is_text_scaled_to_its_own_nights() -> None:
     assert spark_text([1.0, 2.0, 3.0]) == "▁▅█"
     assert spark_text([100.0, 90.0]) == "█▁"  # its own range: a 10% drop spans the whole height
     assert spark_text([5.0, 5.0]) == "▄▄" and spark_text([]) == ""
+
+
+def test_each_pages_address_is_answered_with_streamlits_page_told_where_its_server_is() -> None:
+    """dashboard/server.py (in a browser: tests/test_dashboard_browser.py); under a base path, before any script."""
+    from stepwatch.dashboard import server
+
+    html = server.told_index("perf")
+    told = html.index('window.__streamlit = {BACKEND_BASE_URL: window.location.origin + "/perf/"}')
+    assert told < html.index('<script type="module"')  # set before Streamlit's own code reads it
+    assert [route.path for route in server.routes()] == ["/", *(f"/{p.key}" for p in PAGES[1:]), "/first_run"]

@@ -53,8 +53,11 @@ SETTLED = """([title, charts, tables]) => {
 }"""
 
 
+ADDRESSES = {page.key: page.address for page in DECLARED}
+
+
 def path_of(page: str) -> str:
-    return "" if page in (DECLARED[0].key, "floor") else page
+    return ADDRESSES.get(page, "")  # the floor is its own app's root
 
 
 def settle(page, name: str, expected: tuple[int, int]) -> float:

@@ -20,6 +20,11 @@ class Page:
         return VIEWS / f"{self.key}.py"
 
     @property
+    def address(self) -> str:
+        """Its URL path below the server's: its key, "" for the default page (the first of ``PAGES``)."""
+        return "" if self == PAGES[0] else self.key
+
+    @property
     def view(self) -> str:
         """The path an AppTest switches to."""
         return f"views/{self.key}.py"

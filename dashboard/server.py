@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import BaseRoute, Route
 
-from stepwatch.dashboard.pages import FIRST_RUN, PAGES
+from stepwatch.dashboard.pages import PAGES
 
 INDEX = Path(st.__file__).parent / "static" / "index.html"
 HEAD = "<head>"
@@ -53,5 +53,5 @@ def routes() -> list[BaseRoute]:
         return HTMLResponse(html, headers={"Cache-Control": "no-cache"})
 
     prefix = f"/{base}" if base else ""
-    paths = [prefix or "/", *(f"{prefix}/{page.key}" for page in (*PAGES[1:], FIRST_RUN))]
+    paths = [f"{prefix}/{page.address}".rstrip("/") or "/" for page in PAGES]  # an empty store's page is at the root
     return [Route(path, index, methods=["GET", "HEAD"]) for path in paths]

@@ -93,6 +93,8 @@ def on_demand(label: str, key: str, expanded: bool = False) -> Any:
     return st.expander(label, expanded=expanded, key=key, on_change="rerun")
 
 
-def tabs(key: str, labels: Sequence[str]) -> Sequence[Any]:
-    """Tabs of which only the picked one runs and is drawn (``tab.open``); the pick is kept in the URL as ``key``."""
-    return st.tabs(list(labels), key=key, bind="query-params")
+def picked_tab(key: str, labels: Sequence[str]) -> tuple[int, Any]:
+    """Tabs of which only the picked one runs and is drawn: its index among ``labels`` and its container to draw
+    in (the others stay empty). The pick is kept in the URL as ``key``."""
+    tabs = st.tabs(list(labels), key=key, bind="query-params")
+    return next(((i, tab) for i, tab in enumerate(tabs) if tab.open), (0, tabs[0]))

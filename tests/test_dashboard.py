@@ -408,4 +408,4 @@ def test_each_pages_address_is_answered_with_streamlits_page_told_where_its_serv
     html = server.told_index("perf")
     told = html.index('window.__streamlit = {BACKEND_BASE_URL: window.location.origin + "/perf/"}')
     assert told < html.index('<script type="module"')  # set before Streamlit's own code reads it
-    assert [route.path for route in server.routes()] == ["/", *(f"/{p.key}" for p in PAGES[1:]), "/first_run"]
+    assert [route.path for route in server.routes()] == ["/", *(f"/{p.key}" for p in PAGES[1:])]

@@ -53,7 +53,7 @@ def test_every_page_opens_on_the_reference_history_without_errors(reference_stor
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         for key, query, name in VISITS:
-            path = "" if key == PAGES[0].key else key
+            path = {page.key: page.address for page in PAGES}[key]
             page.goto(f"{url}/{path}{query}")
             settled(page, TITLES[key])
             if path:
@@ -109,7 +109,7 @@ def test_a_copied_link_opened_first_on_a_fresh_server_gets_the_app_navigation(re
 @NEEDS_CHROMIUM
 def test_what_is_below_the_first_screen_is_drawn_when_opened(reference_store: Path) -> None:
     """Tables and options in on-demand expanders (``state.on_demand``) are not drawn until a click opens them;
-    a tab picked by a link is the one drawn (``state.tabs``)."""
+    a tab picked by a link is the one drawn (``state.picked_tab``)."""
     with serve(reference_store) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})

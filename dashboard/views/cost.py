@@ -20,10 +20,8 @@ for why, trials in gaps[["why", "trials"]].itertuples(index=False):
 if frame.empty:
     st.info("No priced successful runs for this selection.")
     st.stop()
-# One measure at a time, in tabs: only the picked one is drawn (a figure costs the browser 0.06-0.1 s).
-for tab, column in zip(state.tabs("measure", list(charts.COST_METRICS.values())), charts.COST_METRICS):
-    if tab.open:
-        tab.plotly_chart(data.drawn(charts.cost_bars, frame, column), width="stretch")
+measure, tab = state.picked_tab("measure", list(charts.COST_METRICS.values()))  # one measure at a time
+tab.plotly_chart(data.drawn(charts.cost_bars, frame, list(charts.COST_METRICS)[measure]), width="stretch")
 st.caption(
     "Medians of successful trials. Under each bar: the hardware, and [n], the price it was costed at, listed below "
     "with its source (the bundled catalog, the project's `prices` setting, or --price-per-hour). A price says what "

@@ -62,7 +62,7 @@ def plain_pytorch() -> None:
     )
 
 
-# One kind of speedup at a time, in tabs: only the picked one is drawn (a figure costs the browser 0.06-0.1 s).
+# One kind of speedup at a time, a tab each.
 KINDS = {
     "jit_compile on vs off": lambda: bars(
         frame[frame["xla"]],
@@ -89,10 +89,9 @@ KINDS = {
     ),
     "Plain PyTorch vs Keras": plain_pytorch,
 }
-for tab, draw in zip(state.tabs("kind", list(KINDS)), KINDS.values()):
-    if tab.open:
-        with tab:
-            draw()
+kind, tab = state.picked_tab("kind", list(KINDS))
+with tab:
+    list(KINDS.values())[kind]()
 columns = [
     "model",
     "preset",

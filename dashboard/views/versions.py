@@ -44,27 +44,23 @@ st.caption(
     f"{len(counted)} values of {along}; each box is one series' successful trials at that version (median, "
     "quartiles, whiskers at the lowest and highest trial). Hover a box for its series, trials and suite runs."
 )
-# One panel at a time, in tabs: only the picked one is queried and drawn (a figure costs the browser 0.06-0.1 s).
-# The last one's metric is picked inside it.
-tabs = state.tabs("panel", [*(METRICS[name].label for name in PANELS), "Another metric"])
-if tabs[-1].open:
-    extra = tabs[-1].selectbox("Metric", extras, extras.index(extra), format_func=lambda m: METRICS[m].label)
+# One panel at a time, a tab each; the last one's metric is picked inside it.
+panel, tab = state.picked_tab("panel", [*(METRICS[name].label for name in PANELS), "Another metric"])
+if panel == len(PANELS):
+    extra = tab.selectbox("Metric", extras, extras.index(extra), format_func=lambda m: METRICS[m].label)
 state.keep(
     model=picked_models, accelerator=picked_accelerators, precision=picked_precisions, xla=picked_xla, along=along,
     also=extra,
 )  # fmt: skip
-for name, tab in zip((*PANELS, extra), tabs):
-    if not tab.open:
-        continue
-    metric, spread = METRICS[name], data.load("spread", selection, name, along)
-    with tab:
-        if spread.empty:
-            hint = (
-                " The largest batch is searched by `stepwatch run --find-max-batch`, on GPU and TPU hosts."
-                if name == "max_per_device_batch"
-                else ""
-            )
-            st.info(f"Not measured in the runs of this selection.{hint}")
-            continue
-        versions = sorted(set(spread["version"].astype(str)), key=version_key)
-        st.plotly_chart(data.drawn(charts.version_boxes, spread, metric, versions, along), width="stretch")
+name = (*PANELS, extra)[panel]
+spread = data.load("spread", selection, name, along)
+if spread.empty:
+    hint = (
+        " The largest batch is searched by `stepwatch run --find-max-batch`, on GPU and TPU hosts."
+        if name == "max_per_device_batch"
+        else ""
+    )
+    tab.info(f"Not measured in the runs of this selection.{hint}")
+else:
+    versions = sorted(set(spread["version"].astype(str)), key=version_key)
+    tab.plotly_chart(data.drawn(charts.version_boxes, spread, METRICS[name], versions, along), width="stretch")

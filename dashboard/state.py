@@ -9,6 +9,7 @@ from typing import Any
 import streamlit as st
 
 from stepwatch.collector.config import FORMER_NAMES
+from stepwatch.dashboard import charts
 
 MAX_VALUE = 200  # longer URL values are not ours
 FORMER_KEYS = {name: old for old, name in FORMER_NAMES.items()}  # links made before a field was renamed
@@ -67,16 +68,24 @@ def text(key: str, default: str) -> str:
 
 
 def keep(**values: Any) -> None:
-    """Write the current filters back into the URL (under current names: a former name is dropped)."""
+    """Write the current filters back into the URL (under current names: a former name is dropped), in one
+    update and only where the URL changes: each write is a message the browser turns into a history entry."""
+    wanted: dict[str, str] = {}
+    dropped = []
     for key, value in values.items():
-        if key in FORMER_KEYS:
-            st.query_params.pop(FORMER_KEYS[key], None)
+        if key in FORMER_KEYS and FORMER_KEYS[key] in st.query_params:
+            dropped.append(FORMER_KEYS[key])
         if value is None or value == [] or value == "":
-            st.query_params.pop(key, None)
-        elif isinstance(value, list | tuple):
-            st.query_params[key] = ",".join(str(v) for v in value)
+            if key in st.query_params:
+                dropped.append(key)
         else:
-            st.query_params[key] = str(value)
+            text = ",".join(str(v) for v in value) if isinstance(value, list | tuple) else str(value)
+            if st.query_params.get(key) != text:
+                wanted[key] = text
+    for key in dropped:
+        del st.query_params[key]
+    if wanted:
+        st.query_params.update(wanted)
 
 
 def notices() -> None:
@@ -98,3 +107,17 @@ def picked_tab(key: str, labels: Sequence[str]) -> tuple[int, Any]:
     in (the others stay empty). The pick is kept in the URL as ``key``."""
     tabs = st.tabs(list(labels), key=key, bind="query-params")
     return next(((i, tab) for i, tab in enumerate(tabs) if tab.open), (0, tabs[0]))
+
+
+_PLAIN: dict[int, tuple[Any, Any]] = {}  # id of a drawn figure -> (that figure, its plain copy)
+
+
+def figure(fig: Any, where: Any = None) -> None:
+    """Draw ``fig`` (in ``where``, a container, or the page), as ``charts.plain`` makes it: drawn once in full by
+    the browser. A cached figure (``data.drawn``) is made plain once; the copy is kept while it is."""
+    kept = _PLAIN.get(id(fig))
+    if kept is None or kept[0] is not fig:
+        if len(_PLAIN) > 64:
+            _PLAIN.clear()
+        kept = _PLAIN[id(fig)] = (fig, charts.plain(fig))
+    (where or st).plotly_chart(kept[1], theme=None, width="stretch")

@@ -68,6 +68,10 @@ def query(db: Path, sql: str, params: list | None = None) -> list[tuple]:
 def test_every_page_renders_on_real_results(smoke_store: Path, page: str, monkeypatch: pytest.MonkeyPatch) -> None:
     at = render(smoke_store, page, monkeypatch)
     assert [t.value for t in at.title] == [TITLES[page]]
+    for chart in at.get("plotly_chart"):  # sent plain (charts.plain): drawn once in full by the browser
+        spec = json.loads(chart.proto.spec)
+        assert chart.proto.theme == "" and "template" not in spec["layout"] and spec["layout"]["datarevision"]
+        assert '"bdata"' not in chart.proto.spec
     # The only error a page may show is a failed trial's own (the Run page opens on the latest, timed-out one).
     assert all(e.value.startswith("timeout: ") for e in at.error) and (page == "run") == bool(at.error)
 
@@ -399,6 +403,34 @@ def test_the_overviews_sparkline_is_text_scaled_to_its_own_nights() -> None:
     assert spark_text([1.0, 2.0, 3.0]) == "▁▅█"
     assert spark_text([100.0, 90.0]) == "█▁"  # its own range: a 10% drop spans the whole height
     assert spark_text([5.0, 5.0]) == "▄▄" and spark_text([]) == ""
+
+
+def test_a_plain_figure_holds_the_same_data_as_lists_and_its_revision_follows_the_data() -> None:
+    import pandas as pd
+    import plotly.graph_objects as go
+
+    from stepwatch.dashboard.charts import epoch_ms, plain
+
+    nights = pd.Series(pd.to_datetime(["2026-01-02 03:04:05", "2026-01-03 03:04:05"]))
+    counts = np.array([[3, 3], [2, 3]], dtype=np.uint32)
+
+    def figure(last: float) -> go.Figure:
+        fig = go.Figure(go.Scatter(x=epoch_ms(nights), y=np.array([1.5, last]), customdata=counts, text=["a", "b"]))
+        fig.add_trace(go.Scatter(x=nights, y=[1.0, 2.0]))  # dates sent as dates
+        return fig.update_xaxes(type="date")
+
+    sent = figure(2.5)
+    packed = json.loads(sent.to_json())
+    assert "template" in packed["layout"] and "bdata" in json.dumps(packed["data"])  # what plotly sends by itself
+    spec = json.loads(plain(sent).to_json())
+    [line, dated] = spec["data"]
+    assert line["x"] == [1767323045000.0, 1767409445000.0] and line["y"] == [1.5, 2.5]
+    assert line["customdata"] == [[3, 3], [2, 3]] and line["text"] == ["a", "b"]
+    assert dated["x"] == ["2026-01-02T03:04:05.000000", "2026-01-03T03:04:05.000000"]
+    assert "template" not in spec["layout"] and spec["layout"]["xaxis"]["type"] == "date"
+    assert "bdata" not in json.dumps(spec) and sent.layout.template is not None  # the cached figure is untouched
+    same, other = (json.loads(plain(figure(y)).to_json())["layout"]["datarevision"] for y in (2.5, 2.6))
+    assert same == spec["layout"]["datarevision"] != other
 
 
 def test_each_pages_address_is_answered_with_streamlits_page_told_where_its_server_is() -> None:

@@ -94,6 +94,7 @@ def test_a_copied_link_opened_first_on_a_fresh_server_gets_the_app_navigation(re
         nav = page.locator('[data-testid="stSidebarNav"]').inner_text()
         caption = page.get_by_text("store: ").inner_text()
         linked = page.url
+        entries = page.evaluate("history.length")  # the blank tab, the link, the page's filters written back once
         page.locator('[data-testid="stSidebarNav"] a', has_text="Cost").click()
         page.get_by_role("heading", name="Cost").first.wait_for(timeout=120_000)
         page.wait_for_url(f"{url}/cost**", timeout=120_000)
@@ -102,6 +103,7 @@ def test_a_copied_link_opened_first_on_a_fresh_server_gets_the_app_navigation(re
     assert not [u for u in asked if "/history/_stcore/" in u], asked
     assert [u for u in asked if u.endswith("/_stcore/health")] == [f"{url}/_stcore/health"]
     assert linked.startswith(f"{url}/history?precision=fp32&")
+    assert entries == 3, "each filter written back to the URL was a step of the Back button"  # 9 when one by one
     assert [title for title in TITLES.values() if title in nav] == list(TITLES.values())
     assert "first run" not in nav and (REPO / caption.removeprefix("store: ")).resolve() == reference_store.resolve()
 

@@ -134,7 +134,7 @@ for metric in comparison.metrics:
         st.markdown(f"**{metric.label}**: {text}")
 drawn = sum(1 for r in comparison.rows if not math.isnan(r.result.ratio))
 if drawn:
-    st.plotly_chart(charts.forest(comparison), width="stretch")
+    state.figure(charts.forest(comparison))
 else:
     st.caption("No series has successful trials on both sides: no ratio to draw (the table says what each side has).")
 if drawn > charts.FOREST_ROWS:
@@ -177,7 +177,7 @@ def where_the_time_went() -> None:
     labels = [series_label(p.series) for p in pairs]
     picked = pairs[st.selectbox("Series", range(len(pairs)), format_func=labels.__getitem__)]
     st.text(header_line(picked))
-    st.plotly_chart(charts.op_diff(picked), width="stretch")
+    state.figure(charts.op_diff(picked))
     moved = picked.moved()
     st.caption(
         f"{len(picked.ops)} ops, {len(moved)} moved; the change that no op explains: "

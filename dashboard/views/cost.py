@@ -21,7 +21,7 @@ if frame.empty:
     st.info("No priced successful runs for this selection.")
     st.stop()
 measure, tab = state.picked_tab("measure", list(charts.COST_METRICS.values()))  # one measure at a time
-tab.plotly_chart(data.drawn(charts.cost_bars, frame, list(charts.COST_METRICS)[measure]), width="stretch")
+state.figure(data.drawn(charts.cost_bars, frame, list(charts.COST_METRICS)[measure]), tab)
 st.caption(
     "Medians of successful trials. Under each bar: the hardware, and [n], the price it was costed at, listed below "
     "with its source (the bundled catalog, the project's `prices` setting, or --price-per-hour). A price says what "

@@ -96,7 +96,7 @@ figure, caption = data.drawn(history_figure, selection, metric_name, x, color, f
 if figure is None:
     st.warning(f"No {metric.label.lower()} measured for this selection.")
 else:
-    st.plotly_chart(figure, width="stretch")
+    state.figure(figure)
     st.caption(caption)
 if len(failed):
     box = state.on_demand(f"Suite runs with failed trials ({len(failed)})", "failed_runs")

@@ -42,9 +42,9 @@ for column, metric in zip(st.columns(len(HEADLINE)), HEADLINE):
                   help=explain(row) if explain else metric.label)  # fmt: skip
 left, right = st.columns(2)
 if windows["step_time_s"].notna().any():
-    left.plotly_chart(data.drawn(charts.step_times, windows.dropna(subset=["step_time_s"])), width="stretch")
+    state.figure(data.drawn(charts.step_times, windows.dropna(subset=["step_time_s"])), left)
 if windows["loss"].notna().any():
-    right.plotly_chart(data.drawn(charts.loss_curve, windows.dropna(subset=["loss"])), width="stretch")
+    state.figure(data.drawn(charts.loss_curve, windows.dropna(subset=["loss"])), right)
 if row.get("log_tail"):
     with st.expander("Log tail", expanded=row["status"] != "ok"):
         st.code(row["log_tail"])

@@ -43,7 +43,7 @@ st.caption(
 def bars(points: pd.DataFrame, kind: str, title: str, missing: str, **style: str) -> None:
     """The chart of one kind of speedup, or a line saying why there is none (never an empty chart)."""
     if points[f"{kind}_speedup"].notna().any():
-        st.plotly_chart(data.drawn(charts.speedup_bars, points, kind, title, **style), width="stretch")
+        state.figure(data.drawn(charts.speedup_bars, points, kind, title, **style))
     else:
         st.caption(f"{title.split(' (')[0]}: {missing}")
 

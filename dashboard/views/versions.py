@@ -63,4 +63,4 @@ if spread.empty:
     tab.info(f"Not measured in the runs of this selection.{hint}")
 else:
     versions = sorted(set(spread["version"].astype(str)), key=version_key)
-    tab.plotly_chart(data.drawn(charts.version_boxes, spread, METRICS[name], versions, along), width="stretch")
+    state.figure(data.drawn(charts.version_boxes, spread, METRICS[name], versions, along), tab)

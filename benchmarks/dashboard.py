@@ -3,11 +3,13 @@
 *Browser* (chromium through playwright, against ``python -m stepwatch.dashboard`` on 127.0.0.1): from the
 start of the navigation to the page settled, its title shown, the script done and every figure and table of
 the page's first screen drawn (what is in a closed expander or another tab is drawn when opened). *Cold* is a
-first visit: a server just started (no query cached, the page's modules not yet
-imported by a script run) and a browser with an empty cache. *Warm* is the same page opened again in that
-browser (assets cached) on that server (queries cached per store version), three times after each cold
-visit; all of them count. *In-app click* is the page reached from the Overview by its link in the sidebar
-(no page load: what moving between pages costs), from the click to the page settled.
+first visit: a server just started (no query cached, the page's modules not yet imported by a script run) and a
+browser with an empty cache. *Warm* is a page opened again in a browser whose cache holds the assets, on a server
+whose queries are cached: the floor and every page are visited in turn, round after round (each round in another
+order, each page opened twice and timed the second time, after itself, as a reload is), in one browser, so that
+what drifts on the machine during a run weighs on the floor as on the pages.
+*In-app click* is the page reached from the Overview by its link in the sidebar (no page load: what moving between
+pages costs), from the click to the page settled.
 
 *Server* (Streamlit's AppTest, no browser): the app's own script, queries and figure building included; cold
 after the query and figure caches are cleared, warm with them filled. Imports are paid once before any timing.
@@ -43,7 +45,7 @@ import streamlit as st
 st.title("Floor")
 st.plotly_chart(go.Figure(go.Scatter(x=[1, 2, 3], y=[1, 3, 2])))
 """
-WARM_VISITS = 3  # per cold visit; Chromium caches a script's compiled code from its second run on
+WARM_VISITS = 3  # warm rounds and in-app clicks per --repeat (Chromium caches compiled code from a second run on)
 SETTLED = """([title, charts, tables]) => {
     if (document.querySelector('[data-testid="stStatusWidget"]')) return false;
     if (![...document.querySelectorAll('h1')].some((h) => h.innerText.trim() === title)) return false;
@@ -93,16 +95,13 @@ def browser_times(db: Path, repeat: int) -> tuple[dict[str, tuple[list[float], l
         floor.write_text(FLOOR)
         expected["floor"] = (1, 0)
         for name in (*PAGES, "floor"):
-            cold, warm, clicked = [], [], []
+            cold, clicked = [], []
             for _ in range(repeat):
                 with serve(db, floor if name == "floor" else None) as url:
                     context = browser.new_context(viewport={"width": 1400, "height": 1000})
                     tab = context.new_page()
                     tab.goto(f"{url}/{path_of(name)}", wait_until="commit")
                     cold.append(settle(tab, name, expected[name]))
-                    for _ in range(WARM_VISITS):
-                        tab.goto(f"{url}/{path_of(name)}", wait_until="commit")
-                        warm.append(settle(tab, name, expected[name]))
                     if name not in ("overview", "floor"):  # from the Overview, a click on the page's link
                         for _ in range(WARM_VISITS):
                             tab.goto(url, wait_until="commit")
@@ -111,8 +110,23 @@ def browser_times(db: Path, repeat: int) -> tuple[dict[str, tuple[list[float], l
                             tab.locator('[data-testid="stSidebarNav"] a', has_text=TITLES[name]).click()
                             clicked.append(settle(tab, name, expected[name]) - start)
                     context.close()
-            out[name] = (cold, warm, clicked)
-            print(f"  browser {name}: cold {statistics.median(cold):.3f} s, warm {statistics.median(warm):.3f} s")
+            out[name] = (cold, [], clicked)
+            print(f"  browser {name}: cold {statistics.median(cold):.3f} s")
+        with serve(db) as url, serve(db, floor) as floor_url:
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            tab = context.new_page()
+            names = [*PAGES, "floor"]
+            for turn in range(1 + repeat * WARM_VISITS):  # the first round fills the caches, untimed
+                for name in names[turn % len(names) :] + names[: turn % len(names)]:
+                    address = f"{floor_url if name == 'floor' else url}/{path_of(name)}"
+                    for _ in range(2):  # opened twice, timed the second time: after itself, as a reload is
+                        tab.goto(address, wait_until="commit")
+                        seconds = settle(tab, name, expected[name])
+                    if turn:
+                        out[name][1].append(seconds)
+            context.close()
+        for name in names:
+            print(f"  browser {name}: warm {statistics.median(out[name][1]):.3f} s")
         browser.close()
     return out, expected
 

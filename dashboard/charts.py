@@ -110,8 +110,8 @@ def normalise(points: pd.DataFrame, field: str, baseline: str) -> pd.DataFrame:
 
 # A figure as the browser is sent it. Streamlit draws every figure twice on a page's load: once, and again from a
 # copy it re-themes once mounted. Plotly redraws that copy in full when its template is new (Streamlit's theme
-# always makes one) or any data array is packed binary (always taken as changed): 40-80 ms a figure here, against
-# 15 for the same figure plain. So figures go without Streamlit's theme (``theme=None``) and without a template,
+# always makes one) or any data array is packed binary (always taken as changed): 43-78 ms a figure here, against
+# 15-33 for the same figures plain. So figures go without Streamlit's theme (``theme=None``) and without a template,
 # styled in their own layout, with plain lists and a ``datarevision`` of their data, which tells Plotly that a
 # copy with the same revision holds the same data.
 FONT = '"Source Sans", sans-serif'  # Streamlit's own
@@ -158,9 +158,9 @@ MAX_LINE_POINTS = 300  # points a history line sends the browser at most (about 
 MARKED_POINTS = 60  # a longer line is drawn without a marker per point (a path each, in the browser)
 
 
-def epoch_ms(times: pd.Series) -> np.ndarray:
-    """Times as milliseconds since 1970 (UTC), which a date axis reads: sent as packed binary where text would be
-    26 characters a point for the browser to send, parse and convert (half of a history figure's size)."""
+def epoch_ms(times: pd.Series) -> pd.Series:
+    """Times as milliseconds since 1970 (UTC), which a date axis reads: a number of 16 characters a point where
+    the date's text was 26, and no text for the browser to parse into a date."""
     stamps = pd.to_datetime(times, utc=True)
     return (stamps - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(milliseconds=1)
 
@@ -227,7 +227,7 @@ def history(
                 showlegend=panel == 0 or not facet,
                 line={"color": colours[group], "width": 1.5, "dash": dashes.get(_value(first, others, 0), "solid")},
                 marker={"size": 5, "symbol": symbols.get(_value(first, others, 1), "circle")},
-                customdata=one[["ok", "trials"]].to_numpy(dtype=np.uint32),  # counts: 4 bytes each, not 8
+                customdata=one[["ok", "trials"]].to_numpy(dtype=np.uint32),  # counts, sent as "9", not "9.0"
                 text=one["tf_version"].tolist(),
                 hovertemplate=f"{one['series'].iloc[0]}<br>TF %{{text}}, %{{customdata[0]}}/%{{customdata[1]}} ok"
                 "<br>%{x}: %{y:.4g}<extra></extra>",

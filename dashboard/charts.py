@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -113,7 +114,8 @@ def normalise(points: pd.DataFrame, field: str, baseline: str) -> pd.DataFrame:
 # always makes one) or any data array is packed binary (always taken as changed): 43-78 ms a figure here, against
 # 15-33 for the same figures plain. So figures go without Streamlit's theme (``theme=None``) and without a template,
 # styled in their own layout, with plain lists and a ``datarevision`` of their data, which tells Plotly that a
-# copy with the same revision holds the same data.
+# copy with the same revision holds the same data. Every figure a page draws is built plain (``sent_plain``), so
+# a figure cached by ``data.drawn`` is cached plain.
 FONT = '"Source Sans", sans-serif'  # Streamlit's own
 MUTED = "rgba(128, 128, 128, 0.25)"  # grid and zero lines, read on a light or a dark page
 PACKED = {"f8": "<f8", "f4": "<f4", "i1": "i1", "u1": "u1", "i2": "<i2", "u2": "<u2", "i4": "<i4", "u4": "<u4"}
@@ -154,6 +156,16 @@ def plain(fig: go.Figure) -> go.Figure:
     return out
 
 
+def sent_plain(build: Callable[..., go.Figure]) -> Callable[..., go.Figure]:
+    """``build``, its figure made ``plain``: the figure builders a page draws (with ``state.figure``)."""
+
+    @functools.wraps(build)
+    def built(*args: Any, **kwargs: Any) -> go.Figure:
+        return plain(build(*args, **kwargs))
+
+    return built
+
+
 MAX_LINE_POINTS = 300  # points a history line sends the browser at most (about what a plot's width shows)
 MARKED_POINTS = 60  # a longer line is drawn without a marker per point (a path each, in the browser)
 
@@ -180,6 +192,7 @@ def thin(points: pd.DataFrame, limit: int = MAX_LINE_POINTS) -> tuple[pd.DataFra
     return frame.groupby(["series_key", "_bucket"], sort=False).agg(agg).reset_index().drop(columns="_bucket"), k
 
 
+@sent_plain
 def history(
     points: pd.DataFrame,
     metric: Metric,
@@ -292,6 +305,7 @@ def _value(row: pd.Series, dimensions: Sequence[str], index: int) -> str | None:
 FOREST_ROWS = 40  # rows a forest plot draws at most (a taller figure is scrolled, not read)
 
 
+@sent_plain
 def forest(comparison: Comparison, limit: int = FOREST_ROWS) -> go.Figure:
     """Ratios with their 95% CIs per series, coloured by verdict, with the ± threshold band: the ``limit``
     worst rows (regressions first, then failures, inconclusive, improvements, no change; the table has all)."""
@@ -351,6 +365,7 @@ def _configs(frame: pd.DataFrame, by: str) -> pd.Series:
 XLA_WORDS = {True: "jit_compile on", False: "jit_compile off"}
 
 
+@sent_plain
 def speedup_bars(
     frame: pd.DataFrame, kind: str, title: str, color: str = "precision", pattern: str | None = None
 ) -> go.Figure:
@@ -408,6 +423,7 @@ def price_marks(frame: pd.DataFrame) -> dict[str, int]:
     return {key: i for i, key in enumerate(sorted(frame["price_key"].dropna().unique()), start=1)}
 
 
+@sent_plain
 def cost_bars(frame: pd.DataFrame, column: str) -> go.Figure:
     """One of ``COST_METRICS`` (cost per run or per 1M examples), a panel per model: the alternatives of a config
     (XLA on/off, precision, batch, ...) side by side as grouped bars, never stacked (costs of alternatives do not add);
@@ -461,6 +477,7 @@ def cost_bars(frame: pd.DataFrame, column: str) -> go.Figure:
     return fig
 
 
+@sent_plain
 def version_boxes(spread: pd.DataFrame, metric: Metric, versions: Sequence[str], along: str) -> go.Figure:
     """A box per series and version (``queries.version_spread``: min, quartiles and max of its ok trials,
     drawn from those numbers), versions in order along x, one colour per series; each box's hover names the
@@ -498,12 +515,14 @@ def version_boxes(spread: pd.DataFrame, metric: Metric, versions: Sequence[str],
     return fig
 
 
+@sent_plain
 def step_times(windows: pd.DataFrame) -> go.Figure:
     fig = px.histogram(windows.assign(ms=windows["step_time_s"] * 1000), x="ms", nbins=30)
     fig.update_layout(xaxis_title="step time per window (ms)", height=320, margin={"t": 30})
     return fig
 
 
+@sent_plain
 def loss_curve(windows: pd.DataFrame) -> go.Figure:
     fig = px.line(windows, x="window_index", y="loss", markers=True)
     fig.update_layout(xaxis_title="window", height=320, margin={"t": 30})
@@ -513,6 +532,7 @@ def loss_curve(windows: pd.DataFrame) -> go.Figure:
 OP_ROWS = 15  # ops an op diff draws
 
 
+@sent_plain
 def op_diff(pair: Explained, limit: int = OP_ROWS) -> go.Figure:
     """A pair's op diff: the change of each op's time per step (ms), the ``limit`` largest first, coloured by
     whether it moved (slower, faster) or not, with its share of the step's change and its ratio on hover."""

@@ -9,7 +9,6 @@ from typing import Any
 import streamlit as st
 
 from stepwatch.collector.config import FORMER_NAMES
-from stepwatch.dashboard import charts
 
 MAX_VALUE = 200  # longer URL values are not ours
 FORMER_KEYS = {name: old for old, name in FORMER_NAMES.items()}  # links made before a field was renamed
@@ -109,15 +108,7 @@ def picked_tab(key: str, labels: Sequence[str]) -> tuple[int, Any]:
     return next(((i, tab) for i, tab in enumerate(tabs) if tab.open), (0, tabs[0]))
 
 
-_PLAIN: dict[int, tuple[Any, Any]] = {}  # id of a drawn figure -> (that figure, its plain copy)
-
-
 def figure(fig: Any, where: Any = None) -> None:
-    """Draw ``fig`` (in ``where``, a container, or the page), as ``charts.plain`` makes it: drawn once in full by
-    the browser. A cached figure (``data.drawn``) is made plain once; the copy is kept while it is."""
-    kept = _PLAIN.get(id(fig))
-    if kept is None or kept[0] is not fig:
-        if len(_PLAIN) > 64:
-            _PLAIN.clear()
-        kept = _PLAIN[id(fig)] = (fig, charts.plain(fig))
-    (where or st).plotly_chart(kept[1], theme=None, width="stretch")
+    """Draw ``fig``, a figure built plain (``charts.sent_plain``), in ``where`` (a container, or the page): without
+    Streamlit's theme, which would make the browser draw it twice in full."""
+    (where or st).plotly_chart(fig, theme=None, width="stretch")

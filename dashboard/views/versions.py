@@ -2,6 +2,7 @@
 the picked series across software versions (TensorFlow, Keras, the JAX or torch of their backend, CUDA, the
 driver), one panel each (in tabs), with the spread of the trials per version as a box."""
 
+import pandas as pd
 import streamlit as st
 
 from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
@@ -36,7 +37,13 @@ selection = Selection.of(
     xla=[v == "on" for v in picked_xla],
 )  # fmt: skip
 
-counted = sorted(set(data.load("spread", selection, DEFAULT_METRIC, along)["version"].astype(str)), key=version_key)
+
+def versions_in(spread: pd.DataFrame) -> list[str]:
+    """The versions a spread has, in version order."""
+    return sorted(set(spread["version"].astype(str)), key=version_key)
+
+
+counted = versions_in(data.load("spread", selection, DEFAULT_METRIC, along))
 if not counted:
     st.info(f"No successful runs with a {along} for this selection.")
     st.stop()
@@ -62,5 +69,4 @@ if spread.empty:
     )
     tab.info(f"Not measured in the runs of this selection.{hint}")
 else:
-    versions = sorted(set(spread["version"].astype(str)), key=version_key)
-    state.figure(data.drawn(charts.version_boxes, spread, METRICS[name], versions, along), tab)
+    state.figure(data.drawn(charts.version_boxes, spread, METRICS[name], versions_in(spread), along), tab)

@@ -116,18 +116,22 @@ def test_what_is_below_the_first_screen_is_drawn_when_opened(reference_store: Pa
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         drawn = {}
-        for path, label, element in (
-            ("compare", "Verdict table", "stDataFrame"),
-            ("history", "Chart:", "stSelectbox"),
-            ("run", "Environment and config", "stDataFrame"),
+        for path, label, element, added in (
+            ("compare", "Verdict table", "stDataFrame", 1),
+            ("history", "Chart:", "stSelectbox", 4),  # x axis, colour, facet, normalised (scale is a radio)
+            ("run", "Environment and config", "stDataFrame", 1),
         ):
             page.goto(f"{url}/{path}")
             settled(page, TITLES[path])
             before = page.locator(f'[data-testid="{element}"]').count()
             page.locator('[data-testid="stExpander"] summary', has_text=label).first.click()
+            # Until all of the expander's elements are drawn (they arrive one by one as its rerun goes on).
             page.wait_for_function(
-                f"n => document.querySelectorAll('[data-testid=\"{element}\"]').length > n", arg=before, timeout=120_000
+                f"n => document.querySelectorAll('[data-testid=\"{element}\"]').length >= n",
+                arg=before + added,
+                timeout=120_000,
             )
+            page.wait_for_timeout(500)  # and nothing more after them
             no_errors(page, path)
             drawn[path] = (before, page.locator(f'[data-testid="{element}"]').count())
         page.goto(f"{url}/versions?model=bert&panel=Another+metric&also=peak_rss_bytes")
@@ -137,5 +141,5 @@ def test_what_is_below_the_first_screen_is_drawn_when_opened(reference_store: Pa
         figures = page.locator('[data-testid="stPlotlyChart"]').count()
         browser.close()
     assert drawn["compare"] == (0, 1) and drawn["run"] == (0, 1)
-    assert drawn["history"][1] - drawn["history"][0] == 4  # x axis, colour, facet, normalised (scale is a radio)
+    assert drawn["history"][1] - drawn["history"][0] == 4
     assert picked == "Another metric" and figures == 1

@@ -441,3 +441,19 @@ def test_each_pages_address_is_answered_with_streamlits_page_told_where_its_serv
     told = html.index('window.__streamlit = {BACKEND_BASE_URL: window.location.origin + "/perf/"}')
     assert told < html.index('<script type="module"')  # set before Streamlit's own code reads it
     assert [route.path for route in server.routes()] == ["/", *(f"/{p.key}" for p in PAGES[1:])]
+
+
+def test_the_dashboards_streamlit_settings_are_streamlits_own_and_spare_each_visit_the_developers_work() -> None:
+    """dashboard/streamlit.toml, passed as options by ``stepwatch dashboard``: a misspelt or retired key would be
+    ignored with a warning in the server's log, and the two settings that halve the server's work per visit
+    (no source watcher, no forced collection after each run) would silently be lost."""
+    from streamlit import config
+
+    from stepwatch.dashboard.__main__ import settings_options
+
+    known = config.get_config_options()
+    given = dict(option.removeprefix("--").split("=", 1) for option in settings_options())
+    for key, value in given.items():
+        assert key in known and not known[key].deprecated, key
+        assert value in ("true", "false") if known[key].type is bool else known[key].type(value) is not None
+    assert given["server.fileWatcherType"] == "none" and given["runner.postScriptGC"] == "false"

@@ -164,6 +164,21 @@ def test_compare_shows_a_forest_plot_and_verdicts_for_two_labels(
     assert at.get("download_button")
 
 
+def test_an_aa_compare_says_what_would_resolve_each_inconclusive_row_once_asked_in_one_element(
+    reference_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An A/A (one release's trials split in two) is inconclusive everywhere; the line a row that says what would
+    resolve it (`stepwatch compare`'s) is one element, drawn when its expander is opened, not a caption a row."""
+    sides = {"baseline": "tf_version=2.21.0,trial=0|1", "candidate": "tf_version=2.21.0,trial=2"}
+    at = render(reference_store, "compare", monkeypatch, **sides)
+    assert at.subheader[0].value == "8 inconclusive"
+    assert not at.text and not [c for c in at.caption if "examples_per_sec:" in c.value]
+    [text] = opened(at, "inconclusive").text
+    lines = text.value.splitlines()
+    assert len(lines) == 8 and all(" examples_per_sec: " in line for line in lines)
+    assert len({line.split(" examples_per_sec: ")[0] for line in lines}) == 8  # a line per series
+
+
 def test_compare_reports_a_bad_selection_as_one_error(smoke_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     at = render(smoke_store, "compare", monkeypatch, baseline="colour=red", candidate="label=candidate")
     assert [e.value for e in at.error] == ["unknown field 'colour' in selection"]

@@ -163,6 +163,13 @@ def resolution(r: stats.Verdict) -> str:
     )
 
 
+def inconclusive_lines(comparison: Comparison) -> list[str]:
+    """Per inconclusive row, what would resolve it: '<series> examples_per_sec: this run can see changes of ...'."""
+    return [
+        f"{series_label(r.series)} {r.metric.name}: {resolution(r.result)}" for r in comparison.by_verdict(INCONCLUSIVE)
+    ]
+
+
 def resolution_lead(comparison: Comparison) -> list[str]:
     """One line per metric that this comparison cannot resolve at its threshold in any series (its minimum
     detectable effect exceeds the threshold everywhere), to lead the report: the verdicts below can then only
@@ -275,10 +282,9 @@ def to_markdown(
     warnings = warnings_of(comparison)
     if warnings:
         lines += ["", *(f"⚠️ {line}" for line in warnings)]
-    inconclusive = comparison.by_verdict(INCONCLUSIVE)
+    inconclusive = inconclusive_lines(comparison)
     if inconclusive:
-        lines += ["", "Inconclusive:", ""]
-        lines += [f"- {series_label(r.series)} {r.metric.name}: {resolution(r.result)}" for r in inconclusive]
+        lines += ["", "Inconclusive:", "", *(f"- {line}" for line in inconclusive)]
     for side in ("baseline", "candidate"):
         only = comparison.only_on(side)
         if only:
@@ -415,8 +421,8 @@ def show_comparison(
         if line:
             stdout.print(escape(line))
     stdout.print(comparison_table(comparison))
-    for row in comparison.by_verdict(INCONCLUSIVE):
-        stdout.print(f"inconclusive: {escape(series_label(row.series))} {row.metric.name}: {resolution(row.result)}")
+    for line in inconclusive_lines(comparison):
+        stdout.print(f"inconclusive: {escape(line)}")
     for line in warnings_of(comparison):
         stdout.print(f"[yellow]{escape(line)}[/yellow]")
     for metric in comparison.metrics:

@@ -12,12 +12,11 @@ from stepwatch.collector.analysis import calibration
 from stepwatch.collector.analysis.thresholds import load_overrides
 from stepwatch.collector.bench.packages import Change, describe
 from stepwatch.collector.bench.profiles import raw_profile
-from stepwatch.collector.outcomes import INCONCLUSIVE
 from stepwatch.collector.output.comparison import (
     between_lines,
     code_warnings,
     headline,
-    resolution,
+    inconclusive_lines,
     resolution_lead,
     row_cells,
     summary_text,
@@ -157,8 +156,13 @@ box = state.on_demand(f"Verdict table: {len(table)} rows, with a repro command e
 if box.open:
     box.dataframe(table, hide_index=True, width="stretch")
 st.download_button("Download CSV", table.to_csv(index=False), "stepwatch-compare.csv", "text/csv")
-for r in comparison.by_verdict(INCONCLUSIVE):
-    st.caption(f"Inconclusive, {series_label(r.series)} {r.metric.name}: {resolution(r.result)}")
+# What would resolve each inconclusive row, on demand: one line a row (hundreds on a wide comparison's A/A), drawn
+# as one element, as `stepwatch compare` prints them.
+inconclusive = inconclusive_lines(comparison)
+if inconclusive:
+    why = state.on_demand(f"Inconclusive: {len(inconclusive)} rows, and what would resolve each", "inconclusive")
+    if why.open:
+        why.text("\n".join(inconclusive))
 for side in ("baseline", "candidate"):
     only = comparison.only_on(side)
     if only:

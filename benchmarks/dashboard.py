@@ -8,6 +8,8 @@ browser with an empty cache. *Warm* is a page opened again in a browser whose ca
 whose queries are cached: the floor and every page are visited in turn, round after round (each round in another
 order, each page opened twice and timed the second time, after itself, as a reload is), in one browser, so that
 what drifts on the machine during a run weighs on the floor as on the pages.
+Each page's warm loads are also put against the floor's as ``stepwatch compare`` puts a change (ratio of
+geometric means, Welch 95% interval): within the goal, over it, or an interval that holds it.
 *In-app click* is the page reached from the Overview by its link in the sidebar (no page load: what moving between
 pages costs), from the click to the page settled.
 
@@ -31,6 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from stepwatch.collector.analysis.stats import Side, welch_ratio  # noqa: E402
 from stepwatch.dashboard.pages import PAGES as DECLARED  # noqa: E402
 from stepwatch.dashboard.pages import TITLES as PAGE_TITLES  # noqa: E402
 from stepwatch.dashboard.serve import CHROMIUM, serve  # noqa: E402
@@ -45,6 +48,7 @@ import streamlit as st
 st.title("Floor")
 st.plotly_chart(go.Figure(go.Scatter(x=[1, 2, 3], y=[1, 3, 2])))
 """
+GOAL = 1.5  # every page's warm load within this many times the floor's
 WARM_VISITS = 3  # warm rounds and in-app clicks per --repeat (Chromium caches compiled code from a second run on)
 SETTLED = """([title, charts, tables]) => {
     if (document.querySelector('[data-testid="stStatusWidget"]')) return false;
@@ -131,6 +135,15 @@ def browser_times(db: Path, repeat: int) -> tuple[dict[str, tuple[list[float], l
     return out, expected
 
 
+def against_floor(floor: list[float], warm: list[float]) -> str:
+    """A page's warm loads against the floor's as ``stepwatch compare`` puts a change: the ratio of geometric
+    means with its 95% interval (Welch, on logs), and whether the interval is within the goal, over it, or
+    holds it (the rounds cannot tell)."""
+    r = welch_ratio(Side.of(floor), Side.of(warm))
+    word = "within" if r.ci_high <= GOAL else "over" if r.ci_low > GOAL else "holds"
+    return f"{r.ratio:.2f}x [{r.ci_low:.2f}, {r.ci_high:.2f}]: {word} {GOAL}x"
+
+
 def server_times(db: Path, repeat: int) -> dict[str, tuple[list[float], list[float]]]:
     os.environ["STEPWATCH_DB"] = str(db)
     from streamlit.testing.v1 import AppTest
@@ -192,6 +205,10 @@ def main() -> None:
             f"{name:<10}{cell(b[0]):>16}{cell(b[1]):>16}{cell(b[2]):>16}{cell(s[0]):>16}{cell(s[1]):>16}"
             f"{ratio(b[1]):>12}  {charts} figures, {tables} tables"
         )
+    if "floor" in browser:
+        print(f"\nwarm against the floor (geometric means of {len(browser['floor'][1])} rounds, 95% interval):")
+        for name in PAGES:
+            print(f"  {name:<10}{against_floor(browser['floor'][1], browser[name][1])}")
     print(
         "\nfloor: Streamlit and Plotly alone, a page with a title and one three-point figure (no store).\n"
         "Goals at 1M rows: in the browser every page within 1.5x of the floor warm (warm/floor, of the medians), "

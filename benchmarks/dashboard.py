@@ -211,7 +211,7 @@ def main() -> None:
             print(f"  {name:<10}{against_floor(browser['floor'][1], browser[name][1])}")
     print(
         "\nfloor: Streamlit and Plotly alone, a page with a title and one three-point figure (no store).\n"
-        "Goals at 1M rows: in the browser every page within 1.5x of the floor warm (warm/floor, of the medians), "
+        f"Goals at 1M rows: in the browser every page within {GOAL}x of the floor warm (warm/floor, of the medians), "
         "and under 2 s cold."
     )
 

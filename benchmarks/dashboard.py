@@ -1,8 +1,9 @@
 """Time of each dashboard page on a store, as a user sees it in a browser and as the server spends it.
 
 *Browser* (chromium through playwright, against ``python -m stepwatch.dashboard`` on 127.0.0.1): from the
-start of the navigation to the page settled, its title shown, the script done and every figure and table of
-the page's first screen drawn (what is in a closed expander or another tab is drawn when opened). *Cold* is a
+start of the navigation to the page settled, its title shown, the script done, no element still waiting for its
+code (Streamlit loads a widget's on first use) and every figure and table of the page's first screen drawn
+(what is in a closed expander or another tab is drawn when opened). *Cold* is a
 first visit: a server just started (no query cached, the page's modules not yet imported by a script run) and a
 browser with an empty cache. *Warm* is a page opened again in a browser whose cache holds the assets, on a server
 whose queries are cached: the floor and every page are visited in turn, round after round (each round in another
@@ -52,6 +53,7 @@ GOAL = 1.5  # every page's warm load within this many times the floor's
 WARM_VISITS = 3  # warm rounds and in-app clicks per --repeat (Chromium caches compiled code from a second run on)
 SETTLED = """([title, charts, tables]) => {
     if (document.querySelector('[data-testid="stStatusWidget"]')) return false;
+    if (document.querySelector('[data-testid="stSkeleton"]')) return false;  // an element's code still loading
     if (![...document.querySelectorAll('h1')].some((h) => h.innerText.trim() === title)) return false;
     const plots = document.querySelectorAll('[data-testid="stPlotlyChart"]');
     if (plots.length < charts || [...plots].some((p) => !p.querySelector('.js-plotly-plot .main-svg'))) return false;

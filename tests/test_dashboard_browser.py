@@ -31,13 +31,16 @@ NEEDS_CHROMIUM = pytest.mark.skipif(
 
 # Streamlit's own word that the page's script has run to its end (``data-test-script-state`` on the app's root).
 SCRIPT_DONE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+LOADING = '[data-testid="stSkeleton"]'  # an element whose code is still loading (lazily, per element type)
 
 
 def settled(page: Page, title: str) -> None:
-    """The page's heading is drawn and its script has finished (conditions, never a fixed wait: under load a page
-    takes seconds)."""
+    """The page's heading is drawn, its script has finished and every element is drawn: none still shows
+    Streamlit's placeholder while its code loads (a widget's code can arrive after the script has finished).
+    Conditions, never a fixed wait: under load a page takes seconds."""
     page.get_by_role("heading", name=title).first.wait_for(timeout=120_000)
     page.locator(SCRIPT_DONE).wait_for(timeout=120_000)
+    page.wait_for_function(f"() => !document.querySelector('{LOADING}')", timeout=120_000)
 
 
 def no_errors(page: Page, where: str) -> None:

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 from stepwatch.collector.analysis.stats import Side, welch_ratio  # noqa: E402
 from stepwatch.dashboard.pages import PAGES as DECLARED  # noqa: E402
 from stepwatch.dashboard.pages import TITLES as PAGE_TITLES  # noqa: E402
-from stepwatch.dashboard.serve import CHROMIUM, serve  # noqa: E402
+from stepwatch.dashboard.serve import CHROMIUM, LOADING, serve  # noqa: E402
 
 APP = REPO / "dashboard" / "app.py"
 PAGES = tuple(PAGE_TITLES)
@@ -51,9 +51,9 @@ st.plotly_chart(go.Figure(go.Scatter(x=[1, 2, 3], y=[1, 3, 2])))
 """
 GOAL = 1.5  # every page's warm load within this many times the floor's
 WARM_VISITS = 3  # warm rounds and in-app clicks per --repeat (Chromium caches compiled code from a second run on)
-SETTLED = """([title, charts, tables]) => {
+SETTLED = """([title, charts, tables, loading]) => {
     if (document.querySelector('[data-testid="stStatusWidget"]')) return false;
-    if (document.querySelector('[data-testid="stSkeleton"]')) return false;  // an element's code still loading
+    if (document.querySelector(loading)) return false;  // an element's code still loading
     if (![...document.querySelectorAll('h1')].some((h) => h.innerText.trim() === title)) return false;
     const plots = document.querySelectorAll('[data-testid="stPlotlyChart"]');
     if (plots.length < charts || [...plots].some((p) => !p.querySelector('.js-plotly-plot .main-svg'))) return false;
@@ -70,7 +70,7 @@ def path_of(page: str) -> str:
 
 def settle(page, name: str, expected: tuple[int, int]) -> float:
     """Seconds from the navigation's start until ``name``'s page has settled with ``expected`` figures/tables."""
-    page.wait_for_function(SETTLED, arg=[TITLES[name], *expected], polling="raf", timeout=120_000)
+    page.wait_for_function(SETTLED, arg=[TITLES[name], *expected, LOADING], polling="raf", timeout=120_000)
     return page.evaluate("performance.now()") / 1000
 
 

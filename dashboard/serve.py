@@ -17,6 +17,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+# Streamlit's page as its DOM tells it, for whoever waits on it in a browser: the script has run to its end
+# (``data-test-script-state`` on the app's root); an element still shows its placeholder while its code loads
+# (each element type's code is loaded on first use, and can arrive after the script has finished).
+SCRIPT_DONE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+LOADING = '[data-testid="stSkeleton"]'
 
 
 def free_port() -> int:

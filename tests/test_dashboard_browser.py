@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Page, sync_playwright
 
 from stepwatch.dashboard.pages import PAGES, TITLES
-from stepwatch.dashboard.serve import CHROMIUM, REPO, serve
+from stepwatch.dashboard.serve import CHROMIUM, LOADING, REPO, SCRIPT_DONE, serve
 
 # (page, link query, screenshot name): every page (some opened from a link), and two again with memory picked
 LINKS = {"versions": "?model=bert", "compare": "?metric=examples_per_sec,peak_rss_bytes"}
@@ -27,11 +27,6 @@ VISITS = (
 NEEDS_CHROMIUM = pytest.mark.skipif(
     CHROMIUM is None, reason="needs chromium (Debian's; `make test` installs it as root) or Chrome"
 )
-
-
-# Streamlit's own word that the page's script has run to its end (``data-test-script-state`` on the app's root).
-SCRIPT_DONE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
-LOADING = '[data-testid="stSkeleton"]'  # an element whose code is still loading (lazily, per element type)
 
 
 def settled(page: Page, title: str) -> None:

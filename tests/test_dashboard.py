@@ -345,36 +345,53 @@ def test_compare_shows_a_bisects_steps_and_compares_one(
     assert list(compared["n baseline"]) == [1] and list(compared["n candidate"]) == [2]
 
 
-H100 = REPO / "data" / "reference" / "h100-2026-11-24"
+GPU_ROWS = [REPO / "data" / "reference" / name for name in ("h100-2026-11-24", "h200-2026-11-26")]
 
 
 @pytest.fixture(scope="module")
-def h100_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The first GPU rows (an H100, JAX and torch; committed under data/reference/), as `make demo-gpu` ingests
-    them."""
-    db = tmp_path_factory.mktemp("h100") / "store.duckdb"
-    done = stepwatch("ingest", str(H100), "--recursive", "--db", str(db))  # as `make demo-gpu` does
+def gpu_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The GPU rows committed under data/reference/ (an H100 and an H200, JAX and torch: no TensorFlow), as
+    `make demo-gpu` ingests them."""
+    db = tmp_path_factory.mktemp("gpu") / "store.duckdb"
+    done = stepwatch("ingest", *map(str, GPU_ROWS), "--recursive", "--db", str(db))  # as `make demo-gpu` does
     assert done.returncode == 0, done.stderr
-    assert query(db, "SELECT count(*), count(*) FILTER (WHERE status = 'ok') FROM runs") == [(23, 19)]
+    counts = "SELECT count(*), count(*) FILTER (WHERE status = 'ok'), count(tf_version) FROM runs"
+    assert query(db, counts) == [(28, 24, 0)]
     return db
 
 
 @pytest.mark.parametrize("page", TITLES)
-def test_every_page_reads_well_on_the_h100_rows(h100_store: Path, page: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    at = render(h100_store, page, monkeypatch)
+def test_every_page_reads_well_on_the_gpu_rows(gpu_store: Path, page: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = render(gpu_store, page, monkeypatch)
     assert [t.value for t in at.title] == [TITLES[page]]
     for figure in figures(at):  # no chart without a bar, line or box to show
         assert any(values(trace.get("y", [])) or values(trace.get("x", [])) for trace in figure["data"]), figure
 
 
-def test_speedups_say_there_is_no_pair_instead_of_an_empty_chart(
-    h100_store: Path, monkeypatch: pytest.MonkeyPatch
+def test_versions_of_a_store_without_tensorflow_go_along_its_backends_version(
+    gpu_store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every H100 run compiled (XLA on JAX, inductor on torch, except two eager torch runs of other precisions), so
-    no config ran with jit_compile both on and off: a line says so. Precisions and backends have their pairs."""
+    """JAX and torch trials only: Versions opens along the picked series' framework (JAX's for bert on the H100,
+    whose JAX and torch series both ran), with its boxes drawn, not on TensorFlow's version, which no row has;
+    the link still picks any version field."""
+    at = render(gpu_store, "versions", monkeypatch)
+    assert [s.value for s in at.selectbox if s.label == "Versions of"] == ["jax_version"]
+    assert not at.info and [t["name"] for t in figures(at)[0]["data"]]
+    link = {"model": "resnet50", "accelerator": "NVIDIA H200", "along": "torch_version"}
+    torch = render(gpu_store, "versions", monkeypatch, **link)
+    assert [s.value for s in torch.selectbox if s.label == "Versions of"] == ["torch_version"]
+    assert [i.value for i in torch.info] == ["No successful runs with a torch_version for this selection."]
+
+
+def test_speedups_say_there_is_no_pair_instead_of_an_empty_chart(
+    gpu_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every GPU run compiled (XLA on JAX, inductor on torch) or ran eager only (two torch precisions, the plain
+    PyTorch model and script), so no config ran with jit_compile both on and off: a line says so. Precisions and
+    backends have their pairs."""
     captions, titles = [], []
     for kind in ("jit_compile on vs off", "Precision vs fp32", "Keras backends vs TensorFlow"):  # one tab each
-        at = render(h100_store, "speedups", monkeypatch, kind=kind)
+        at = render(gpu_store, "speedups", monkeypatch, kind=kind)
         captions += [c.value for c in at.caption]
         titles += [figure["layout"]["title"]["text"] for figure in figures(at)]
     assert "jit_compile on vs off: no config in this selection ran both with and without it." in captions

@@ -20,7 +20,7 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 import stepwatch as api
-from stepwatch.collector.bench import steps, upgrade
+from stepwatch.collector.bench import script_trial, steps, upgrade
 from stepwatch.collector.bench.measure import WindowClock
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.output.text import repro_command
@@ -45,6 +45,17 @@ def test_outside_a_trial_the_markers_give_back_what_they_were_given() -> None:
     assert api.steps(loader, examples_per_step=2) is loader  # the script's own loader, untouched
     assert api.steps(range(3), examples_per_step=0) == range(3)  # not even checked
     assert api.step(examples=4) is None
+
+
+def test_a_scripts_framework_versions_are_the_frameworks_own_as_a_keras_models_trial_records_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the H200, torch's CUDA build said "2.11.0+cu130" and its distribution "2.11.0": the script's trials
+    recorded the one, the Keras model's the other, two versions of one torch on the Versions page."""
+    import torch
+
+    monkeypatch.setattr(torch, "__version__", f"{metadata.version('torch').split('+')[0]}+cu130")  # a CUDA build's
+    assert script_trial.framework_versions()["torch_version"] == torch.__version__ != metadata.version("torch")
 
 
 def test_a_session_counts_steps_across_loops_ends_the_loop_and_refuses_a_step_marked_twice() -> None:

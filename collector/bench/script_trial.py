@@ -27,10 +27,9 @@ from stepwatch.collector.bench.measure import WindowClock, host_load, summarize
 from stepwatch.collector.bench.runtime import loaded_frameworks
 from stepwatch.collector.bench.runtime.base import host_memory_fields, host_peak_memory
 from stepwatch.collector.config import BenchmarkConfig, usable_cores
+from stepwatch.collector.schema import FRAMEWORK_VERSION_COLUMNS
 from stepwatch.trainers.script import Script
 
-# Where each framework's version goes (loaded frameworks only: the script imports what it trains with).
-VERSION_COLUMNS = {"tensorflow": "tf_version", "keras": "keras_version", "jax": "jax_version", "torch": "torch_version"}
 DISTRIBUTIONS = {
     "tensorflow": ("tensorflow", "tensorflow-cpu"), "keras": ("keras",), "jax": ("jax",), "torch": ("torch",),
 }  # fmt: skip
@@ -38,12 +37,18 @@ GUIDE = "docs/reference.md, 'Your own training script'"
 
 
 def framework_versions() -> dict[str, Any]:
-    """The version of each framework the script loaded, and the CUDA torch was built with."""
+    """The version of each framework the script loaded, as the framework gives it (as a Keras model's trial
+    records it: torch's CUDA builds say "2.11.0+cu130" where their distribution says "2.11.0"), else its
+    distribution's; and the CUDA torch was built with."""
     found: dict[str, Any] = {}
-    for module, column in VERSION_COLUMNS.items():
-        if sys.modules.get(module) is None:
+    for name, column in FRAMEWORK_VERSION_COLUMNS.items():  # the frameworks the script loaded
+        module = sys.modules.get(name)
+        if module is None:
             continue
-        found[column] = next(filter(None, map(distribution_version, DISTRIBUTIONS[module])), None)
+        own = getattr(module, "__version__", None)
+        found[column] = (
+            own if isinstance(own, str) else next(filter(None, map(distribution_version, DISTRIBUTIONS[name])), None)
+        )
     torch = sys.modules.get("torch")
     if torch is not None and getattr(torch.version, "cuda", None):
         found["cuda_build_version"] = torch.version.cuda

@@ -13,7 +13,7 @@ import pandas as pd
 
 from stepwatch.collector.config import FIELD_NAMES, SERIES_DIMENSIONS
 from stepwatch.collector.metrics import COUNTERS, METRICS
-from stepwatch.collector.schema import VERSION_COLUMNS
+from stepwatch.collector.schema import FRAMEWORK_VERSION_COLUMNS, VERSION_COLUMNS
 from stepwatch.collector.store.selection import ALIASES, ALL, Selection, SelectionError, as_fields, named
 from stepwatch.collector.store.tables import (
     RECENCY,
@@ -264,6 +264,14 @@ def machine_state(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[
 # What a version comparison goes along, and what History's x axis offers.
 VERSION_AXES = (*VERSION_COLUMNS[:5], "cuda_build_version", "driver_version", "container_image", "project_commit")
 X_AXES = ("night", *VERSION_AXES)
+
+
+def framework_axis(backends: Sequence[str]) -> str:
+    """The version axis an upgrade of these Keras backends' frameworks goes along: the first of VERSION_AXES
+    that is one of theirs (TensorFlow's where it is among them), else Keras's (a store of JAX or torch trials
+    does not open its Versions on TensorFlow, which none of its rows has)."""
+    theirs = {FRAMEWORK_VERSION_COLUMNS.get(b) for b in backends}
+    return next((axis for axis in VERSION_AXES if axis in theirs), FRAMEWORK_VERSION_COLUMNS["keras"])
 
 
 def version_spread(con: duckdb.DuckDBPyConnection, selection: Selection, metric: str, along: str) -> pd.DataFrame:

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
-from stepwatch.collector.store.queries import VERSION_AXES, version_key
+from stepwatch.collector.store.queries import VERSION_AXES, framework_axis, version_key
 from stepwatch.collector.store.selection import Selection
 from stepwatch.dashboard import charts, data, state
 
@@ -23,7 +23,9 @@ picked_models = state.many("model", models, models[:1])
 picked_accelerators = state.many("accelerator", accelerators, accelerators[:1])
 picked_precisions = state.many("precision", precisions, precisions)
 picked_xla = state.many("xla", ["off", "on"], ["off", "on"])
-along = state.one("along", VERSION_AXES, "tf_version")
+# Along the version of the picked series' framework, unless the URL says another.
+picked = catalog[catalog["model"].isin(picked_models) & catalog["accelerator"].isin(picked_accelerators)]
+along = state.one("along", VERSION_AXES, framework_axis((picked if len(picked) else catalog)["keras_backend"].unique()))
 extra = state.one("also", extras, "peak_memory_bytes")
 state.notices()
 col1, col2, col3, col4, col5 = st.columns([2, 3, 2, 2, 2])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from stepwatch.collector.config import FORMER_NAMES
@@ -53,6 +54,29 @@ def many(key: str, options: Sequence[Any], default: Sequence[Any]) -> list[Any]:
         elif part:
             ignore(key, part)
     return picked or list(default)
+
+
+XLA = ["off", "on"]
+
+
+def series_picks(catalog: pd.DataFrame) -> tuple[dict[str, list], dict[str, list]]:
+    """The choices of the four series filters History and Versions share (model, accelerator, precision, XLA)
+    and what the link picks of each, else the default: the first model and accelerator, XLA off and on, and
+    the one precision of theirs that ran last. One precision puts lines of one scale on the axis, and makes a
+    first screen of a few lines rather than every precision's (the browser draws a line in several ms:
+    docs/reference.md, "Dashboard figures")."""
+    options = {
+        "model": sorted(catalog["model"].unique()),
+        "accelerator": sorted(catalog["accelerator"].dropna().unique()),
+        "precision": sorted(catalog["precision"].unique()),
+        "xla": XLA,
+    }
+    picked = {key: many(key, options[key], options[key][:1]) for key in ("model", "accelerator")}
+    theirs = catalog[catalog["model"].isin(picked["model"]) & catalog["accelerator"].isin(picked["accelerator"])]
+    last = list(theirs.sort_values("last_at", na_position="first")["precision"].iloc[-1:]) or options["precision"][:1]
+    picked["precision"] = many("precision", options["precision"], last)
+    picked["xla"] = many("xla", XLA, XLA)
+    return options, picked
 
 
 def text(key: str, default: str) -> str:

@@ -121,6 +121,23 @@ def test_history_goes_along_the_projects_commits(smoke_store: Path, monkeypatch:
     assert drawn and drawn <= commits and all(re.fullmatch(r"[0-9a-f]{40}", c) for c in drawn)
 
 
+def test_history_and_versions_open_on_the_precision_that_ran_last_and_a_link_picks_more(
+    smoke_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first screen of one precision's lines (a line costs the browser several ms to draw), the one the
+    first model on the first accelerator ran last; the others are a pick (or a link) away."""
+    first = "(SELECT min(model) FROM series) AND accelerator = (SELECT min(accelerator) FROM series)"
+    [(last,)] = query(smoke_store, f"SELECT precision FROM series WHERE model = {first} ORDER BY last_at DESC LIMIT 1")
+    counts = dict(query(smoke_store, f"SELECT precision, count(*) FROM series WHERE model = {first} GROUP BY ALL"))
+    assert len(counts) >= 2 and last == "fp32"  # the candidate's fp32 trials ran after the baseline's bf16 ones
+    for page in ("history", "versions"):
+        at = render(smoke_store, page, monkeypatch)
+        assert [m.value for m in at.multiselect if m.label == "Precision"] == [[last]], page
+    lines = [t["name"] for t in figures(render(smoke_store, "history", monkeypatch))[0]["data"]]
+    every = render(smoke_store, "history", monkeypatch, precision=",".join(counts))
+    assert len(lines) == counts[last] and len(figures(every)[0]["data"]) == sum(counts.values())
+
+
 @pytest.mark.parametrize(
     "params",
     [

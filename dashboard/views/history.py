@@ -12,15 +12,11 @@ from stepwatch.dashboard import charts, data, state
 
 st.title("History")
 catalog = data.load("catalog")
-models = sorted(catalog["model"].unique())
-accelerators = sorted(catalog["accelerator"].dropna().unique())
-precisions = sorted(catalog["precision"].unique())
+options, picked = state.series_picks(catalog)
+models, accelerators, precisions = options["model"], options["accelerator"], options["precision"]
+picked_models, picked_accelerators, picked_precisions, picked_xla = picked.values()
 metric_names = list(METRICS)
 
-picked_models = state.many("model", models, models[:1])
-picked_accelerators = state.many("accelerator", accelerators, accelerators[:1])
-picked_precisions = state.many("precision", precisions, precisions)
-picked_xla = state.many("xla", ["off", "on"], ["off", "on"])
 metric_name = state.one("metric", metric_names, DEFAULT_METRIC)
 x = state.one("x", X_AXES, "night")
 color = state.one("color", SERIES_DIMENSIONS, "precision")
@@ -32,7 +28,7 @@ with st.sidebar:
     picked_models = st.multiselect("Model", models, picked_models)
     picked_accelerators = st.multiselect("Accelerator", accelerators, picked_accelerators)
     picked_precisions = st.multiselect("Precision", precisions, picked_precisions)
-    picked_xla = st.multiselect("XLA", ["off", "on"], picked_xla)
+    picked_xla = st.multiselect("XLA", state.XLA, picked_xla)
 metric_name = st.selectbox(
     "Metric", metric_names, metric_names.index(metric_name), format_func=lambda m: METRICS[m].label
 )

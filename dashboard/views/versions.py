@@ -14,25 +14,21 @@ PANELS = (DEFAULT_METRIC, "max_per_device_batch", "cost_usd")
 
 st.title("Versions")
 catalog = data.load("catalog")
-models = sorted(catalog["model"].unique())
-accelerators = sorted(catalog["accelerator"].dropna().unique())
-precisions = sorted(catalog["precision"].unique())
+options, picked = state.series_picks(catalog)
+models, accelerators, precisions = options["model"], options["accelerator"], options["precision"]
+picked_models, picked_accelerators, picked_precisions, picked_xla = picked.values()
 extras = [m for m in METRICS if m not in PANELS]
 
-picked_models = state.many("model", models, models[:1])
-picked_accelerators = state.many("accelerator", accelerators, accelerators[:1])
-picked_precisions = state.many("precision", precisions, precisions)
-picked_xla = state.many("xla", ["off", "on"], ["off", "on"])
 # Along the version of the picked series' framework, unless the URL says another.
-picked = catalog[catalog["model"].isin(picked_models) & catalog["accelerator"].isin(picked_accelerators)]
-along = state.one("along", VERSION_AXES, framework_axis((picked if len(picked) else catalog)["keras_backend"].unique()))
+theirs = catalog[catalog["model"].isin(picked_models) & catalog["accelerator"].isin(picked_accelerators)]
+along = state.one("along", VERSION_AXES, framework_axis((theirs if len(theirs) else catalog)["keras_backend"].unique()))
 extra = state.one("also", extras, "peak_memory_bytes")
 state.notices()
 col1, col2, col3, col4, col5 = st.columns([2, 3, 2, 2, 2])
 picked_models = col1.multiselect("Model", models, picked_models)
 picked_accelerators = col2.multiselect("Accelerator", accelerators, picked_accelerators)
 picked_precisions = col3.multiselect("Precision", precisions, picked_precisions)
-picked_xla = col4.multiselect("XLA", ["off", "on"], picked_xla)
+picked_xla = col4.multiselect("XLA", state.XLA, picked_xla)
 along = col5.selectbox("Versions of", VERSION_AXES, VERSION_AXES.index(along))
 selection = Selection.of(
     model=picked_models, accelerator=picked_accelerators, precision=picked_precisions,

@@ -310,7 +310,8 @@ def forest(comparison: Comparison, limit: int = FOREST_ROWS) -> go.Figure:
     """Ratios with their 95% CIs per series, coloured by verdict, with the ± threshold band: the ``limit``
     worst rows (regressions first, then failures, inconclusive, improvements, no change; the table has all)."""
     rows = [r for r in comparison.ordered() if not math.isnan(r.result.ratio)][:limit]
-    labels = [f"{series_label(r.series)} · {r.metric.name}" for r in rows]
+    several = len({r.metric.name for r in rows}) > 1
+    labels = [series_label(r.series) + (f" · {r.metric.name}" if several else "") for r in rows]
     fig = go.Figure()
     for verdict, color in VERDICT_COLORS.items():
         picked = [(label, r) for label, r in zip(labels, rows) if r.verdict == verdict]
@@ -336,6 +337,10 @@ def forest(comparison: Comparison, limit: int = FOREST_ROWS) -> go.Figure:
     fig.update_layout(
         xaxis_title="change, candidate vs baseline (%)", height=max(300, 28 * len(rows) + 120), margin={"t": 30}
     )
+    # The worst row on top, where the first screen shows it (a category axis starts at the bottom), and every
+    # series' name whole, not cut at the plot's left edge; the legend above, leaving the plot its width.
+    fig.update_yaxes(automargin=True, categoryorder="array", categoryarray=labels, autorange="reversed")
+    fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0})
     return fig
 
 

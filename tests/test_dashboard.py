@@ -16,6 +16,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from stepwatch.collector.metrics import METRICS
+from stepwatch.collector.outcomes import VERDICT_ORDER
 from stepwatch.collector.schema import to_table, write_parquet
 from stepwatch.collector.store.database import StoreReader, delta_dir, update
 from stepwatch.dashboard.pages import PAGES, TITLES
@@ -255,6 +256,24 @@ def test_run_page_shows_a_failed_runs_error_from_the_url(smoke_store: Path, monk
     assert at.error[0].value.startswith("timeout: Timeout trial ran past its timeout of 2 s")
     environment = at.dataframe[0].value
     assert dict(zip(environment["field"], environment["value"]))["run_id"] == run_id
+
+
+def test_the_forest_plot_puts_the_worst_rows_on_top_named_whole(
+    reference_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2.20.0 against 2.21.0 on the reference history: inconclusive rows before improvements, drawn from the top
+    (a category axis starts at the bottom, where a tall forest's first rows were below the first screen), each
+    named by its series alone (one metric) and given the margin its name needs."""
+    at = render(reference_store, "compare", monkeypatch, baseline="tf_version=2.20.0", candidate="tf_version=2.21.0")
+    [forest] = figures(at)
+    table = opened(at, "verdict_table").dataframe[-1].value
+    verdict = dict(zip(table["series"], table["verdict"]))
+    drawn = forest["layout"]["yaxis"]["categoryarray"]
+    assert forest["layout"]["yaxis"]["autorange"] == "reversed" and forest["layout"]["yaxis"]["automargin"]
+    order = [verdict[label] for label in drawn]  # every label is a series' name, whole
+    assert order == sorted(order, key=VERDICT_ORDER.index) and len(set(order)) >= 2, order
+    assert [verdict[y] for trace in forest["data"] for y in values(trace["y"])] == [t["name"] for t in forest["data"]
+                                                                                   for _ in values(t["y"])]  # fmt: skip
 
 
 def test_versions_draws_a_box_per_series_and_release_from_the_stores_trials(

@@ -94,7 +94,7 @@ def test_overview_counts_series_and_shows_the_failed_trial(smoke_store: Path, mo
     assert list(failed["failures"]) == ["timeout"] and list(failed["passing"]) == ["0/1"]
     # The torch series ran once: nothing earlier to compare it with, said in words.
     [torch] = [row for _, row in table.iterrows() if "keras_backend=torch" in row["series"]]
-    assert torch["vs_previous"] == torch["vs_baseline"] == torch["verdict"] == "nothing earlier"
+    assert [list(torch[c]) for c in ("vs_previous", "vs_baseline", "verdict")] == [["nothing earlier"]] * 3
 
 
 def test_history_plots_each_series_medians_and_the_url_narrows_it(

@@ -4,6 +4,7 @@ and the baseline starts again after an acknowledged change (the analysis on its 
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -48,10 +49,15 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "store.duckdb"
 
 
+def label(cell) -> str:
+    """A chip cell's text (a list of one label, or of none)."""
+    return cell[0] if len(cell) else ""
+
+
 def verdicts(at) -> dict[str, tuple[str, str, str]]:
     table = at.dataframe[0].value
     return {
-        series.split(" on ")[-1]: (verdict, previous, baseline)
+        series.split(" on ")[-1]: (label(verdict), label(previous), label(baseline))
         for series, verdict, previous, baseline in zip(
             table["series"], table["verdict"], table["vs_previous"], table["vs_baseline"]
         )
@@ -93,6 +99,17 @@ def test_the_baseline_starts_again_after_an_acknowledged_change() -> None:
 
 
 def test_the_change_cells_are_coloured_by_their_verdict(planted: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each status and change is a label in its verdict's colour (the regressed series' red, the flat one's
+    none), coloured by the browser: no pandas Styler for the server to render on every visit."""
     at = render(planted, "overview", monkeypatch)
-    styles = at.dataframe[0].proto.arrow_data.styler.styles
-    assert charts.VERDICT_FILLS["regression"] in styles and charts.VERDICT_FILLS["improvement"] not in styles
+    found = verdicts(at)
+    config = json.loads(at.dataframe[0].proto.columns)
+    colour = {
+        column: {o["value"]: o.get("color") for o in config[column]["type_config"]["options"]}
+        for column in ("verdict", "vs_previous", "vs_baseline")
+    }
+    step, flat = found["CPU step"], found["CPU flat"]
+    fills = charts.VERDICT_FILLS
+    assert [colour[c][v] for c, v in zip(colour, step)] == [fills["regression"]] * 3
+    assert [colour[c][v] for c, v in zip(colour, flat)] == [charts.NO_FILL] * 3
+    assert not at.dataframe[0].proto.arrow_data.styler.styles

@@ -95,25 +95,35 @@ st.caption(
 )
 columns = ["verdict", "series", "spark", "latest", "vs_previous", "vs_baseline", "passing", "noise", "alerts",
            "failures", "tf_version", "keras_version", "label", "started_at", "series_key"]  # fmt: skip
+cells, palettes = charts.verdict_chips(
+    shown[columns], {"verdict": "verdict", "vs_previous": "previous_verdict", "vs_baseline": "baseline_verdict"}, shown
+)
+
+
+RATIO = "ratio and its 95% interval"
+
+
+def chips(label: str, column: str, help: str) -> object:
+    """The column's cells as labels in their verdict's colour."""
+    options, colours = palettes[column]
+    return st.column_config.MultiselectColumn(label, help=help, options=options, color=colours)
+
+
 st.dataframe(
-    charts.verdict_styles(
-        shown[columns],
-        {"verdict": "verdict", "vs_previous": "previous_verdict", "vs_baseline": "baseline_verdict"},
-        shown,
-    ),
+    cells,
     hide_index=True,
     width="stretch",
     height=min(38 + 35 * max(len(shown), 1), 720),
     column_config={
         "latest": st.column_config.TextColumn(f"latest ({unit})" if unit else "latest"),
-        "vs_previous": st.column_config.TextColumn("vs previous run", help="ratio and its 95% interval"),
-        "vs_baseline": st.column_config.TextColumn(f"vs baseline (≤{latest.BASELINE_NIGHTS} nights)"),
+        "vs_previous": chips("vs previous run", "vs_previous", RATIO),
+        "vs_baseline": chips(f"vs baseline (≤{latest.BASELINE_NIGHTS} nights)", "vs_baseline", RATIO),
         "series": st.column_config.TextColumn("series", width="large"),
         "spark": st.column_config.TextColumn(
             f"last {latest.SPARK_NIGHTS} nights", help="each night's median, from its lowest to its highest"
         ),
         "noise": st.column_config.TextColumn("throughput noise"),
-        "verdict": st.column_config.TextColumn("status", help="the worse of the two verdicts"),
+        "verdict": chips("status", "verdict", "the worse of the two verdicts"),
     },
 )  # fmt: skip
 bimodal = shown[shown["bimodal"]]

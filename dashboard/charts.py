@@ -310,6 +310,10 @@ def _value(row: pd.Series, dimensions: Sequence[str], index: int) -> str | None:
 FOREST_ROWS = 40  # rows a forest plot draws at most (a taller figure is scrolled, not read)
 
 
+LABEL_CHAR_PX = 6.2  # the mean width of a character of an axis label (Plotly's 12 px, Streamlit's font), in px
+LABEL_MARGIN_MAX = 520  # px: a longer name is cut at its start rather than squeeze the plot
+
+
 @sent_plain
 def forest(comparison: Comparison, limit: int = FOREST_ROWS) -> go.Figure:
     """Ratios with their 95% CIs per series, coloured by verdict, with the ± threshold band: the ``limit``
@@ -339,12 +343,14 @@ def forest(comparison: Comparison, limit: int = FOREST_ROWS) -> go.Figure:
         band = rows[0].result.threshold * 100
         fig.add_vrect(x0=-band, x1=band, fillcolor="#eee", opacity=0.5, line_width=0)
     fig.add_vline(x=0, line_color="#444")
-    fig.update_layout(
-        xaxis_title="change, candidate vs baseline (%)", height=max(300, 28 * len(rows) + 120), margin={"t": 30}
-    )
     # The worst row on top, where the first screen shows it (a category axis starts at the bottom), and every
-    # series' name whole, not cut at the plot's left edge; the legend above, leaving the plot its width.
-    fig.update_yaxes(automargin=True, categoryorder="array", categoryarray=labels, autorange="reversed")
+    # series' name whole, not cut at the plot's left edge: a margin for the longest name, given rather than
+    # found by Plotly (its automargin draws the figure a second time); the legend above, leaving the plot its width.
+    fig.update_layout(
+        xaxis_title="change, candidate vs baseline (%)", height=max(300, 28 * len(rows) + 120),
+        margin={"t": 30, "l": min(LABEL_MARGIN_MAX, 20 + LABEL_CHAR_PX * max(map(len, labels), default=0))},
+    )  # fmt: skip
+    fig.update_yaxes(categoryorder="array", categoryarray=labels, autorange="reversed")
     fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0})
     return fig
 

@@ -263,13 +263,13 @@ def test_the_forest_plot_puts_the_worst_rows_on_top_named_whole(
 ) -> None:
     """2.20.0 against 2.21.0 on the reference history: inconclusive rows before improvements, drawn from the top
     (a category axis starts at the bottom, where a tall forest's first rows were below the first screen), each
-    named by its series alone (one metric) and given the margin its name needs."""
+    named by its series alone (one metric)."""
     at = render(reference_store, "compare", monkeypatch, baseline="tf_version=2.20.0", candidate="tf_version=2.21.0")
     [forest] = figures(at)
     table = opened(at, "verdict_table").dataframe[-1].value
     verdict = dict(zip(table["series"], table["verdict"]))
     drawn = forest["layout"]["yaxis"]["categoryarray"]
-    assert forest["layout"]["yaxis"]["autorange"] == "reversed" and forest["layout"]["yaxis"]["automargin"]
+    assert forest["layout"]["yaxis"]["autorange"] == "reversed"  # names whole: tests/test_dashboard_browser.py
     order = [verdict[label] for label in drawn]  # every label is a series' name, whole
     assert order == sorted(order, key=VERDICT_ORDER.index) and len(set(order)) >= 2, order
     assert [verdict[y] for trace in forest["data"] for y in values(trace["y"])] == [t["name"] for t in forest["data"]

@@ -43,6 +43,17 @@ def no_errors(page: Page, where: str) -> None:
     assert page.locator('[data-testid="stAlertContentError"]').count() == 0, where
 
 
+def clipped(page: Page) -> list[str]:
+    """The y-axis labels of the page's figures that start left of their figure (cut at its edge)."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll('.js-plotly-plot')].flatMap((plot) => {
+            const left = plot.getBoundingClientRect().left;
+            return [...plot.querySelectorAll('.ytick text')]
+                .filter((label) => label.getBoundingClientRect().left < left - 1).map((label) => label.textContent);
+        })"""
+    )
+
+
 @NEEDS_CHROMIUM
 def test_every_page_opens_on_the_reference_history_without_errors(reference_store: Path, tmp_path: Path) -> None:
     shots = Path(os.environ.get("STEPWATCH_SCREENSHOTS") or tmp_path)
@@ -57,6 +68,7 @@ def test_every_page_opens_on_the_reference_history_without_errors(reference_stor
             if path:
                 page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
             no_errors(page, name)
+            assert not clipped(page), (name, clipped(page)[:3])
             assert page.get_by_role("button", name="Deploy").count() == 0, name  # a tool, not a demo
             page.screenshot(path=str(shots / f"dashboard-{name}.png"), full_page=True)
         tab_title = page.title()

@@ -183,6 +183,11 @@ TYPES: dict[str, type] = {
 SERIES_FIELDS = tuple(name for name in FIELD_NAMES if ROLES[name].series)
 # The dimensions a series has, as the store's series table and the dashboard name them.
 SERIES_DIMENSIONS = (*SERIES_FIELDS, "accelerator")
+# The result column each framework's version goes into, by its import name (a Keras backend's name is its
+# framework's): what a script's trial records and what Versions goes along for a backend's series.
+FRAMEWORK_VERSION_COLUMNS = {
+    "tensorflow": "tf_version", "keras": "keras_version", "jax": "jax_version", "torch": "torch_version",
+}  # fmt: skip
 FLAGGED = tuple(name for name in FIELD_NAMES if ROLES[name].flag)
 DEFAULTS = {f.name: f.default for f in FIELDS}
 # The series fields a label spells out in its own words; the others appear as field=value when not default.

@@ -239,10 +239,6 @@ VERSION_COLUMNS = (
     "stepwatch_git_sha",
     "project_commit",
 )
-# The column each framework's version goes into (its import name; a Keras backend is named as its framework).
-FRAMEWORK_VERSION_COLUMNS = {
-    "tensorflow": "tf_version", "keras": "keras_version", "jax": "jax_version", "torch": "torch_version",
-}  # fmt: skip
 
 
 # A file missing one of these (or with a null in the first five) is not a stepwatch results file.

@@ -26,8 +26,7 @@ from stepwatch.collector.bench.launchers import COORDINATOR_ENV, rank
 from stepwatch.collector.bench.measure import WindowClock, host_load, summarize
 from stepwatch.collector.bench.runtime import loaded_frameworks
 from stepwatch.collector.bench.runtime.base import host_memory_fields, host_peak_memory
-from stepwatch.collector.config import BenchmarkConfig, usable_cores
-from stepwatch.collector.schema import FRAMEWORK_VERSION_COLUMNS
+from stepwatch.collector.config import FRAMEWORK_VERSION_COLUMNS, BenchmarkConfig, usable_cores
 from stepwatch.trainers.script import Script
 
 DISTRIBUTIONS = {

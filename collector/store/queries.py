@@ -11,9 +11,9 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from stepwatch.collector.config import FIELD_NAMES, SERIES_DIMENSIONS
+from stepwatch.collector.config import FIELD_NAMES, FRAMEWORK_VERSION_COLUMNS, SERIES_DIMENSIONS
 from stepwatch.collector.metrics import COUNTERS, METRICS
-from stepwatch.collector.schema import FRAMEWORK_VERSION_COLUMNS, VERSION_COLUMNS
+from stepwatch.collector.schema import VERSION_COLUMNS
 from stepwatch.collector.store.selection import ALIASES, ALL, Selection, SelectionError, as_fields, named
 from stepwatch.collector.store.tables import (
     RECENCY,

@@ -59,12 +59,13 @@ def many(key: str, options: Sequence[Any], default: Sequence[Any]) -> list[Any]:
 XLA = ["off", "on"]
 
 
-def series_picks(catalog: pd.DataFrame) -> tuple[dict[str, list], dict[str, list]]:
-    """The choices of the four series filters History and Versions share (model, accelerator, precision, XLA)
-    and what the link picks of each, else the default: the first model and accelerator, XLA off and on, and
-    the one precision of theirs that ran last. One precision puts lines of one scale on the axis, and makes a
-    first screen of a few lines rather than every precision's (the browser draws a line in several ms:
-    docs/reference.md, "Dashboard figures")."""
+def series_picks(catalog: pd.DataFrame) -> tuple[dict[str, list], dict[str, list], pd.DataFrame]:
+    """The choices of the four series filters History and Versions share (model, accelerator, precision, XLA),
+    what the link picks of each, else the default, and the catalog's series of the picked models and
+    accelerators. By default: the first model and accelerator, XLA off and on, and the one precision of theirs
+    that ran last. One precision puts lines of one scale on the axis, and makes a first screen of a few lines
+    rather than every precision's (the browser draws a line in several ms: docs/reference.md, "Dashboard
+    figures")."""
     options = {
         "model": sorted(catalog["model"].unique()),
         "accelerator": sorted(catalog["accelerator"].dropna().unique()),
@@ -76,7 +77,7 @@ def series_picks(catalog: pd.DataFrame) -> tuple[dict[str, list], dict[str, list
     last = list(theirs.sort_values("last_at", na_position="first")["precision"].iloc[-1:]) or options["precision"][:1]
     picked["precision"] = many("precision", options["precision"], last)
     picked["xla"] = many("xla", XLA, XLA)
-    return options, picked
+    return options, picked, theirs
 
 
 def text(key: str, default: str) -> str:

@@ -12,9 +12,10 @@ from stepwatch.dashboard import charts, data, state
 
 st.title("History")
 catalog = data.load("catalog")
-options, picked = state.series_picks(catalog)
+options, picked, _ = state.series_picks(catalog)
 models, accelerators, precisions = options["model"], options["accelerator"], options["precision"]
-picked_models, picked_accelerators, picked_precisions, picked_xla = picked.values()
+picked_models, picked_accelerators = picked["model"], picked["accelerator"]
+picked_precisions, picked_xla = picked["precision"], picked["xla"]
 metric_names = list(METRICS)
 
 metric_name = state.one("metric", metric_names, DEFAULT_METRIC)

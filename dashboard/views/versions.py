@@ -14,13 +14,13 @@ PANELS = (DEFAULT_METRIC, "max_per_device_batch", "cost_usd")
 
 st.title("Versions")
 catalog = data.load("catalog")
-options, picked = state.series_picks(catalog)
+options, picked, theirs = state.series_picks(catalog)
 models, accelerators, precisions = options["model"], options["accelerator"], options["precision"]
-picked_models, picked_accelerators, picked_precisions, picked_xla = picked.values()
+picked_models, picked_accelerators = picked["model"], picked["accelerator"]
+picked_precisions, picked_xla = picked["precision"], picked["xla"]
 extras = [m for m in METRICS if m not in PANELS]
 
 # Along the version of the picked series' framework, unless the URL says another.
-theirs = catalog[catalog["model"].isin(picked_models) & catalog["accelerator"].isin(picked_accelerators)]
 along = state.one("along", VERSION_AXES, framework_axis((theirs if len(theirs) else catalog)["keras_backend"].unique()))
 extra = state.one("also", extras, "peak_memory_bytes")
 state.notices()

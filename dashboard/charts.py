@@ -349,9 +349,9 @@ def forest(comparison: Comparison, limit: int = FOREST_ROWS) -> go.Figure:
     fig.update_layout(
         xaxis_title="change, candidate vs baseline (%)", height=max(300, 28 * len(rows) + 120),
         margin={"t": 30, "l": min(LABEL_MARGIN_MAX, 20 + LABEL_CHAR_PX * max(map(len, labels), default=0))},
+        yaxis={"categoryorder": "array", "categoryarray": labels, "autorange": "reversed"},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0},
     )  # fmt: skip
-    fig.update_yaxes(categoryorder="array", categoryarray=labels, autorange="reversed")
-    fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": 0})
     return fig
 
 

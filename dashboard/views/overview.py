@@ -103,10 +103,10 @@ cells, palettes = charts.verdict_chips(
 RATIO = "ratio and its 95% interval"
 
 
-def chips(label: str, column: str, help: str) -> object:
+def chips(label: str, column: str, tip: str) -> object:
     """The column's cells as labels in their verdict's colour."""
     options, colours = palettes[column]
-    return st.column_config.MultiselectColumn(label, help=help, options=options, color=colours)
+    return st.column_config.MultiselectColumn(label, help=tip, options=options, color=colours)
 
 
 st.dataframe(

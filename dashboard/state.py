@@ -80,6 +80,41 @@ def series_picks(catalog: pd.DataFrame) -> tuple[dict[str, list], dict[str, list
     return options, picked, theirs
 
 
+def filters(where: Any = None) -> Any:
+    """A page's filters behind one button (a popover; say what they pick under it with ``said``, once they have
+    run). A popover's widgets are drawn only once it is opened: four multiselects on a page's first screen cost
+    its load about 0.07 s in chromium here, a closed popover next to nothing (docs/reference.md, "Dashboard
+    figures")."""
+    return (where or st).popover("Filters", icon=":material/filter_list:")
+
+
+def said(*filters: tuple[str, Sequence[Any], Sequence[Any]]) -> str:
+    """What each ``(label, picked, options)`` filter picks, in a line: its values, or "all N" or "N of M" where
+    they are more than three."""
+    parts = []
+    for label, picked, options in filters:
+        if len(options) > 3 and set(picked) >= set(options):
+            text = f"all {len(options)}"
+        elif len(picked) > 3:
+            text = f"{len(picked)} of {len(options)}"
+        else:
+            text = ", ".join(str(v) for v in picked) or "none"
+        parts.append(f"{label}: {text}")
+    return " · ".join(parts)
+
+
+SERIES_FILTERS = {"model": "Model", "accelerator": "Accelerator", "precision": "Precision", "xla": "XLA"}
+
+
+def series_filters(options: dict[str, list], picked: dict[str, list], where: Any = None) -> dict[str, list]:
+    """The four series filters of ``series_picks`` behind the Filters button, what they pick said under it; what
+    they pick now."""
+    box = filters(where)
+    now = {key: box.multiselect(label, options[key], picked[key]) for key, label in SERIES_FILTERS.items()}
+    st.caption(said(*((label, now[key], options[key]) for key, label in SERIES_FILTERS.items())))
+    return now
+
+
 def text(key: str, default: str) -> str:
     """Free text from the URL (a selection); callers parse it with bound parameters only."""
     raw = _raw(key)

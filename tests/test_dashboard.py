@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from stepwatch.collector.config import BenchmarkConfig, config_columns
 from stepwatch.collector.metrics import METRICS
 from stepwatch.collector.outcomes import VERDICT_ORDER
 from stepwatch.collector.schema import to_table, write_parquet
@@ -526,3 +527,45 @@ def test_the_dashboards_streamlit_settings_are_streamlits_own_and_spare_each_vis
         if known[key].type is bool:
             assert value in ("true", "false"), (key, value)
     assert given["server.fileWatcherType"] == "none" and given["runner.postScriptGC"] == "false"
+
+
+def test_cost_opens_on_one_config_and_a_link_by_model_opens_all_of_its_configs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first screen holds one config's panel: the page opens on the first config (model/preset) only; a link
+    made when the page picked models (``?model=``) still opens every config of those models."""
+    priced = dict(accelerator="NVIDIA L4", device="gpu", price_key="aws-g6.xlarge-l4", price_per_device_hour=1.0,
+                  price_source="AWS", price_covers="instance share", price_date="2024-04", cost_usd=0.01,
+                  cost_per_1m_examples_usd=0.5)  # fmt: skip
+    configs = [BenchmarkConfig(model="bilstm", preset=preset) for preset in ("1024", "tiny")]
+    rows = [
+        row
+        for i, config in enumerate(configs)
+        for row in result_rows(2, start=10 * i, **{**config_columns(config), "config_key": config.key, **priced})
+    ]
+    write_parquet(to_table(rows), tmp_path / "runs.parquet")
+    db = tmp_path / "store.duckdb"
+    assert stepwatch("ingest", str(tmp_path / "runs.parquet"), "--db", str(db)).returncode == 0
+
+    def panels(at: AppTest) -> list[str]:
+        (figure,) = figures(at)
+        return [a["text"].split(":")[0] for a in figure["layout"]["annotations"]]
+
+    at = render(db, "cost", monkeypatch)
+    assert panels(at) == ["bilstm/1024"] and at.multiselect[0].value == ["bilstm/1024"]
+    assert "Config: bilstm/1024" in [c.value for c in at.caption]
+    at = render(db, "cost", monkeypatch, model="bilstm")
+    assert panels(at) == ["bilstm/1024", "bilstm/tiny"]
+    assert at.query_params["config"] == "bilstm/1024,bilstm/tiny" and "model" not in at.query_params
+
+
+def test_filters_say_what_they_pick_in_a_line() -> None:
+    from stepwatch.dashboard.state import said
+
+    accelerators = ["a", "b", "c", "d", "e"]
+    assert said(("Model", ["bert"], ["bert", "bilstm"]), ("XLA", ["off", "on"], ["off", "on"])) == (
+        "Model: bert · XLA: off, on"
+    )
+    assert said(("Accelerator", accelerators, accelerators)) == "Accelerator: all 5"
+    assert said(("Accelerator", accelerators[:4], accelerators)) == "Accelerator: 4 of 5"
+    assert said(("Model", [], ["bert"])) == "Model: none"

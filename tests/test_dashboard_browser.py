@@ -120,8 +120,8 @@ def test_a_copied_link_opened_first_on_a_fresh_server_gets_the_app_navigation(re
 
 @NEEDS_CHROMIUM
 def test_what_is_below_the_first_screen_is_drawn_when_opened(reference_store: Path) -> None:
-    """Tables and options in on-demand expanders (``state.on_demand``) are not drawn until a click opens them;
-    a tab picked by a link is the one drawn (``state.picked_tab``)."""
+    """Tables and options in on-demand expanders (``state.on_demand``) and a page's filters (``state.filters``)
+    are not drawn until a click opens them; a tab picked by a link is the one drawn (``state.picked_tab``)."""
     with serve(reference_store) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -149,7 +149,22 @@ def test_what_is_below_the_first_screen_is_drawn_when_opened(reference_store: Pa
         page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
         picked = page.get_by_role("tab", selected=True).inner_text()
         figures = page.locator('[data-testid="stPlotlyChart"]').count()
+        # A page's filters are behind its Filters button (``state.filters``), drawn once it is opened.
+        page.goto(f"{url}/history")
+        settled(page, "History")
+        page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
+        filters = page.locator('[data-testid="stMultiSelect"]')
+        hidden = filters.count()
+        page.get_by_role("button", name="Filters").click()
+        filters.nth(3).wait_for(timeout=120_000)
+        shown = filters.count()
+        filters.first.click()
+        page.get_by_role("option", name="resnet50").click()  # a second model: its lines drawn, the picks said
+        page.get_by_text("Model: bert, resnet50 · ").wait_for(timeout=120_000)
+        page.wait_for_function("() => document.querySelector('.js-plotly-plot').data.length === 4", timeout=120_000)
+        no_errors(page, "history's filters")
         browser.close()
     assert drawn["compare"] == (0, 1) and drawn["run"] == (0, 1)
     assert drawn["history"][1] - drawn["history"][0] == 4
     assert picked == "Another metric" and figures == 1
+    assert (hidden, shown) == (0, 4)

@@ -1,5 +1,6 @@
 """Cost: cost per run and per 1M examples by accelerator, with each price's source and date."""
 
+import pandas as pd
 import streamlit as st
 
 from stepwatch.collector.analysis.stats import plain
@@ -9,13 +10,23 @@ from stepwatch.dashboard import charts, data, state
 st.title("Cost")
 catalog = data.load("catalog")
 models = sorted(catalog["model"].unique())
-picked = state.many("model", models, models[:1])
+# A panel per config (model/preset), the first one by default: a first screen holds one panel, and each costs
+# the browser about as much as a whole small figure to draw.
+configs = sorted(set(catalog["model"] + "/" + catalog["preset"]))
+linked = state.many("model", models, [])  # a link from before configs were picked: every config of its models
+picked = state.many("config", configs, [c for c in configs if c.split("/")[0] in linked] or configs[:1])
 state.notices()
-picked = st.multiselect("Model", models, picked)
-state.keep(model=picked)
-frame = data.load("costs", Selection.of(model=picked))
-gaps = data.load("cost_gaps", Selection.of(model=picked))
-for why, trials in gaps[["why", "trials"]].itertuples(index=False):
+box = state.filters()
+picked = box.multiselect("Config", configs, picked)
+st.caption(state.said(("Config", picked, configs)))
+state.keep(config=picked, model=None)
+if not picked:
+    st.info("Pick at least one config.")
+    st.stop()
+chosen = [Selection.of(model=model, preset=preset) for model, preset in (c.split("/", 1) for c in picked)]
+frame = pd.concat([data.load("costs", one) for one in chosen], ignore_index=True)
+gaps = pd.concat([data.load("cost_gaps", one) for one in chosen], ignore_index=True)
+for why, trials in gaps.groupby("why", sort=False)["trials"].sum().items():
     st.warning(f"{trials} successful trial(s) have no cost: {why}")
 if frame.empty:
     st.info("No priced successful runs for this selection.")

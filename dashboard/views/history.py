@@ -12,10 +12,7 @@ from stepwatch.dashboard import charts, data, state
 
 st.title("History")
 catalog = data.load("catalog")
-options, picked, _ = state.series_picks(catalog)
-models, accelerators, precisions = options["model"], options["accelerator"], options["precision"]
-picked_models, picked_accelerators = picked["model"], picked["accelerator"]
-picked_precisions, picked_xla = picked["precision"], picked["xla"]
+series_options, picked, _ = state.series_picks(catalog)
 metric_names = list(METRICS)
 
 metric_name = state.one("metric", metric_names, DEFAULT_METRIC)
@@ -25,11 +22,9 @@ facet = state.one("facet", ["none", *SERIES_DIMENSIONS], "none")
 scale = state.one("scale", ["linear", "log"], "linear")
 state.notices()
 
-with st.sidebar:
-    picked_models = st.multiselect("Model", models, picked_models)
-    picked_accelerators = st.multiselect("Accelerator", accelerators, picked_accelerators)
-    picked_precisions = st.multiselect("Precision", precisions, picked_precisions)
-    picked_xla = st.multiselect("XLA", state.XLA, picked_xla)
+picked = state.series_filters(series_options, picked)
+picked_models, picked_accelerators = picked["model"], picked["accelerator"]
+picked_precisions, picked_xla = picked["precision"], picked["xla"]
 metric_name = st.selectbox(
     "Metric", metric_names, metric_names.index(metric_name), format_func=lambda m: METRICS[m].label
 )

@@ -26,14 +26,21 @@ picked_accelerators = state.many("accelerator", accelerators, accelerators)
 metric_name = state.one("metric", metric_names, DEFAULT_METRIC)
 regressed_only = state.one("regressed", ["yes", "no"], "no") == "yes"
 state.notices()
-col1, col2, col3, col4, col5 = st.columns([2, 2, 3, 2, 2], vertical_alignment="bottom")
-picked_devices = col1.multiselect("Device", devices, picked_devices)
-picked_keras = col2.multiselect("Keras backend", keras_backends, picked_keras)
-picked_accelerators = col3.multiselect("Accelerator", accelerators, picked_accelerators)
-metric_name = col4.selectbox(
+col1, col2, col3 = st.columns([7, 2, 2], vertical_alignment="bottom")
+box = state.filters(col1)
+picked_devices = box.multiselect("Device", devices, picked_devices)
+picked_keras = box.multiselect("Keras backend", keras_backends, picked_keras)
+picked_accelerators = box.multiselect("Accelerator", accelerators, picked_accelerators)
+st.caption(
+    state.said(
+        ("Device", picked_devices, devices), ("Keras backend", picked_keras, keras_backends),
+        ("Accelerator", picked_accelerators, accelerators),
+    )
+)  # fmt: skip
+metric_name = col2.selectbox(
     "Metric", metric_names, metric_names.index(metric_name), format_func=lambda m: METRICS[m].label
 )
-regressed_only = col5.toggle("Regressed only", regressed_only)
+regressed_only = col3.toggle("Regressed only", regressed_only)
 state.keep(
     device=picked_devices if picked_devices != devices else None,
     keras_backend=picked_keras if picked_keras != keras_backends else None,

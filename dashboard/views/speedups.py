@@ -17,9 +17,11 @@ accelerators = sorted(catalog["accelerator"].dropna().unique())
 version = state.one("keras_version", versions, versions[-1] if versions else None)
 picked = state.many("accelerator", accelerators, accelerators[:4])
 state.notices()
-col1, col2 = st.columns([1, 3])
+col1, col2 = st.columns([1, 3], vertical_alignment="bottom")
 version = col1.selectbox("Keras version", versions, versions.index(version) if version in versions else 0)
-picked = col2.multiselect("Accelerator", accelerators, picked)
+box = state.filters(col2)
+picked = box.multiselect("Accelerator", accelerators, picked)
+st.caption(state.said(("Accelerator", picked, accelerators)))
 state.keep(keras_version=version, accelerator=picked)
 
 # Plain PyTorch runs have no Keras version: they are shown whichever is picked.

@@ -15,21 +15,17 @@ PANELS = (DEFAULT_METRIC, "max_per_device_batch", "cost_usd")
 st.title("Versions")
 catalog = data.load("catalog")
 options, picked, theirs = state.series_picks(catalog)
-models, accelerators, precisions = options["model"], options["accelerator"], options["precision"]
-picked_models, picked_accelerators = picked["model"], picked["accelerator"]
-picked_precisions, picked_xla = picked["precision"], picked["xla"]
 extras = [m for m in METRICS if m not in PANELS]
 
 # Along the version of the picked series' framework, unless the URL says another.
 along = state.one("along", VERSION_AXES, framework_axis((theirs if len(theirs) else catalog)["keras_backend"].unique()))
 extra = state.one("also", extras, "peak_memory_bytes")
 state.notices()
-col1, col2, col3, col4, col5 = st.columns([2, 3, 2, 2, 2])
-picked_models = col1.multiselect("Model", models, picked_models)
-picked_accelerators = col2.multiselect("Accelerator", accelerators, picked_accelerators)
-picked_precisions = col3.multiselect("Precision", precisions, picked_precisions)
-picked_xla = col4.multiselect("XLA", state.XLA, picked_xla)
-along = col5.selectbox("Versions of", VERSION_AXES, VERSION_AXES.index(along))
+col1, col2 = st.columns([4, 1], vertical_alignment="bottom")
+picked = state.series_filters(options, picked, col1)
+picked_models, picked_accelerators = picked["model"], picked["accelerator"]
+picked_precisions, picked_xla = picked["precision"], picked["xla"]
+along = col2.selectbox("Versions of", VERSION_AXES, VERSION_AXES.index(along))
 selection = Selection.of(
     model=picked_models, accelerator=picked_accelerators, precision=picked_precisions,
     xla=[v == "on" for v in picked_xla],

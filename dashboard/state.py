@@ -80,12 +80,12 @@ def series_picks(catalog: pd.DataFrame) -> tuple[dict[str, list], dict[str, list
     return options, picked, theirs
 
 
-def filters(where: Any = None) -> Any:
+def filters(where: Any = None, label: str = "Filters") -> Any:
     """A page's filters behind one button (a popover; say what they pick under it with ``said``, once they have
     run). A popover's widgets are drawn only once it is opened: four multiselects on a page's first screen cost
     its load about 0.07 s in chromium here, a closed popover next to nothing (docs/reference.md, "Dashboard
     figures")."""
-    return (where or st).popover("Filters", icon=":material/filter_list:")
+    return (where or st).popover(label, icon=":material/filter_list:")
 
 
 def said(*filters: tuple[str, Sequence[Any], Sequence[Any]]) -> str:

@@ -111,7 +111,7 @@ def test_history_plots_each_series_medians_and_the_url_narrows_it(
         "AND status = 'ok' GROUP BY suite_run_id",
     )
     assert values(traces[0]["y"]) == pytest.approx([v for (v,) in expected])
-    assert at.multiselect[2].value == ["mixed_bfloat16"]  # the sidebar filter shows what the URL chose
+    assert at.multiselect[2].value == ["mixed_bfloat16"]  # the filter shows what the URL chose
 
 
 def test_history_goes_along_the_projects_commits(smoke_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -96,7 +96,8 @@ baseline_text = col1.text_input(
 candidate_text = col2.text_input(
     "Candidate", candidate_text, help="e.g. tf_version=2.21.0, project_commit=3f2a9c1..., suite_run_id=..."
 )
-picked_metrics = st.multiselect("Metrics", metric_names, picked_metrics)
+picked_metrics = state.filters(label="Metrics").multiselect("Metrics", metric_names, picked_metrics)
+st.caption(state.said(("Metrics", picked_metrics, metric_names)))
 state.keep(baseline=baseline_text, candidate=candidate_text, metric=picked_metrics)
 
 try:

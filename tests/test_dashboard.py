@@ -569,3 +569,17 @@ def test_filters_say_what_they_pick_in_a_line() -> None:
     assert said(("Accelerator", accelerators, accelerators)) == "Accelerator: all 5"
     assert said(("Accelerator", accelerators[:4], accelerators)) == "Accelerator: 4 of 5"
     assert said(("Model", [], ["bert"])) == "Model: none"
+
+
+def test_speedups_opens_on_a_row_of_two_accelerators(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a store of ten accelerators, Speedups' first screen is one row of two panels (four in a 460 px figure
+    were each too small to read, and drawn more slowly); the filters pick more."""
+    db = tmp_path / "synthetic.duckdb"
+    done = stepwatch("synthesize", "--rows", "20000", "--out", str(tmp_path / "files"), "--db", str(db))
+    assert done.returncode == 0, done.stderr
+    at = render(db, "speedups", monkeypatch)
+    (figure,) = figures(at)
+    titles = [a["text"] for a in figure["layout"]["annotations"] if a["text"].startswith("accelerator=")]
+    picked = at.multiselect[0].value
+    assert len(at.multiselect[0].options) == 10 and len(picked) == 2
+    assert titles == [f"accelerator={name}" for name in picked]

@@ -15,13 +15,12 @@ catalog = data.load("catalog")
 versions = sorted(data.load("versions", ALL)["keras_version"], key=version_key)
 accelerators = sorted(catalog["accelerator"].dropna().unique())
 version = state.one("keras_version", versions, versions[-1] if versions else None)
-picked = state.many("accelerator", accelerators, accelerators[:4])
+picked = state.many("accelerator", accelerators, accelerators[:2])  # a row of two panels, each readable
 state.notices()
-col1, col2 = st.columns([1, 3], vertical_alignment="bottom")
-version = col1.selectbox("Keras version", versions, versions.index(version) if version in versions else 0)
-box = state.filters(col2)
+box = state.filters()
+version = box.selectbox("Keras version", versions, versions.index(version) if version in versions else 0)
 picked = box.multiselect("Accelerator", accelerators, picked)
-st.caption(state.said(("Accelerator", picked, accelerators)))
+st.caption(state.said(("Keras", [version], versions), ("Accelerator", picked, accelerators)))
 state.keep(keras_version=version, accelerator=picked)
 
 # Plain PyTorch runs have no Keras version: they are shown whichever is picked.

@@ -26,21 +26,21 @@ picked_accelerators = state.many("accelerator", accelerators, accelerators)
 metric_name = state.one("metric", metric_names, DEFAULT_METRIC)
 regressed_only = state.one("regressed", ["yes", "no"], "no") == "yes"
 state.notices()
-col1, col2, col3 = st.columns([7, 2, 2], vertical_alignment="bottom")
-box = state.filters(col1)
+box = state.filters()
+metric_name = box.selectbox(
+    "Metric", metric_names, metric_names.index(metric_name), format_func=lambda m: METRICS[m].label
+)
 picked_devices = box.multiselect("Device", devices, picked_devices)
 picked_keras = box.multiselect("Keras backend", keras_backends, picked_keras)
 picked_accelerators = box.multiselect("Accelerator", accelerators, picked_accelerators)
+regressed_only = box.toggle("Regressed only", regressed_only)
 st.caption(
     state.said(
-        ("Device", picked_devices, devices), ("Keras backend", picked_keras, keras_backends),
-        ("Accelerator", picked_accelerators, accelerators),
+        ("Metric", [METRICS[metric_name].label], metric_names), ("Device", picked_devices, devices),
+        ("Keras backend", picked_keras, keras_backends), ("Accelerator", picked_accelerators, accelerators),
     )
+    + (" · regressed only" if regressed_only else "")
 )  # fmt: skip
-metric_name = col2.selectbox(
-    "Metric", metric_names, metric_names.index(metric_name), format_func=lambda m: METRICS[m].label
-)
-regressed_only = col3.toggle("Regressed only", regressed_only)
 state.keep(
     device=picked_devices if picked_devices != devices else None,
     keras_backend=picked_keras if picked_keras != keras_backends else None,

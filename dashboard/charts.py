@@ -532,16 +532,23 @@ def version_boxes(spread: pd.DataFrame, metric: Metric, versions: Sequence[str],
 
 
 @sent_plain
-def step_times(windows: pd.DataFrame) -> go.Figure:
-    fig = px.histogram(windows.assign(ms=windows["step_time_s"] * 1000), x="ms", nbins=30)
-    fig.update_layout(xaxis_title="step time per window (ms)", height=320, margin={"t": 30})
-    return fig
-
-
-@sent_plain
-def loss_curve(windows: pd.DataFrame) -> go.Figure:
-    fig = px.line(windows, x="window_index", y="loss", markers=True)
-    fig.update_layout(xaxis_title="window", height=320, margin={"t": 30})
+def run_windows(windows: pd.DataFrame) -> go.Figure:
+    """A trial's windows in one figure: the distribution of its step times (ms) and its loss by window, side by
+    side, each panel only where the trial recorded it (one figure, not two: each figure costs a page load its own
+    setup in the browser)."""
+    steps, losses = windows.dropna(subset=["step_time_s"]), windows.dropna(subset=["loss"])
+    loss = go.Scatter(x=losses["window_index"], y=losses["loss"], mode="lines+markers")
+    panels = [
+        ("step time per window (ms)", "ms", "windows", go.Histogram(x=steps["step_time_s"] * 1000, nbinsx=30)),
+        ("loss by window", "window", "loss", loss),
+    ]
+    panels = [panel for panel, part in zip(panels, (steps, losses)) if len(part)]
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[title for title, *_ in panels])
+    for column, (_, x_title, y_title, trace) in enumerate(panels, start=1):
+        fig.add_trace(trace, row=1, col=column)
+        fig.update_xaxes(title_text=x_title, row=1, col=column)
+        fig.update_yaxes(title_text=y_title, row=1, col=column)
+    fig.update_layout(height=320, margin={"t": 40}, showlegend=False)
     return fig
 
 

@@ -106,13 +106,14 @@ def said(*filters: tuple[str, Sequence[Any], Sequence[Any]]) -> str:
 SERIES_FILTERS = {"model": "Model", "accelerator": "Accelerator", "precision": "Precision", "xla": "XLA"}
 
 
-def series_filters(options: dict[str, list], picked: dict[str, list], where: Any = None) -> dict[str, list]:
-    """The four series filters of ``series_picks`` behind the Filters button, what they pick said under it; what
-    they pick now."""
-    box = filters(where)
-    now = {key: box.multiselect(label, options[key], picked[key]) for key, label in SERIES_FILTERS.items()}
-    st.caption(said(*((label, now[key], options[key]) for key, label in SERIES_FILTERS.items())))
-    return now
+def series_filters(box: Any, options: dict[str, list], picked: dict[str, list]) -> dict[str, list]:
+    """The four series filters of ``series_picks`` in ``box`` (a page's ``filters``): what they pick now."""
+    return {key: box.multiselect(label, options[key], picked[key]) for key, label in SERIES_FILTERS.items()}
+
+
+def series_said(options: dict[str, list], picked: dict[str, list]) -> list[tuple[str, list, list]]:
+    """The four series filters as ``said`` takes them."""
+    return [(label, picked[key], options[key]) for key, label in SERIES_FILTERS.items()]
 
 
 def text(key: str, default: str) -> str:

@@ -257,6 +257,8 @@ def test_run_page_shows_a_failed_runs_error_from_the_url(smoke_store: Path, monk
     assert at.error[0].value.startswith("timeout: Timeout trial ran past its timeout of 2 s")
     environment = at.dataframe[0].value
     assert dict(zip(environment["field"], environment["value"]))["run_id"] == run_id
+    # The picker is behind its button; the line under it names the run shown, as the picker does.
+    assert at.caption[0].value == at.selectbox[0].format_func(run_id) and "(?) trial 1 [timeout]" in at.caption[0].value
 
 
 def test_the_forest_plot_puts_the_worst_rows_on_top_named_whole(

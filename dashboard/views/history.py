@@ -22,12 +22,16 @@ facet = state.one("facet", ["none", *SERIES_DIMENSIONS], "none")
 scale = state.one("scale", ["linear", "log"], "linear")
 state.notices()
 
-picked = state.series_filters(series_options, picked)
-picked_models, picked_accelerators = picked["model"], picked["accelerator"]
-picked_precisions, picked_xla = picked["precision"], picked["xla"]
-metric_name = st.selectbox(
+box = state.filters()
+metric_name = box.selectbox(
     "Metric", metric_names, metric_names.index(metric_name), format_func=lambda m: METRICS[m].label
 )
+picked = state.series_filters(box, series_options, picked)
+st.caption(
+    state.said(("Metric", [METRICS[metric_name].label], metric_names), *state.series_said(series_options, picked))
+)
+picked_models, picked_accelerators = picked["model"], picked["accelerator"]
+picked_precisions, picked_xla = picked["precision"], picked["xla"]
 options = state.on_demand("Chart: x axis, colour, facet, scale, normalised", "chart_options")
 if options.open:
     col2, col3, col4, col5 = options.columns(4)

@@ -13,7 +13,8 @@ recent = data.load("recent_runs", ALL, 200)
 options = list(recent["run_id"])
 labels = {
     r.run_id: f"{r.started_at:%Y-%m-%d %H:%M} {r.model}/{r.preset} {r.keras_backend} {r.accelerator} {r.precision} "
-    f"jit_compile {'on' if r.xla else 'off'} ({r.compiler or '?'}) trial {r.trial + 1} [{r.status}]"
+    f"jit_compile {'on' if r.xla else 'off'} ({r.compiler if isinstance(r.compiler, str) and r.compiler else '?'}) "
+    f"trial {r.trial + 1} [{r.status}]"  # a compiler not recorded is missing (NaN), not text
     for r in recent.itertuples()
 }
 wanted = state.text("run", options[0])
@@ -26,7 +27,9 @@ state.notices()
 if wanted not in labels:
     labels[wanted] = wanted
     options.insert(0, wanted)
-picked = st.selectbox("Run", options, options.index(wanted), format_func=labels.get)
+# The picker behind a button: a select of 200 runs drawn on the first screen cost the page's load about 0.06 s.
+picked = state.filters(label="Pick a run").selectbox("Run", options, options.index(wanted), format_func=labels.get)
+st.caption(labels[picked])
 if picked != wanted:
     row, windows = data.load("run_detail", picked)
 state.keep(run=picked)
@@ -40,11 +43,8 @@ for column, metric in zip(st.columns(len(HEADLINE)), HEADLINE):
     explain = TILE_HELP.get(metric.name)
     column.metric(metric.heading.capitalize(), metric.shown(row.get(metric.name), row.get("unit")),
                   help=explain(row) if explain else metric.label)  # fmt: skip
-left, right = st.columns(2)
-if windows["step_time_s"].notna().any():
-    state.figure(data.drawn(charts.step_times, windows.dropna(subset=["step_time_s"])), left)
-if windows["loss"].notna().any():
-    state.figure(data.drawn(charts.loss_curve, windows.dropna(subset=["loss"])), right)
+if windows[["step_time_s", "loss"]].notna().any(axis=None):
+    state.figure(data.drawn(charts.run_windows, windows))
 if row.get("log_tail"):
     with st.expander("Log tail", expanded=row["status"] != "ok"):
         st.code(row["log_tail"])

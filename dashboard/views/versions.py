@@ -21,11 +21,12 @@ extras = [m for m in METRICS if m not in PANELS]
 along = state.one("along", VERSION_AXES, framework_axis((theirs if len(theirs) else catalog)["keras_backend"].unique()))
 extra = state.one("also", extras, "peak_memory_bytes")
 state.notices()
-col1, col2 = st.columns([4, 1], vertical_alignment="bottom")
-picked = state.series_filters(options, picked, col1)
+box = state.filters()
+picked = state.series_filters(box, options, picked)
+along = box.selectbox("Versions of", VERSION_AXES, VERSION_AXES.index(along))
+st.caption(state.said(*state.series_said(options, picked), ("Versions of", [along], VERSION_AXES)))
 picked_models, picked_accelerators = picked["model"], picked["accelerator"]
 picked_precisions, picked_xla = picked["precision"], picked["xla"]
-along = col2.selectbox("Versions of", VERSION_AXES, VERSION_AXES.index(along))
 selection = Selection.of(
     model=picked_models, accelerator=picked_accelerators, precision=picked_precisions,
     xla=[v == "on" for v in picked_xla],

@@ -561,6 +561,14 @@ def test_cost_opens_on_one_config_and_a_link_by_model_opens_all_of_its_configs(
     assert at.query_params["config"] == "bilstm/1024,bilstm/tiny" and "model" not in at.query_params
 
 
+def test_cost_picks_a_config_whose_model_is_a_path(gpu_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model of yours is named by its file (``examples/torch_gpt.py:tiny_gpt``): its config is found whole, not
+    cut at the path's first slash. It ran on the H200, which the price catalog does not know: said so."""
+    at = render(gpu_store, "cost", monkeypatch, config="examples/torch_gpt.py:tiny_gpt/small")
+    assert at.multiselect[0].value == ["examples/torch_gpt.py:tiny_gpt/small"]
+    assert [w.value for w in at.warning] and all("have no cost" in w.value for w in at.warning)
+
+
 def test_filters_say_what_they_pick_in_a_line() -> None:
     from stepwatch.dashboard.state import said
 

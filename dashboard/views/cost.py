@@ -12,18 +12,20 @@ catalog = data.load("catalog")
 models = sorted(catalog["model"].unique())
 # A panel per config (model/preset), the first one by default: a first screen holds one panel, and each costs
 # the browser about as much as a whole small figure to draw.
-configs = sorted(set(catalog["model"] + "/" + catalog["preset"]))
+pairs = sorted(set(catalog[["model", "preset"]].itertuples(index=False, name=None)), key=str)
+configs = {f"{model}/{preset}": (model, preset) for model, preset in pairs}  # a model can be a path: never split
+names = list(configs)
 linked = state.many("model", models, [])  # a link from before configs were picked: every config of its models
-picked = state.many("config", configs, [c for c in configs if c.split("/")[0] in linked] or configs[:1])
+picked = state.many("config", names, [name for name, (model, _) in configs.items() if model in linked] or names[:1])
 state.notices()
 box = state.filters()
-picked = box.multiselect("Config", configs, picked)
-st.caption(state.said(("Config", picked, configs)))
+picked = box.multiselect("Config", names, picked)
+st.caption(state.said(("Config", picked, names)))
 state.keep(config=picked, model=None)
 if not picked:
     st.info("Pick at least one config.")
     st.stop()
-chosen = [Selection.of(model=model, preset=preset) for model, preset in (c.split("/", 1) for c in picked)]
+chosen = [Selection.of(model=model, preset=preset) for model, preset in (configs[name] for name in picked)]
 frame = pd.concat([data.load("costs", one) for one in chosen], ignore_index=True)
 gaps = pd.concat([data.load("cost_gaps", one) for one in chosen], ignore_index=True)
 for why, trials in gaps.groupby("why", sort=False)["trials"].sum().items():

@@ -395,7 +395,7 @@ def gpu_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = stepwatch("ingest", *map(str, GPU_ROWS), "--recursive", "--db", str(db))  # as `make demo-gpu` does
     assert done.returncode == 0, done.stderr
     counts = "SELECT count(*), count(*) FILTER (WHERE status = 'ok'), count(tf_version) FROM runs"
-    assert query(db, counts) == [(34, 30, 0)]
+    assert query(db, counts) == [(40, 36, 0)]
     return db
 
 

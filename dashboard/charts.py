@@ -537,12 +537,13 @@ def run_windows(windows: pd.DataFrame) -> go.Figure:
     side, each panel only where the trial recorded it (one figure, not two: each figure costs a page load its own
     setup in the browser)."""
     steps, losses = windows.dropna(subset=["step_time_s"]), windows.dropna(subset=["loss"])
-    loss = go.Scatter(x=losses["window_index"], y=losses["loss"], mode="lines+markers")
-    panels = [
-        ("step time per window (ms)", "ms", "windows", go.Histogram(x=steps["step_time_s"] * 1000, nbinsx=30)),
-        ("loss by window", "window", "loss", loss),
-    ]
-    panels = [panel for panel, part in zip(panels, (steps, losses)) if len(part)]
+    panels = []  # (title, x axis, y axis, trace)
+    if len(steps):
+        histogram = go.Histogram(x=steps["step_time_s"] * 1000, nbinsx=30)
+        panels.append(("step time per window (ms)", "ms", "windows", histogram))
+    if len(losses):
+        curve = go.Scatter(x=losses["window_index"], y=losses["loss"], mode="lines+markers")
+        panels.append(("loss by window", "window", "loss", curve))
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[title for title, *_ in panels])
     for column, (_, x_title, y_title, trace) in enumerate(panels, start=1):
         fig.add_trace(trace, row=1, col=column)

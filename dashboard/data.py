@@ -94,8 +94,8 @@ def _drawn(
 def drawn(build: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``build(*args, **kwargs)`` once per store version and arguments (data frames among them, hashed by
     content): a page's figure, or what it is drawn from, built from cached queries. Kept as the object itself,
-    not a copy, so it must only be read (``st.plotly_chart`` copies it): a figure costs the server 0.03-0.3 s
-    to build, and the browser waits for it on every visit."""
+    not a copy, so it must only be read (``st.plotly_chart`` copies it): a figure costs the server 0.03-0.3 s to
+    build, and the browser waits for it on every visit."""
     version = identity()
     if version is None:
         raise database.StoreError(f"no store at {store_path()}")

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from stepwatch.collector.config import FORMER_NAMES
+from stepwatch.collector.store.selection import Selection
 
 MAX_VALUE = 200  # longer URL values are not ours
 FORMER_KEYS = {name: old for old, name in FORMER_NAMES.items()}  # links made before a field was renamed
@@ -109,6 +110,11 @@ SERIES_FILTERS = {"model": "Model", "accelerator": "Accelerator", "precision": "
 def series_filters(box: Any, options: dict[str, list], picked: dict[str, list]) -> dict[str, list]:
     """The four series filters of ``series_picks`` in ``box`` (a page's ``filters``): what they pick now."""
     return {key: box.multiselect(label, options[key], picked[key]) for key, label in SERIES_FILTERS.items()}
+
+
+def series_selection(picked: dict[str, list]) -> Selection:
+    """The series the four filters pick (XLA's "off"/"on" as the store's booleans)."""
+    return Selection.of(**{**picked, "xla": [v == "on" for v in picked["xla"]]})
 
 
 def series_said(options: dict[str, list], picked: dict[str, list]) -> list[tuple[str, list, list]]:

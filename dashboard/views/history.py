@@ -30,8 +30,6 @@ picked = state.series_filters(box, series_options, picked)
 st.caption(
     state.said(("Metric", [METRICS[metric_name].label], metric_names), *state.series_said(series_options, picked))
 )
-picked_models, picked_accelerators = picked["model"], picked["accelerator"]
-picked_precisions, picked_xla = picked["precision"], picked["xla"]
 options = state.on_demand("Chart: x axis, colour, facet, scale, normalised", "chart_options")
 if options.open:
     col2, col3, col4, col5 = options.columns(4)
@@ -41,10 +39,7 @@ if options.open:
     facet = col4.selectbox("Facet", facets, facets.index(facet))
     scale = col5.radio("Scale", ["linear", "log"], ["linear", "log"].index(scale), horizontal=True)
 
-selection = Selection.of(
-    model=picked_models, accelerator=picked_accelerators, precision=picked_precisions,
-    xla=[v == "on" for v in picked_xla],
-)  # fmt: skip
+selection = state.series_selection(picked)
 metric = METRICS[metric_name]
 points = data.load("history", selection, metric_name, False)  # medians only: no trial values
 versions = sorted(points["tf_version"].dropna().unique(), key=version_key) if len(points) else []
@@ -55,7 +50,7 @@ if options.open:
         "Normalise to TensorFlow version", ["(none)", *versions], ["(none)", *versions].index(baseline)
     )
 state.keep(
-    model=picked_models, accelerator=picked_accelerators, precision=picked_precisions, xla=picked_xla,
+    **picked,
     metric=metric_name, x=x, color=color, facet=facet if facet != "none" else None, scale=scale,
     baseline=baseline if baseline != "(none)" else None,
 )  # fmt: skip

@@ -7,7 +7,6 @@ import streamlit as st
 
 from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
 from stepwatch.collector.store.queries import VERSION_AXES, framework_axis, version_key
-from stepwatch.collector.store.selection import Selection
 from stepwatch.dashboard import charts, data, state
 
 PANELS = (DEFAULT_METRIC, "max_per_device_batch", "cost_usd")
@@ -25,12 +24,7 @@ box = state.filters()
 picked = state.series_filters(box, options, picked)
 along = box.selectbox("Versions of", VERSION_AXES, VERSION_AXES.index(along))
 st.caption(state.said(*state.series_said(options, picked), ("Versions of", [along], VERSION_AXES)))
-picked_models, picked_accelerators = picked["model"], picked["accelerator"]
-picked_precisions, picked_xla = picked["precision"], picked["xla"]
-selection = Selection.of(
-    model=picked_models, accelerator=picked_accelerators, precision=picked_precisions,
-    xla=[v == "on" for v in picked_xla],
-)  # fmt: skip
+selection = state.series_selection(picked)
 
 
 def versions_in(spread: pd.DataFrame) -> list[str]:
@@ -51,7 +45,7 @@ panel, tab = state.picked_tab("panel", [*(METRICS[name].label for name in PANELS
 if panel == len(PANELS):
     extra = tab.selectbox("Metric", extras, extras.index(extra), format_func=lambda m: METRICS[m].label)
 state.keep(
-    model=picked_models, accelerator=picked_accelerators, precision=picked_precisions, xla=picked_xla, along=along,
+    **picked, along=along,
     also=extra,
 )  # fmt: skip
 name = (*PANELS, extra)[panel]

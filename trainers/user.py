@@ -10,11 +10,14 @@ checks what it returned; every error there names the file and the function.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
 import inspect
+import os
+import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -94,6 +97,17 @@ class Reference:
         if self.function not in defined:
             raise UserModelError(f"model {self.name}: {path.name} defines no function {self.function}")
         return path
+
+    def imports(self, module: str) -> bool:
+        """Whether the source file imports ``module`` (or a module below it) at any depth: read, never run."""
+        tree = ast.parse(self.check().read_bytes())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            if any(name == module or name.startswith(f"{module}.") for name in names):
+                return True
+        return False
 
     def source_hash(self) -> str:
         """The first 16 hex digits of the SHA-256 of the source file: a changed model is another model."""
@@ -198,6 +212,29 @@ class Built:
             raise UserModelError(f"model {self.reference.name}: 'model' is a {type(model).__name__}, not a "
                                  "torch.nn.Module (a Keras model trains with --loop fit)")  # fmt: skip
         return model
+
+
+PROBE_TIMEOUT_S = 300.0
+
+
+@functools.cache
+def returns_torch_module(name: str, preset: str) -> bool:
+    """Whether the function ``name`` returns a torch.nn.Module that is not a Keras model: asked of a child process
+    (this one never imports the user's file), only where the file imports torch at all. A probe that fails says no:
+    the trial then fails with the function's own error, in a row."""
+    reference = Reference.parse(name)
+    if not reference.imports("torch"):
+        return False
+    code = ("import sys; from stepwatch.trainers.user import Built, Reference, _is_torch; "
+            "model = Built(Reference.parse(sys.argv[1])).get(sys.argv[2])['model']; keras = sys.modules.get('keras'); "
+            "print('torch' if _is_torch(model) and not (keras and isinstance(model, keras.Model)) else 'other')")
+    env = {**os.environ, "KERAS_BACKEND": "torch", "CUDA_VISIBLE_DEVICES": ""}
+    try:
+        done = subprocess.run([sys.executable, "-c", code, name, preset], capture_output=True, text=True, env=env,
+                              timeout=PROBE_TIMEOUT_S)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0 and done.stdout.strip().endswith("torch")
 
 
 def _is_torch(model: Any) -> bool:

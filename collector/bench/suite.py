@@ -33,7 +33,7 @@ from stepwatch.collector.config import (
 )
 from stepwatch.collector.errors import UsageError
 from stepwatch.trainers.script import is_script
-from stepwatch.trainers.user import is_reference
+from stepwatch.trainers.user import is_reference, returns_torch_module
 
 SUITES_DIR = Path(__file__).parent / "suites"
 TOP_LEVEL = ("name", "description", "trials", "defaults", "matrix", "configs")
@@ -150,6 +150,15 @@ def _of_script(given: Mapping[str, list[Any]]) -> dict[str, list[Any]]:
     return values
 
 
+def _loop_of(name: str, given: Mapping[str, list[Any]], defaults: Mapping[str, Any]) -> dict[str, str]:
+    """The loop a model of yours trains in when none is set (by a flag or the settings): the plain PyTorch loop for
+    a function that returns a torch.nn.Module on the torch backend, else the suite's."""
+    if "loop" in given or "torch" not in given.get("keras_backend", [defaults.get("keras_backend")]):
+        return {}
+    preset = (given.get("preset") or [defaults.get("preset", DEFAULTS["preset"])])[0]
+    return {"loop": "pytorch", "keras_backend": "torch"} if returns_torch_module(name, str(preset)) else {}
+
+
 def narrow(
     configs: Iterable[BenchmarkConfig], flags: Mapping[str, list[Any] | None], defaults: Mapping[str, Any] = {}
 ) -> tuple[BenchmarkConfig, ...]:
@@ -167,7 +176,7 @@ def narrow(
         kept = list(narrow(configs, {"model": given["model"]})) if given["model"] else []
         points = (
             {**script_defaults(defaults), "model": name, "script_args": script_args} if is_script(name)
-            else {**defaults, "model": name} for name in yours
+            else {**defaults, "model": name, **_loop_of(name, given, defaults)} for name in yours
         )  # fmt: skip
         configs = kept + list(build_configs(points, "--models"))
         given.pop("model")

@@ -25,6 +25,10 @@ ACTION_REPOSITORY = "stepwatch/stepwatch"
 # The extra a GPU job installs for a Keras backend (a CPU job's extra is named as the backend; PyPI's torch for
 # Linux is its CUDA build already).
 GPU_EXTRAS = {"tensorflow": "tensorflow-cuda", "jax": "jax-cuda12", "torch": "torch"}
+TPU_EXTRA = "jax-tpu"  # JAX with libtpu: plain jax finds no TPU
+# What stays out of git: the results and stores stepwatch's commands write in the repository.
+IGNORED = ("stepwatch-results/", "stepwatch-nightly/", "stepwatch-checks/")
+LOOPS = ("fit", "pytorch")  # the loops a model of yours trains in (a script is its own loop)
 
 
 def register(commands: Any) -> None:
@@ -37,7 +41,18 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--gpu-runner", help="runner label of the nightly GPU job (none without it)")
     parser.add_argument("--tpu-runner", help="runner label of the nightly TPU job (none without it)")
-    parser.add_argument("--shards", type=int, default=4, help="jobs the GPU and TPU suites are split into (default 4)")
+    parser.add_argument(
+        "--shards", type=int, default=4,
+        help="jobs the GPU and TPU suites are split into (default 4; never more than the configs they run)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--loop", choices=LOOPS,
+        help="the loop your models train in: fit (Keras) or pytorch (a torch.nn.Module in the plain PyTorch loop); "
+        "default: what your model function returns decides",
+    )  # fmt: skip
+    parser.add_argument(
+        "--gpu-batch", type=int, default=32, help="per-device batch of the GPU and TPU jobs (default 32)"
+    )
     parser.add_argument(
         "--action", help=f"the action the workflows use, pinned to a commit (default {ACTION_REPOSITORY} at the "
         "commit this stepwatch was installed from, where it knows it)",
@@ -67,28 +82,50 @@ def _runner(label: str) -> str:
     return json.dumps(labels[0] if len(labels) == 1 else labels)
 
 
-def matrix(args: argparse.Namespace) -> list[dict[str, str]]:
-    """The nightly's jobs: one per runner the user named, the accelerators' suites split in ``--shards``."""
+def suite_configs(root: Path, suite: str, extra: list[str]) -> int | None:
+    """How many configs ``stepwatch run --suite SUITE EXTRA`` runs under the project's settings at ``root`` (None
+    where they cannot be planned here yet: a model file not written yet, say)."""
+    from stepwatch.collector.bench.suite import load_suite, narrow
+    from stepwatch.collector.cli import apply_project, build_parser
+    from stepwatch.collector.cli.arguments import matrix_values
+
+    argv = ["run", "--suite", suite, *extra]
+    try:
+        parser = build_parser(argv)
+        apply_project(parser, argv, Project.find(root))
+        args = parser.parse_args(argv)
+        found = load_suite(args.suite)
+        return len(narrow(found.configs, matrix_values(args), found.defaults))
+    except (UsageError, ValueError):
+        return None
+
+
+def matrix(args: argparse.Namespace, root: Path | None = None) -> list[dict[str, str]]:
+    """The nightly's jobs: one per runner the user named, the accelerators' suites split in ``--shards``, never in
+    more shards than the project's settings give them configs (an empty shard would run nothing)."""
     jobs = []
     if args.cpu_runner and args.cpu_runner != "none":
         jobs.append({"name": "cpu", "runner": args.cpu_runner, "extras": args.keras_backend,
                      "suite": "smoke", "shard": "1/1", "args": ""})  # fmt: skip
     for name, label, suite in (("gpu", args.gpu_runner, "gpu-nightly"), ("tpu", args.tpu_runner, "tpu-nightly")):
         if label:
-            extras = GPU_EXTRAS[args.keras_backend] if name == "gpu" else "jax"
-            jobs += [{"name": name, "runner": label, "extras": extras, "suite": suite, "shard": f"{k}/{args.shards}",
-                      "args": f"--device {name}"} for k in range(1, args.shards + 1)]  # fmt: skip
+            extras = GPU_EXTRAS[args.keras_backend] if name == "gpu" else TPU_EXTRA
+            flags = f"--device {name} --batch {args.gpu_batch}"
+            planned = suite_configs(root, suite, flags.split()) if root is not None else None
+            shards = max(1, min(args.shards, planned)) if planned else args.shards
+            jobs += [{"name": name, "runner": label, "extras": extras, "suite": suite, "shard": f"{k}/{shards}",
+                      "args": flags} for k in range(1, shards + 1)]  # fmt: skip
     return jobs
 
 
-def render(template: str, args: argparse.Namespace) -> str:
+def render(template: str, args: argparse.Namespace, root: Path | None = None) -> str:
     """A workflow template with the action and the nightly's matrix filled in."""
     text = bundled(f"init/{template}").read_text()
     rows = "\n".join(
         f"          - name: {job['name']}\n            runner: {_runner(job['runner'])}\n"
         f'            extras: {job["extras"]}\n            suite: {job["suite"]}\n            shard: "{job["shard"]}"\n'
         f'            args: "{job["args"]}"'
-        for job in matrix(args)
+        for job in matrix(args, root)
     )
     return text.replace("@@ACTION@@", args.action or action_reference()).replace("@@MATRIX@@", rows)
 
@@ -96,38 +133,64 @@ def render(template: str, args: argparse.Namespace) -> str:
 def starter_config(args: argparse.Namespace) -> str:
     models = [m.strip() for m in args.models.split(",") if m.strip()] or ["resnet50"]
     text = bundled(f"init/{CONFIG_FILE}").read_text()
-    return text.replace("@@MODELS@@", json.dumps(models)).replace("@@BACKENDS@@", json.dumps([args.keras_backend]))
+    text = text.replace("@@MODELS@@", json.dumps(models)).replace("@@BACKENDS@@", json.dumps([args.keras_backend]))
+    loop = f"loop = {json.dumps([args.loop])}" if args.loop else "# loop = [\"fit\"]"
+    return text.replace("@@LOOP@@", loop)
+
+
+def ignore_results(root: Path) -> str | None:
+    """The lines of ``IGNORED`` that .gitignore lacks, added (the file made if there is none); what was done."""
+    path = root / ".gitignore"
+    text = path.read_text() if path.exists() else ""
+    missing = [line for line in IGNORED if line not in text.splitlines()]
+    if not missing:
+        return None
+    lead = "" if not text or text.endswith("\n") else "\n"
+    try:
+        with open(path, "a") as out:
+            out.write(lead + "# stepwatch's results and stores (stepwatch init)\n" + "".join(f"{m}\n" for m in missing))
+    except OSError as error:
+        raise UsageError(f"cannot write .gitignore: {error.strerror or error}") from None
+    return f"added {', '.join(missing)} to .gitignore"
+
+
+def _write(root: Path, path: Path, text: str) -> None:
+    """Write a file that does not exist yet; say so, or that it was kept."""
+    shown = path.relative_to(root)
+    if path.exists():
+        print(f"kept {shown}: it exists")
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "x") as out:
+            out.write(text)
+    except OSError as error:
+        raise UsageError(f"cannot write {shown}: {error.strerror or error}") from None
+    print(f"wrote {shown}")
 
 
 def run(args: argparse.Namespace) -> int:
     """Write what is missing; say what was written and what was kept."""
     if args.shards < 1:
         raise UsageError("--shards must be at least 1")
+    if args.gpu_batch < 1:
+        raise UsageError("--gpu-batch must be at least 1")
     if not matrix(args):
         raise UsageError("no runner for the nightly: give --cpu-runner, --gpu-runner or --tpu-runner")
     root = args.dir.resolve()
     if not root.is_dir():
         raise UsageError(f"{args.dir} is not a directory")
-    files: dict[Path, str] = {}
     existing = Project.find(root)
     if existing.root == root:
         print(f"kept {existing.source.relative_to(root)}: it already holds stepwatch's settings")
     else:
-        files[root / CONFIG_FILE] = starter_config(args)
+        _write(root, root / CONFIG_FILE, starter_config(args))
+    # The workflows after the settings: their shards are planned from them.
     for name, template in WORKFLOW_FILES.items():
-        files[root / WORKFLOWS / name] = render(template, args)
-    for path, text in files.items():
-        shown = path.relative_to(root)
-        if path.exists():
-            print(f"kept {shown}: it exists")
-            continue
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "x") as out:
-                out.write(text)
-        except OSError as error:
-            raise UsageError(f"cannot write {shown}: {error.strerror or error}") from None
-        print(f"wrote {shown}")
+        _write(root, root / WORKFLOWS / name, render(template, args, root))
+    ignored = ignore_results(root)
+    if ignored:
+        print(ignored)
     print("next: edit stepwatch.toml, then `stepwatch run` here; commit the workflows to run it nightly and on "
           "upgrade pull requests")  # fmt: skip
     return EXIT_OK

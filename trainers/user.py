@@ -225,9 +225,11 @@ def returns_torch_module(name: str, preset: str) -> bool:
     reference = Reference.parse(name)
     if not reference.imports("torch"):
         return False
-    code = ("import sys; from stepwatch.trainers.user import Built, Reference, _is_torch; "
-            "model = Built(Reference.parse(sys.argv[1])).get(sys.argv[2])['model']; keras = sys.modules.get('keras'); "
-            "print('torch' if _is_torch(model) and not (keras and isinstance(model, keras.Model)) else 'other')")
+    code = (
+        "import sys; from stepwatch.trainers.user import Built, Reference, _is_torch; "
+        "model = Built(Reference.parse(sys.argv[1])).get(sys.argv[2])['model']; keras = sys.modules.get('keras'); "
+        "print('torch' if _is_torch(model) and not (keras and isinstance(model, keras.Model)) else 'other')"
+    )
     env = {**os.environ, "KERAS_BACKEND": "torch", "CUDA_VISIBLE_DEVICES": ""}
     try:
         done = subprocess.run([sys.executable, "-c", code, name, preset], capture_output=True, text=True, env=env,

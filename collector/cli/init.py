@@ -134,7 +134,7 @@ def starter_config(args: argparse.Namespace) -> str:
     models = [m.strip() for m in args.models.split(",") if m.strip()] or ["resnet50"]
     text = bundled(f"init/{CONFIG_FILE}").read_text()
     text = text.replace("@@MODELS@@", json.dumps(models)).replace("@@BACKENDS@@", json.dumps([args.keras_backend]))
-    loop = f"loop = {json.dumps([args.loop])}" if args.loop else "# loop = [\"fit\"]"
+    loop = f"loop = {json.dumps([args.loop])}" if args.loop else '# loop = ["fit"]'
     return text.replace("@@LOOP@@", loop)
 
 

@@ -16,6 +16,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from stepwatch.collector import outcomes
 from stepwatch.collector.analysis.comparison import Comparison
 from stepwatch.collector.analysis.ops import Explained
 from stepwatch.collector.config import SERIES_DIMENSIONS
@@ -42,6 +43,21 @@ VERDICT_FILLS = {
     "improvement": "#d4efd4",
 }
 NO_FILL = "#ffffff00"  # a verdict without a colour (no change, nothing earlier)
+
+
+# A series' first run has nothing to be compared with: said so, rather than as the verdict's "missing".
+CHANGE_WORDS = {outcomes.MISSING: "nothing earlier"}
+
+
+def change_text(row: dict, against: str) -> str:
+    """'-10.0% [-14.1%, -5.8%]' of an Overview row against ``against`` (previous, baseline), or the verdict where
+    there is no ratio."""
+    verdict = row[f"{against}_verdict"]
+    if not isinstance(verdict, str):
+        return ""
+    if verdict in (outcomes.MISSING, outcomes.FAILED):
+        return CHANGE_WORDS.get(verdict, verdict)
+    return f"{percent(row[f'{against}_ratio'])} {interval(row[f'{against}_ci_low'], row[f'{against}_ci_high'])}"
 
 
 def verdict_chips(

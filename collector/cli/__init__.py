@@ -38,6 +38,7 @@ COMMANDS = {
     "calibrate": "calibrate",
     "dashboard": "dashboard",
     "init": "init",
+    "publish": "publish",
 }
 
 
@@ -62,6 +63,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 # ``run`` writes and what ``ingest`` reads; ``out`` is no setting (in the reports it names a report file).
 RENAMED_SETTINGS = {"results": {"run": "out", "ingest": "sources", "dashboard": "sources"}}
 NOT_SETTINGS = {"out": "results"}
+# The nightly's results and store are never a check's: upgrade-check, bisect and calibrate keep their own (named in
+# their reports), whatever the project's ``results`` and ``db`` say.
+OWN_RESULTS = {"results": ("upgrade-check", "bisect", "calibrate"), "db": ("upgrade-check", "bisect", "calibrate")}
 
 
 def _option(parser: argparse.ArgumentParser, name: str) -> argparse.Action | None:
@@ -87,6 +91,8 @@ def apply_project(parser: argparse.ArgumentParser, argv: Sequence[str], project:
         if name in NOT_SETTINGS:
             raise ProjectError(f"{project.source}: {name!r} is no setting; did you mean {NOT_SETTINGS[name]!r}?")
         if name == "db" and os.environ.get(DB_ENV):  # the environment's store wins over the project's
+            continue
+        if command.prog.split()[-1] in OWN_RESULTS.get(name, ()):
             continue
         action = _option(command, name)
         if action is None:

@@ -43,6 +43,25 @@ def register(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+NO_PIN_CHANGE = "no package change"
+
+
+def _no_pin_change(args: argparse.Namespace, baseline: pinfiles.Source) -> int:
+    """No pin file differs between the merge base and the head: said (a check a branch protection can require
+    passes), nothing resolved, changed=false."""
+    files = ", ".join(baseline.paths) or "none"
+    line = f"{NO_PIN_CHANGE}: no pin file changed between the merge base and the head (pin files: {files})"
+    text = f"## stepwatch upgrade check: {NO_PIN_CHANGE}\n\n{line}\n" if args.format == "markdown" else line + "\n"
+    publish(text, args.out)
+    if args.github_output:
+        try:
+            with open(args.github_output, "a") as handle:
+                handle.write("changed=false\nbaseline=\ncandidate=\npins=unchanged\n")
+        except OSError as error:
+            raise ReportError(f"cannot write {args.github_output}: {error.strerror or error}") from None
+    return EXIT_OK
+
+
 def run(args: argparse.Namespace) -> int:
     refs, files = (args.base, args.head), (args.baseline_file, args.candidate_file)
     if not (all(refs) and not any(files)) and not (all(files) and not any(refs)):
@@ -50,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if all(refs):
             baseline, candidate = deriving.of_refs(Path(args.repo), args.base, args.head, tuple(args.files))
+            if deriving.same_files(baseline, candidate):
+                return _no_pin_change(args, baseline)
         else:
             baseline, candidate = pinfiles.on_disk(args.baseline_file), pinfiles.on_disk(args.candidate_file)
         found = deriving.derive_both(baseline, candidate, args.reuse_site_packages, tuple(args.pip_arg), console.print)

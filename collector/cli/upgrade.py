@@ -45,6 +45,12 @@ def add_check_arguments(parser: argparse.ArgumentParser, results: Path) -> None:
     add_profile_argument(parser)
 
 
+def own_results(folder: Path, db: Path) -> tuple[str, ...]:
+    """Where a check kept what it measured: its own folder and store, never the nightly's."""
+    return (f"This check's trials are in `{folder}` and its store `{db}` (its own: the nightly's history is "
+            "never written by a check).", "")  # fmt: skip
+
+
 def check_trials(trials: int) -> None:
     if trials < 2:
         raise UsageError("--trials must be at least 2: a side needs two trials for a confidence interval")
@@ -96,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         len(failed), len(ran.outcomes), upgrade.package_diff(envs["baseline"], envs["candidate"]),
         ran.compile_caches(), ran.spent(),
     )  # fmt: skip
-    notes = aa_lines(result.aa) + between_lines(done.between)
+    notes = aa_lines(result.aa) + between_lines(done.between) + own_results(ran.out_dir, db_path(args))
     appendix = report_lines(*done.explained, done.aa_explained) if done.explained else ()
     title = f"stepwatch upgrade check: {' '.join(sides['baseline'])} -> {' '.join(sides['candidate'])}"
     write_file(to_markdown(result, title, preface + notes, appendix), ran.out_dir / "report.md")

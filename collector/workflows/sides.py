@@ -99,3 +99,8 @@ def of_refs(repo: Path, base: str, head: str, patterns: tuple[str, ...]) -> tupl
     """The baseline at the merge base of ``base`` and ``head``, the candidate at ``head``."""
     start, tip = pinfiles.merge_base(repo, base, head), pinfiles.resolve_ref(repo, head)
     return pinfiles.at_commit(repo, start, patterns, "merge base"), pinfiles.at_commit(repo, tip, patterns, "head")
+
+
+def same_files(baseline: Source, candidate: Source) -> bool:
+    """Whether both sides have the same pin files with the same text: nothing to resolve, nothing to check."""
+    return baseline.paths == candidate.paths and all(baseline.read(p) == candidate.read(p) for p in baseline.paths)

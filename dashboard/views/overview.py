@@ -4,12 +4,10 @@ its open alerts; series with open alerts and regressions first."""
 
 import streamlit as st
 
-from stepwatch.collector import outcomes
 from stepwatch.collector.analysis import latest
 from stepwatch.collector.analysis.thresholds import load_overrides
 from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
-from stepwatch.collector.outcomes import FAILED
-from stepwatch.collector.output.text import interval, percent, series_label
+from stepwatch.collector.output.text import series_label
 from stepwatch.collector.store import records
 from stepwatch.collector.store.selection import Selection
 from stepwatch.dashboard import charts, data, state
@@ -67,18 +65,8 @@ d.metric("Series with failures", int((table["ok"] < table["trials"]).sum()))
 e.metric("Open alerts", len(open_alerts), help=f"{len(confirmed)} confirmed")
 
 
-# A series' first run has nothing to be compared with: said so, rather than as the verdict's "missing".
-WORDS = {outcomes.MISSING: "nothing earlier"}
-
-
-def change(row: dict, against: str) -> str:
-    """'-10.0% [-14.1%, -5.8%]' (its cell is coloured by the verdict), or the verdict where there is no ratio."""
-    verdict = row[f"{against}_verdict"]
-    if not isinstance(verdict, str):
-        return ""
-    if verdict in (outcomes.MISSING, FAILED):
-        return WORDS.get(verdict, verdict)
-    return f"{percent(row[f'{against}_ratio'])} {interval(row[f'{against}_ci_low'], row[f'{against}_ci_high'])}"
+WORDS = charts.CHANGE_WORDS
+change = charts.change_text
 
 
 records = table.to_dict("records")

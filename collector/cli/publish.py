@@ -1,0 +1,132 @@
+"""``stepwatch publish``: the nightly's last job. The night's parquet found wherever its artifacts put them,
+ingested (a corrupt file quarantined, never archived), archived with the alerts and a static page of the night on
+the history branch's work tree, change points detected, and the branch pushed (retried over a push race). With
+``--alert``, it triages one alert instead of taking a night.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from stepwatch.collector.cli.arguments import add_db_argument, console, db_path
+from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
+from stepwatch.collector.cli.progress import TerminalHooks
+from stepwatch.collector.errors import UsageError
+from stepwatch.collector.store import history, objectstore
+from stepwatch.collector.workflows import publish
+
+PAGE = "site/index.html"  # on the history branch: the night's static page
+ALERT_ACTIONS = ("ack", "false-positive", "fixed")
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("publish", help="the nightly's publish: ingest, archive and push a night's results")
+    parser.add_argument(
+        "sources", nargs="*",
+        help="folders the collect jobs' artifacts were downloaded into (any layout: every parquet below them), and "
+        "s3:// or gs:// prefixes (ingested, not archived: the bucket is the history)",
+    )  # fmt: skip
+    parser.add_argument("--history", type=Path, required=True, help="the history branch's work tree (a git clone)")
+    parser.add_argument("--push", metavar="BRANCH", help="push the history to this branch of its origin")
+    parser.add_argument(
+        "--collect-result", help="the collect jobs' result as GitHub gives it (success, failure, cancelled, skipped)"
+    )
+    parser.add_argument("--report", default="stepwatch-report.md", help="where the detection's markdown goes")
+    parser.add_argument("--summary", type=Path, help="append the night's summary here (GitHub's job summary)")
+    parser.add_argument("--github-output", type=Path, help="write page= and pages= here (GitHub's step outputs)")
+    parser.add_argument("--pages", action="store_true", help="say that the page is to be published to GitHub Pages")
+    parser.add_argument(
+        "--alert", nargs=2, metavar=("ACTION", "ID"),
+        help=f"triage one alert instead of taking a night: ACTION is one of {', '.join(ALERT_ACTIONS)}",
+    )  # fmt: skip
+    parser.add_argument("--note", help="why (with --alert; required for ack)")
+    add_db_argument(parser)
+    parser.set_defaults(handler=run)
+
+
+def _detect(db: Path, report: str) -> int:
+    """``stepwatch detect`` on the store, with the project's settings, its markdown to ``report``."""
+    from stepwatch.collector.cli import apply_project, build_parser
+    from stepwatch.collector.cli.alerts import run_detect
+    from stepwatch.collector.project import Project
+
+    argv = ["detect", "--format", "markdown", "--out", report, "--db", str(db)]
+    parser = build_parser(argv)
+    apply_project(parser, argv, Project.find())
+    return run_detect(parser.parse_args(argv))
+
+
+def _triage(db: Path, action: str, alert: str, note: str | None) -> None:
+    from stepwatch.collector.cli import build_parser
+    from stepwatch.collector.cli.alerts import run_set
+
+    if action not in ALERT_ACTIONS:
+        raise UsageError(f"--alert {action}: the action is one of {', '.join(ALERT_ACTIONS)}")
+    argv = ["alerts", action, alert, "--db", str(db), *(["--note", note] if note else [])]
+    run_set(build_parser(argv).parse_args(argv))
+
+
+def write_page(db: Path, target: Path, report: str | None) -> None:
+    """The night's static page, drawn by the dashboard's own figures (in a process of its own: the dashboard is a
+    layer of its own, beside the CLI)."""
+    command = [sys.executable, "-m", "stepwatch.dashboard.page", "--db", str(db), "--out", str(target)]
+    if report and Path(report).is_file():
+        command += ["--report", report]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        console.print(f"note: no page tonight: {lines[-1] if lines else 'the page failed'}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Publish a night (or triage an alert), archive and push the history; the detection's exit code, or 4 when
+    every collect job failed."""
+    tree = args.history
+    if not tree.is_dir():
+        raise UsageError(f"--history {tree}: no such folder (clone the history branch there, or git init it)")
+    if args.alert and args.sources:
+        raise UsageError("--alert triages one alert: it takes no results")
+    db = db_path(args)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    nights = [Path(s) for s in args.sources if not objectstore.is_remote(s)]
+    remote = [s for s in args.sources if objectstore.is_remote(s)]
+    hooks = TerminalHooks()
+    with hooks.ingesting(db) as (on_file, _):
+        night = publish.collect(nights, remote, db, tree, on_file)
+    if night.rebuilt is not None:
+        console.print(f"the store was gone: rebuilt from {tree / publish.RESULTS} ({night.rebuilt.rows_added} rows)")
+    if night.ingested is not None:
+        hooks.ingested(night.ingested, db)
+    code = EXIT_OK
+    if args.alert:
+        _triage(db, args.alert[0], args.alert[1], args.note)
+    elif db.exists():
+        code = _detect(db, args.report)
+    if db.exists():
+        history.save_alerts(db, str(tree / publish.ALERTS_FILE))
+        write_page(db, tree / PAGE, None if args.alert else args.report)
+    message = (
+        f"stepwatch history: alert {args.alert[1]} {args.alert[0]}" if args.alert else "stepwatch history: a night"
+    )
+    run_id = os.environ.get("GITHUB_RUN_ID")  # named in the commit, where there is one
+    committed = publish.commit(tree, f"{message}{f' (run {run_id})' if run_id else ''}")
+    if args.push and committed:
+        night.pushed = publish.push(tree, args.push, console.print)
+    lines = publish.summary(night, args.collect_result)
+    print("\n".join(lines[2:]))
+    if args.summary:
+        with open(args.summary, "a") as out:
+            out.write("\n".join(lines) + "\n\n")
+    if args.github_output:
+        page = tree / PAGE
+        with open(args.github_output, "a") as out:
+            out.write(f"page={page if page.exists() else ''}\npages={str(args.pages and page.exists()).lower()}\n")
+    if not args.alert and publish.every_job_failed(night, args.collect_result):
+        console.print("[red]every collect job failed tonight[/red]: no trial ran ok (see the summary)")
+        return EXIT_FAILED
+    return code

@@ -1,0 +1,238 @@
+"""The nightly's publish, whatever layout its artifacts arrive in: find a night's parquet (and raw profiles) at any
+depth below the folders the jobs' artifacts were downloaded into, ingest them (a corrupt file is quarantined there,
+never archived), archive the rest on the history branch's work tree, and push it, retried over a push race. The
+workflow only moves folders; everything that depends on where files land is here, and tested for real.
+
+A job is a folder directly below a night folder (download-artifact without ``merge-multiple`` makes one per
+artifact); a ``job.txt`` in it names the job (the collect job writes its matrix name and shard there). Parquet
+directly in a night folder (merged artifacts) count as one job named after the folder.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import hashlib
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from stepwatch.collector.errors import Failure
+from stepwatch.collector.store import history, objectstore
+from stepwatch.collector.store.ingest import IngestReport, ingest
+
+RESULTS = "results"  # on the history branch: every night's parquet
+PROFILES = "profiles"  # on the history branch: raw profiles, one folder per run_id
+STATE = "state"  # on the history branch: the alerts' triage
+ALERTS_FILE = f"{STATE}/alerts.parquet"
+JOB_FILE = "job.txt"
+PUSH_ATTEMPTS = 5
+
+
+class PublishError(Failure):
+    """The history cannot be written or pushed, in one line."""
+
+
+@dataclass
+class Job:
+    """One collect job's artifact: its parquet files, and the rows and ok trials they hold."""
+
+    name: str
+    files: list[Path] = field(default_factory=list)
+    rows: int = 0
+    ok: int = 0
+
+
+@dataclass
+class Night:
+    """What a publish found, kept and pushed."""
+
+    jobs: list[Job] = field(default_factory=list)
+    ingested: IngestReport | None = None
+    archived: list[str] = field(default_factory=list)  # file names added to the history's results
+    profiles: int = 0
+    rebuilt: IngestReport | None = None  # the store, rebuilt from the history (its cache was gone)
+    pushed: str | None = None  # the commit pushed, if any
+
+    @property
+    def rows(self) -> int:
+        return sum(job.rows for job in self.jobs)
+
+    @property
+    def ok(self) -> int:
+        return sum(job.ok for job in self.jobs)
+
+
+def _parquet(folder: Path) -> list[Path]:
+    """Every result file at any depth below ``folder`` (not in quarantine/)."""
+    return sorted(p for p in folder.rglob("*.parquet") if objectstore.QUARANTINE not in p.relative_to(folder).parts)
+
+
+def find_jobs(nights: list[Path]) -> list[Job]:
+    """The jobs whose artifacts lie below the night folders, each with its result files."""
+    jobs = []
+    for night in nights:
+        if not night.is_dir():
+            continue
+        below = sorted(p for p in night.iterdir() if p.is_dir() and p.name not in (objectstore.QUARANTINE, PROFILES))
+        loose = sorted(night.glob("*.parquet"))
+        if loose or not below:
+            jobs.append(Job(night.name, loose))
+        for folder in below:
+            named = folder / JOB_FILE
+            name = named.read_text().strip() if named.is_file() else folder.name
+            jobs.append(Job(name or folder.name, _parquet(folder)))
+    return jobs
+
+
+def _count(job: Job) -> None:
+    """The rows and ok trials of a job's files (those still there: ingest moves a corrupt one to quarantine/)."""
+    job.files = [p for p in job.files if p.exists()]
+    job.rows = job.ok = 0
+    for path in job.files:
+        try:
+            statuses = pq.read_table(path, columns=["status"]).column("status").to_pylist()
+        except Exception:  # noqa: BLE001 - refused by ingest, kept as it is: counted as no rows
+            continue
+        job.rows += len(statuses)
+        job.ok += statuses.count("ok")
+
+
+def _archive_name(source: Path, folder: Path) -> Path | None:
+    """Where ``source`` goes in ``folder``: its own name, another one if that holds other bytes, None if the same
+    file is there already (a night published twice)."""
+    target = folder / source.name
+    if not target.exists():
+        return target
+    if filecmp.cmp(source, target, shallow=False):
+        return None
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:8]
+    other = folder / f"{source.stem}-{digest}{source.suffix}"
+    return None if other.exists() else other
+
+
+def archive(jobs: list[Job], nights: list[Path], tree: Path) -> tuple[list[str], int]:
+    """Copy the jobs' result files into the history's results/ and every raw profile folder (``profiles/RUN_ID``)
+    into its profiles/; returns the names added and how many profiles."""
+    results, profiles = tree / RESULTS, tree / PROFILES
+    results.mkdir(parents=True, exist_ok=True)
+    added = []
+    for job in jobs:
+        for path in job.files:
+            target = _archive_name(path, results)
+            if target is not None:
+                shutil.copyfile(path, target.with_name(f".{target.name}.tmp"))
+                target.with_name(f".{target.name}.tmp").replace(target)
+                added.append(target.name)
+    copied = 0
+    for night in nights:
+        for kept in sorted(night.rglob(f"{PROFILES}/*")) if night.is_dir() else []:
+            target = profiles / kept.name
+            if kept.is_dir() and not target.exists():
+                shutil.copytree(kept, target)
+                copied += 1
+    return added, copied
+
+
+def restore(db: Path, tree: Path, on_file: Callable[[str, str], None]) -> IngestReport | None:
+    """The store rebuilt from the history when it is gone (a cache evicted); None when it is there, or when the
+    history holds no result yet."""
+    results = tree / RESULTS
+    if db.exists() or not results.is_dir() or not _parquet(results):
+        return None
+    alerts = tree / ALERTS_FILE
+    report, _ = history.rebuild([str(tree / RESULTS)], db, str(alerts) if alerts.is_file() else None,
+                                on_file=on_file, recursive=True)  # fmt: skip
+    return report
+
+
+def collect(nights: list[Path], remote: list[str], db: Path, tree: Path, on_file: Callable[[str, str], None]) -> Night:
+    """Restore the store if it is gone, ingest the night (its local folders and any bucket prefixes), archive the
+    local files that were not quarantined on the history's work tree."""
+    night = Night(jobs=find_jobs(nights))
+    night.rebuilt = restore(db, tree, on_file)
+    sources = [str(n) for n in nights if n.is_dir()] + remote
+    if sources:
+        night.ingested = ingest(sources, db, on_file=on_file, recursive=True)
+    for job in night.jobs:
+        _count(job)
+    night.archived, night.profiles = archive(night.jobs, [n for n in nights if n.is_dir()], tree)
+    return night
+
+
+def _git(tree: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    who = ["-c", "user.name=stepwatch", "-c", "user.email=stepwatch@users.noreply.github.com"]
+    done = subprocess.run(["git", "-C", str(tree), *who, *args], capture_output=True, text=True)
+    if check and done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["failed"])[-1]
+        raise PublishError(f"git {args[0]} in {tree}: {why}")
+    return done
+
+
+def commit(tree: Path, message: str) -> bool:
+    """Commit everything the history's work tree holds now; whether there was anything to commit."""
+    if not (tree / ".git").exists():
+        _git(tree, "init", "--quiet")
+    _git(tree, "add", "--all")
+    if _git(tree, "diff", "--cached", "--quiet", check=False).returncode == 0:
+        return False
+    _git(tree, "commit", "--quiet", "-m", message)
+    return True
+
+
+def push(tree: Path, branch: str, say: Callable[[str], None]) -> str:
+    """Push the history's commits to ``origin``'s ``branch``. Rejected because another publish pushed first (a
+    manual run beside the schedule) or the branch was rewritten, this publish's commits are replayed on what is
+    there now, its own files winning where both wrote the same (the alerts, the page), and pushed again: no night
+    is lost. Returns the commit pushed."""
+    for attempt in range(1, PUSH_ATTEMPTS + 1):
+        done = _git(tree, "push", "--quiet", "origin", f"HEAD:refs/heads/{branch}", check=False)
+        if done.returncode == 0:
+            return _git(tree, "rev-parse", "HEAD").stdout.strip()
+        fetched = _git(tree, "fetch", "--quiet", "origin", branch, check=False)
+        if fetched.returncode != 0:
+            why = (done.stderr.strip().splitlines() or ["rejected"])[-1]
+            raise PublishError(f"cannot push the history to {branch}: {why}")
+        say(f"the history branch {branch} moved meanwhile: replaying this night on it (attempt {attempt})")
+        # In a rebase, "theirs" is the commit being replayed: this publish's.
+        rebased = _git(tree, "rebase", "--quiet", "-X", "theirs", "FETCH_HEAD", check=False)
+        if rebased.returncode != 0:
+            _git(tree, "rebase", "--abort", check=False)
+            raise PublishError(f"cannot replay this night on {branch}: {rebased.stderr.strip()[-200:]}")
+    raise PublishError(f"cannot push the history to {branch}: rejected {PUSH_ATTEMPTS} times")
+
+
+def summary(night: Night, collect_result: str | None) -> list[str]:
+    """The night in markdown lines for the job summary: per job its files, rows and ok trials, and what it lacks."""
+    lines = ["## stepwatch: the night's results", ""]
+    if night.jobs:
+        lines += ["| job | files | rows | ok |", "|---|---:|---:|---:|"]
+        lines += [f"| {job.name} | {len(job.files)} | {job.rows} | {job.ok} |" for job in night.jobs]
+        lines.append("")
+    empty = [job.name for job in night.jobs if not job.rows]
+    if empty:
+        lines.append(f"- wrote no row: {', '.join(empty)}")
+    if not night.rows:
+        lines.append("- **no job wrote a row tonight**")
+    if collect_result not in (None, "", "success"):
+        lines.append(f"- the collect jobs' result: {collect_result} (a job that wrote nothing has no artifact: "
+                     "see the run's jobs)")  # fmt: skip
+    if night.ingested and night.ingested.quarantined:
+        for uri, reason, moved in night.ingested.quarantined:
+            lines.append(f"- quarantined, not archived: {Path(uri).name} ({reason[:160]})")
+    if night.rebuilt is not None:
+        lines.append(f"- the store was gone: rebuilt from the history ({night.rebuilt.rows_added} rows)")
+        lines += [f"- skipped in the history: {Path(uri).name} ({reason[:160]})"
+                  for uri, reason, _ in night.rebuilt.quarantined]  # fmt: skip
+    lines.append(f"- archived on the history branch: {len(night.archived)} file(s), {night.profiles} profile(s)")
+    if night.pushed:
+        lines.append(f"- pushed: {night.pushed[:12]}")
+    return lines
+
+
+def every_job_failed(night: Night, collect_result: str | None) -> bool:
+    """A night to fail: no ok trial anywhere, and either the collect jobs failed or their rows are all failures."""
+    return not night.ok and (night.rows > 0 or collect_result in ("failure", "cancelled"))

@@ -1,0 +1,122 @@
+"""The night as one static page (``python -m stepwatch.dashboard.page --db STORE --out site/index.html``): the
+Overview's table of every series with its verdict, and the history chart of each series that changed, drawn by
+the dashboard's own figures (``charts``), with plotly.js in a file beside it (the same bytes every night: a history
+branch keeps it once). No server and no network: the nightly's publish writes it onto the history branch, and
+GitHub Pages can serve it. The Streamlit dashboard stays where one digs in; the page names the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import sys
+from pathlib import Path
+
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from stepwatch.collector.analysis import latest
+from stepwatch.collector.analysis.thresholds import load_overrides
+from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
+from stepwatch.collector.outcomes import IMPROVEMENT, NO_CHANGE, REGRESSION
+from stepwatch.collector.output.text import series_label
+from stepwatch.collector.store import database, queries, records
+from stepwatch.collector.store.selection import ALL
+from stepwatch.dashboard import charts
+
+PLOTLY_JS = "plotly.min.js"
+CHANGED = (REGRESSION, IMPROVEMENT, "changed")  # a series whose chart the page draws
+DIG_IN = "stepwatch dashboard git:stepwatch-history"
+STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#262730}table{border-collapse:collapse;font-size:14px}
+td,th{padding:4px 8px;border-bottom:1px solid #eee;text-align:left}th{background:#f6f6f8}code{background:#f6f6f8;
+padding:1px 4px}.chip{padding:2px 6px;border-radius:4px;white-space:nowrap}"""
+
+
+def _cell(text: str, verdict: object) -> str:
+    fill = charts.VERDICT_FILLS.get(verdict, "") if isinstance(verdict, str) else ""
+    style = f' style="background:{fill}"' if fill else ""
+    return f'<td><span class="chip"{style}>{html.escape(text)}</span></td>'
+
+
+def render(db: Path, metric_name: str = DEFAULT_METRIC, report: str | None = None) -> tuple[str, int]:
+    """The page's HTML, and how many series it names."""
+    metric = METRICS[metric_name]
+    with database.open_store(db) as reader:
+        con = reader.connection()
+        table = latest.overview(con, ALL, metric_name, load_overrides())
+        points = queries.history_points(con, ALL, metric_name, False)
+        alerts = records.list_alerts(con, records.STATUSES, metric_name)
+    rows = table.to_dict("records")
+    body = [
+        f"<h1>stepwatch: the latest night, {html.escape(metric.label.lower())}</h1>",
+        f"<p>{len(rows)} series; {int(latest.regressed(table).sum())} regressed. Each change is the latest suite run "
+        f"against the run before it and against its baseline (up to {latest.BASELINE_NIGHTS} nights), a ratio of "
+        f"geometric means with its 95% interval, judged against the metric's threshold ({metric.threshold:.0%}). To "
+        f"dig in: <code>{html.escape(DIG_IN)}</code> in a clone of this repository.</p>",
+        "<table><tr><th>status</th><th>series</th><th>latest</th><th>vs previous run</th><th>vs baseline</th>"
+        "<th>passing</th><th>alerts</th><th>started</th></tr>",
+    ]
+    for row in rows:
+        value = row["value"]
+        body.append(
+            "<tr>" + _cell(charts.CHANGE_WORDS.get(row["verdict"], row["verdict"]), row["verdict"])
+            + f"<td>{html.escape(series_label(row))}</td>"
+            + f"<td>{'' if value != value else f'{value * metric.scale:.4g}'}</td>"
+            + _cell(charts.change_text(row, "previous"), row["previous_verdict"])
+            + _cell(charts.change_text(row, "baseline"), row["baseline_verdict"])
+            + f"<td>{row['ok']}/{row['trials']}</td><td>{row['alerts']}</td>"
+            + f"<td>{html.escape(str(row['started_at'])[:16])}</td></tr>"
+        )  # fmt: skip
+    body.append("</table>")
+    changed = [r for r in rows if {r["previous_verdict"], r["baseline_verdict"]} & set(CHANGED) or r["alerts"]]
+    body.append(f"<h2>Series that changed ({len(changed)})</h2>")
+    if not changed:
+        body.append(
+            f"<p>None: against the run before it and its baseline, every series is {NO_CHANGE}, "
+            "inconclusive or new tonight.</p>"
+        )
+    for row in changed:
+        key = row["series_key"]
+        mine = points[points["series_key"] == key].dropna(subset=["value"])
+        found = alerts[alerts["series_key"] == key] if len(alerts) else alerts
+        figure = charts.history(mine, metric, "night", "model", None, False, None, found)
+        figure.update_layout(height=360, title=series_label(row))
+        body.append(pio.to_html(figure, include_plotlyjs=False, full_html=False, default_width="100%"))
+    if report and Path(report).is_file():
+        body.append(f"<h2>Change points</h2><pre>{html.escape(Path(report).read_text())}</pre>")
+    head = (f'<meta charset="utf-8"><title>stepwatch: the latest night</title><style>{STYLE}</style>'
+            f'<script src="{PLOTLY_JS}"></script>')  # fmt: skip
+    return f"<!DOCTYPE html><html><head>{head}</head><body>{''.join(body)}</body></html>\n", len(rows)
+
+
+def write(db: Path, out: Path, metric_name: str = DEFAULT_METRIC, report: str | None = None) -> int:
+    """Write the page and plotly.js beside it, each whole or not at all; how many series it names."""
+    text, count = render(db, metric_name, report)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for path, content in ((out.parent / PLOTLY_JS, get_plotlyjs()), (out, text)):
+        if path.name == PLOTLY_JS and path.exists() and path.read_text() == content:
+            continue
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(content)
+        tmp.replace(path)
+    return count
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stepwatch.dashboard.page", description=__doc__.split("\n")[0])
+    parser.add_argument("--db", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--metric", default=DEFAULT_METRIC, choices=tuple(METRICS))
+    parser.add_argument("--report", help="the detection's markdown, shown under the charts")
+    args = parser.parse_args(argv)
+    try:
+        count = write(args.db, args.out, args.metric, args.report)
+    except (database.StoreError, OSError) as error:
+        print(f"stepwatch page: {error}", file=sys.stderr)
+        return 1
+    print(f"page: {args.out} ({count} series)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

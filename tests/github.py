@@ -1,0 +1,498 @@
+"""A workflow run replayed on this machine the way GitHub documents that it runs one, for the tests of the
+workflows ``stepwatch init`` writes: each job in a fresh workspace (a clone of the repository, as actions/checkout
+makes it), its steps in order with the variables GitHub sets, ``if:`` and ``${{ }}`` evaluated, each step's
+``$GITHUB_OUTPUT`` read back as its outputs; artifacts laid out as actions/upload-artifact and
+actions/download-artifact document, caches restored and saved as actions/cache documents. A ``git`` remote on disk
+stands for the repository on GitHub (``GITHUB_SERVER_URL`` is its ``file://`` parent).
+
+What it does not replay, said where it is skipped: installing Python (setup-python: this machine's is used), the
+team's own requirements (``NOT_REPLAYED``), and
+stepwatch's own install step of the action (stepwatch is installed in the environment the steps run in; the
+adoption test installs it from a wheel as the action does). GitHub Pages' deployment is GitHub's: the page is
+checked as the artifact that would be deployed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.conftest import REPO
+
+STEPWATCH_ACTION = "stepwatch/stepwatch@"  # how the workflows under test name stepwatch's action
+# Steps not replayed, by name, and why.
+NOT_REPLAYED = {
+    "The project's own environment": "the team's requirements: the environment the steps run in is theirs already",
+}
+
+
+# --- Expressions (https://docs.github.com/en/actions/reference/evaluate-expressions-in-workflows-and-actions) ---
+
+TOKEN = re.compile(r"\s*(?:(?P<str>'(?:[^']|'')*')|(?P<num>\d+(?:\.\d+)?)|(?P<op>==|!=|&&|\|\||[!(),\[\]])"
+                   r"|(?P<name>[A-Za-z_][\w-]*(?:\.[\w*-]+|\[[^\]]+\])*))")  # fmt: skip
+
+
+class Expression:
+    """One expression, parsed and evaluated over ``contexts`` (github, env, matrix, steps, needs, ...). The
+    operators GitHub documents that these workflows use: ``!``, ``==`` and ``!=`` (strings compared ignoring case),
+    ``&&`` and ``||`` (each gives one of its operands, as in JavaScript), the status functions, ``hashFiles``,
+    ``fromJSON``, ``toJSON``. Anything else raises: a workflow that uses more is not replayed silently wrong."""
+
+    def __init__(self, text: str, contexts: dict[str, Any], functions: dict[str, Callable[..., Any]]) -> None:
+        self.tokens, at = [], 0
+        while at < len(text.rstrip()):
+            found = TOKEN.match(text, at)
+            if not found or found.end() == at:
+                raise ValueError(f"cannot parse the expression {text!r} at {text[at:]!r}")
+            self.tokens.append((found.lastgroup, found.group(found.lastgroup)))
+            at = found.end()
+        self.at, self.contexts, self.functions = 0, contexts, functions
+
+    def value(self) -> Any:
+        result = self._or()
+        if self.at != len(self.tokens):
+            raise ValueError(f"unexpected {self.tokens[self.at]}")
+        return result
+
+    def _peek(self) -> tuple[str, str] | None:
+        return self.tokens[self.at] if self.at < len(self.tokens) else None
+
+    def _take(self, op: str) -> bool:
+        if self._peek() == ("op", op):
+            self.at += 1
+            return True
+        return False
+
+    def _or(self) -> Any:
+        left = self._and()
+        while self._take("||"):
+            right = self._and()
+            left = left if truthy(left) else right
+        return left
+
+    def _and(self) -> Any:
+        left = self._compare()
+        while self._take("&&"):
+            right = self._compare()
+            left = right if truthy(left) else left
+        return left
+
+    def _compare(self) -> Any:
+        left = self._unary()
+        for op in ("==", "!="):
+            if self._take(op):
+                right = self._unary()
+                same = equal(left, right)
+                return same if op == "==" else not same
+        return left
+
+    def _unary(self) -> Any:
+        if self._take("!"):
+            return not truthy(self._unary())
+        if self._take("("):
+            inner = self._or()
+            assert self._take(")"), "unbalanced parentheses"
+            return inner
+        kind, text = self.tokens[self.at]
+        self.at += 1
+        if kind == "str":
+            return text[1:-1].replace("''", "'")
+        if kind == "num":
+            return float(text)
+        if kind == "name" and self._take("("):
+            args = []
+            while not self._take(")"):
+                args.append(self._or())
+                self._take(",")
+            if text not in self.functions:
+                raise ValueError(f"function {text}() is not replayed")
+            return self.functions[text](*args)
+        if text in ("true", "false"):
+            return text == "true"
+        if text == "null":
+            return None
+        return lookup(self.contexts, text)
+
+
+def lookup(contexts: dict[str, Any], name: str) -> Any:
+    """``a.b['c'].d`` in the contexts; a missing property is null, as GitHub evaluates it."""
+    value: Any = contexts
+    for bracket, plain in re.findall(r"\['([^']+)'\]|([\w*-]+)", name):
+        value = value.get(bracket or plain) if isinstance(value, dict) else None
+    return value
+
+
+def truthy(value: Any) -> bool:
+    return value not in (None, False, 0, 0.0, "")
+
+
+def _number(value: Any) -> float:
+    """A value as GitHub coerces it to compare values of two types: null 0, a boolean 1 or 0, a string its number
+    ('' is 0), anything else NaN."""
+    if value is None or isinstance(value, bool | int | float):
+        return float(value or 0)
+    if isinstance(value, str):
+        try:
+            return float(value.strip() or 0)
+        except ValueError:
+            return float("nan")
+    return float("nan")
+
+
+def equal(a: Any, b: Any) -> bool:
+    """``==``: strings ignoring case, values of two types as numbers (so ``null == ''``)."""
+    if isinstance(a, str) and isinstance(b, str):
+        return a.casefold() == b.casefold()
+    if type(a) is type(b) and not isinstance(a, str | bool | int | float | type(None)):
+        return a is b
+    return _number(a) == _number(b)
+
+
+def text_of(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+# --- Artifacts and caches ---
+
+UPLOAD_RULE = (
+    "actions/upload-artifact (v4 README): 'If multiple paths are provided as input, the least common ancestor of "
+    "all the search paths will be used as the root directory of the artifact.' A wildcard keeps the hierarchy after "
+    "the first wildcard; 'include-hidden-files' (default false): 'If false, hidden files will be excluded from the "
+    "artifact.' 'if-no-files-found': warn: no artifact is made."
+)
+DOWNLOAD_RULE = (
+    "actions/download-artifact (v4 README): 'merge-multiple: When multiple artifacts are matched, this changes the "
+    "behavior of the destination directories. If true, the downloaded artifacts will be in the same directory "
+    "specified by path. If false, the downloaded artifacts will be extracted into individual named directories "
+    "within the specified path.' Downloaded by name, an artifact's files land in path itself."
+)
+
+
+def _search_root(workspace: Path, pattern: str) -> Path:
+    """A path's search path, as the artifact client's globber gives it: the folders before the first wildcard."""
+    parts = Path(pattern).parts
+    fixed = []
+    for part in parts:
+        if any(c in part for c in "*?["):
+            return workspace.joinpath(*fixed)
+        fixed.append(part)
+    target = workspace.joinpath(*fixed)
+    return target if target.is_dir() else target.parent
+
+
+def _matches(workspace: Path, pattern: str) -> list[Path]:
+    target = workspace / pattern
+    if not any(c in pattern for c in "*?["):
+        if target.is_dir():
+            return [p for p in target.rglob("*") if p.is_file()]
+        return [target] if target.is_file() else []
+    found = [p for p in workspace.rglob("*") if p.is_file()]
+    return [p for p in found if fnmatch.fnmatch(str(p.relative_to(workspace)), pattern.rstrip("/"))]
+
+
+def upload(workspace: Path, path_input: str, include_hidden: bool = False) -> dict[str, bytes]:
+    """The files an upload-artifact step stores, keyed by their path in the artifact (``UPLOAD_RULE``)."""
+    patterns = [line.strip() for line in path_input.splitlines() if line.strip()]
+    roots = [_search_root(workspace, p) for p in patterns]
+    root = Path(os.path.commonpath([str(r) for r in roots])) if len(roots) > 1 else roots[0]
+    files = {}
+    for pattern in patterns:
+        for path in _matches(workspace, pattern):
+            relative = path.relative_to(root)
+            if not include_hidden and any(part.startswith(".") for part in relative.parts):
+                continue
+            files[str(relative)] = path.read_bytes()
+    return files
+
+
+def download(workspace: Path, artifacts: dict[str, dict[str, bytes]], inputs: dict[str, str]) -> None:
+    """A download-artifact step (``DOWNLOAD_RULE``)."""
+    target = workspace / (inputs.get("path") or ".")
+    if inputs.get("name"):
+        chosen, single = {inputs["name"]: artifacts[inputs["name"]]}, True
+    else:
+        pattern = inputs.get("pattern") or "*"
+        chosen, single = {n: a for n, a in artifacts.items() if fnmatch.fnmatch(n, pattern)}, False
+    merge = inputs.get("merge-multiple", "false").lower() == "true"
+    for name, files in chosen.items():
+        folder = target if single or merge else target / name
+        for relative, data in files.items():
+            (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+            (folder / relative).write_bytes(data)
+
+
+@dataclass
+class Caches:
+    """actions/cache: an entry per key (its paths' files); restore by the exact key, else the newest entry whose key
+    starts with a restore key; a key that exists is not saved again. Evicting drops every entry."""
+
+    entries: list[tuple[str, dict[str, bytes]]] = field(default_factory=list)
+
+    def restore(self, workspace: Path, key: str, restore_keys: list[str]) -> str | None:
+        found = next((e for e in self.entries if e[0] == key), None)
+        for prefix in restore_keys:
+            found = found or next((e for e in reversed(self.entries) if e[0].startswith(prefix)), None)
+        if found is None:
+            return None
+        for relative, data in found[1].items():
+            (workspace / relative).parent.mkdir(parents=True, exist_ok=True)
+            (workspace / relative).write_bytes(data)
+        return found[0]
+
+    def save(self, workspace: Path, key: str, paths: list[str]) -> None:
+        if any(e[0] == key for e in self.entries):
+            return
+        files = {}
+        for path in paths:
+            target = workspace / path
+            members = [p for p in target.rglob("*") if p.is_file()] if target.is_dir() else [target]
+            files |= {str(p.relative_to(workspace)): p.read_bytes() for p in members if p.is_file()}
+        self.entries.append((key, files))
+
+    def evict(self) -> None:
+        self.entries.clear()
+
+
+# --- Runs ---
+
+
+@dataclass
+class Step:
+    name: str
+    outcome: str  # success, failure, skipped
+    outputs: dict[str, str]
+    stdout: str = ""
+    stderr: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class JobRun:
+    name: str
+    result: str
+    steps: list[Step]
+    outputs: dict[str, str]
+    workspace: Path
+    summary: str
+
+
+@dataclass
+class GitHub:
+    """A repository on "GitHub" (a bare remote on disk), its artifacts per run and its caches, and the environment
+    (a Python with stepwatch installed) that steps run in."""
+
+    root: Path
+    repository: str
+    env: dict[str, str]
+    caches: Caches = field(default_factory=Caches)
+    runs: int = 0
+
+    @property
+    def server(self) -> Path:
+        return self.root / "github"
+
+    @property
+    def remote(self) -> Path:
+        return self.server / self.repository
+
+    def run_workflow(
+        self, workflow: dict, event: str = "schedule", inputs: dict[str, str] | None = None
+    ) -> dict[str, list[JobRun]]:
+        """One run of ``workflow``: its jobs in the order of their needs, a matrix job once per include."""
+        self.runs += 1
+        artifacts: dict[str, dict[str, bytes]] = {}
+        done: dict[str, list[JobRun]] = {}
+        for job_id, job in workflow["jobs"].items():
+            needs = job.get("needs", [])
+            needs = [needs] if isinstance(needs, str) else needs
+            needs_ctx = {n: {"result": _result(done[n]), "outputs": _outputs(done[n])} for n in needs}
+            base = {"inputs": inputs or {}, "needs": needs_ctx, "github": self._github(event)}
+            condition = job.get("if", "success()")
+            failed_needs = any(v["result"] != "success" for v in needs_ctx.values())
+            includes = job.get("strategy", {}).get("matrix", {}).get("include") or [None]
+            runs = []
+            for index, matrix in enumerate(includes):
+                ctx = {**base, "matrix": matrix or {}, "strategy": {"job-index": index}}
+                status = {"success": not failed_needs, "failure": failed_needs}
+                if not truthy(self._eval(condition, ctx, status, Path("."))):
+                    runs.append(JobRun(job_id, "skipped", [], {}, Path("."), ""))
+                    continue
+                runs.append(self._job(job_id, job, ctx, artifacts))
+            done[job_id] = runs
+        return done
+
+    def _github(self, event: str) -> dict[str, Any]:
+        return {"run_id": str(1000 + self.runs), "run_attempt": "1", "repository": self.repository,
+                "server_url": self.server.as_uri(), "token": "replayed-token", "event_name": event}  # fmt: skip
+
+    def _eval(self, text: str, ctx: dict, status: dict[str, bool], workspace: Path) -> Any:
+        text = str(text).strip()
+        if text.startswith("${{") and text.endswith("}}"):
+            text = text[3:-2]
+
+        def hash_files(*patterns: str) -> str:
+            found = sorted(p for pattern in patterns for p in _matches(workspace, pattern))
+            return "hash" + str(len(found)) if found else ""
+
+        functions = {
+            "always": lambda: True, "success": lambda: status["success"], "failure": lambda: status["failure"],
+            "cancelled": lambda: False, "hashFiles": hash_files, "fromJSON": json.loads, "toJSON": json.dumps,
+        }  # fmt: skip
+        return Expression(text, ctx, functions).value()
+
+    def _expand(self, value: Any, ctx: dict, status: dict[str, bool], workspace: Path) -> str:
+        return re.sub(r"\$\{\{(.*?)\}\}", lambda m: text_of(self._eval(m.group(1), ctx, status, workspace)),
+                      str(value))  # fmt: skip
+
+    def _job(self, job_id: str, job: dict, ctx: dict, artifacts: dict[str, dict[str, bytes]]) -> JobRun:
+        workspace = self.root / f"run{self.runs}-{job_id}-{ctx['strategy']['job-index']}"
+        shutil.rmtree(workspace, ignore_errors=True)
+        summary = workspace.parent / f"{workspace.name}.summary.md"
+        summary.write_text("")
+        status = {"success": True, "failure": False}
+        steps_ctx: dict[str, dict] = {}
+        ctx = {**ctx, "steps": steps_ctx, "secrets": {}, "vars": {}, "env": {}}
+        env = {k: self._expand(v, ctx, status, workspace) for k, v in job.get("env", {}).items()}
+        ctx["env"] = env
+        steps = []
+        for number, step in enumerate(job["steps"]):
+            sid = step.get("id", f"__{number}")
+            condition = step.get("if", "success()")
+            if not truthy(self._eval(condition, ctx, status, workspace)):
+                steps.append(Step(step.get("name", sid), "skipped", {}))
+                steps_ctx[sid] = {"outcome": "skipped", "conclusion": "skipped", "outputs": {}}
+                continue
+            start = time.perf_counter()
+            ran = self._step(step, ctx, status, workspace, env, artifacts, summary)
+            ran.seconds = time.perf_counter() - start
+            steps.append(ran)
+            steps_ctx[sid] = {"outcome": ran.outcome, "conclusion": ran.outcome, "outputs": ran.outputs}
+            if ran.outcome == "failure" and not step.get("continue-on-error"):
+                status = {"success": False, "failure": True}
+        outputs = {k: self._expand(v, ctx, status, workspace) for k, v in job.get("outputs", {}).items()}
+        return JobRun(job_id, "failure" if status["failure"] else "success", steps, outputs, workspace,
+                      summary.read_text())  # fmt: skip
+
+    def _shell(self, script: str, env: dict[str, str], workspace: Path, name: str) -> Step:
+        """A ``run:`` step: GitHub runs it as ``bash -e {0}`` in the workspace, ``$GITHUB_OUTPUT`` a file of its own."""
+        output = workspace.parent / f"{workspace.name}.output"
+        output.write_text("")
+        done = subprocess.run(["bash", "-e", "-c", script], cwd=workspace, env={**env, "GITHUB_OUTPUT": str(output)},
+                              capture_output=True, text=True, timeout=900)  # fmt: skip
+        outputs = dict(line.split("=", 1) for line in output.read_text().splitlines() if "=" in line)
+        return Step(name, "success" if done.returncode == 0 else "failure", outputs, done.stdout, done.stderr)
+
+    def _step(
+        self, step: dict, ctx: dict, status: dict, workspace: Path, job_env: dict, artifacts: dict, summary: Path
+    ) -> Step:
+        name = step.get("name") or step.get("uses") or "run"
+        with_ = {k: self._expand(v, ctx, status, workspace) for k, v in step.get("with", {}).items()}
+        step_env = {k: self._expand(v, ctx, status, workspace) for k, v in step.get("env", {}).items()}
+        env = {**self.env, **self._variables(ctx, workspace, summary), **job_env, **step_env}
+        uses = step.get("uses", "")
+        if name in NOT_REPLAYED:
+            return Step(name, "success", {})
+        if "run" in step:
+            return self._shell(step["run"], env, workspace, name)
+        if uses.startswith("actions/checkout@"):
+            done = subprocess.run(["git", "clone", "--quiet", str(self.remote), str(workspace)], capture_output=True,
+                                  text=True)  # fmt: skip
+            return Step(name, "success" if done.returncode == 0 else "failure", {}, "", done.stderr)
+        if uses.startswith("actions/setup-python@"):
+            return Step(name, "success", {})  # this machine's Python (see the module's docstring)
+        if uses.startswith(STEPWATCH_ACTION) or uses == "./":
+            return self._stepwatch_action(with_, env, workspace, name)
+        if uses.startswith("actions/upload-artifact@"):
+            files = upload(workspace, with_["path"], with_.get("include-hidden-files", "false") == "true")
+            if files:
+                artifacts[with_.get("name", "artifact")] = files
+            return Step(name, "success", {})
+        if uses.startswith("actions/download-artifact@"):
+            download(workspace, artifacts, with_)
+            return Step(name, "success", {})
+        if uses.startswith("actions/cache/restore@"):
+            keys = [k.strip() for k in with_.get("restore-keys", "").splitlines() if k.strip()]
+            hit = self.caches.restore(workspace, with_["key"], keys)
+            return Step(name, "success", {"cache-hit": text_of(hit == with_["key"]), "cache-matched-key": hit or ""})
+        if uses.startswith("actions/cache/save@"):
+            paths = [p.strip() for p in with_["path"].splitlines() if p.strip()]
+            self.caches.save(workspace, with_["key"], paths)
+            return Step(name, "success", {})
+        if uses.startswith("actions/upload-pages-artifact@"):
+            site = workspace / with_.get("path", "_site")
+            with tarfile.open(workspace.parent / f"{workspace.name}.pages.tar", "w") as tar:
+                tar.add(site, arcname=".")
+            artifacts["github-pages"] = {
+                "artifact.tar": (workspace.parent / f"{workspace.name}.pages.tar").read_bytes()
+            }
+            return Step(name, "success", {})
+        if uses.startswith("actions/deploy-pages@"):
+            return Step(name, "success", {"page_url": "https://pages.invalid/"})  # GitHub's (see the docstring)
+        raise AssertionError(f"step {name}: {uses} is not replayed")
+
+    def _variables(self, ctx: dict, workspace: Path, summary: Path) -> dict[str, str]:
+        """What GitHub sets in every step's environment (the documented default variables these steps read)."""
+        github = ctx["github"]
+        return {"GITHUB_ACTIONS": "true", "CI": "true", "GITHUB_WORKSPACE": str(workspace),
+                "GITHUB_REPOSITORY": github["repository"], "GITHUB_SERVER_URL": github["server_url"],
+                "GITHUB_RUN_ID": github["run_id"], "GITHUB_RUN_ATTEMPT": github["run_attempt"],
+                "GITHUB_SHA": self._head(), "GITHUB_EVENT_NAME": github["event_name"],
+                "GITHUB_STEP_SUMMARY": str(summary), "RUNNER_TEMP": str(workspace.parent)}  # fmt: skip
+
+    def _head(self) -> str:
+        done = subprocess.run(["git", "--git-dir", str(self.remote), "rev-parse", "main"], capture_output=True,
+                              text=True)  # fmt: skip
+        return done.stdout.strip()
+
+    def _stepwatch_action(self, with_: dict[str, str], env: dict[str, str], workspace: Path, name: str) -> Step:
+        """stepwatch's composite action: its steps, their ``${{ inputs.X }}`` from ``with`` (else the input's
+        default), its install step aside (see the module's docstring)."""
+        action = yaml.safe_load((REPO / "action.yml").read_text())
+        given = {k: with_.get(k, str(spec.get("default", ""))) for k, spec in action["inputs"].items()}
+        outputs: dict[str, str] = {}
+        last = Step(name, "success", {})
+        for inner in action["runs"]["steps"]:
+            if inner["name"] == "Install stepwatch":
+                continue
+            inner_env = {
+                k: re.sub(r"\$\{\{\s*inputs\.([\w-]+)\s*\}\}", lambda m: given[m.group(1)], str(v)).replace(
+                    "${{ github.action_path }}", str(REPO)
+                )
+                for k, v in inner.get("env", {}).items()
+            }
+            last = self._shell(inner["run"], {**env, **inner_env}, workspace, name)
+            outputs |= last.outputs
+            if last.outcome == "failure":
+                break
+        return Step(name, last.outcome, outputs, last.stdout, last.stderr)
+
+
+def _result(runs: list[JobRun]) -> str:
+    """A (matrix) job's result as ``needs`` gives it: failure if any failed, skipped if all were."""
+    results = {r.result for r in runs}
+    return "failure" if "failure" in results else "skipped" if results == {"skipped"} else "success"
+
+
+def _outputs(runs: list[JobRun]) -> dict[str, str]:
+    merged: dict[str, str] = {}
+    for run in runs:
+        merged |= run.outputs
+    return merged

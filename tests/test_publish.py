@@ -1,0 +1,299 @@
+"""The nightly as GitHub runs it (``tests.github``): the workflows ``stepwatch init`` writes, in a team's repository
+with a bare remote standing for GitHub, two nights in a row, every step in order; and ``stepwatch publish``
+(``collector.workflows.publish``), which finds, ingests, archives and pushes a night whatever layout its artifacts
+arrive in, on bad input: a corrupt file, a history branch with foreign files, two publishes racing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from playwright.sync_api import sync_playwright
+
+from stepwatch.dashboard.serve import CHROMIUM, free_port
+from tests.conftest import REPO, stepwatch
+from tests.github import GitHub
+
+ACTION = "stepwatch/stepwatch@" + "c" * 40
+WHO = {"GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@u", "GIT_COMMITTER_NAME": "u", "GIT_COMMITTER_EMAIL": "u@u"}
+FAST = "steps = 20\nwarmup = 20\nwindow = 10\n"
+MODEL = '''"""A team's Keras model."""
+
+import keras
+
+
+def mlp(preset: str = "tiny") -> dict:
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(4)])
+    return {"model": model, "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            "inputs": {"shape": (16,)}, "labels": {"shape": (), "dtype": "int32", "high": 4}}
+'''
+NET = '''"""A team's plain PyTorch model: the function returns a torch.nn.Module."""
+
+import torch
+
+
+def mlp(preset: str = "tiny") -> dict:
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    return {"model": model, "loss": torch.nn.CrossEntropyLoss(), "inputs": {"shape": (16,)},
+            "labels": {"shape": (), "dtype": "int64", "high": 4}}
+'''
+
+
+def sh(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-3000:])
+    return done.stdout.strip()
+
+
+def environment(root: Path) -> dict[str, str]:
+    """What the steps run with: this Python (stepwatch installed) first on the PATH, a home of their own."""
+    return {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(root), **WHO,
+            "XDG_CACHE_HOME": str(root / "cache"), "STEPWATCH_CALIBRATION": "none",
+            **{k: v for k, v in os.environ.items() if k.startswith(("PIP_", "UV_"))}}  # fmt: skip
+
+
+def team_repository(root: Path, files: dict[str, str], init: list[str], settings: str) -> GitHub:
+    """A team's repository after ``stepwatch init`` (its settings edited as a team would), committed and pushed to a
+    bare remote that stands for GitHub."""
+    repo = root / "work"
+    repo.mkdir(parents=True)
+    env = environment(root)
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    sh("git", "init", "-q", "-b", "main", cwd=repo, env=env)
+    done = stepwatch("init", *init, "--action", ACTION, cwd=repo, env={**env, "GITHUB_ACTIONS": ""})
+    assert done.returncode == 0, done.stderr
+    config = repo / "stepwatch.toml"
+    edited = {line.split("=")[0].strip() for line in settings.splitlines()}
+    kept = [line for line in config.read_text().splitlines() if line.split("=")[0].strip() not in edited]
+    config.write_text("\n".join(kept) + "\n" + settings)
+    sh("git", "add", ".", cwd=repo, env=env)
+    sh("git", "commit", "-q", "-m", "our model", cwd=repo, env=env)
+    gh = GitHub(root, "their-org/their-project", env)
+    gh.remote.parent.mkdir(parents=True)
+    sh("git", "clone", "-q", "--bare", str(repo), str(gh.remote), cwd=root, env=env)
+    return gh
+
+
+def branch_files(gh: GitHub, folder: str) -> list[str]:
+    listed = subprocess.run(["git", "--git-dir", str(gh.remote), "ls-tree", "--name-only", f"stepwatch-history:{folder}"],
+                            capture_output=True, text=True)  # fmt: skip
+    return listed.stdout.split() if listed.returncode == 0 else []
+
+
+def nightly(gh: GitHub) -> dict:
+    return yaml.safe_load((gh.root / "work" / ".github" / "workflows" / "stepwatch-nightly.yml").read_text())
+
+
+def query(db: Path, sql: str, cwd: Path) -> list[str]:
+    done = stepwatch("query", sql, "--db", str(db), "--format", "csv", cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[1:]
+
+
+@pytest.fixture(scope="module")
+def two_nights(tmp_path_factory: pytest.TempPathFactory) -> tuple[GitHub, list[dict]]:
+    """A team with a Keras model on JAX and init's workflows: two nights as GitHub runs them, the store's cache
+    evicted between them."""
+    root = tmp_path_factory.mktemp("nightly")
+    gh = team_repository(root, {"model.py": MODEL}, ["--models", "model.py:mlp", "--keras-backend", "jax"],
+                         'xla = ["off"]\ntrials = 1\n' + FAST)  # fmt: skip
+    nights = [gh.run_workflow(nightly(gh))]
+    gh.caches.evict()  # GitHub evicts a cache unused for 7 days, or past 10 GB: the history must not need it
+    nights.append(gh.run_workflow(nightly(gh)))
+    return gh, nights
+
+
+def test_two_nights_reach_the_history_branch_and_the_store_survives_its_cache(
+    two_nights: tuple[GitHub, list[dict]],
+) -> None:
+    gh, nights = two_nights
+    for night in nights:
+        [collect], [publish], [pages] = night["collect"], night["publish"], night["pages"]
+        assert collect.result == "success", [(s.name, s.outcome, s.stderr[-1500:]) for s in collect.steps]
+        assert publish.result == "success", [(s.name, s.outcome, s.stdout[-1500:], s.stderr[-1500:])
+                                             for s in publish.steps]  # fmt: skip
+        assert pages.result == "skipped"  # the page is on the branch; GitHub Pages only where the team turns it on
+        assert "| cpu 1/1 | 1 | 1 | 1 |" in publish.summary, publish.summary
+    # Both nights' parquet are on the history branch, with the alerts and the page.
+    assert len([n for n in branch_files(gh, "results") if n.endswith(".parquet")]) == 2
+    assert branch_files(gh, "state") == ["alerts.parquet"]
+    assert sorted(branch_files(gh, "site")) == ["index.html", "plotly.min.js"]
+    # The second night found no store (its cache evicted): rebuilt from the branch, then the night added.
+    second = nights[1]["publish"][0]
+    assert "the store was gone: rebuilt from the history (1 rows)" in second.summary, second.summary
+    db = second.workspace / "stepwatch-store" / "stepwatch.duckdb"
+    assert query(db, "SELECT count(*), count(DISTINCT suite_run_id) FROM runs", second.workspace) == ["2,2"]
+
+
+def test_the_team_opens_the_history_branch_in_the_dashboard_and_the_page_in_a_browser(
+    two_nights: tuple[GitHub, list[dict]], tmp_path: Path
+) -> None:
+    gh, nights = two_nights
+    laptop = tmp_path / "laptop"
+    env = environment(tmp_path)
+    sh("git", "clone", "-q", str(gh.remote), str(laptop), cwd=tmp_path, env=env)
+    published = nights[1]["publish"][0].workspace / "stepwatch-store" / "stepwatch.duckdb"
+    runs = query(published, "SELECT run_id FROM runs ORDER BY run_id", laptop)
+    db, port = tmp_path / "branch.duckdb", free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "stepwatch", "dashboard", "git:stepwatch-history", "--db", str(db), "--port", str(port),
+         "--refresh", "0"], cwd=laptop, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page()
+            for _ in range(120):
+                try:
+                    page.goto(f"http://127.0.0.1:{port}/overview", timeout=5000)
+                    break
+                except Exception:
+                    if server.poll() is not None:
+                        raise AssertionError(server.stdout.read()) from None
+                    page.wait_for_timeout(1000)
+            cells = page.locator('td[role="gridcell"]')
+            cells.filter(has_text="model.py:mlp").first.wait_for(state="attached", timeout=120_000)
+            assert page.locator('[data-testid="stException"]').count() == 0
+            # The store rebuilt from the branch holds exactly what the nightly's own store holds: both nights.
+            assert query(db, "SELECT run_id FROM runs ORDER BY run_id", laptop) == runs and len(runs) == 2
+
+            # The static page, as the branch holds it: no server, no network, no error, every series named.
+            site = tmp_path / "site"
+            sh("bash", "-c", f"git archive origin/stepwatch-history site | tar -x -C {tmp_path}", cwd=laptop, env=env)
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto((site / "index.html").as_uri())
+            body = page.inner_text("body")
+            assert "model.py:mlp" in body and "1 series" in body, body[:500]
+            assert page.evaluate("typeof Plotly") == "object" and errors == []
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_any_artifact_layout_reaches_the_history(two_nights: tuple[GitHub, list[dict]], tmp_path: Path) -> None:
+    """The layouts a night can arrive in: one folder per artifact (as the workflow downloads them), merged into one,
+    and the nested one three upload paths made (their least common ancestor the workspace): the same files kept."""
+    gh, _ = two_nights
+    [night] = [p for p in (gh.root / "run2-publish-0" / "stepwatch-nightly").rglob("*.parquet")]
+    rows = pq.read_table(night).num_rows
+    layouts = {
+        "per-artifact": "results-cpu-0/{name}",
+        "merged": "{name}",
+        "three-paths": "stepwatch-nightly/{name}",
+    }
+    for layout, where in layouts.items():
+        folder = tmp_path / layout
+        target = folder / "stepwatch-nightly" / where.format(name=night.name)
+        target.parent.mkdir(parents=True)
+        shutil.copyfile(night, target)
+        (folder / "history").mkdir()
+        sh(
+            "git",
+            "init",
+            "-q",
+            "-b",
+            "stepwatch-history",
+            str(folder / "history"),
+            cwd=folder,
+            env=environment(tmp_path),
+        )
+        done = stepwatch("publish", "stepwatch-nightly", "--history", "history", "--db", "store.duckdb", cwd=folder,
+                         env=environment(tmp_path))  # fmt: skip
+        assert done.returncode == 0, (layout, done.stdout, done.stderr)
+        assert [p.name for p in (folder / "history" / "results").glob("*.parquet")] == [night.name], layout
+        assert query(folder / "store.duckdb", "SELECT count(*) FROM runs", folder) == [str(rows)], layout
+
+
+def test_a_corrupt_file_is_quarantined_not_archived_and_foreign_history_is_read_as_far_as_valid(
+    two_nights: tuple[GitHub, list[dict]], tmp_path: Path
+) -> None:
+    gh, _ = two_nights
+    [night] = list((gh.root / "run2-publish-0" / "stepwatch-nightly").rglob("*.parquet"))
+    env = environment(tmp_path)
+    (tmp_path / "stepwatch-nightly" / "results-cpu-0").mkdir(parents=True)
+    shutil.copyfile(night, tmp_path / "stepwatch-nightly" / "results-cpu-0" / night.name)
+    (tmp_path / "stepwatch-nightly" / "results-gpu-1").mkdir()
+    (tmp_path / "stepwatch-nightly" / "results-gpu-1" / "half.parquet").write_bytes(b"PAR1 cut short by a killed job")
+    (tmp_path / "stepwatch-nightly" / "results-gpu-1" / "job.txt").write_text("gpu 1/2\n")
+    history = tmp_path / "history"
+    history.mkdir()
+    sh("git", "init", "-q", "-b", "stepwatch-history", cwd=history, env=env)
+    (history / "results").mkdir()
+    (history / "results" / "foreign.parquet").write_bytes(b"not a parquet file at all")
+    (history / "README.md").write_text("someone's notes\n")
+    done = stepwatch("publish", "stepwatch-nightly", "--history", "history", "--db", "store.duckdb", cwd=tmp_path,
+                     env=env)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "quarantined, not archived: half.parquet" in done.stdout
+    assert "wrote no row: gpu 1/2" in done.stdout
+    assert "skipped in the history: foreign.parquet" in done.stdout  # the store was rebuilt from it: read past it
+    kept = sorted(p.name for p in (history / "results").glob("*.parquet"))
+    assert kept == [night.name]  # the corrupt file never reached the history; the foreign one was moved aside
+    assert (history / "results" / "quarantine" / "foreign.parquet").exists()
+    assert query(tmp_path / "store.duckdb", "SELECT count(*) FROM runs", tmp_path) == [
+        str(pq.read_table(night).num_rows)]  # fmt: skip
+
+
+def test_two_publishes_racing_lose_no_night(two_nights: tuple[GitHub, list[dict]], tmp_path: Path) -> None:
+    """A manual run beside the schedule: both clone the branch, the second pushes after the first; both nights are
+    on the branch."""
+    gh, _ = two_nights
+    env = environment(tmp_path)
+    remote = tmp_path / "remote.git"
+    shutil.copytree(gh.remote, remote)
+    files = sorted((gh.root / "run2-publish-0" / "stepwatch-nightly").rglob("*.parquet"))
+    clones = []
+    for name, night in zip(("scheduled", "manual"), [files[0], files[0]]):
+        folder = tmp_path / name
+        sh("git", "clone", "-q", "--branch", "stepwatch-history", str(remote), str(folder / "history"), cwd=tmp_path,
+           env=env)  # fmt: skip
+        (folder / "night").mkdir()
+        table = pq.read_table(night)
+        renamed = table.set_column(table.column_names.index("run_id"), "run_id",
+                                   [[f"{name}-{i}" for i in range(table.num_rows)]])  # fmt: skip
+        pq.write_table(renamed, folder / "night" / f"{name}.parquet")
+        clones.append(folder)
+    for folder in clones:
+        done = stepwatch("publish", "night", "--history", "history", "--push", "stepwatch-history", "--db",
+                         "store.duckdb", cwd=folder, env=env)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert "moved meanwhile: replaying this night on it" in done.stderr
+    listed = sh("git", "--git-dir", str(remote), "ls-tree", "--name-only", "stepwatch-history:results", cwd=tmp_path)
+    assert {"scheduled.parquet", "manual.parquet"} <= set(listed.split())
+
+
+def test_a_pytorch_team_gets_ok_rows_and_shards_that_fit_their_suite(tmp_path: Path) -> None:
+    """init's defaults for a torch.nn.Module: the plain PyTorch loop; init never writes more GPU shards than the
+    settings give configs; a suite split in more shards than configs (as init wrote them before) has jobs that
+    run nothing, say so and pass, and the night keeps the others' rows."""
+    gh = team_repository(tmp_path, {"net.py": NET}, ["--models", "net.py:mlp", "--keras-backend", "torch",
+                                                     "--gpu-runner", "self-hosted,gpu"],
+                         'xla = ["off"]\nprecision = ["fp32", "mixed_bfloat16"]\ntrials = 1\n' + FAST)  # fmt: skip
+    workflow = nightly(gh)
+    jobs = workflow["jobs"]["collect"]["strategy"]["matrix"]["include"]
+    gpu = [j for j in jobs if j["name"] == "gpu"]
+    # init planned the GPU shards from its starter settings (one model, XLA off/on, fp32: two configs), not 4.
+    assert [j["shard"] for j in gpu] == ["1/2", "2/2"] and gpu[0]["args"] == "--device gpu --batch 32"
+    # The GPU jobs cannot run here: the team's suite (two configs too) split in 4 on this CPU stands for them.
+    cpu = [j for j in jobs if j["name"] == "cpu"][0]
+    workflow["jobs"]["collect"]["strategy"]["matrix"]["include"] = [{**cpu, "shard": f"{k}/4"} for k in range(1, 5)]
+    night = gh.run_workflow(workflow)
+    for job in night["collect"]:
+        assert job.result == "success", [(s.name, s.outcome, s.stdout[-800:], s.stderr[-1500:]) for s in job.steps]
+    [ran] = [s for s in night["collect"][3].steps if s.name == "Run the suite"]
+    assert "this share of the suite's 2 configs is empty; nothing to run" in ran.stdout
+    [publish] = night["publish"]
+    assert publish.result == "success", [(s.name, s.stdout[-1500:], s.stderr[-1500:]) for s in publish.steps]
+    assert "wrote no row: cpu 3/4, cpu 4/4" in publish.summary, publish.summary
+    db = publish.workspace / "stepwatch-store" / "stepwatch.duckdb"
+    assert query(db, "SELECT loop, status, precision FROM runs ORDER BY precision", publish.workspace) == [
+        '"pytorch","ok","fp32"', '"pytorch","ok","mixed_bfloat16"']  # fmt: skip

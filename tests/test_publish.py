@@ -17,7 +17,7 @@ import yaml
 from playwright.sync_api import sync_playwright
 
 from stepwatch.dashboard.serve import CHROMIUM, free_port
-from tests.conftest import REPO, stepwatch
+from tests.conftest import stepwatch
 from tests.github import GitHub
 
 ACTION = "stepwatch/stepwatch@" + "c" * 40
@@ -82,8 +82,9 @@ def team_repository(root: Path, files: dict[str, str], init: list[str], settings
 
 
 def branch_files(gh: GitHub, folder: str) -> list[str]:
-    listed = subprocess.run(["git", "--git-dir", str(gh.remote), "ls-tree", "--name-only", f"stepwatch-history:{folder}"],
-                            capture_output=True, text=True)  # fmt: skip
+    tree = f"stepwatch-history:{folder}"
+    listed = subprocess.run(["git", "--git-dir", str(gh.remote), "ls-tree", "--name-only", tree], capture_output=True,
+                            text=True)  # fmt: skip
     return listed.stdout.split() if listed.returncode == 0 else []
 
 

@@ -221,7 +221,7 @@ def summary(night: Night, collect_result: str | None) -> list[str]:
         lines.append(f"- the collect jobs' result: {collect_result} (a job that wrote nothing has no artifact: "
                      "see the run's jobs)")  # fmt: skip
     if night.ingested and night.ingested.quarantined:
-        for uri, reason, moved in night.ingested.quarantined:
+        for uri, reason, _ in night.ingested.quarantined:
             lines.append(f"- quarantined, not archived: {Path(uri).name} ({reason[:160]})")
     if night.rebuilt is not None:
         lines.append(f"- the store was gone: rebuilt from the history ({night.rebuilt.rows_added} rows)")

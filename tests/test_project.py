@@ -117,7 +117,10 @@ def test_init_writes_the_settings_and_workflows_once_and_keeps_what_exists(tmp_p
     assert [(j["name"], j["shard"], j["extras"]) for j in jobs] == [
         ("cpu", "1/1", "torch"), ("gpu", "1/3", "torch"), ("gpu", "2/3", "torch"), ("gpu", "3/3", "torch"),
     ]  # fmt: skip
-    assert jobs[1]["runner"] == ["self-hosted", "gpu"] and jobs[1]["args"] == "--device gpu"
+    # The model's file is not written yet: its configs cannot be planned, so the shards are the ones asked for.
+    assert jobs[1]["runner"] == ["self-hosted", "gpu"] and jobs[1]["args"] == "--device gpu --batch 32"
+    assert (tmp_path / ".gitignore").read_text().splitlines()[1:] == ["stepwatch-results/", "stepwatch-nightly/",
+                                                                      "data/upgrade-check/", "data/upgrade-check.duckdb*"]  # fmt: skip
     assert {job["name"] for job in jobs} == {"cpu", "gpu"}  # no job for hardware nobody named
     workflows = sorted((tmp_path / ".github/workflows").glob("*.yml"))
     for check in (
@@ -130,6 +133,32 @@ def test_init_writes_the_settings_and_workflows_once_and_keeps_what_exists(tmp_p
     second = stepwatch(*args, cwd=tmp_path, env=CLEAN)
     assert second.returncode == 0 and "wrote" not in second.stdout and second.stdout.count("kept ") == 4
     assert (tmp_path / "stepwatch.toml").read_text() == "# mine\n"
+
+
+def test_init_never_writes_more_shards_than_configs_and_writes_the_loop(tmp_path: Path) -> None:
+    """The starter settings narrow gpu-nightly to two configs (one model, XLA off/on, fp32): two GPU jobs, not the
+    four asked for, each at the batch init gives GPU jobs; the TPU job installs JAX with libtpu."""
+    done = stepwatch("init", "--models", "resnet50", "--gpu-runner", "gpu", "--tpu-runner", "tpu", "--loop", "fit",
+                     "--gpu-batch", "64", "--action", "./", cwd=tmp_path, env=CLEAN)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    nightly = yaml.safe_load((tmp_path / ".github/workflows/stepwatch-nightly.yml").read_text())
+    jobs = nightly["jobs"]["collect"]["strategy"]["matrix"]["include"]
+    assert [(j["name"], j["shard"], j["args"], j["extras"]) for j in jobs if j["name"] != "cpu"] == [
+        ("gpu", "1/2", "--device gpu --batch 64", "tensorflow-cuda"), ("gpu", "2/2", "--device gpu --batch 64", "tensorflow-cuda"),
+        ("tpu", "1/2", "--device tpu --batch 64", "jax-tpu"), ("tpu", "2/2", "--device tpu --batch 64", "jax-tpu"),
+    ]  # fmt: skip
+    assert Project.find(tmp_path).settings["loop"] == ["fit"]
+    assert configs(tmp_path, "--suite", "gpu-nightly", "--device", "gpu", "--batch", "64")[-1] == "2 configs x 3 trials"
+    again = stepwatch("init", "--action", "./", cwd=tmp_path, env=CLEAN)
+    assert "to .gitignore" not in again.stdout  # its lines are there once
+
+
+def test_an_empty_shard_runs_nothing_and_passes(tmp_path: Path) -> None:
+    (tmp_path / "stepwatch.toml").write_text('models = ["bilstm"]\nxla = ["off", "on"]\nprecision = ["fp32"]\n')
+    done = stepwatch("run", "--shard", "3/4", cwd=tmp_path, env=CLEAN)
+    assert done.returncode == 0, done.stderr
+    assert "--shard 3/4: this share of the suite's 2 configs is empty; nothing to run" in done.stdout
+    assert not (tmp_path / "data" / "results").exists()
 
 
 def test_init_keeps_a_pyproject_table_and_refuses_no_runner(tmp_path: Path) -> None:

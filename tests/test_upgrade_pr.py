@@ -99,9 +99,11 @@ def test_github_path_filters_match_as_github_does() -> None:
     ]
 
 
-def test_the_workflow_paths_filter_is_the_default_pin_files() -> None:
+def test_the_workflow_runs_on_every_pull_request_so_its_check_always_reports() -> None:
+    """A required check that only some pull requests start leaves the others waiting on it forever: no paths filter
+    (package-sets says at once when no pin file changed)."""
     workflow = yaml.safe_load((WORKFLOWS / "stepwatch-upgrade-pr.yml").read_text())
-    assert tuple(workflow[True]["pull_request"]["paths"]) == pinfiles.PIN_FILES  # yaml reads `on:` as True
+    assert workflow[True] == {"pull_request": None}  # yaml reads `on:` as True
 
 
 def test_requirement_files_with_comments_hashes_includes_markers_and_constraints() -> None:
@@ -326,10 +328,9 @@ if [ -n "$jq_filter" ]; then jq -r "$jq_filter" "$answer"; fi
 """
 
 
-def posts_one_comment(tmp_path: Path, pr: Path, head: str, verdict: str, comment: str) -> None:
-    """The verdict workflow on the artifact ``pr`` (what the upgrade-pr job uploaded): its first run creates the
-    comment and the check run, a later one edits the comment, a run of a head the pull request has moved on from
-    posts nothing, and a forged verdict is refused."""
+def verdict_workflow(tmp_path: Path, pr: Path, head: str) -> tuple[dict, Path, Path, dict[str, str]]:
+    """The verdict workflow's job, with the artifact ``pr`` where it downloads it and a stand-in gh (its state
+    folder) for a pull request at ``head``; its environment."""
     post = job("stepwatch-upgrade-pr-verdict.yml")
     number = (pr / "number").read_text().strip()  # the pull request the upgrade-pr job checked
     state, artifact = tmp_path / "gh", tmp_path / "post"
@@ -345,6 +346,15 @@ def posts_one_comment(tmp_path: Path, pr: Path, head: str, verdict: str, comment
                 "GH_TOKEN": "unused"}  # fmt: skip
     assert set(post["steps"][1]["env"]) == set(post_env) - {"PATH", "GH_STATE"}
     (state / "pull.json").write_text(json.dumps({"head": {"sha": head}}))
+    return post, state, artifact, post_env
+
+
+def posts_one_comment(tmp_path: Path, pr: Path, head: str, verdict: str, comment: str) -> None:
+    """The verdict workflow on the artifact ``pr`` (what the upgrade-pr job uploaded): its first run creates the
+    comment and the check run, a later one edits the comment, a run of a head the pull request has moved on from
+    posts nothing, and a forged verdict is refused."""
+    post, state, artifact, post_env = verdict_workflow(tmp_path, pr, head)
+    number = (pr / "number").read_text().strip()
     others = [{"id": 11, "user": {"login": "someone"}, "body": "<!-- stepwatch upgrade-pr --> quoted by a person"}]
     (state / "comments.json").write_text(json.dumps(others))
 
@@ -439,6 +449,31 @@ def test_a_pull_request_whose_package_sets_cannot_be_derived_gets_an_error_verdi
     run_steps([verdict_step], repo, env, tmp_path / "summary.md")
     assert (repo / "pr" / "verdict").read_text() == "error\n" and (repo / "pr" / "number").read_text() == "8\n"
     assert "the job failed before it could derive them: see the run" in (repo / "pr" / "comment.md").read_text()
+
+
+def test_a_pull_request_that_changes_no_pin_file_passes_its_check_at_once_without_a_comment(
+    tmp_path: Path, wheels: Path, cache: Path
+) -> None:
+    repo, tip, _ = pr_repo(tmp_path)
+    git(repo, "checkout", "-q", "-b", "model", tip)
+    head = commit(repo, "a wider layer", {"model.py": "WIDTH = 64\n"})
+    check = job("stepwatch-upgrade-pr.yml")
+    env = check_env("10", tip, head, wheels, cache)
+    outputs = run_steps(check["steps"], repo, env, tmp_path / "summary.md")
+    assert outputs["sets"] == {"changed": "false", "baseline": "", "candidate": "", "pins": "unchanged"}
+    assert (repo / "pr" / "verdict").read_text() == "no-package-change\n" and not (repo / "pr" / "report.md").exists()
+    assert "no package change: no pin file changed between the merge base and the head" in (
+        repo / "pr" / "comment.md").read_text()  # fmt: skip
+    assert check["steps"][-1]["result"].returncode == 0
+    # The verdict workflow: a passing check run, and no comment on a pull request about something else.
+    post, state, artifact, post_env = verdict_workflow(tmp_path, repo / "pr", head)
+    (state / "comments.json").write_text("[]")
+    (state / "calls").write_text("")
+    run_steps(post["steps"], artifact, post_env, tmp_path / "summary-post.md")
+    assert post["steps"][1]["result"].returncode == 0, post["steps"][1]["result"].stderr
+    calls = (state / "calls").read_text().splitlines()
+    assert not any("/comments -F" in call for call in calls)
+    assert "-f conclusion=success" in calls[-1] and "output[title]=upgrade check: no-package-change" in calls[-1]
 
 
 def test_a_pull_request_that_changes_nothing_resolved_is_told_so_without_a_check(

@@ -27,7 +27,7 @@ ACTION_REPOSITORY = "stepwatch/stepwatch"
 GPU_EXTRAS = {"tensorflow": "tensorflow-cuda", "jax": "jax-cuda12", "torch": "torch"}
 TPU_EXTRA = "jax-tpu"  # JAX with libtpu: plain jax finds no TPU
 # What stays out of git: the results and stores stepwatch's commands write in the repository.
-IGNORED = ("stepwatch-results/", "stepwatch-nightly/", "stepwatch-checks/")
+IGNORED = ("stepwatch-results/", "stepwatch-nightly/", "data/upgrade-check/", "data/upgrade-check.duckdb*")
 LOOPS = ("fit", "pytorch")  # the loops a model of yours trains in (a script is its own loop)
 
 

@@ -119,8 +119,8 @@ def test_init_writes_the_settings_and_workflows_once_and_keeps_what_exists(tmp_p
     ]  # fmt: skip
     # The model's file is not written yet: its configs cannot be planned, so the shards are the ones asked for.
     assert jobs[1]["runner"] == ["self-hosted", "gpu"] and jobs[1]["args"] == "--device gpu --batch 32"
-    assert (tmp_path / ".gitignore").read_text().splitlines()[1:] == ["stepwatch-results/", "stepwatch-nightly/",
-                                                                      "data/upgrade-check/", "data/upgrade-check.duckdb*"]  # fmt: skip
+    ignored = (tmp_path / ".gitignore").read_text().splitlines()[1:]
+    assert ignored == ["stepwatch-results/", "stepwatch-nightly/", "data/upgrade-check/", "data/upgrade-check.duckdb*"]
     assert {job["name"] for job in jobs} == {"cpu", "gpu"}  # no job for hardware nobody named
     workflows = sorted((tmp_path / ".github/workflows").glob("*.yml"))
     for check in (
@@ -144,8 +144,10 @@ def test_init_never_writes_more_shards_than_configs_and_writes_the_loop(tmp_path
     nightly = yaml.safe_load((tmp_path / ".github/workflows/stepwatch-nightly.yml").read_text())
     jobs = nightly["jobs"]["collect"]["strategy"]["matrix"]["include"]
     assert [(j["name"], j["shard"], j["args"], j["extras"]) for j in jobs if j["name"] != "cpu"] == [
-        ("gpu", "1/2", "--device gpu --batch 64", "tensorflow-cuda"), ("gpu", "2/2", "--device gpu --batch 64", "tensorflow-cuda"),
-        ("tpu", "1/2", "--device tpu --batch 64", "jax-tpu"), ("tpu", "2/2", "--device tpu --batch 64", "jax-tpu"),
+        ("gpu", "1/2", "--device gpu --batch 64", "tensorflow-cuda"),
+        ("gpu", "2/2", "--device gpu --batch 64", "tensorflow-cuda"),
+        ("tpu", "1/2", "--device tpu --batch 64", "jax-tpu"),
+        ("tpu", "2/2", "--device tpu --batch 64", "jax-tpu"),
     ]  # fmt: skip
     assert Project.find(tmp_path).settings["loop"] == ["fit"]
     assert configs(tmp_path, "--suite", "gpu-nightly", "--device", "gpu", "--batch", "64")[-1] == "2 configs x 3 trials"
@@ -196,3 +198,26 @@ def test_the_dashboard_reads_a_history_branch(tmp_path: Path, monkeypatch: pytes
     assert (folder / "results" / "night.parquet").read_bytes() == b"PAR1 not really"
     with pytest.raises(Exception, match="cannot read the branch 'nope'"):
         branch_folder("nope", repo)
+
+
+@pytest.mark.parametrize("command", ["upgrade-check", "bisect", "calibrate"])
+def test_a_check_keeps_its_own_results_whatever_the_projects_results_and_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """The project's results and db (the nightly's history) are never a check's: with init's settings, the checks
+    write their parquet and store where they always do, and say so in their report."""
+    from stepwatch.collector.cli import apply_project, build_parser
+
+    (tmp_path / "stepwatch.toml").write_text('results = "stepwatch-results"\ndb = "stepwatch-results/s.duckdb"\n')
+    sides = {"upgrade-check": ["--baseline", "a==1", "--candidate", "a==2"], "bisect": ["--good", "a==1", "--bad",
+             "a==2"], "calibrate": []}[command]  # fmt: skip
+    argv = [command, *sides]
+    parser = build_parser(argv)
+    apply_project(parser, argv, Project.find(tmp_path))
+    args = parser.parse_args(argv)
+    assert "stepwatch-results" not in str(args.results) and "stepwatch-results" not in str(args.db or "")
+    assert str(args.results).startswith("data/upgrade-check")
+    # ... while the nightly's commands take them.
+    parser = build_parser(["run"])
+    apply_project(parser, ["run"], Project.find(tmp_path))
+    assert parser.parse_args(["run"]).out == str(tmp_path / "stepwatch-results")

@@ -113,3 +113,20 @@ def test_compare_says_when_the_two_sides_ran_different_code_of_a_model(tmp_path:
     assert same.returncode in (0, 3), same.stderr
     assert "different code" not in same.stdout
     assert json.loads(report.read_text())["model_code"]["candidate"] == {"models/mine.py:build": ["aaaa"]}
+
+
+def test_a_function_that_returns_a_torch_module_trains_in_the_plain_pytorch_loop_unless_a_loop_is_set(
+    tmp_path: Path,
+) -> None:
+    """What the function returns decides the loop on the torch backend (asked of a child process); a loop the user
+    sets wins; a Keras model keeps fit, and a file that never imports torch is not asked at all."""
+    from tests.test_publish import MODEL, NET
+
+    (tmp_path / "net.py").write_text(NET)
+    (tmp_path / "keras_net.py").write_text(MODEL)
+    for model, loop, word in (("net.py:mlp", None, "pytorch"), ("net.py:mlp", "fit", "fit"),
+                              ("keras_net.py:mlp", None, "fit")):  # fmt: skip
+        done = stepwatch("run", "--models", model, "--keras-backend", "torch", *(["--loop", loop] if loop else []),
+                         "--dry-run", cwd=tmp_path)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert f"b8 {word} keras_backend=torch" in done.stdout, (model, loop, done.stdout)

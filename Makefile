@@ -71,12 +71,17 @@ dashboard: $(STAMP)
 	@echo "dashboard: http://$(DASHBOARD_ADDRESS):$(DASHBOARD_PORT) (Ctrl-C to stop)"
 	$(BIN)/python -m stepwatch.dashboard --server.address $(DASHBOARD_ADDRESS) --server.port $(DASHBOARD_PORT)
 
-# The browser test drives Debian's chromium; installed here when missing and we are root.
+# The browser test drives Debian's chromium, and actionlint checks the workflows' shell with shellcheck; installed
+# here when missing and we are root.
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	command -v google-chrome >/dev/null 2>&1 || \
 	{ [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
 	echo "warning: no chromium (apt-get install chromium); the browser test will be skipped"
+	@command -v shellcheck >/dev/null 2>&1 || \
+	{ [ "$$(id -u)" = 0 ] && { apt-get install -y -qq shellcheck || { apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck; }; }; } || \
+	echo "warning: no shellcheck (apt-get install shellcheck); the actionlint test will fail"
 
 # The two set-ups at once: pip's downloads and unpacking beside apt's.
 test:

@@ -109,7 +109,7 @@ def test_init_writes_the_settings_and_workflows_once_and_keeps_what_exists(tmp_p
             "--shards", "3", "--action", "stepwatch/stepwatch@" + "c" * 40)  # fmt: skip
     first = stepwatch(*args, cwd=tmp_path, env=CLEAN)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.count("wrote ") == 4 and (tmp_path / "pyproject.toml").read_text().count("\n") == 2
+    assert first.stdout.count("wrote ") == 5 and (tmp_path / "pyproject.toml").read_text().count("\n") == 2
     settings = Project.find(tmp_path).settings
     assert settings["models"] == ["model.py:build"] and settings["keras_backend"] == ["torch"]
     nightly = yaml.safe_load((tmp_path / ".github/workflows/stepwatch-nightly.yml").read_text())
@@ -131,7 +131,7 @@ def test_init_writes_the_settings_and_workflows_once_and_keeps_what_exists(tmp_p
         assert done.returncode == 0, done.stdout + done.stderr
     (tmp_path / "stepwatch.toml").write_text("# mine\n")
     second = stepwatch(*args, cwd=tmp_path, env=CLEAN)
-    assert second.returncode == 0 and "wrote" not in second.stdout and second.stdout.count("kept ") == 4
+    assert second.returncode == 0 and "wrote" not in second.stdout and second.stdout.count("kept ") == 5
     assert (tmp_path / "stepwatch.toml").read_text() == "# mine\n"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +84,22 @@ def test_the_action_matches_the_github_schema_and_zizmor_finds_nothing_in_it() -
     audit = subprocess.run([str(BIN / "zizmor"), "--offline", "--min-severity", "medium", "--format", "plain", action],
                            capture_output=True, text=True)  # fmt: skip
     assert audit.returncode == 0 and "No findings to report" in audit.stdout + audit.stderr, audit.stdout
+
+
+def test_actionlint_finds_nothing_here_nor_in_what_init_writes_for_every_runner(tmp_path: Path) -> None:
+    """actionlint: expressions, the shell of every run step through shellcheck, the inputs of known actions. It
+    guards syntax; what the steps do is replayed in test_publish and test_upgrade_pr."""
+    assert shutil.which("shellcheck"), "actionlint skips the shell without shellcheck: make test installs it"
+    done = subprocess.run([str(BIN / "actionlint"), *map(str, WORKFLOWS)], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    runners = ["--gpu-runner", "self-hosted,gpu", "--tpu-runner", "tpu-v5e", "--keras-backend", "jax"]
+    action = "stepwatch/stepwatch@" + "c" * 40
+    init = subprocess.run([sys.executable, "-m", "stepwatch", "init", "--models", "resnet50", *runners, "--action",
+                           action], capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert init.returncode == 0, init.stderr
+    done = subprocess.run([str(BIN / "actionlint")], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_zizmor_finds_nothing_of_medium_severity_or_higher() -> None:

@@ -76,6 +76,20 @@ def action_reference() -> str:
     return f"{ACTION_REPOSITORY}@{commit} # v{version()}" if commit else f"{ACTION_REPOSITORY}@v{version()}"
 
 
+# actionlint (the workflow linter) knows GitHub's hosted runners; the labels of a team's own runners are said here.
+ACTIONLINT = """# The labels of this repository's own runners, for actionlint (written by stepwatch init).
+self-hosted-runner:
+  labels: {labels}
+"""
+
+
+def runner_labels(args: argparse.Namespace) -> list[str]:
+    """The runner labels init was given, but the one every self-hosted runner has."""
+    given = [args.gpu_runner, args.tpu_runner, args.cpu_runner if args.cpu_runner != "ubuntu-latest" else None]
+    labels = [part.strip() for label in given if label and label != "none" for part in label.split(",")]
+    return sorted({label for label in labels if label and label != "self-hosted"})
+
+
 def _runner(label: str) -> str:
     """A runner label as YAML: one label, or a list for self-hosted labels given comma-separated."""
     labels = [part.strip() for part in label.split(",") if part.strip()]
@@ -188,6 +202,9 @@ def run(args: argparse.Namespace) -> int:
     # The workflows after the settings: their shards are planned from them.
     for name, template in WORKFLOW_FILES.items():
         _write(root, root / WORKFLOWS / name, render(template, args, root))
+    labels = runner_labels(args)
+    if labels:
+        _write(root, root / ".github" / "actionlint.yaml", ACTIONLINT.format(labels=json.dumps(labels)))
     ignored = ignore_results(root)
     if ignored:
         print(ignored)

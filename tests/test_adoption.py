@@ -256,7 +256,10 @@ def test_the_written_nightly_runs_through_the_action_and_an_aa_upgrade_check_sta
                 ran.append(one.get("name"))
         return ran
 
-    assert run(collect["steps"], {}) == ["Install stepwatch", "stepwatch ${{ inputs.command }}"]
+    assert run(collect["steps"], {}) == [
+        "Name this job's results (a job that writes no row still says so)", "Install stepwatch",
+        "stepwatch ${{ inputs.command }}",
+    ]  # fmt: skip
     assert versions(user.python, "keras", "jax")["keras"] == KERAS.split("==")[1]  # the action changed no framework
     [path] = (user.repo / "stepwatch-nightly").glob("*.parquet")
     rows = pq.read_table(path).to_pylist()
@@ -264,16 +267,22 @@ def test_the_written_nightly_runs_through_the_action_and_an_aa_upgrade_check_sta
     assert len(rows) == 2  # the project's settings: one model, xla off, two trials
     assert "exit-code=0" in output.read_text()
 
-    # The publish job's ingest and detection, through the action, into the job's store (its history branch is
-    # GitHub's: here an empty folder, as the job makes it when the branch does not exist yet).
+    # The publish job's publish, through the action, into the job's store and a new history branch (as the job
+    # makes it when the branch does not exist yet; the whole workflow is replayed in test_publish).
     publish = nightly["jobs"]["publish"]
-    (user.repo / "history" / "results").mkdir(parents=True)
+    sh("git", "init", "-q", "-b", "stepwatch-history", "history", cwd=user.repo, env=user.env)
     job_env = {k: expand(str(v), {}) for k, v in publish["env"].items()}
-    [step] = [s for s in publish["steps"] if s.get("name") == "Ingest and detect change points"]
+    [step] = [s for s in publish["steps"] if s.get("id") == "publish"]
+    step = {**step, "with": {**step["with"], "args": step["with"]["args"].replace("${{ needs.collect.result }}",
+                                                                                  "success")}}  # fmt: skip
     output.write_text("")
-    assert run([step], job_env)[-1] == "stepwatch ${{ inputs.command }}"
+    nightly_store = user.repo / "stepwatch-results" / "stepwatch.duckdb"
+    before = nightly_store.stat().st_mtime_ns if nightly_store.exists() else None
+    github["GITHUB_SERVER_URL"] = "file:///nowhere"
+    assert run([step], {**job_env, "HOME": str(user.root)})[-1] == "stepwatch ${{ inputs.command }}"
     assert "exit-code=0" in output.read_text() and (user.repo / "report.md").exists()
     assert (user.repo / job_env["STEPWATCH_DB"]).exists()
+    assert [p.name for p in (user.repo / "history" / "results").glob("*.parquet")] == [path.name]
 
     # An A/A upgrade check of the user's Keras, its environments built from the installed stepwatch.
     check = user.stepwatch("upgrade-check", "--baseline", KERAS, "--candidate", KERAS, "--aa", *FAST,
@@ -285,3 +294,7 @@ def test_the_written_nightly_runs_through_the_action_and_an_aa_upgrade_check_sta
         assert (side / "collector" / "bench" / "trial.py").exists() and not (side / "dashboard").exists()
     report = json.loads(check.stdout)
     assert all(row["verdict"] != "regression" for row in report["rows"])
+    # The check kept its own results (init's results and db settings are the nightly's): the nightly's store is
+    # as it was, the check's parquet where its report says.
+    after = nightly_store.stat().st_mtime_ns if nightly_store.exists() else None
+    assert after == before and list((user.repo / "data" / "upgrade-check").rglob("*.parquet"))

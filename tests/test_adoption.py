@@ -270,7 +270,9 @@ def test_the_written_nightly_runs_through_the_action_and_an_aa_upgrade_check_sta
     # The publish job's publish, through the action, into the job's store and a new history branch (as the job
     # makes it when the branch does not exist yet; the whole workflow is replayed in test_publish).
     publish = nightly["jobs"]["publish"]
+    sh("git", "init", "-q", "--bare", str(user.root / "github.git"), cwd=user.repo, env=user.env)
     sh("git", "init", "-q", "-b", "stepwatch-history", "history", cwd=user.repo, env=user.env)
+    sh("git", "-C", "history", "remote", "add", "origin", str(user.root / "github.git"), cwd=user.repo, env=user.env)
     job_env = {k: expand(str(v), {}) for k, v in publish["env"].items()}
     [step] = [s for s in publish["steps"] if s.get("id") == "publish"]
     step = {**step, "with": {**step["with"], "args": step["with"]["args"].replace("${{ needs.collect.result }}",
@@ -278,11 +280,13 @@ def test_the_written_nightly_runs_through_the_action_and_an_aa_upgrade_check_sta
     output.write_text("")
     nightly_store = user.repo / "stepwatch-results" / "stepwatch.duckdb"
     before = nightly_store.stat().st_mtime_ns if nightly_store.exists() else None
-    github["GITHUB_SERVER_URL"] = "file:///nowhere"
     assert run([step], {**job_env, "HOME": str(user.root)})[-1] == "stepwatch ${{ inputs.command }}"
     assert "exit-code=0" in output.read_text() and (user.repo / "report.md").exists()
     assert (user.repo / job_env["STEPWATCH_DB"]).exists()
     assert [p.name for p in (user.repo / "history" / "results").glob("*.parquet")] == [path.name]
+    pushed = sh("git", "--git-dir", str(user.root / "github.git"), "ls-tree", "-r", "--name-only", "stepwatch-history",
+                cwd=user.repo, env=user.env).stdout.split()  # fmt: skip
+    assert f"results/{path.name}" in pushed and "site/index.html" in pushed
 
     # An A/A upgrade check of the user's Keras, its environments built from the installed stepwatch.
     check = user.stepwatch("upgrade-check", "--baseline", KERAS, "--candidate", KERAS, "--aa", *FAST,

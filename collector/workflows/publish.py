@@ -163,12 +163,17 @@ def collect(nights: list[Path], remote: list[str], db: Path, tree: Path, on_file
     return night
 
 
+def _reason(stderr: str) -> str:
+    """git's own reason, in one line: its first fatal or error line, else its last line."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    return next((line for line in lines if line.startswith(("fatal:", "error:"))), lines[-1] if lines else "failed")
+
+
 def _git(tree: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     who = ["-c", "user.name=stepwatch", "-c", "user.email=stepwatch@users.noreply.github.com"]
     done = subprocess.run(["git", "-C", str(tree), *who, *args], capture_output=True, text=True)
     if check and done.returncode != 0:
-        why = (done.stderr.strip().splitlines() or ["failed"])[-1]
-        raise PublishError(f"git {args[0]} in {tree}: {why}")
+        raise PublishError(f"git {args[0]} in {tree}: {_reason(done.stderr)}")
     return done
 
 
@@ -188,14 +193,15 @@ def push(tree: Path, branch: str, say: Callable[[str], None]) -> str:
     manual run beside the schedule) or the branch was rewritten, this publish's commits are replayed on what is
     there now, its own files winning where both wrote the same (the alerts, the page), and pushed again: no night
     is lost. Returns the commit pushed."""
+    if _git(tree, "remote", "get-url", "origin", check=False).returncode != 0:
+        raise PublishError(f"cannot push the history to {branch}: {tree} has no remote 'origin' (clone the branch)")
     for attempt in range(1, PUSH_ATTEMPTS + 1):
         done = _git(tree, "push", "--quiet", "origin", f"HEAD:refs/heads/{branch}", check=False)
         if done.returncode == 0:
             return _git(tree, "rev-parse", "HEAD").stdout.strip()
         fetched = _git(tree, "fetch", "--quiet", "origin", branch, check=False)
         if fetched.returncode != 0:
-            why = (done.stderr.strip().splitlines() or ["rejected"])[-1]
-            raise PublishError(f"cannot push the history to {branch}: {why}")
+            raise PublishError(f"cannot push the history to {branch}: {_reason(done.stderr)}")
         say(f"the history branch {branch} moved meanwhile: replaying this night on it (attempt {attempt})")
         # In a rebase, "theirs" is the commit being replayed: this publish's.
         rebased = _git(tree, "rebase", "--quiet", "-X", "theirs", "FETCH_HEAD", check=False)

@@ -48,7 +48,8 @@ class Expression:
     """One expression, parsed and evaluated over ``contexts`` (github, env, matrix, steps, needs, ...). The
     operators GitHub documents that these workflows use: ``!``, ``==`` and ``!=`` (strings compared ignoring case),
     ``&&`` and ``||`` (each gives one of its operands, as in JavaScript), the status functions, ``hashFiles``,
-    ``fromJSON``, ``toJSON``. Anything else raises: a workflow that uses more is not replayed silently wrong."""
+    ``fromJSON``, ``toJSON``, ``startsWith``. Anything else raises: a workflow that uses more is not replayed
+    silently wrong."""
 
     def __init__(self, text: str, contexts: dict[str, Any], functions: dict[str, Callable[..., Any]]) -> None:
         self.tokens, at = [], 0
@@ -64,7 +65,9 @@ class Expression:
         result = self._or()
         if self.at != len(self.tokens):
             raise ValueError(f"unexpected {self.tokens[self.at]}")
-        return result
+        return result()
+
+    # Each rule parses and returns a thunk: ``&&`` and ``||`` evaluate their right side only when GitHub would.
 
     def _peek(self) -> tuple[str, str] | None:
         return self.tokens[self.at] if self.at < len(self.tokens) else None
@@ -75,32 +78,32 @@ class Expression:
             return True
         return False
 
-    def _or(self) -> Any:
+    def _or(self) -> Callable[[], Any]:
         left = self._and()
         while self._take("||"):
-            right = self._and()
-            left = left if truthy(left) else right
+            right, first = self._and(), left
+            left = lambda first=first, right=right: (lambda v: v if truthy(v) else right())(first())  # noqa: E731
         return left
 
-    def _and(self) -> Any:
+    def _and(self) -> Callable[[], Any]:
         left = self._compare()
         while self._take("&&"):
-            right = self._compare()
-            left = right if truthy(left) else left
+            right, first = self._compare(), left
+            left = lambda first=first, right=right: (lambda v: right() if truthy(v) else v)(first())  # noqa: E731
         return left
 
-    def _compare(self) -> Any:
+    def _compare(self) -> Callable[[], Any]:
         left = self._unary()
         for op in ("==", "!="):
             if self._take(op):
                 right = self._unary()
-                same = equal(left, right)
-                return same if op == "==" else not same
+                return lambda: equal(left(), right()) == (op == "==")
         return left
 
-    def _unary(self) -> Any:
+    def _unary(self) -> Callable[[], Any]:
         if self._take("!"):
-            return not truthy(self._unary())
+            inner = self._unary()
+            return lambda: not truthy(inner())
         if self._take("("):
             inner = self._or()
             assert self._take(")"), "unbalanced parentheses"
@@ -108,9 +111,9 @@ class Expression:
         kind, text = self.tokens[self.at]
         self.at += 1
         if kind == "str":
-            return text[1:-1].replace("''", "'")
+            return lambda: text[1:-1].replace("''", "'")
         if kind == "num":
-            return float(text)
+            return lambda: float(text)
         if kind == "name" and self._take("("):
             args = []
             while not self._take(")"):
@@ -118,12 +121,11 @@ class Expression:
                 self._take(",")
             if text not in self.functions:
                 raise ValueError(f"function {text}() is not replayed")
-            return self.functions[text](*args)
-        if text in ("true", "false"):
-            return text == "true"
-        if text == "null":
-            return None
-        return lookup(self.contexts, text)
+            function = self.functions[text]
+            return lambda: function(*(arg() for arg in args))
+        if text in ("true", "false", "null"):
+            return lambda: {"true": True, "false": False, "null": None}[text]
+        return lambda: lookup(self.contexts, text)
 
 
 def lookup(contexts: dict[str, Any], name: str) -> Any:
@@ -355,6 +357,7 @@ class GitHub:
         functions = {
             "always": lambda: True, "success": lambda: status["success"], "failure": lambda: status["failure"],
             "cancelled": lambda: False, "hashFiles": hash_files, "fromJSON": json.loads, "toJSON": json.dumps,
+            "startsWith": lambda text, start: text_of(text).casefold().startswith(text_of(start).casefold()),
         }  # fmt: skip
         return Expression(text, ctx, functions).value()
 

@@ -120,6 +120,9 @@ def initialised(user: User) -> str:
     return user.git("rev-parse", "HEAD")
 
 
+# Two minutes and more of both cores (a wheel, an environment, real trials): CI's large job. make test covers the
+# team's repository from init to the dashboard and the page in test_publish, with stepwatch installed editable.
+@pytest.mark.large
 def test_a_new_user_installs_the_wheel_inits_runs_compares_and_opens_the_dashboard_from_their_repository(
     user: User,
 ) -> None:

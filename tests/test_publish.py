@@ -125,6 +125,7 @@ def test_two_nights_reach_the_history_branch_and_the_store_survives_its_cache(
     # Both nights' parquet are on the history branch, with the alerts and the page.
     assert len([n for n in branch_files(gh, "results") if n.endswith(".parquet")]) == 2
     assert branch_files(gh, "state") == ["alerts.parquet"]
+    assert len(branch_files(gh, "profiles")) == 2  # the nightly profiles a trial of each config: one a night
     assert sorted(branch_files(gh, "site")) == ["index.html", "plotly.min.js"]
     # The second night found no store (its cache evicted): rebuilt from the branch, then the night added.
     second = nights[1]["publish"][0]
@@ -222,6 +223,7 @@ def test_a_corrupt_file_is_quarantined_not_archived_and_foreign_history_is_read_
     env = environment(tmp_path)
     (tmp_path / "stepwatch-nightly" / "results-cpu-0").mkdir(parents=True)
     shutil.copyfile(night, tmp_path / "stepwatch-nightly" / "results-cpu-0" / night.name)
+    shutil.copytree(night.parent / "profiles", tmp_path / "stepwatch-nightly" / "results-cpu-0" / "profiles")
     (tmp_path / "stepwatch-nightly" / "results-gpu-1").mkdir()
     (tmp_path / "stepwatch-nightly" / "results-gpu-1" / "half.parquet").write_bytes(b"PAR1 cut short by a killed job")
     (tmp_path / "stepwatch-nightly" / "results-gpu-1" / "job.txt").write_text("gpu 1/2\n")
@@ -231,10 +233,11 @@ def test_a_corrupt_file_is_quarantined_not_archived_and_foreign_history_is_read_
     (history / "results").mkdir()
     (history / "results" / "foreign.parquet").write_bytes(b"not a parquet file at all")
     (history / "README.md").write_text("someone's notes\n")
-    done = stepwatch("publish", "stepwatch-nightly", "--history", "history", "--db", "store.duckdb", cwd=tmp_path,
-                     env=env)  # fmt: skip
+    done = stepwatch("publish", "stepwatch-nightly", "--history", "history", "--db", "store.duckdb",
+                     "--profiles-budget", "0.1", cwd=tmp_path, env=env)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "quarantined, not archived: half.parquet" in done.stdout
+    assert "1 raw profile(s) past the night's budget for the branch" in done.stdout  # ~2 MB against 0.1
     assert "wrote no row: gpu 1/2" in done.stdout
     assert "skipped in the history: foreign.parquet" in done.stdout  # the store was rebuilt from it: read past it
     kept = sorted(p.name for p in (history / "results").glob("*.parquet"))

@@ -493,3 +493,17 @@ def test_a_pull_request_that_changes_nothing_resolved_is_told_so_without_a_check
     assert check["steps"][-1]["result"].returncode == 0
     # The verdict workflow posts it (test_the_upgrade_pr_workflow_checks_a_bump..., in the large job, on a real check).
     posts_one_comment(tmp_path, repo / "pr", head, "unchanged", comment)
+
+
+@pytest.mark.parametrize(
+    ("variable", "runs_on"),
+    [(None, "ubuntu-latest"), ("gpu-box", "gpu-box"), ('["self-hosted", "gpu"]', ["self-hosted", "gpu"])],
+)
+def test_the_runner_variable_takes_a_label_or_a_list_of_them(variable: str | None, runs_on: object) -> None:
+    """``runs-on`` evaluated as GitHub evaluates expressions (tests.github): one label as the nightly's matrix
+    takes it, or several as a JSON list."""
+    from tests.github import Expression
+
+    text = job("stepwatch-upgrade-pr.yml")["runs-on"].strip()[3:-2]
+    functions = {"startsWith": lambda a, b: str(a or "").lower().startswith(str(b).lower()), "fromJSON": json.loads}
+    assert Expression(text, {"vars": {"STEPWATCH_RUNNER": variable}}, functions).value() == runs_on

@@ -41,6 +41,11 @@ def register(commands: Any) -> None:
     parser.add_argument("--github-output", type=Path, help="write page= and pages= here (GitHub's step outputs)")
     parser.add_argument("--pages", action="store_true", help="say that the page is to be published to GitHub Pages")
     parser.add_argument(
+        "--profiles-budget", type=float, default=25, metavar="MB",
+        help="raw profiles kept on the history branch a night, in MB (default 25; 0: none); the rest stay in the "
+        "run's artifacts, and every profile's op table is in its row",
+    )  # fmt: skip
+    parser.add_argument(
         "--alert", nargs=2, metavar=("ACTION", "ID"),
         help=f"triage one alert instead of taking a night: ACTION is one of {', '.join(ALERT_ACTIONS)}",
     )  # fmt: skip
@@ -97,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     remote = [s for s in args.sources if objectstore.is_remote(s)]
     hooks = TerminalHooks()
     with hooks.ingesting(db) as (on_file, _):
-        night = publish.collect(nights, remote, db, tree, on_file)
+        night = publish.collect(nights, remote, db, tree, on_file, int(args.profiles_budget * 2**20))
     if night.rebuilt is not None:
         console.print(f"the store was gone: rebuilt from {tree / publish.RESULTS} ({night.rebuilt.rows_added} rows)")
     if night.ingested is not None:

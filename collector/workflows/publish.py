@@ -54,6 +54,7 @@ class Night:
     ingested: IngestReport | None = None
     archived: list[str] = field(default_factory=list)  # file names added to the history's results
     profiles: int = 0
+    profiles_left: int = 0  # raw profiles past the night's budget: in the run's artifacts only
     rebuilt: IngestReport | None = None  # the store, rebuilt from the history (its cache was gone)
     pushed: str | None = None  # the commit pushed, if any
 
@@ -79,7 +80,7 @@ def find_jobs(nights: list[Path]) -> list[Job]:
             continue
         below = sorted(p for p in night.iterdir() if p.is_dir() and p.name not in (objectstore.QUARANTINE, PROFILES))
         loose = sorted(night.glob("*.parquet"))
-        if loose or not below:
+        if loose:
             jobs.append(Job(night.name, loose))
         for folder in below:
             named = folder / JOB_FILE
@@ -114,9 +115,14 @@ def _archive_name(source: Path, folder: Path) -> Path | None:
     return None if other.exists() else other
 
 
-def archive(jobs: list[Job], nights: list[Path], tree: Path) -> tuple[list[str], int]:
-    """Copy the jobs' result files into the history's results/ and every raw profile folder (``profiles/RUN_ID``)
-    into its profiles/; returns the names added and how many profiles."""
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def archive(jobs: list[Job], nights: list[Path], tree: Path, budget: int) -> tuple[list[str], int, int]:
+    """Copy the jobs' result files into the history's results/ and raw profile folders (``profiles/RUN_ID``) into
+    its profiles/ while they fit in ``budget`` bytes a night (a git branch grows by what it is given; their op
+    tables are in the rows anyway); returns the names added, how many profiles were kept and how many were not."""
     results, profiles = tree / RESULTS, tree / PROFILES
     results.mkdir(parents=True, exist_ok=True)
     added = []
@@ -127,14 +133,20 @@ def archive(jobs: list[Job], nights: list[Path], tree: Path) -> tuple[list[str],
                 shutil.copyfile(path, target.with_name(f".{target.name}.tmp"))
                 target.with_name(f".{target.name}.tmp").replace(target)
                 added.append(target.name)
-    copied = 0
+    copied = left = spent = 0
     for night in nights:
         for kept in sorted(night.rglob(f"{PROFILES}/*")) if night.is_dir() else []:
             target = profiles / kept.name
-            if kept.is_dir() and not target.exists():
-                shutil.copytree(kept, target)
-                copied += 1
-    return added, copied
+            if not kept.is_dir() or target.exists():
+                continue
+            size = _size(kept)
+            if spent + size > budget:
+                left += 1
+                continue
+            shutil.copytree(kept, target)
+            spent += size
+            copied += 1
+    return added, copied, left
 
 
 def restore(db: Path, tree: Path, on_file: Callable[[str, str], None]) -> IngestReport | None:
@@ -149,7 +161,14 @@ def restore(db: Path, tree: Path, on_file: Callable[[str, str], None]) -> Ingest
     return report
 
 
-def collect(nights: list[Path], remote: list[str], db: Path, tree: Path, on_file: Callable[[str, str], None]) -> Night:
+def collect(
+    nights: list[Path],
+    remote: list[str],
+    db: Path,
+    tree: Path,
+    on_file: Callable[[str, str], None],
+    profiles_budget: int = 25 * 2**20,
+) -> Night:
     """Restore the store if it is gone, ingest the night (its local folders and any bucket prefixes), archive the
     local files that were not quarantined on the history's work tree."""
     night = Night(jobs=find_jobs(nights))
@@ -159,7 +178,8 @@ def collect(nights: list[Path], remote: list[str], db: Path, tree: Path, on_file
         night.ingested = ingest(sources, db, on_file=on_file, recursive=True)
     for job in night.jobs:
         _count(job)
-    night.archived, night.profiles = archive(night.jobs, [n for n in nights if n.is_dir()], tree)
+    local = [n for n in nights if n.is_dir()]
+    night.archived, night.profiles, night.profiles_left = archive(night.jobs, local, tree, profiles_budget)
     return night
 
 
@@ -234,6 +254,9 @@ def summary(night: Night, collect_result: str | None) -> list[str]:
         lines += [f"- skipped in the history: {Path(uri).name} ({reason[:160]})"
                   for uri, reason, _ in night.rebuilt.quarantined]  # fmt: skip
     lines.append(f"- archived on the history branch: {len(night.archived)} file(s), {night.profiles} profile(s)")
+    if night.profiles_left:
+        lines.append(f"- {night.profiles_left} raw profile(s) past the night's budget for the branch: in the run's "
+                     "artifacts only (their op tables are in the rows)")  # fmt: skip
     if night.pushed:
         lines.append(f"- pushed: {night.pushed[:12]}")
     return lines

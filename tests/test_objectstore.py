@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,3 +153,21 @@ def test_unreachable_storage_is_retried_then_one_error_and_local_results_are_kep
     assert len(ingest.stderr.strip().splitlines()) == 1
     assert ingest.stderr.startswith(f"stepwatch: error: looking up {uri} failed after 3 attempt(s)")
     assert time.monotonic() - start < 240
+
+
+def test_the_nightly_publish_with_a_bucket_ingests_it_and_archives_only_the_alerts_and_page(
+    tmp_path: Path, s3: dict[str, str]
+) -> None:
+    """Jobs that wrote to a bucket: their rows are the night's (counted, not an empty night, even when a collect job
+    failed), and the branch keeps no copy of them (the bucket is the history)."""
+    for i in range(2):
+        local = write_results(tmp_path / f"r{i}.parquet", result_rows(2, f"night-{i}"))
+        objectstore.upload(local, f"s3://{s3['BUCKET']}/results")
+    (tmp_path / "history").mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "stepwatch-history"], cwd=tmp_path / "history", check=True)
+    done = stepwatch("publish", f"s3://{s3['BUCKET']}/results", "--history", "history", "--db", "s.duckdb",
+                     "--collect-result", "failure", cwd=tmp_path, env=s3)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 new row(s) from the bucket" in done.stdout and "no job wrote a row" not in done.stdout
+    assert not list((tmp_path / "history").rglob("r*.parquet"))
+    assert (tmp_path / "history" / "state" / "alerts.parquet").exists()

@@ -37,8 +37,8 @@ def register(commands: Any) -> None:
         "--collect-result", help="the collect jobs' result as GitHub gives it (success, failure, cancelled, skipped)"
     )
     parser.add_argument("--report", default="stepwatch-report.md", help="where the detection's markdown goes")
-    parser.add_argument("--summary", type=Path, help="append the night's summary here (GitHub's job summary)")
-    parser.add_argument("--github-output", type=Path, help="write page= and pages= here (GitHub's step outputs)")
+    parser.add_argument("--summary", help="append the night's summary here (GitHub's job summary)")
+    parser.add_argument("--github-output", help="write page= and pages= here (GitHub's step outputs)")
     parser.add_argument("--pages", action="store_true", help="say that the page is to be published to GitHub Pages")
     parser.add_argument(
         "--profiles-budget", type=float, default=25, metavar="MB",

@@ -52,6 +52,7 @@ class Night:
 
     jobs: list[Job] = field(default_factory=list)
     ingested: IngestReport | None = None
+    from_bucket: int = 0  # rows the night added from s3:// or gs:// prefixes (jobs that wrote to a bucket)
     archived: list[str] = field(default_factory=list)  # file names added to the history's results
     profiles: int = 0
     profiles_left: int = 0  # raw profiles past the night's budget: in the run's artifacts only
@@ -173,13 +174,19 @@ def collect(
     local files that were not quarantined on the history's work tree."""
     night = Night(jobs=find_jobs(nights))
     night.rebuilt = restore(db, tree, on_file)
-    sources = [str(n) for n in nights if n.is_dir()] + remote
-    if sources:
-        night.ingested = ingest(sources, db, on_file=on_file, recursive=True)
+    local = [str(n) for n in nights if n.is_dir()]
+    if local:
+        night.ingested = ingest(local, db, on_file=on_file, recursive=True)
+    if remote:  # ingested apart: its rows are the jobs' that wrote to the bucket, not in any artifact
+        from_bucket = ingest(remote, db, on_file=on_file, recursive=True)
+        night.from_bucket = from_bucket.rows_added
+        night.ingested = night.ingested or from_bucket
+        if night.ingested is not from_bucket:
+            night.ingested.quarantined += from_bucket.quarantined
     for job in night.jobs:
         _count(job)
-    local = [n for n in nights if n.is_dir()]
-    night.archived, night.profiles, night.profiles_left = archive(night.jobs, local, tree, profiles_budget)
+    folders = [n for n in nights if n.is_dir()]
+    night.archived, night.profiles, night.profiles_left = archive(night.jobs, folders, tree, profiles_budget)
     return night
 
 
@@ -241,7 +248,9 @@ def summary(night: Night, collect_result: str | None) -> list[str]:
     empty = [job.name for job in night.jobs if not job.rows]
     if empty:
         lines.append(f"- wrote no row: {', '.join(empty)}")
-    if not night.rows:
+    if night.from_bucket:
+        lines.append(f"- {night.from_bucket} new row(s) from the bucket")
+    if not night.rows and not night.from_bucket:
         lines.append("- **no job wrote a row tonight**")
     if collect_result not in (None, "", "success"):
         lines.append(f"- the collect jobs' result: {collect_result} (a job that wrote nothing has no artifact: "
@@ -263,5 +272,8 @@ def summary(night: Night, collect_result: str | None) -> list[str]:
 
 
 def every_job_failed(night: Night, collect_result: str | None) -> bool:
-    """A night to fail: no ok trial anywhere, and either the collect jobs failed or their rows are all failures."""
+    """A night to fail: no ok trial anywhere (nor a new row in the bucket), and either the collect jobs failed or
+    their rows are all failures."""
+    if night.from_bucket:
+        return False
     return not night.ok and (night.rows > 0 or collect_result in ("failure", "cancelled"))

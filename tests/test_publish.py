@@ -122,6 +122,9 @@ def test_two_nights_reach_the_history_branch_and_the_store_survives_its_cache(
                                              for s in publish.steps]  # fmt: skip
         assert pages.result == "skipped"  # the page is on the branch; GitHub Pages only where the team turns it on
         assert "| cpu 1/1 | 1 | 1 | 1 |" in publish.summary, publish.summary
+        # An A/A: the same code two nights running; detection stays quiet (exit code 0, no alert).
+        [step] = [s for s in publish.steps if s.name.startswith("Ingest, archive and push")]
+        assert step.outputs["exit-code"] == "0" and "No alerts." in publish.summary
     # Both nights' parquet are on the history branch, with the alerts and the page.
     assert len([n for n in branch_files(gh, "results") if n.endswith(".parquet")]) == 2
     assert branch_files(gh, "state") == ["alerts.parquet"]

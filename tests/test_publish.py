@@ -276,31 +276,3 @@ def test_two_publishes_racing_lose_no_night(two_nights: tuple[GitHub, list[dict]
     assert "moved meanwhile: replaying this night on it" in done.stderr
     listed = sh("git", "--git-dir", str(remote), "ls-tree", "--name-only", "stepwatch-history:results", cwd=tmp_path)
     assert {"scheduled.parquet", "manual.parquet"} <= set(listed.split())
-
-
-def test_a_pytorch_team_gets_ok_rows_and_shards_that_fit_their_suite(tmp_path: Path) -> None:
-    """init's defaults for a torch.nn.Module: the plain PyTorch loop; init never writes more GPU shards than the
-    settings give configs; a suite split in more shards than configs (as init wrote them before) has jobs that
-    run nothing, say so and pass, and the night keeps the others' rows."""
-    gh = team_repository(tmp_path, {"net.py": NET}, ["--models", "net.py:mlp", "--keras-backend", "torch",
-                                                     "--gpu-runner", "self-hosted,gpu"],
-                         'xla = ["off"]\nprecision = ["fp32", "mixed_bfloat16"]\ntrials = 1\n' + FAST)  # fmt: skip
-    workflow = nightly(gh)
-    jobs = workflow["jobs"]["collect"]["strategy"]["matrix"]["include"]
-    gpu = [j for j in jobs if j["name"] == "gpu"]
-    # init planned the GPU shards from its starter settings (one model, XLA off/on, fp32: two configs), not 4.
-    assert [j["shard"] for j in gpu] == ["1/2", "2/2"] and gpu[0]["args"] == "--device gpu --batch 32"
-    # The GPU jobs cannot run here: the team's suite (two configs too) split in 4 on this CPU stands for them.
-    cpu = [j for j in jobs if j["name"] == "cpu"][0]
-    workflow["jobs"]["collect"]["strategy"]["matrix"]["include"] = [{**cpu, "shard": f"{k}/4"} for k in range(1, 5)]
-    night = gh.run_workflow(workflow)
-    for job in night["collect"]:
-        assert job.result == "success", [(s.name, s.outcome, s.stdout[-800:], s.stderr[-1500:]) for s in job.steps]
-    [ran] = [s for s in night["collect"][3].steps if s.name == "Run the suite"]
-    assert "this share of the suite's 2 configs is empty; nothing to run" in ran.stdout
-    [publish] = night["publish"]
-    assert publish.result == "success", [(s.name, s.stdout[-1500:], s.stderr[-1500:]) for s in publish.steps]
-    assert "wrote no row: cpu 3/4, cpu 4/4" in publish.summary, publish.summary
-    db = publish.workspace / "stepwatch-store" / "stepwatch.duckdb"
-    assert query(db, "SELECT loop, status, precision FROM runs ORDER BY precision", publish.workspace) == [
-        '"pytorch","ok","fp32"', '"pytorch","ok","mixed_bfloat16"']  # fmt: skip

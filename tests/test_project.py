@@ -1,6 +1,7 @@
 """A project of the user's (``collector.project``): its settings as every command's defaults, found from any
 directory below it, with flags winning; the repository and commit it runs in; ``stepwatch init`` and what it
-writes (and the nightly it writes for a PyTorch team, replayed); ``run --shard``; and ``stepwatch dashboard``'s history-branch source."""
+writes (and the nightly it writes for a PyTorch team, replayed); ``run --shard``; and ``stepwatch dashboard``'s
+history-branch source."""
 
 from __future__ import annotations
 

@@ -276,3 +276,21 @@ def test_two_publishes_racing_lose_no_night(two_nights: tuple[GitHub, list[dict]
     assert "moved meanwhile: replaying this night on it" in done.stderr
     listed = sh("git", "--git-dir", str(remote), "ls-tree", "--name-only", "stepwatch-history:results", cwd=tmp_path)
     assert {"scheduled.parquet", "manual.parquet"} <= set(listed.split())
+
+
+def test_triage_by_hand_skips_collection_and_an_unknown_alert_is_one_line(
+    two_nights: tuple[GitHub, list[dict]],
+) -> None:
+    """The workflow run by hand with an alert id: no collect job; the publish job triages (here an alert that does
+    not exist: one line, the job fails) and the history branch is left as it was."""
+    gh, _ = two_nights
+    before = branch_files(gh, "results")
+    run = gh.run_workflow(nightly(gh), "workflow_dispatch", {"alert_id": "999", "alert_action": "ack", "note": "x"})
+    assert {job.result for job in run["collect"]} == {"skipped"}
+    [publish] = run["publish"]
+    [triage] = [s for s in publish.steps if s.name == "Triage an alert"]
+    assert publish.result == "failure" and triage.outcome == "failure"
+    assert (
+        triage.stderr.strip().splitlines()[-1] == "stepwatch: error: no alert with id 999 (see `stepwatch alerts list`)"
+    )
+    assert branch_files(gh, "results") == before

@@ -18,14 +18,14 @@ from plotly.offline import get_plotlyjs
 from stepwatch.collector.analysis import latest
 from stepwatch.collector.analysis.thresholds import load_overrides
 from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
-from stepwatch.collector.outcomes import IMPROVEMENT, NO_CHANGE, REGRESSION
+from stepwatch.collector.outcomes import CHANGED, IMPROVEMENT, NO_CHANGE, REGRESSION
 from stepwatch.collector.output.text import series_label
 from stepwatch.collector.store import database, queries, records
 from stepwatch.collector.store.selection import ALL
 from stepwatch.dashboard import charts
 
 PLOTLY_JS = "plotly.min.js"
-CHANGED = (REGRESSION, IMPROVEMENT, "changed")  # a series whose chart the page draws
+DRAWN = {REGRESSION, IMPROVEMENT, CHANGED}  # a series that moved against either reference gets its chart
 DIG_IN = "stepwatch dashboard git:stepwatch-history"
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#262730}table{border-collapse:collapse;font-size:14px}
 td,th{padding:4px 8px;border-bottom:1px solid #eee;text-align:left}th{background:#f6f6f8}code{background:#f6f6f8;
@@ -68,7 +68,7 @@ def render(db: Path, metric_name: str = DEFAULT_METRIC, report: str | None = Non
             + f"<td>{html.escape(str(row['started_at'])[:16])}</td></tr>"
         )  # fmt: skip
     body.append("</table>")
-    changed = [r for r in rows if {r["previous_verdict"], r["baseline_verdict"]} & set(CHANGED) or r["alerts"]]
+    changed = [r for r in rows if {r["previous_verdict"], r["baseline_verdict"]} & DRAWN or r["alerts"]]
     body.append(f"<h2>Series that changed ({len(changed)})</h2>")
     if not changed:
         body.append(

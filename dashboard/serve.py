@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,17 +35,26 @@ def serve(db: Path, script: Path | None = None) -> Iterator[str]:
     """``python -m dashboard`` (``streamlit run dashboard/app.py``, its modules imported first) from the
     repository root (its .streamlit/config.toml applies) on a free port of 127.0.0.1, on the store ``db``;
     yields its URL once it answers its health check. With ``script``, ``streamlit run script`` instead."""
-    port = free_port()
     app = ["-m", "streamlit", "run", str(script)] if script else ["-m", "stepwatch.dashboard"]
-    command = [
-        sys.executable, *app, "--server.headless=true",
-        "--server.address=127.0.0.1", f"--server.port={port}", "--browser.gatherUsageStats=false",
-    ]  # fmt: skip
+
+    def command(port: int) -> list[str]:
+        return [
+            sys.executable, *app, "--server.headless=true",
+            "--server.address=127.0.0.1", f"--server.port={port}", "--browser.gatherUsageStats=false",
+        ]  # fmt: skip
+
+    with served(command, REPO, {**os.environ, "STEPWATCH_DB": str(db)}) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def served(command: Callable[[int], list[str]], cwd: Path, env: dict[str, str]) -> Iterator[str]:
+    """A dashboard server started by ``command(port)`` (``stepwatch dashboard --port PORT ...``, say) in ``cwd``
+    on a free port of 127.0.0.1; yields its URL once it answers its health check, and stops it afterwards."""
+    port = free_port()
     # The server's output goes to a file: a pipe nobody reads would stall it once full.
     log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(
-        command, cwd=REPO, env={**os.environ, "STEPWATCH_DB": str(db)}, stdout=log, stderr=subprocess.STDOUT
-    )
+    proc = subprocess.Popen(command(port), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180  # a start under load (imports, then the first page) takes a while
@@ -57,7 +66,7 @@ def serve(db: Path, script: Path | None = None) -> Iterator[str]:
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     log.seek(0)
-                    raise RuntimeError(f"streamlit did not start: {log.read().decode()[-2000:]}") from None
+                    raise RuntimeError(f"the dashboard did not start: {log.read().decode()[-2000:]}") from None
                 time.sleep(0.2)
         yield url
     finally:

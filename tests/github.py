@@ -468,24 +468,30 @@ class GitHub:
     def _stepwatch_action(self, with_: dict[str, str], env: dict[str, str], workspace: Path, name: str) -> Step:
         """stepwatch's composite action: its steps, their ``${{ inputs.X }}`` from ``with`` (else the input's
         default), its install step aside (see the module's docstring)."""
-        action = yaml.safe_load((REPO / "action.yml").read_text())
-        given = {k: with_.get(k, str(spec.get("default", ""))) for k, spec in action["inputs"].items()}
         outputs: dict[str, str] = {}
         last = Step(name, "success", {})
-        for inner in action["runs"]["steps"]:
+        for inner in action_steps(with_):
             if inner["name"] == "Install stepwatch":
                 continue
-            inner_env = {
-                k: re.sub(r"\$\{\{\s*inputs\.([\w-]+)\s*\}\}", lambda m: given[m.group(1)], str(v)).replace(
-                    "${{ github.action_path }}", str(REPO)
-                )
-                for k, v in inner.get("env", {}).items()
-            }
-            last = self._shell(inner["run"], {**env, **inner_env}, workspace, name)
+            last = self._shell(inner["run"], {**env, **inner["env"]}, workspace, name)
             outputs |= last.outputs
             if last.outcome == "failure":
                 break
         return Step(name, last.outcome, outputs, last.stdout, last.stderr)
+
+
+def action_steps(with_: dict[str, str]) -> list[dict]:
+    """stepwatch's action (a composite) as the runner runs it for a step's ``with``: its steps, their
+    ``${{ inputs.X }}`` taken from ``with`` (else the input's default), ``${{ github.action_path }}`` its folder."""
+    action = yaml.safe_load((REPO / "action.yml").read_text())
+    given = {name: str(with_.get(name, spec.get("default", ""))) for name, spec in action["inputs"].items()}
+
+    def value(text: str) -> str:
+        text = re.sub(r"\$\{\{\s*inputs\.([\w-]+)\s*\}\}", lambda m: given[m.group(1)], text)
+        return text.replace("${{ github.action_path }}", str(REPO))
+
+    return [{**step, "env": {k: value(str(v)) for k, v in step.get("env", {}).items()}} for step in
+            action["runs"]["steps"]]  # fmt: skip
 
 
 def _result(runs: list[JobRun]) -> str:

@@ -18,8 +18,9 @@ import pytest
 import yaml
 from playwright.sync_api import sync_playwright
 
-from stepwatch.dashboard.serve import CHROMIUM, free_port
+from stepwatch.dashboard.serve import CHROMIUM, served
 from tests.conftest import REPO
+from tests.github import action_steps
 
 UV = Path(sys.executable).parent / "uv"
 KERAS = "keras==3.14.0"  # not the Keras stepwatch's own environment has (3.15.1)
@@ -171,37 +172,22 @@ def test_a_new_user_installs_the_wheel_inits_runs_compares_and_opens_the_dashboa
     query = user.stepwatch("query", "SELECT project_commit, count(*) FROM runs GROUP BY 1", "--format", "csv")
     assert query.returncode == 0 and f'"{head}",5' in query.stdout, query.stdout + query.stderr
 
-    port = free_port()
-    server = subprocess.Popen(
-        [str(user.venv / "bin" / "stepwatch"), "dashboard", "--port", str(port), "--refresh", "0"],
-        cwd=user.repo, env=user.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            page = browser.new_page()
-            for _ in range(180):
-                try:
-                    page.goto(f"http://127.0.0.1:{port}/run", timeout=5000)
-                    break
-                except Exception:
-                    if server.poll() is not None:
-                        raise AssertionError(server.stdout.read()) from None
-                    page.wait_for_timeout(1000)
-            # The Run page of the latest trial, from the project's store.
-            page.get_by_text("examples/s").first.wait_for(timeout=120_000)
-            assert "store: stepwatch-results/stepwatch.duckdb" in page.inner_text("body")
-            assert page.locator('[data-testid="stException"]').count() == 0
-            # The Overview names the script's series beside the model's.
-            page.goto(f"http://127.0.0.1:{port}/overview", timeout=60_000)
-            cells = page.locator('td[role="gridcell"]')  # the table's cells (drawn on a canvas, kept in the DOM)
-            cells.filter(has_text="train.py --epochs 50 cpu jax").first.wait_for(state="attached", timeout=120_000)
-            assert cells.filter(has_text="model.py:cifar_cnn").count() > 0
-            assert page.locator('[data-testid="stException"]').count() == 0
-            browser.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    command = [str(user.venv / "bin" / "stepwatch"), "dashboard", "--refresh", "0"]
+    with served(lambda port: [*command, "--port", str(port)], user.repo, user.env) as url, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(f"{url}/run", timeout=60_000)
+        # The Run page of the latest trial, from the project's store.
+        page.get_by_text("examples/s").first.wait_for(timeout=120_000)
+        assert "store: stepwatch-results/stepwatch.duckdb" in page.inner_text("body")
+        assert page.locator('[data-testid="stException"]').count() == 0
+        # The Overview names the script's series beside the model's.
+        page.goto(f"{url}/overview", timeout=60_000)
+        cells = page.locator('td[role="gridcell"]')  # the table's cells (drawn on a canvas, kept in the DOM)
+        cells.filter(has_text="train.py --epochs 50 cpu jax").first.wait_for(state="attached", timeout=120_000)
+        assert cells.filter(has_text="model.py:cifar_cnn").count() > 0
+        assert page.locator('[data-testid="stException"]').count() == 0
+        browser.close()
 
 
 def expand(text: str, matrix: dict[str, str]) -> str:
@@ -210,21 +196,6 @@ def expand(text: str, matrix: dict[str, str]) -> str:
     text = re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m: matrix[m.group(1)], text)
     text = re.sub(r"\$\{\{\s*secrets\.\w+\s*\|\|\s*'([^']*)'\s*\}\}", lambda m: m.group(1), text)
     return re.sub(r"\$\{\{\s*(secrets|inputs)\.\w+\s*\}\}", "", text)
-
-
-def action_steps(uses: dict) -> list[dict]:
-    """A ``uses:`` of stepwatch's action as the runner runs it: the action's steps, their ``${{ inputs.X }}``
-    taken from the step's ``with`` (else the input's default), ``${{ github.action_path }}`` the action's folder."""
-    action = yaml.safe_load((REPO / "action.yml").read_text())
-    given = {name: str(uses.get("with", {}).get(name, spec.get("default", ""))) for name, spec in
-             action["inputs"].items()}  # fmt: skip
-
-    def value(text: str) -> str:
-        text = re.sub(r"\$\{\{\s*inputs\.([\w-]+)\s*\}\}", lambda m: given[m.group(1)], text)
-        return text.replace("${{ github.action_path }}", str(REPO))
-
-    return [{**step, "env": {k: value(str(v)) for k, v in step.get("env", {}).items()}} for step in
-            action["runs"]["steps"]]  # fmt: skip
 
 
 @pytest.mark.large
@@ -247,7 +218,7 @@ def test_the_written_nightly_runs_through_the_action_and_an_aa_upgrade_check_sta
         ran = []
         for step in steps:
             if step.get("uses", "").startswith("stepwatch/stepwatch@"):
-                inner = action_steps({"with": {k: expand(str(v), job) for k, v in step["with"].items()}})
+                inner = action_steps({k: expand(str(v), job) for k, v in step["with"].items()})
             elif "run" in step and "python3 -m pip install --quiet --upgrade pip" not in step["run"]:
                 inner = [step]  # (the project's own environment is the fixture's)
             else:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from playwright.sync_api import sync_playwright
 
-from stepwatch.dashboard.serve import CHROMIUM, free_port
+from stepwatch.dashboard.serve import CHROMIUM, served
 from tests.conftest import stepwatch
 from tests.github import GitHub
 
@@ -146,42 +146,38 @@ def test_the_team_opens_the_history_branch_in_the_dashboard_and_the_page_in_a_br
     sh("git", "clone", "-q", str(gh.remote), str(laptop), cwd=tmp_path, env=env)
     published = nights[1]["publish"][0].workspace / "stepwatch-store" / "stepwatch.duckdb"
     runs = query(published, "SELECT run_id FROM runs ORDER BY run_id", laptop)
-    db, port = tmp_path / "branch.duckdb", free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "stepwatch", "dashboard", "git:stepwatch-history", "--db", str(db), "--port", str(port),
-         "--refresh", "0"], cwd=laptop, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            page = browser.new_page()
-            for _ in range(120):
-                try:
-                    page.goto(f"http://127.0.0.1:{port}/overview", timeout=5000)
-                    break
-                except Exception:
-                    if server.poll() is not None:
-                        raise AssertionError(server.stdout.read()) from None
-                    page.wait_for_timeout(1000)
-            cells = page.locator('td[role="gridcell"]')
-            cells.filter(has_text="model.py:mlp").first.wait_for(state="attached", timeout=120_000)
-            assert page.locator('[data-testid="stException"]').count() == 0
-            # The store rebuilt from the branch holds exactly what the nightly's own store holds: both nights.
-            assert query(db, "SELECT run_id FROM runs ORDER BY run_id", laptop) == runs and len(runs) == 2
+    db = tmp_path / "branch.duckdb"
+    command = [
+        sys.executable,
+        "-m",
+        "stepwatch",
+        "dashboard",
+        "git:stepwatch-history",
+        "--db",
+        str(db),
+        "--refresh",
+        "0",
+    ]
+    with served(lambda port: [*command, "--port", str(port)], laptop, env) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(f"{url}/overview", timeout=60_000)
+        cells = page.locator('td[role="gridcell"]')
+        cells.filter(has_text="model.py:mlp").first.wait_for(state="attached", timeout=120_000)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        # The store rebuilt from the branch holds exactly what the nightly's own store holds: both nights.
+        assert query(db, "SELECT run_id FROM runs ORDER BY run_id", laptop) == runs and len(runs) == 2
 
-            # The static page, as the branch holds it: no server, no network, no error, every series named.
-            site = tmp_path / "site"
-            sh("bash", "-c", f"git archive origin/stepwatch-history site | tar -x -C {tmp_path}", cwd=laptop, env=env)
-            errors: list[str] = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.goto((site / "index.html").as_uri())
-            body = page.inner_text("body")
-            assert "model.py:mlp" in body and "1 series" in body, body[:500]
-            assert page.evaluate("typeof Plotly") == "object" and errors == []
-            browser.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+        # The static page, as the branch holds it: no server, no network, no error, every series named.
+        site = tmp_path / "site"
+        sh("bash", "-c", f"git archive origin/stepwatch-history site | tar -x -C {tmp_path}", cwd=laptop, env=env)
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto((site / "index.html").as_uri())
+        body = page.inner_text("body")
+        assert "model.py:mlp" in body and "1 series" in body, body[:500]
+        assert page.evaluate("typeof Plotly") == "object" and errors == []
+        browser.close()
 
 
 def test_any_artifact_layout_reaches_the_history(two_nights: tuple[GitHub, list[dict]], tmp_path: Path) -> None:

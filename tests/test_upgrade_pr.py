@@ -389,6 +389,19 @@ def posts_one_comment(tmp_path: Path, pr: Path, head: str, verdict: str, comment
     assert done.returncode == 1 and "not one stepwatch writes" in done.stdout and calls == []
 
 
+def pull_request(
+    tmp_path: Path, wheels: Path, cache: Path, number: str, branch: str, message: str, files: dict[str, str]
+) -> tuple[Path, str, dict, dict[str, str], dict[str, dict[str, str]]]:
+    """A pull request of one commit (``files``) on the branch ``branch`` from the base's tip, and the upgrade-pr
+    job's steps run on it: the repository, the head, the job, its environment and its steps' outputs."""
+    repo, tip, _ = pr_repo(tmp_path)
+    git(repo, "checkout", "-q", "-b", branch, tip)
+    head = commit(repo, message, files)
+    check = job("stepwatch-upgrade-pr.yml")
+    env = check_env(number, tip, head, wheels, cache)
+    return repo, head, check, env, run_steps(check["steps"], repo, env, tmp_path / "summary.md")
+
+
 # Six trials and three environments, a minute and a half of both cores: opt-in (--run-large; CI's `large` job). The
 # default suite runs the same steps on a pull request without a change (below), and the upgrade check for real
 # (test_upgrade).
@@ -431,12 +444,9 @@ def test_the_upgrade_pr_workflow_checks_a_bump_and_the_verdict_workflow_posts_on
 def test_a_pull_request_whose_package_sets_cannot_be_derived_gets_an_error_verdict_saying_why(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
-    repo, tip, _ = pr_repo(tmp_path)
-    git(repo, "checkout", "-q", "-b", "impossible", tip)
-    head = commit(repo, "pin a release that does not exist", {"requirements.txt": "swt-alpha==9.9\n"})
-    check = job("stepwatch-upgrade-pr.yml")
-    env = check_env("8", tip, head, wheels, cache)
-    outputs = run_steps(check["steps"], repo, env, tmp_path / "summary.md")
+    repo, head, check, env, outputs = pull_request(tmp_path, wheels, cache, "8", "impossible",
+                                                   "pin a release that does not exist",
+                                                   {"requirements.txt": "swt-alpha==9.9\n"})  # fmt: skip
     assert outputs["sets"] == {}  # no changed=true: the upgrade check did not run
     assert not (repo / "pr" / "report.md").exists() and (repo / "pr" / "verdict").read_text() == "error\n"
     comment = (repo / "pr" / "comment.md").read_text()
@@ -454,12 +464,8 @@ def test_a_pull_request_whose_package_sets_cannot_be_derived_gets_an_error_verdi
 def test_a_pull_request_that_changes_no_pin_file_passes_its_check_at_once_without_a_comment(
     tmp_path: Path, wheels: Path, cache: Path
 ) -> None:
-    repo, tip, _ = pr_repo(tmp_path)
-    git(repo, "checkout", "-q", "-b", "model", tip)
-    head = commit(repo, "a wider layer", {"model.py": "WIDTH = 64\n"})
-    check = job("stepwatch-upgrade-pr.yml")
-    env = check_env("10", tip, head, wheels, cache)
-    outputs = run_steps(check["steps"], repo, env, tmp_path / "summary.md")
+    repo, head, check, _, outputs = pull_request(tmp_path, wheels, cache, "10", "model", "a wider layer",
+                                                 {"model.py": "WIDTH = 64\n"})  # fmt: skip
     assert outputs["sets"] == {"changed": "false", "baseline": "", "candidate": "", "pins": "unchanged"}
     assert (repo / "pr" / "verdict").read_text() == "no-package-change\n" and not (repo / "pr" / "report.md").exists()
     assert "no package change: no pin file changed between the merge base and the head" in (

@@ -65,7 +65,8 @@ RENAMED_SETTINGS = {"results": {"run": "out", "ingest": "sources", "dashboard": 
 NOT_SETTINGS = {"out": "results"}
 # The nightly's results and store are never a check's: upgrade-check, bisect and calibrate keep their own (named in
 # their reports), whatever the project's ``results`` and ``db`` say.
-OWN_RESULTS = {"results": ("upgrade-check", "bisect", "calibrate"), "db": ("upgrade-check", "bisect", "calibrate")}
+CHECKS = ("upgrade-check", "bisect", "calibrate")
+OWN_RESULTS = dict.fromkeys(("results", "db"), CHECKS)
 
 
 def _option(parser: argparse.ArgumentParser, name: str) -> argparse.Action | None:

@@ -11,6 +11,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from stepwatch.collector.bench import upgrade
 from stepwatch.collector.cli.exits import EXIT_OK
 from stepwatch.collector.config import KERAS_BACKENDS
 from stepwatch.collector.data import bundled
@@ -27,7 +28,7 @@ ACTION_REPOSITORY = "stepwatch/stepwatch"
 GPU_EXTRAS = {"tensorflow": "tensorflow-cuda", "jax": "jax-cuda12", "torch": "torch"}
 TPU_EXTRA = "jax-tpu"  # JAX with libtpu: plain jax finds no TPU
 # What stays out of git: the results and stores stepwatch's commands write in the repository.
-IGNORED = ("stepwatch-results/", "stepwatch-nightly/", "data/upgrade-check/", "data/upgrade-check.duckdb*")
+IGNORED = ("stepwatch-results/", "stepwatch-nightly/", f"{upgrade.RESULTS_DIR}/", f"{upgrade.STORE}*")
 LOOPS = ("fit", "pytorch")  # the loops a model of yours trains in (a script is its own loop)
 
 
@@ -86,13 +87,18 @@ self-hosted-runner:
 def runner_labels(args: argparse.Namespace) -> list[str]:
     """The runner labels init was given, but the one every self-hosted runner has."""
     given = [args.gpu_runner, args.tpu_runner, args.cpu_runner if args.cpu_runner != "ubuntu-latest" else None]
-    labels = [part.strip() for label in given if label and label != "none" for part in label.split(",")]
-    return sorted({label for label in labels if label and label != "self-hosted"})
+    labels = [part for label in given if label and label != "none" for part in _labels(label)]
+    return sorted(set(labels) - {"self-hosted"})
+
+
+def _labels(label: str) -> list[str]:
+    """A runner as the user gave it: one label, or several comma-separated."""
+    return [part.strip() for part in label.split(",") if part.strip()]
 
 
 def _runner(label: str) -> str:
     """A runner label as YAML: one label, or a list for self-hosted labels given comma-separated."""
-    labels = [part.strip() for part in label.split(",") if part.strip()]
+    labels = _labels(label)
     return json.dumps(labels[0] if len(labels) == 1 else labels)
 
 

@@ -105,8 +105,8 @@ def run(args: argparse.Namespace) -> int:
         night = publish.collect(nights, remote, db, tree, on_file, int(args.profiles_budget * 2**20))
     if night.rebuilt is not None:
         console.print(f"the store was gone: rebuilt from {tree / publish.RESULTS} ({night.rebuilt.rows_added} rows)")
-    if night.ingested is not None:
-        hooks.ingested(night.ingested, db)
+    for report in night.ingested:
+        hooks.ingested(report, db)
     code = EXIT_OK
     if args.alert:
         _triage(db, args.alert[0], args.alert[1], args.note)

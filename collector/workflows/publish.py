@@ -51,7 +51,7 @@ class Night:
     """What a publish found, kept and pushed."""
 
     jobs: list[Job] = field(default_factory=list)
-    ingested: IngestReport | None = None
+    ingested: list[IngestReport] = field(default_factory=list)  # the artifacts', then the bucket's
     from_bucket: int = 0  # rows the night added from s3:// or gs:// prefixes (jobs that wrote to a bucket)
     archived: list[str] = field(default_factory=list)  # file names added to the history's results
     profiles: int = 0
@@ -174,18 +174,14 @@ def collect(
     local files that were not quarantined on the history's work tree."""
     night = Night(jobs=find_jobs(nights))
     night.rebuilt = restore(db, tree, on_file)
-    local = [str(n) for n in nights if n.is_dir()]
-    if local:
-        night.ingested = ingest(local, db, on_file=on_file, recursive=True)
+    folders = [n for n in nights if n.is_dir()]
+    if folders:
+        night.ingested.append(ingest([str(n) for n in folders], db, on_file=on_file, recursive=True))
     if remote:  # ingested apart: its rows are the jobs' that wrote to the bucket, not in any artifact
-        from_bucket = ingest(remote, db, on_file=on_file, recursive=True)
-        night.from_bucket = from_bucket.rows_added
-        night.ingested = night.ingested or from_bucket
-        if night.ingested is not from_bucket:
-            night.ingested.quarantined += from_bucket.quarantined
+        night.ingested.append(ingest(remote, db, on_file=on_file, recursive=True))
+        night.from_bucket = night.ingested[-1].rows_added
     for job in night.jobs:
         _count(job)
-    folders = [n for n in nights if n.is_dir()]
     night.archived, night.profiles, night.profiles_left = archive(night.jobs, folders, tree, profiles_budget)
     return night
 
@@ -255,8 +251,8 @@ def summary(night: Night, collect_result: str | None) -> list[str]:
     if collect_result not in (None, "", "success"):
         lines.append(f"- the collect jobs' result: {collect_result} (a job that wrote nothing has no artifact: "
                      "see the run's jobs)")  # fmt: skip
-    if night.ingested and night.ingested.quarantined:
-        for uri, reason, _ in night.ingested.quarantined:
+    for report in night.ingested:
+        for uri, reason, _ in report.quarantined:
             lines.append(f"- quarantined, not archived: {Path(uri).name} ({reason[:160]})")
     if night.rebuilt is not None:
         lines.append(f"- the store was gone: rebuilt from the history ({night.rebuilt.rows_added} rows)")

@@ -65,20 +65,16 @@ d.metric("Series with failures", int((table["ok"] < table["trials"]).sum()))
 e.metric("Open alerts", len(open_alerts), help=f"{len(confirmed)} confirmed")
 
 
-WORDS = charts.CHANGE_WORDS
-change = charts.change_text
-
-
 records = table.to_dict("records")
 shown = table.assign(
     series=[series_label(r) for r in records],
     latest=[f"{v * metric.scale:.4g}" if v == v else "" for v in table["value"]],
     spark=[charts.spark_text(v) for v in table["spark"]],
-    vs_previous=[change(r, "previous") for r in records],
-    vs_baseline=[change(r, "baseline") for r in records],
+    vs_previous=[charts.change_text(r, "previous") for r in records],
+    vs_baseline=[charts.change_text(r, "baseline") for r in records],
     passing=table["ok"].astype(str) + "/" + table["trials"].astype(str),
 )
-shown["verdict"] = shown["verdict"].replace(WORDS)  # shown only: sorting and colours use the verdicts
+shown["verdict"] = shown["verdict"].replace(charts.CHANGE_WORDS)  # shown only: sorting and colours use the verdicts
 if regressed_only:
     shown = shown[regressed]
 st.subheader(f"Latest suite run per series: {metric.label.lower()}")

@@ -161,7 +161,7 @@ def test_the_team_opens_the_history_branch_in_the_dashboard_and_the_page_in_a_br
     with served(lambda port: [*command, "--port", str(port)], laptop, env) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page()
-        page.goto(f"{url}/overview", timeout=60_000)
+        page.goto(url, timeout=60_000)  # the Overview is the app's main page
         cells = page.locator('td[role="gridcell"]')
         cells.filter(has_text="model.py:mlp").first.wait_for(state="attached", timeout=120_000)
         assert page.locator('[data-testid="stException"]').count() == 0

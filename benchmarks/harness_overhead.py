@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stepwatch.collector.bench import runner  # noqa: E402
-from stepwatch.collector.bench.results import ResultFile  # noqa: E402
 from stepwatch.collector.config import BenchmarkConfig  # noqa: E402
+from stepwatch.collector.runner import execution  # noqa: E402
+from stepwatch.collector.runner.results import ResultFile  # noqa: E402
 
 
 def jit_for(backend: str) -> bool:
@@ -57,7 +57,7 @@ def bare_fit(backend: str, model_name: str, batch: int, warmup: int, steps: int)
         import tensorflow as tf
 
         tf.config.experimental.enable_tensor_float_32_execution(False)
-        from stepwatch.collector.bench.runtime.tensorflow import constant_dataset
+        from stepwatch.collector.trial.runtime.keras_tensorflow import constant_dataset
 
         # The trials' dataset: with tf.data's autotuner on, about a third of the fit calls end with a 0.6-2.4 s
         # wait for its thread after the last step, which a timing around the call would count as training.
@@ -123,8 +123,8 @@ def main() -> None:
                 # framework finds its libraries in the page cache and the machine in another state).
                 for side in ("stepwatch", "bare") if i % 2 == 0 else ("bare", "stepwatch"):
                     if side == "stepwatch":
-                        [outcome] = runner.run_plan(
-                            [(config, i)], results, "overhead", str(uuid.uuid4()), runner.RunOptions()
+                        [outcome] = execution.run_plan(
+                            [(config, i)], results, "overhead", str(uuid.uuid4()), execution.RunOptions()
                         )
                         assert outcome.row["status"] == "ok", outcome.row.get("error_message")
                         ours[b].append(outcome.row["examples_per_sec"])

@@ -40,7 +40,7 @@ void sw_stop(void) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS_AT("me
 STEPS = """
 import ctypes, json, sys
 sys.path.insert(0, sys.argv[1])
-from stepwatch.collector.bench import runtime
+from stepwatch.collector.trial import runtime
 from stepwatch.collector.config import BenchmarkConfig, resolve
 config = resolve(BenchmarkConfig.from_json(sys.argv[2]))
 runtime.prepare(config)

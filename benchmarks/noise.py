@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stepwatch.collector.bench import runner  # noqa: E402
-from stepwatch.collector.bench.results import ResultFile  # noqa: E402
-from stepwatch.collector.bench.suite import load_suite, narrow  # noqa: E402
 from stepwatch.collector.config import THREADS_DEFAULT, parse_bool  # noqa: E402
+from stepwatch.collector.runner import execution  # noqa: E402
+from stepwatch.collector.runner.results import ResultFile  # noqa: E402
+from stepwatch.collector.runner.suite import load_suite, narrow  # noqa: E402
 
 FORMER = {"threads": THREADS_DEFAULT, "steps": 100}  # what the smoke suite ran before threads were configuration
 
@@ -44,7 +44,9 @@ def main() -> None:
         results = ResultFile(Path(tmp) / "noise.parquet")
         for trial in range(args.trials):
             for i, config in enumerate(configs):
-                [outcome] = runner.run_plan([(config, trial)], results, "noise", str(uuid.uuid4()), runner.RunOptions())
+                [outcome] = execution.run_plan(
+                    [(config, trial)], results, "noise", str(uuid.uuid4()), execution.RunOptions()
+                )
                 row = outcome.row
                 assert row["status"] == "ok", (config.label(), row.get("error_message"))
                 rates[i].append(row["examples_per_sec"])

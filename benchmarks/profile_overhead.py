@@ -14,10 +14,10 @@ import tempfile
 from pathlib import Path
 
 from stepwatch.collector.analysis import stats
-from stepwatch.collector.bench import runner
-from stepwatch.collector.bench.results import ResultFile
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.output.text import interval, percent
+from stepwatch.collector.runner import execution
+from stepwatch.collector.runner.results import ResultFile
 
 CONFIGS = "tensorflow:bert:off,tensorflow:bert:on,jax:bert:on,torch:bert:off"
 
@@ -34,7 +34,7 @@ def main() -> int:
     parser.add_argument("--configs", default=CONFIGS, help="backend:model:xla, comma-separated")
     args = parser.parse_args()
     configs = [config_of(text) for text in args.configs.split(",")]
-    plain, profiled = runner.RunOptions(), runner.RunOptions(profile=1)
+    plain, profiled = execution.RunOptions(), execution.RunOptions(profile=1)
     rows: dict[str, dict[bool, list[dict]]] = {c.key: {False: [], True: []} for c in configs}
     with tempfile.TemporaryDirectory() as tmp:
         results = ResultFile(Path(tmp) / "overhead.parquet")
@@ -43,7 +43,7 @@ def main() -> int:
                 order = (True, False) if pair % 2 == 0 else (False, True)  # ABAB: neither always goes first
                 for profile in order:
                     options = profiled if profile else plain
-                    done = runner.run_one(config, 0, results, "overhead", "overhead", options, Path(tmp))
+                    done = execution.run_one(config, 0, results, "overhead", "overhead", options, Path(tmp))
                     rows[config.key][profile].append(done.row)
                     speed, wall = done.row.get("examples_per_sec") or 0, done.row["wall_s"]
                     kind = "profiled" if profile else "plain   "

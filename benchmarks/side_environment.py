@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from stepwatch.collector.bench import upgrade
+from stepwatch.collector.environments import virtualenvs
 
 # stepwatch's core dependencies before the core install stopped pinning a framework (pyproject.toml at 4b72157).
 FORMER = ["tensorflow==2.21.0", "keras>=3.10", "keras-hub>=0.22", "numpy>=1.26", "pyarrow>=15", "pandas>=2.1",
@@ -31,9 +31,9 @@ FORMER = ["tensorflow==2.21.0", "keras>=3.10", "keras-hub>=0.22", "numpy>=1.26",
 def build(folder: Path, requirements: list[str]) -> tuple[float, int]:
     """Seconds to pip install ``requirements`` into a fresh environment there, and its size in bytes."""
     shutil.rmtree(folder, ignore_errors=True)
-    python = upgrade.create_venv(folder, reuse_site_packages=False)
+    python = virtualenvs.create_venv(folder, reuse_site_packages=False)
     start = time.perf_counter()
-    subprocess.run([*upgrade.pip_command(python), "install", "--quiet", *requirements], check=True)
+    subprocess.run([*virtualenvs.pip_command(python), "install", "--quiet", *requirements], check=True)
     seconds = time.perf_counter() - start
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
     return seconds, size
@@ -46,7 +46,7 @@ def main() -> None:
     side = tuple(args.side.split())
     named = {r.split("=")[0].split(">")[0] for r in side}
     ways = {
-        "now": upgrade.environment_requirements(side, reuse_site_packages=False),
+        "now": virtualenvs.environment_requirements(side, reuse_site_packages=False),
         "former": [*side, *(r for r in FORMER if r.split("=")[0].split(">")[0] not in named)],
     }
     with tempfile.TemporaryDirectory(prefix="stepwatch-side-") as tmp:

@@ -56,8 +56,8 @@ def child(model: str, variant: str, steps: int) -> None:
     import tensorflow as tf  # noqa: PLC0415
 
     sys.path.insert(0, str(ROOT))
-    from stepwatch.collector.bench.machine import host_steal_s  # noqa: PLC0415
-    from stepwatch.collector.bench.runtime.tensorflow import constant_dataset  # noqa: PLC0415
+    from stepwatch.collector.trial.machine import host_steal_s  # noqa: PLC0415
+    from stepwatch.collector.trial.runtime.keras_tensorflow import constant_dataset  # noqa: PLC0415
     from stepwatch.trainers import get_model  # noqa: PLC0415
     from stepwatch.trainers.spec import sparse_ce_loss  # noqa: PLC0415
 

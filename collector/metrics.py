@@ -66,7 +66,7 @@ METRICS: dict[str, Metric] = {
         Metric("cost_per_1m_examples_usd", "Cost per 1M examples", "USD", False, 0.03),
         Metric("gpu_wh_per_1m_examples", "GPU energy per 1M examples", "Wh", False, 0.03),  # NVML's energy counter
         Metric("final_loss", "Final loss", "", False, 0.05),
-        # What the compiler emitted for one training step (collector.bench.counters), read after the timed steps.
+        # What the compiler emitted for one training step (collector.trial.counters), read after the timed steps.
         # Less is better for each (less work, fewer kernels); any change counts (threshold 0), exactly. XLA's cost
         # analysis sees only what XLA itself generates: the convolutions and matmuls it hands to a library as
         # custom calls (cuDNN and cuBLAS on a GPU: most of a ResNet-50 step) are not in its flops or bytes, and the
@@ -110,7 +110,7 @@ DEFAULT_METRIC = "examples_per_sec"
 HEADLINE = tuple(m for m in METRICS.values() if m.headline)  # in the table's order
 COUNTERS = tuple(m.name for m in METRICS.values() if m.deterministic)
 # What peak_memory_bytes measured (its peak_memory_kind): on a CPU the peak anonymous memory the parent samples
-# (collector.bench.memory), or, on rows before schema 4, ru_maxrss (which the migration moves to peak_rss_bytes);
+# (collector.trial.memory), or, on rows before schema 4, ru_maxrss (which the migration moves to peak_rss_bytes);
 # on an accelerator the framework allocator's peak ("device").
 ANON_KIND, RSS_KIND = "host_anon", "host_rss"
 

@@ -33,7 +33,7 @@ SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, wh
 # work tree had uncommitted changes; earlier rows have none (stepwatch_git_sha was stepwatch's own commit).
 # 6: the user's training script as a benchmark: script_args and nproc, two series dimensions (every earlier row
 # had none and one process; series keys are unchanged).
-# 7: the machine's state during the measured steps (collector.bench.machine): throttled and shared flags with why,
+# 7: the machine's state during the measured steps (collector.trial.machine): throttled and shared flags with why,
 # the CPU's frequency, quota throttling, steal and other processes' load; the GPUs' clocks, power, temperature,
 # clock event reasons, ECC and MIG mode, other compute processes and energy. Earlier rows have none. And what a
 # price covers (price_covers), or why a run has none (price_note).
@@ -42,7 +42,7 @@ SCHEMA_VERSION = 7
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 _TS = pa.timestamp("us", tz="UTC")
 
-# A profiled trial's op table, one list each with one entry per op (collector.bench.profiles): its type, name,
+# A profiled trial's op table, one list each with one entry per op (collector.trial.profiles): its type, name,
 # where it ran (host or device), self time per step and occurrences per step.
 OP_LISTS = (("op_types", _STR), ("op_names", _STR), ("op_where", _STR), ("op_time_s", _F64), ("op_counts", _F64))
 OP_COLUMNS = tuple(name for name, _ in OP_LISTS)
@@ -193,7 +193,7 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("cpu_cores", _I64, "hardware"),
     ("host_memory_bytes", _I64, "hardware"),
     ("runner_label", _STR, "hardware"),
-    # The machine during the measured steps (collector.bench.machine): empty where it was not read.
+    # The machine during the measured steps (collector.trial.machine): empty where it was not read.
     ("throttled", _BOOL, "machine"),
     ("shared", _BOOL, "machine"),
     ("machine_note", _STR, "machine"),

@@ -6,7 +6,7 @@ the ``stepwatch`` command), ``stepwatch.dashboard`` and ``stepwatch.trainers``, 
 the folders of those names at its top (the repository's layout); the wheel carries them as files.
 """
 
-# What a training script of yours calls to mark its steps (collector.bench.steps); each does nothing when the script
+# What a training script of yours calls to mark its steps (collector.trial.steps); each does nothing when the script
 # runs on its own. Loaded on first use, so that ``import stepwatch`` stays cheap.
 API = ("steps", "step", "keras_callback")
 __all__ = list(API)
@@ -14,7 +14,7 @@ __all__ = list(API)
 
 def __getattr__(name: str) -> object:
     if name in API:
-        from stepwatch.collector.bench import steps
+        from stepwatch.collector.trial import steps
 
         return getattr(steps, name)
     raise AttributeError(f"module 'stepwatch' has no attribute {name!r}")

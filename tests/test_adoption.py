@@ -269,7 +269,7 @@ def test_the_written_nightly_runs_through_the_action_and_an_aa_upgrade_check_sta
     sides = {p.parent for p in (user.root / "envs").glob("*/lib/python*/site-packages/stepwatch/__init__.py")}
     assert len(sides) == 2  # the baseline's (and candidate's: the same packages) and the A/A copy's
     for side in sides:
-        assert (side / "collector" / "bench" / "trial.py").exists() and not (side / "dashboard").exists()
+        assert (side / "collector" / "trial" / "process.py").exists() and not (side / "dashboard").exists()
     report = json.loads(check.stdout)
     assert all(row["verdict"] != "regression" for row in report["rows"])
     # The check kept its own results (init's results and db settings are the nightly's): the nightly's store is

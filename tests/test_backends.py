@@ -92,11 +92,11 @@ PARITY = textwrap.dedent(
     """
     import json, os, sys
     os.environ["KERAS_BACKEND"] = sys.argv[1]
-    from stepwatch.collector.bench import runtime
+    from stepwatch.collector.trial import runtime
     from stepwatch.collector.config import BenchmarkConfig
     runtime.prepare(BenchmarkConfig(model="bert", keras_backend=sys.argv[1]))
     backend = runtime.load(BenchmarkConfig(model="bert", keras_backend=sys.argv[1]))
-    from stepwatch.collector.bench.runtime.base import TrialBackend
+    from stepwatch.collector.trial.runtime.trial_backend import TrialBackend
     own = [n for n in dir(TrialBackend) if getattr(type(backend), n) is not getattr(TrialBackend, n)]
     interface = {"is_backend": isinstance(backend, runtime.Backend), "own": own}
     import keras
@@ -119,8 +119,8 @@ PARITY = textwrap.dedent(
 
     # Whether Keras dispatches batch-end callbacks off the training thread with stepwatch's timing callback, and
     # with one that overrides on_train_batch_end (which makes every step wait for its logs).
-    from stepwatch.collector.bench.measure import WindowClock
-    from stepwatch.collector.bench.runtime.common import FitWindows
+    from stepwatch.collector.trial.measure import WindowClock
+    from stepwatch.collector.trial.runtime.keras_backend import FitWindows
 
     class Blocking(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -200,8 +200,9 @@ def test_the_parent_store_analysis_and_dashboard_import_no_framework() -> None:
     probe = textwrap.dedent(
         """
         import sys
-        import stepwatch.collector.cli, stepwatch.collector.bench.runner, stepwatch.collector.bench.upgrade
-        import stepwatch.collector.bench.runtime, stepwatch.collector.store.ingest, stepwatch.collector.store.queries
+        import stepwatch.collector.cli, stepwatch.collector.runner.execution
+        import stepwatch.collector.environments.virtualenvs
+        import stepwatch.collector.trial.runtime, stepwatch.collector.store.ingest, stepwatch.collector.store.queries
         import stepwatch.collector.analysis.alerts, stepwatch.collector.output.comparison
         import stepwatch.collector.output.runs, stepwatch.collector.workflows.check
         import stepwatch.dashboard.data, stepwatch.dashboard.charts
@@ -218,7 +219,7 @@ def test_the_parent_store_analysis_and_dashboard_import_no_framework() -> None:
 HIDDEN = textwrap.dedent(
     """
     import importlib.util, json, sys
-    from stepwatch.collector.bench import runtime
+    from stepwatch.collector.trial import runtime
     from stepwatch.collector.config import BenchmarkConfig
     backend = sys.argv[1]
     runtime.prepare(BenchmarkConfig(model="bilstm", keras_backend=backend))

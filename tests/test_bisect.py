@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from stepwatch.collector.analysis import stats
-from stepwatch.collector.bench import packages, upgrade
-from stepwatch.collector.bench.packages import Change, Needs
+from stepwatch.collector.environments import packages, virtualenvs
+from stepwatch.collector.environments.packages import Change, Needs
 from stepwatch.collector.outcomes import CLEARS, INCONCLUSIVE, REPRODUCES, SKIPPED
 from stepwatch.collector.output.bisect import bisect_headline
 from stepwatch.collector.store.database import open_store
@@ -160,7 +160,7 @@ def test_bisect_finds_the_planted_package_among_several(tmp_path: Path) -> None:
         "bisect", "--good", GOOD, "--bad", BAD, "--reuse-site-packages", "--pip-arg=--no-index",
         f"--pip-arg=--find-links={wheels}", *SMALL, "--trials", "2", "--metric", "peak_memory_bytes",
         "--results", str(results), "--db", str(db), "--format", "json", "--out", str(out),
-        env={upgrade.CACHE_ENV: str(cache)}, timeout=900,
+        env={virtualenvs.CACHE_ENV: str(cache)}, timeout=900,
     )  # fmt: skip
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     found = json.loads(out.read_text())
@@ -197,7 +197,7 @@ def test_an_upgrade_without_a_regression_is_not_bisected(tmp_path: Path) -> None
         "bisect", "--good", "swt-alpha==1.0", "--bad", "swt-alpha==2.0", "--reuse-site-packages", "--aa",
         "--pip-arg=--no-index", f"--pip-arg=--find-links={wheels}", *SMALL, "--trials", "2",
         "--metric", "peak_memory_bytes", "--results", str(tmp_path / "results"), "--db", str(tmp_path / "check.duckdb"),
-        env={upgrade.CACHE_ENV: str(tmp_path / "envs")}, timeout=600,
+        env={virtualenvs.CACHE_ENV: str(tmp_path / "envs")}, timeout=600,
     )  # fmt: skip
     assert done.returncode in (0, 3), done.stderr[-3000:]
     expected = "No regression between the ends" if done.returncode == 0 else "Cannot tell whether the upgrade"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from stepwatch.collector.bench import catalog
-from stepwatch.collector.bench.runner import RunOptions, make_row
 from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.runner import catalog
+from stepwatch.collector.runner.execution import RunOptions, make_row
 
 
 def test_every_price_says_what_it_covers_and_names_its_source_and_date() -> None:

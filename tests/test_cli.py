@@ -21,7 +21,7 @@ LOADED = textwrap.dedent(
     """
     import json, sys
     if sys.argv[1:] == ["trial"]:
-        import stepwatch.collector.bench.trial
+        import stepwatch.collector.trial.process
         code = 0
     else:
         from stepwatch.collector.cli import main

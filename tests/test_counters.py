@@ -1,4 +1,4 @@
-"""Counters of the compiled training step (collector.bench.counters): read from a real compiled step on every
+"""Counters of the compiled training step (collector.trial.counters): read from a real compiled step on every
 backend on this CPU, equal in two processes of one config, moved the expected way by one more layer, and
 compared exactly (never by a t-test) by compare. The same trials record a profile in their first trial
 (``--profile 1``): its op table is read from a real profile of every backend, and a trial without changes
@@ -15,11 +15,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from stepwatch.collector.analysis import stats
-from stepwatch.collector.bench import counters
 from stepwatch.collector.metrics import COUNTERS, METRICS
 from stepwatch.collector.outcomes import CHANGED, IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
 from stepwatch.collector.output.comparison import exact_change
 from stepwatch.collector.schema import OP_COLUMNS
+from stepwatch.collector.trial import counters
 from tests.conftest import REPO, SHORT, edited_source, result_rows, stepwatch, two_at_a_time, write_suite
 
 HLO = """HloModule jit_train_step, is_scheduled=true, entry_computation_layout={(f32[8]{0})->f32[]}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stepwatch.collector.bench.environment import REPO_ROOT, git_sha, host_environment
+from stepwatch.collector.trial.host import REPO_ROOT, git_sha, host_environment
 
 
 def test_cpu_environment_is_read_from_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,5 @@
-"""The layers of pyproject.toml's import-linter contract hold in this tree, and an upward import breaks them:
-the same check `make lint` and `make test` run."""
+"""The layers of pyproject.toml's import-linter contracts hold in this tree (no upward import, no circle), and an
+upward import or a circle breaks them: the same check `make lint` and `make test` run."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
     kept = _lint(tree)
     assert kept.returncode == 0, kept.stdout + kept.stderr
     assert "stepwatch layers KEPT" in kept.stdout
+    assert "stepwatch has no import circles KEPT" in kept.stdout
 
     queries = tree / "collector" / "store" / "queries.py"  # the store reaching up into the output layer
     text = queries.read_text()
@@ -35,3 +36,17 @@ def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
     assert broken.returncode != 0
     assert "stepwatch layers BROKEN" in broken.stdout
     assert "stepwatch.collector.store.queries -> stepwatch.collector.output.text" in broken.stdout
+
+
+def test_a_circle_breaks_the_contract_even_through_an_import_inside_a_function(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    copy_source(tree)
+    shutil.copy(REPO / "pyproject.toml", tree / "pyproject.toml")
+    sizes = tree / "trainers" / "resnet_sizes.py"  # imported by resnet50.py; importing it back closes a circle
+    sizes.write_text(
+        sizes.read_text() + "\n\ndef _keras_build():\n    from stepwatch.trainers import resnet50  # noqa\n"
+    )
+    broken = _lint(tree)
+    assert broken.returncode != 0
+    assert "stepwatch has no import circles BROKEN" in broken.stdout
+    assert "stepwatch layers KEPT" in broken.stdout

@@ -1,4 +1,4 @@
-"""The machine's state in every row (collector.bench.machine): on this CPU for real, a trial run under a CPU quota
+"""The machine's state in every row (collector.trial.machine): on this CPU for real, a trial run under a CPU quota
 (a cgroup of its own) with a busy process beside it is flagged throttled and shared, and its note names the
 busy process; the NVML path runs the real nvidia-ml-py bindings against a stand-in of the driver's library
 (tests/data/nvml/standin.c) serving an H100's values, as it runs, throttled by heat and shared; the measured
@@ -18,9 +18,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from stepwatch.collector.bench import machine
-from stepwatch.collector.bench.measure import WindowClock, summarize
 from stepwatch.collector.schema import COLUMN_NAMES, to_table
+from stepwatch.collector.trial import machine
+from stepwatch.collector.trial.measure import WindowClock, summarize
 from tests.conftest import REPO, result_rows, stepwatch
 
 NVML = REPO / "tests" / "data" / "nvml"
@@ -99,7 +99,7 @@ def standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 READ_GPU = """
 import json, sys, time
-from stepwatch.collector.bench import machine
+from stepwatch.collector.trial import machine
 watch = machine.Watch("gpu", 1, 1)
 watch.read()
 time.sleep(0.5)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from stepwatch.collector.bench.measure import (
+from stepwatch.collector.trial.measure import (
     Mark,
     NonFiniteLoss,
     WindowClock,

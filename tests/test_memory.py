@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from stepwatch.collector.bench import memory, runner
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.metrics import ANON_KIND
+from stepwatch.collector.runner import execution
 from stepwatch.collector.schema import conform, to_table
+from stepwatch.collector.trial import memory
 
 MIB = 2**20
 BUFFER = 256 * MIB
@@ -76,7 +77,7 @@ def test_a_held_buffer_raises_the_sampled_anonymous_peak_by_its_size(tmp_path: P
 
 FLOOR = """
 import json
-from stepwatch.collector.bench import memory
+from stepwatch.collector.trial import memory
 buffer = bytearray(64 << 20)
 buffer[::4096] = b"x" * (len(buffer) // 4096)
 del buffer
@@ -107,7 +108,7 @@ def test_a_real_trial_with_a_known_buffer_reports_it_in_its_peak(tmp_path: Path)
     for name, extra in (("plain", None), ("ballast", {"PYTHONPATH": str(site)})):
         work = tmp_path / name
         work.mkdir()
-        child, _, code = runner.run_child(config, sys.executable, work, extra)
+        child, _, code = execution.run_child(config, sys.executable, work, extra)
         assert child["status"] == "ok", child.get("error_message")
         assert child["peak_memory_kind"] == ANON_KIND
         assert child["memory_samples"] > 100

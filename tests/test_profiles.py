@@ -1,4 +1,4 @@
-"""Per-op statistics (collector.bench.profiles) and their diff (collector.analysis.ops, ``stepwatch explain``):
+"""Per-op statistics (collector.trial.profiles) and their diff (collector.analysis.ops, ``stepwatch explain``):
 self times from nested spans, which events are ops, and a diff of synthetic op tables whose shares are known.
 Profiles of real trials on every backend: tests/test_counters.py, whose trials also record one."""
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from stepwatch.collector.analysis import ops
-from stepwatch.collector.bench import counters, profiles
-from stepwatch.collector.bench.profiles import Event, Span
 from stepwatch.collector.schema import OP_COLUMNS
+from stepwatch.collector.trial import counters, profiles
+from stepwatch.collector.trial.profiles import Event, Span
 from tests.conftest import result_rows, stepwatch, write_results
 
 MS = 1e6  # nanoseconds
@@ -230,16 +230,16 @@ def test_the_compare_page_draws_the_op_diff(tmp_path: Path, monkeypatch: pytest.
 def test_a_raw_profile_that_cannot_be_kept_leaves_the_row(tmp_path: Path) -> None:
     """Moving the raw profile beside the results fails (here the results folder is a file, as a full disk
     fails a write): one line in the row's extras, no exception, and the op table stays in the row."""
-    from stepwatch.collector.bench import runner
+    from stepwatch.collector.runner import execution
 
     profile = tmp_path / "profile"
     profile.mkdir()
     (profile / "trace.json.gz").write_bytes(b"\0" * 10)
     blocked = tmp_path / "results"
     blocked.write_text("not a folder")
-    kept = runner.keep_profile(profile, blocked, "run-1", None)
+    kept = execution.keep_profile(profile, blocked, "run-1", None)
     assert list(kept) == ["profile_error"] and kept["profile_error"].startswith("cannot keep the raw profile in ")
-    moved = runner.keep_profile(profile, tmp_path / "ok", "run-1", "s3://bucket/nightly/")
+    moved = execution.keep_profile(profile, tmp_path / "ok", "run-1", "s3://bucket/nightly/")
     assert moved == {"profile_uri": "s3://bucket/nightly/profiles/run-1", "profile_bytes": 10}
     assert (tmp_path / "ok" / "profiles" / "run-1" / "trace.json.gz").exists()
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepwatch.collector.bench.suite import load_suite
 from stepwatch.collector.config import resolve
 from stepwatch.collector.output.text import repro_command
+from stepwatch.collector.runner.suite import load_suite
 from tests.conftest import result_rows, stepwatch, write_results
 
 

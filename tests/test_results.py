@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from stepwatch.collector.bench.results import ResultFile, ResultsError, read_rows
+from stepwatch.collector.runner.results import ResultFile, ResultsError, read_rows
 from stepwatch.collector.schema import SCHEMA, SCHEMA_VERSION, to_table
 from tests.conftest import stepwatch
 

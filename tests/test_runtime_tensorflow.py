@@ -6,10 +6,10 @@ import keras
 import numpy as np
 import pytest
 
-from stepwatch.collector.bench.measure import WindowClock
-from stepwatch.collector.bench.runtime import common
-from stepwatch.collector.bench.runtime import tensorflow as tfruntime
 from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.trial.measure import WindowClock
+from stepwatch.collector.trial.runtime import keras_backend
+from stepwatch.collector.trial.runtime import keras_tensorflow as tfruntime
 from stepwatch.trainers import get_model
 
 STEPS = 6
@@ -25,7 +25,7 @@ def losses_of(loop: str, model_name: str) -> tuple[list[float], list[np.ndarray]
     dataset = tfruntime.BACKEND.make_data(spec, config, runtime)
     clock = WindowClock(first_steps=1, window_steps=1)
     if loop == "fit":
-        common.train_fit(model, dataset, clock, STEPS)
+        keras_backend.train_fit(model, dataset, clock, STEPS)
     else:
         tfruntime.train_ctl(model, optimizer, dataset, clock, STEPS, config, runtime)
     return [m.loss for m in clock.marks], initial

@@ -20,10 +20,12 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 import stepwatch as api
-from stepwatch.collector.bench import script_trial, steps, upgrade
-from stepwatch.collector.bench.measure import WindowClock
 from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.output.text import repro_command
+from stepwatch.collector.trial import script as script_trial
+from stepwatch.collector.trial import steps
+from stepwatch.collector.trial.measure import WindowClock
 from stepwatch.dashboard.pages import TITLES
 from stepwatch.dashboard.serve import CHROMIUM, serve
 from tests.conftest import stepwatch, write_suite
@@ -237,7 +239,7 @@ def test_an_aa_upgrade_check_of_both_examples_runs_each_script_in_every_side_env
             "upgrade-check", "--baseline", pins, "--candidate", pins, "--aa", "--reuse-site-packages",
             "--pip-arg=--no-index", "--script", script, "--keras-backend", backend, *args, *FAST, "--trials", "2",
             "--results", str(folder / "results"), "--db", str(folder / "check.duckdb"), "--format", "json",
-            "--", "--batch", "16", env={upgrade.CACHE_ENV: str(tmp_path / "envs")}, timeout=900,
+            "--", "--batch", "16", env={virtualenvs.CACHE_ENV: str(tmp_path / "envs")}, timeout=900,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         rows = rows_of(folder / "results")
@@ -285,10 +287,10 @@ def test_the_dashboards_pages_show_the_examples_by_name(examples: Path) -> None:
 def test_a_launcher_that_starts_no_rank_is_the_trial_processs_own_failure(tmp_path: Path) -> None:
     """torch's launcher in an environment without torch never starts a rank: no rank is blamed, and the row is the
     process's exit with the log's last line (No module named 'torch'), as for any trial that cannot start."""
-    from stepwatch.collector.bench import runner
+    from stepwatch.collector.runner import execution
 
     config = BenchmarkConfig(model=BAD, nproc=2, keras_backend="torch")
     log = "python: Error while finding module specification for 'torch.distributed.run' (No module named 'torch')"
-    assert runner.judge_ranks(config, tmp_path / "result.json", 1, log, timed_out=False) == {}
-    judged = runner.judge_ranks(config, tmp_path / "result.json", 1, log + "\nrank 1 exitcode 7", timed_out=False)
+    assert execution.judge_ranks(config, tmp_path / "result.json", 1, log, timed_out=False) == {}
+    judged = execution.judge_ranks(config, tmp_path / "result.json", 1, log + "\nrank 1 exitcode 7", timed_out=False)
     assert judged["error_message"].startswith("rank 1 of 2: ended without a result (exit code 7)")

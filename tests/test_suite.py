@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from stepwatch.collector.bench.suite import SuiteError, load_suite, narrow
 from stepwatch.collector.config import BenchmarkConfig, ConfigError, auto_threads, usable_cores, validate
+from stepwatch.collector.runner.suite import SuiteError, load_suite, narrow
 from tests.conftest import stepwatch, write_suite
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from stepwatch.collector.bench import upgrade
 from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.environments import virtualenvs
 from tests.conftest import stepwatch
 
 PYTZ = f"pytz=={metadata.version('pytz')}"
@@ -29,7 +29,7 @@ SMALL = ("--models", "bilstm", "--xla", "off", "--precision", "fp32", "--steps",
 
 def test_plan_alternates_the_first_side_every_round() -> None:
     configs = [BenchmarkConfig(model="bilstm"), BenchmarkConfig(model="bert")]
-    order = [(side, config.model, trial) for side, config, trial in upgrade.plan(configs, 2)]
+    order = [(side, config.model, trial) for side, config, trial in virtualenvs.plan(configs, 2)]
     assert order == [
         ("baseline", "bilstm", 0),
         ("candidate", "bilstm", 0),
@@ -52,14 +52,14 @@ def test_bad_requirements_are_one_line_and_exit_2(baseline: str, message: str) -
 
 
 def test_a_side_pip_cannot_install_fails_with_one_line_and_is_not_cached(tmp_path: Path) -> None:
-    env = {upgrade.CACHE_ENV: str(tmp_path / "envs")}
+    env = {virtualenvs.CACHE_ENV: str(tmp_path / "envs")}
     done = stepwatch(
         "upgrade-check", "--baseline", "no-such-package-stepwatch==1.0", "--candidate", PYTZ,
         "--reuse-site-packages", "--pip-arg=--no-index", *SMALL, "--trials", "2", env=env, timeout=300,
     )  # fmt: skip
     assert done.returncode == 4, done.stderr
     assert "stepwatch: error: cannot install no-such-package-stepwatch==1.0 for the baseline" in done.stderr
-    assert not list((tmp_path / "envs").glob(f"*/{upgrade.READY}"))
+    assert not list((tmp_path / "envs").glob(f"*/{virtualenvs.READY}"))
 
 
 def test_package_diff_lists_everything_the_upgrade_changes(tmp_path: Path) -> None:
@@ -70,13 +70,13 @@ def test_package_diff_lists_everything_the_upgrade_changes(tmp_path: Path) -> No
     ):
         (tmp_path / side).mkdir()
         (tmp_path / side / "freeze.txt").write_text(freeze)
-        sides[side] = upgrade.Environment(side, (), tmp_path / side, cached=True)
-    assert upgrade.package_diff(sides["baseline"], sides["candidate"]) == [
+        sides[side] = virtualenvs.Environment(side, (), tmp_path / side, cached=True)
+    assert virtualenvs.package_diff(sides["baseline"], sides["candidate"]) == [
         ("h5py", "3.16.0", "3.14.0"),
         ("tensorboard", "2.20.0", "-"),
         ("tensorflow", "2.20.0", "2.21.0"),
     ]
-    assert upgrade.installed(sides["baseline"]) == {"tensorflow": "2.20.0", "keras": "3.15.1"}
+    assert virtualenvs.installed(sides["baseline"]) == {"tensorflow": "2.20.0", "keras": "3.15.1"}
 
 
 def test_run_with_a_package_set_runs_its_trials_in_that_environment(tmp_path: Path) -> None:
@@ -90,19 +90,19 @@ def test_run_with_a_package_set_runs_its_trials_in_that_environment(tmp_path: Pa
            "--warmup", "20")  # fmt: skip
     command = ("run", "--with", SKLEARN, "--reuse-site-packages", *jax, "--trials", "1", "--out", str(out),
                "--label", "with-sklearn")  # fmt: skip
-    done = stepwatch(*command, env={upgrade.CACHE_ENV: str(cache)}, timeout=300)
+    done = stepwatch(*command, env={virtualenvs.CACHE_ENV: str(cache)}, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "with: building an environment for " + SKLEARN in done.stderr
     [row] = [r for f in out.glob("*.parquet") for r in pq.read_table(f).to_pylist()]
     assert row["status"] == "ok" and row["label"] == "with-sklearn" and row["keras_backend"] == "jax", row["log_tail"]
     assert json.loads(row["extras"])["frameworks_loaded"] == ["jax"]
-    [ready] = cache.glob(f"*/{upgrade.READY}")
+    [ready] = cache.glob(f"*/{virtualenvs.READY}")
     assert "scikit-learn==" in (ready.parent / "freeze.txt").read_text()
     probe = "import os; os.environ['KERAS_BACKEND'] = 'jax'; import keras, sys; print('sklearn' in sys.modules)"
     python = ready.parent / "bin" / "python"
     imported = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=120)
     assert imported.stdout.strip() == "True", imported.stderr[-2000:]  # the path that crashed on the GPU host ran
-    again = stepwatch(*command, "--resume", env={upgrade.CACHE_ENV: str(cache)}, timeout=300)  # nothing left to run
+    again = stepwatch(*command, "--resume", env={virtualenvs.CACHE_ENV: str(cache)}, timeout=300)  # nothing left to run
     assert again.returncode == 0 and "with: using the cached environment" in again.stderr
 
 
@@ -113,7 +113,9 @@ def test_run_with_a_bad_requirement_is_one_line_and_exit_2() -> None:
 
 
 def test_plan_rotates_three_sides_so_none_always_runs_first() -> None:
-    order = [(side, trial) for side, _, trial in upgrade.plan([BenchmarkConfig(model="bilstm")], 3, ("a", "b", "c"))]
+    order = [
+        (side, trial) for side, _, trial in virtualenvs.plan([BenchmarkConfig(model="bilstm")], 3, ("a", "b", "c"))
+    ]
     assert order == [("a", 0), ("b", 0), ("c", 0), ("b", 1), ("c", 1), ("a", 1), ("c", 2), ("a", 2), ("b", 2)]
 
 
@@ -176,7 +178,7 @@ def test_an_aa_upgrade_check_runs_interleaved_stays_quiet_and_says_what_it_cover
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = tmp_path / "envs"
-    env = {upgrade.CACHE_ENV: str(cache), "STEPWATCH_RUNNER_LABEL": "test-runner"}
+    env = {virtualenvs.CACHE_ENV: str(cache), "STEPWATCH_RUNNER_LABEL": "test-runner"}
     text = aa_check(tmp_path, env, calibration=None)
     assert "calibrate on" not in text and "the A/A of this check" in text
     assert "different code" not in text
@@ -191,17 +193,19 @@ def test_an_aa_upgrade_check_runs_interleaved_stays_quiet_and_says_what_it_cover
     assert any(MINE in str(frame.value.to_dict()) for frame in overview.dataframe)
 
     # The environments are cached: asking again reuses them without pip.
-    monkeypatch.setenv(upgrade.CACHE_ENV, str(cache))
-    again = upgrade.ensure("baseline", (PYTZ,), reuse_site_packages=True, pip_args=("--no-index",), log=lambda _: None)
+    monkeypatch.setenv(virtualenvs.CACHE_ENV, str(cache))
+    again = virtualenvs.ensure(
+        "baseline", (PYTZ,), reuse_site_packages=True, pip_args=("--no-index",), log=lambda _: None
+    )
     assert again.cached and PYTZ in again.freeze()
-    assert upgrade.installed(again)["tensorflow"] == metadata.version("tensorflow")
+    assert virtualenvs.installed(again)["tensorflow"] == metadata.version("tensorflow")
 
 
 @pytest.mark.large  # ten trials in five environments, 1.5 minutes of both cores: CI's `large` job
 def test_calibrate_then_an_aa_upgrade_check_widens_its_intervals_by_the_runners_variation(tmp_path: Path) -> None:
     """Calibrate writes the runner's between-environment variation (pytz in two separately built environments);
     the A/A upgrade check then widens its intervals by it and says so."""
-    env = {upgrade.CACHE_ENV: str(tmp_path / "envs"), "STEPWATCH_RUNNER_LABEL": "test-runner"}
+    env = {virtualenvs.CACHE_ENV: str(tmp_path / "envs"), "STEPWATCH_RUNNER_LABEL": "test-runner"}
     calibration_file = tmp_path / "calibration.json"
     done = stepwatch(
         "calibrate", "--requirements", PYTZ, "--environments", "2", "--metric", "peak_memory_bytes,examples_per_sec",
@@ -243,23 +247,23 @@ def test_a_side_gets_stepwatchs_trial_code_as_files_without_the_dashboard_and_ke
     tmp_path: Path,
 ) -> None:
     site = tmp_path / "site"
-    upgrade.copy_stepwatch(site)
+    virtualenvs.copy_stepwatch(site)
     copied = site / "stepwatch"
-    assert (copied / "collector" / "bench" / "trial.py").is_file() and not (copied / "dashboard").exists()
+    assert (copied / "collector" / "trial" / "process.py").is_file() and not (copied / "dashboard").exists()
     assert (copied / "collector" / "data" / "prices.toml").is_file() and not any(copied.rglob("__pycache__"))
     assert not any(p.is_symlink() for p in copied.rglob("*"))  # a checkout's links became files
-    trial = copied / "collector" / "bench" / "trial.py"
+    trial = copied / "collector" / "trial" / "process.py"
     before = trial.stat().st_mtime_ns
-    upgrade.copy_stepwatch(site)  # the same code: nothing is rewritten under a running check
+    virtualenvs.copy_stepwatch(site)  # the same code: nothing is rewritten under a running check
     assert trial.stat().st_mtime_ns == before
     (copied / ".source-sha256").write_text("another stepwatch")
     trial.write_text("stale")
-    upgrade.copy_stepwatch(site)  # another stepwatch's copy is replaced
+    virtualenvs.copy_stepwatch(site)  # another stepwatch's copy is replaced
     assert trial.read_text() != "stale"
     [info] = site.glob("stepwatch-*.dist-info")
     assert f"Version: {metadata.version('stepwatch')}" in (info / "METADATA").read_text()
     # In a side environment (no packages installed yet), stepwatch is that copy.
-    python = upgrade.create_venv(tmp_path / "side", reuse_site_packages=False)
+    python = virtualenvs.create_venv(tmp_path / "side", reuse_site_packages=False)
     probe = "import stepwatch.collector.errors as e; print(e.__file__)"
     done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, cwd=python.parent)
     assert done.stdout.strip().startswith(str(tmp_path / "side" / "lib")), done.stderr

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stepwatch.collector.bench import pinfiles
-from stepwatch.collector.bench.pinfiles import PinFileError, Source
+from stepwatch.collector.environments import pinfiles
+from stepwatch.collector.environments.pinfiles import PinFileError, Source
 from tests.conftest import REPO, stepwatch
 from tests.wheels import wheel
 

@@ -1,5 +1,5 @@
 """A training script of the user's, named as a benchmark by its path (``path/train.py``), wherever a model is
-named. The script marks its steps with ``stepwatch.steps`` (``collector.bench.steps``); docs/reference.md ("Your
+named. The script marks its steps with ``stepwatch.steps`` (``collector.trial.steps``); docs/reference.md ("Your
 own training script") has the three lines it needs.
 
 The parent process never imports it: it checks that the file exists and hashes it (a row says which code ran). The

@@ -5,17 +5,14 @@ Keras overhead. torch is imported inside the builder only."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from stepwatch.trainers.resnet50 import ResNetSize
+from stepwatch.trainers.resnet_sizes import EXPANSION, ResNetSize
 
 
 def build(size: ResNetSize) -> Any:
     """A torch.nn.Module taking (batch, H, W, 3) images (permuted to a channels-last NCHW view, no copy)."""
     from torch import nn
-
-    from stepwatch.trainers.resnet50 import EXPANSION  # this module is imported by that one
 
     def conv_bn(cin: int, cout: int, kernel: int, stride: int = 1, relu: bool = True) -> nn.Sequential:
         layers = [nn.Conv2d(cin, cout, kernel, stride, padding=kernel // 2 if kernel == 3 else 0),

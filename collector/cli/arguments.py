@@ -16,10 +16,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from stepwatch.collector import metrics
 from stepwatch.collector.analysis import calibration, stats
 from stepwatch.collector.analysis.thresholds import THRESHOLDS_PATH, Override, load_overrides
-from stepwatch.collector.bench import catalog
 from stepwatch.collector.cli.exits import EXIT_USAGE
 from stepwatch.collector.config import FLAGGED, ROLES, TYPES, ConfigError, parse_bool
 from stepwatch.collector.errors import UsageError
+from stepwatch.collector.runner import catalog
 from stepwatch.collector.store.files import DB_ENV, DEFAULT_DB, default_db
 from stepwatch.trainers.script import is_script
 
@@ -106,7 +106,8 @@ def add_matrix_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_environment_arguments(parser: argparse.ArgumentParser) -> None:
-    """How a package set's environment is built (``collector.bench.upgrade.ensure``): run --with, upgrade-check."""
+    """How a package set's environment is built (``collector.environments.virtualenvs.ensure``): run --with,
+    upgrade-check."""
     parser.add_argument("--reuse-site-packages", action="store_true",
                         help="build the environments on top of this interpreter's packages (faster; the pinned "
                         "requirements still win)")  # fmt: skip
@@ -117,7 +118,7 @@ PROFILE_ALL = 1 << 30  # --profile without a count: every trial
 
 
 def add_profile_argument(parser: argparse.ArgumentParser) -> None:
-    """--profile [N] (``collector.bench.profiles``) and --compile-cache DIR: run, upgrade-check and bisect."""
+    """--profile [N] (``collector.trial.profiles``) and --compile-cache DIR: run, upgrade-check and bisect."""
     parser.add_argument(
         "--profile", nargs="?", type=int, const=PROFILE_ALL, default=0, metavar="N",
         help="after its timed steps, a trial records a profile of a few more steps and its per-op times (read by "

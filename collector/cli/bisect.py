@@ -11,8 +11,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stepwatch.collector.bench import catalog, runner, upgrade
-from stepwatch.collector.bench.suite import load_suite, narrow
 from stepwatch.collector.cli import exits
 from stepwatch.collector.cli.arguments import (
     add_analysis_arguments,
@@ -25,12 +23,15 @@ from stepwatch.collector.cli.arguments import (
 )
 from stepwatch.collector.cli.progress import TerminalHooks
 from stepwatch.collector.cli.upgrade import add_check_arguments, check_trials
+from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.bisect import bisect_json, bisect_markdown, step_line
 from stepwatch.collector.output.text import publish, write_file
+from stepwatch.collector.runner import catalog, execution
+from stepwatch.collector.runner.suite import load_suite, narrow
 from stepwatch.collector.workflows import bisect
 
-RESULTS_DIR = upgrade.RESULTS_DIR / "bisect"
+RESULTS_DIR = virtualenvs.RESULTS_DIR / "bisect"
 
 
 def register(commands: Any) -> None:
@@ -40,14 +41,14 @@ def register(commands: Any) -> None:
     parser.add_argument("--good", required=True, help="pip requirements without the regression: 'tensorflow==2.20.0'")
     parser.add_argument("--bad", required=True, help="pip requirements with it: 'tensorflow==2.21.0'")
     add_check_arguments(parser, RESULTS_DIR)
-    add_analysis_arguments(parser, several_metrics=True, default_db=upgrade.STORE, calibrated=True)
+    add_analysis_arguments(parser, several_metrics=True, default_db=virtualenvs.STORE, calibrated=True)
     parser.set_defaults(handler=run)
 
 
 def plan(args: argparse.Namespace) -> bisect.Plan:
     try:
-        good = upgrade.parse_side(args.good, "good")
-        bad = upgrade.parse_side(args.bad, "bad")
+        good = virtualenvs.parse_side(args.good, "good")
+        bad = virtualenvs.parse_side(args.bad, "bad")
     except ValueError as error:
         raise UsageError(str(error)) from None
     check_trials(args.trials)
@@ -55,7 +56,7 @@ def plan(args: argparse.Namespace) -> bisect.Plan:
     return bisect.Plan(
         good, bad, suite.name, list(narrow(suite.configs, matrix_values(args), suite.defaults)), args.trials,
         args.metric, overrides(args), Path(args.results), db_path(args),
-        runner.RunOptions(
+        execution.RunOptions(
             price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices), **trial_options(args)
         ),
         args.reuse_site_packages, tuple(args.pip_arg), args.aa, calibrated_between(args),

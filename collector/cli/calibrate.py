@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from stepwatch.collector.analysis import calibration
-from stepwatch.collector.bench import catalog, runner, upgrade
-from stepwatch.collector.bench.suite import load_suite, narrow
 from stepwatch.collector.cli.arguments import (
     add_db_argument,
     add_environment_arguments,
@@ -25,9 +23,12 @@ from stepwatch.collector.cli.arguments import (
 )
 from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
 from stepwatch.collector.cli.progress import TerminalHooks
+from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.metrics import METRICS
 from stepwatch.collector.output.runs import calibration_table
+from stepwatch.collector.runner import catalog, execution
+from stepwatch.collector.runner.suite import load_suite, narrow
 from stepwatch.collector.workflows import check as workflow
 
 DEFAULT_METRICS = ["examples_per_sec", "peak_memory_bytes"]
@@ -60,11 +61,11 @@ def register(commands: Any) -> None:
     parser.add_argument("--runner", default=None, help="runner label (default: $STEPWATCH_RUNNER_LABEL or host name)")
     parser.add_argument("--out", type=Path, help="calibration file (default data/calibration/<runner label>.json)")
     parser.add_argument(
-        "--results", default=str(upgrade.RESULTS_DIR / "calibrate"), help="folder for the trials' parquet"
+        "--results", default=str(virtualenvs.RESULTS_DIR / "calibrate"), help="folder for the trials' parquet"
     )
     add_matrix_arguments(parser)
     add_environment_arguments(parser)
-    add_db_argument(parser, upgrade.STORE)
+    add_db_argument(parser, virtualenvs.STORE)
     parser.set_defaults(handler=run)
 
 
@@ -77,14 +78,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.requirements:
         raise UsageError("--requirements is empty and TensorFlow is not installed here: give pip requirements")
     try:
-        requirements = upgrade.parse_side(args.requirements, "requirements")
+        requirements = virtualenvs.parse_side(args.requirements, "requirements")
     except ValueError as error:
         raise UsageError(str(error)) from None
     suite = load_suite(args.suite)
     configs = list(narrow(suite.configs, matrix_values(args), suite.defaults))
     label = args.runner or calibration.runner_label()
     out = args.out or calibration.default_path(label)
-    options = runner.RunOptions(price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices))
+    options = execution.RunOptions(price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices))
     ran, found = workflow.calibrate(
         label, requirements, args.environments, configs, args.trials, suite.name, args.metric, args.results, options,
         db_path(args), args.reuse_site_packages, tuple(args.pip_arg), TerminalHooks(),

@@ -8,9 +8,9 @@ from typing import Any
 
 from rich.markup import escape
 
-from stepwatch.collector.bench.results import ResultsError
 from stepwatch.collector.cli.arguments import add_db_argument, console, db_path
 from stepwatch.collector.cli.exits import EXIT_OK
+from stepwatch.collector.runner.results import ResultsError
 from stepwatch.collector.store import database, export
 from stepwatch.collector.store.selection import Selection
 

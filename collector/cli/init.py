@@ -11,10 +11,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from stepwatch.collector.bench import upgrade
 from stepwatch.collector.cli.exits import EXIT_OK
 from stepwatch.collector.config import KERAS_BACKENDS
 from stepwatch.collector.data import bundled
+from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.project import CONFIG_FILE, Project, version
 
@@ -28,7 +28,7 @@ ACTION_REPOSITORY = "stepwatch/stepwatch"
 GPU_EXTRAS = {"tensorflow": "tensorflow-cuda", "jax": "jax-cuda12", "torch": "torch"}
 TPU_EXTRA = "jax-tpu"  # JAX with libtpu: plain jax finds no TPU
 # What stays out of git: the results and stores stepwatch's commands write in the repository.
-IGNORED = ("stepwatch-results/", "stepwatch-nightly/", f"{upgrade.RESULTS_DIR}/", f"{upgrade.STORE}*")
+IGNORED = ("stepwatch-results/", "stepwatch-nightly/", f"{virtualenvs.RESULTS_DIR}/", f"{virtualenvs.STORE}*")
 LOOPS = ("fit", "pytorch")  # the loops a model of yours trains in (a script is its own loop)
 
 
@@ -105,9 +105,9 @@ def _runner(label: str) -> str:
 def suite_configs(root: Path, suite: str, extra: list[str]) -> int | None:
     """How many configs ``stepwatch run --suite SUITE EXTRA`` runs under the project's settings at ``root`` (None
     where they cannot be planned here yet: a model file not written yet, say)."""
-    from stepwatch.collector.bench.suite import load_suite, narrow
     from stepwatch.collector.cli import apply_project, build_parser
     from stepwatch.collector.cli.arguments import matrix_values
+    from stepwatch.collector.runner.suite import load_suite, narrow
 
     argv = ["run", "--suite", suite, *extra]
     try:

@@ -10,9 +10,9 @@ from typing import Any
 
 from rich.progress import MofNCompleteColumn, Progress, TextColumn
 
-from stepwatch.collector.bench import runner
 from stepwatch.collector.cli.arguments import PROGRESS_COLUMNS, console
 from stepwatch.collector.output.runs import ingest_lines, trial_line
+from stepwatch.collector.runner import execution
 from stepwatch.collector.store.ingest import IngestReport
 from stepwatch.collector.workflows.hooks import Hooks, OnDone, OnStart
 
@@ -29,7 +29,7 @@ class TerminalHooks(Hooks):
             def on_start(side: str, config: Any, trial: int) -> None:
                 progress.update(task, description=f"{label}{side}: {config.label()} trial {trial + 1}/{trials}")
 
-            def on_done(side: str, outcome: runner.Outcome) -> None:
+            def on_done(side: str, outcome: execution.Outcome) -> None:
                 progress.console.print(trial_line(f"{label}{side}: {outcome.config.label()}", outcome.row,
                                                   outcome.trial))  # fmt: skip
                 progress.advance(task)

@@ -7,11 +7,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from stepwatch.collector.bench.results import ResultsError
 from stepwatch.collector.cli.arguments import add_db_argument, console, db_path
 from stepwatch.collector.cli.exits import EXIT_OK
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.runs import query_table, write_query
+from stepwatch.collector.runner.results import ResultsError
 from stepwatch.collector.store.query import TABLES, query
 
 QUERY_FORMATS = ("table", "csv", "parquet")

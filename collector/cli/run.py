@@ -8,9 +8,6 @@ from typing import Any
 
 from rich.progress import Progress
 
-from stepwatch.collector.bench import catalog, runner, upgrade
-from stepwatch.collector.bench.results import ResultsError
-from stepwatch.collector.bench.suite import load_suite, narrow
 from stepwatch.collector.cli.arguments import (
     DEFAULT_OUT,
     PROGRESS_COLUMNS,
@@ -22,8 +19,12 @@ from stepwatch.collector.cli.arguments import (
     trial_options,
 )
 from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
+from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.runs import run_summary, trial_line
+from stepwatch.collector.runner import catalog, execution
+from stepwatch.collector.runner.results import ResultsError
+from stepwatch.collector.runner.suite import load_suite, narrow
 from stepwatch.collector.store import objectstore
 
 
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
             "instead of raising out-of-memory; use it on GPU or TPU hosts"
         )
     try:
-        requirements = upgrade.parse_side(args.packages, "with") if args.packages is not None else ()
+        requirements = virtualenvs.parse_side(args.packages, "with") if args.packages is not None else ()
     except ValueError as error:
         raise UsageError(str(error)) from None
     if args.dry_run:
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
-    options = runner.RunOptions(
+    options = execution.RunOptions(
         label=args.label,
         price_per_hour=args.price_per_hour,
         prices=catalog.load_prices(args.prices),
@@ -114,21 +115,23 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         raise UsageError(f"cannot create the results folder {out}: {error.strerror or error}") from None
     if requirements:  # after the cheap checks: building an environment takes minutes
-        envs = upgrade.ensure_all({"with": requirements}, args.reuse_site_packages, tuple(args.pip_arg), console.print)
+        envs = virtualenvs.ensure_all(
+            {"with": requirements}, args.reuse_site_packages, tuple(args.pip_arg), console.print
+        )
         options.python = envs["with"].python
-    plan = runner.interleave(configs, trials)
-    opened = runner.open_results(out, suite.name, plan, args.resume)
+    plan = execution.interleave(configs, trials)
+    opened = execution.open_results(out, suite.name, plan, args.resume)
     results = opened.results
     if opened.nothing_to_resume:
         console.print(f"nothing to resume for suite {suite.name} in {out}: starting a new run")
     if opened.done:
         console.print(f"resuming {results.path}: {opened.done} of {len(plan)} trials already recorded")
-    todo = runner.pending(plan, results.rows)
+    todo = execution.pending(plan, results.rows)
 
     if args.find_max_batch:
         for config in configs:
             console.print(f"finding the largest per-device batch for {config.label()} ...")
-            found = options.max_batches[config.key] = runner.find_max_batch(config, options.python, console.print)
+            found = options.max_batches[config.key] = execution.find_max_batch(config, options.python, console.print)
             console.print(f"  largest per-device batch that trained: {found.largest} (the search ended: {found.ended})")
 
     with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:
@@ -137,11 +140,11 @@ def run(args: argparse.Namespace) -> int:
         def on_start(config: Any, trial: int) -> None:
             progress.update(task, description=f"{config.label()} trial {trial + 1}/{trials}")
 
-        def on_done(outcome: runner.Outcome) -> None:
+        def on_done(outcome: execution.Outcome) -> None:
             progress.console.print(trial_line(outcome.config.label(), outcome.row, outcome.trial))
             progress.advance(task)
 
-        outcomes = runner.run_plan(todo, results, suite.name, opened.suite_run_id, options, on_start, on_done)
+        outcomes = execution.run_plan(todo, results, suite.name, opened.suite_run_id, options, on_start, on_done)
     console.print(run_summary(results.rows))
     failed = [o for o in outcomes if o.row["status"] != "ok"]
     print(f"results: {results.path}")
@@ -149,9 +152,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             uploaded = objectstore.upload(results.path, args.out)
             for row in results.rows:  # the profiles of this file's trials, under the same prefix
-                kept = out / runner.PROFILES_DIR / row["run_id"]
+                kept = out / execution.PROFILES_DIR / row["run_id"]
                 if row.get("profile_uri") and kept.is_dir():
-                    objectstore.upload(kept, f"{args.out.rstrip('/')}/{runner.PROFILES_DIR}")
+                    objectstore.upload(kept, f"{args.out.rstrip('/')}/{execution.PROFILES_DIR}")
         except objectstore.StorageError as error:
             raise ResultsError(
                 f"{error}; the results are kept in {results.path}; rerun the same command with --resume to upload them"

@@ -7,10 +7,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from stepwatch.collector.bench import pinfiles
-from stepwatch.collector.bench.pinfiles import PinFileError
 from stepwatch.collector.cli.arguments import add_environment_arguments, console
 from stepwatch.collector.cli.exits import EXIT_OK
+from stepwatch.collector.environments import pinfiles
+from stepwatch.collector.environments.pinfiles import PinFileError
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.sides import sides_json, sides_markdown, sides_text, step_outputs
 from stepwatch.collector.output.text import ReportError, publish

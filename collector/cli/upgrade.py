@@ -6,8 +6,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from stepwatch.collector.bench import catalog, runner, upgrade
-from stepwatch.collector.bench.suite import load_suite, narrow
 from stepwatch.collector.cli import exits
 from stepwatch.collector.cli.arguments import (
     add_analysis_arguments,
@@ -23,10 +21,13 @@ from stepwatch.collector.cli.arguments import (
 )
 from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
 from stepwatch.collector.cli.progress import TerminalHooks
+from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.comparison import aa_lines, between_lines, show_comparison, to_markdown, upgrade_preface
 from stepwatch.collector.output.explain import report_lines
 from stepwatch.collector.output.text import write_file
+from stepwatch.collector.runner import catalog, execution
+from stepwatch.collector.runner.suite import load_suite, narrow
 from stepwatch.collector.workflows import check
 
 
@@ -62,33 +63,33 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--baseline", required=True, help="pip requirements, e.g. 'tensorflow==2.20.0'")
     parser.add_argument("--candidate", required=True, help="pip requirements, e.g. 'tensorflow==2.21.0 keras==3.15.1'")
-    add_check_arguments(parser, upgrade.RESULTS_DIR)
+    add_check_arguments(parser, virtualenvs.RESULTS_DIR)
     parser.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when any verdict is inconclusive")
     parser.add_argument("--dry-run", action="store_true", help="print the interleaved plan and exit")
 
-    add_analysis_arguments(parser, several_metrics=True, default_db=upgrade.STORE, calibrated=True)
+    add_analysis_arguments(parser, several_metrics=True, default_db=virtualenvs.STORE, calibrated=True)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Build (or reuse) an environment per side, run the suite interleaved, ingest, compare, report."""
     try:
-        sides = {side: upgrade.parse_side(getattr(args, side), side) for side in upgrade.SIDES}
+        sides = {side: virtualenvs.parse_side(getattr(args, side), side) for side in virtualenvs.SIDES}
     except ValueError as error:
         raise UsageError(str(error)) from None
     suite = load_suite(args.suite)
     configs = list(narrow(suite.configs, matrix_values(args), suite.defaults))
     check_trials(args.trials)
-    order = (*upgrade.SIDES, upgrade.AA) if args.aa else upgrade.SIDES
+    order = (*virtualenvs.SIDES, virtualenvs.AA) if args.aa else virtualenvs.SIDES
     if args.dry_run:
-        for side, config, trial in upgrade.plan(configs, args.trials, order):
+        for side, config, trial in virtualenvs.plan(configs, args.trials, order):
             print(f"{side} {config.label()} trial {trial + 1}")
         return EXIT_OK
     thresholds = overrides(args)
     known = calibrated_between(args)
     hooks = TerminalHooks()
     envs = check.environments(sides, args.reuse_site_packages, tuple(args.pip_arg), args.aa, hooks)
-    options = runner.RunOptions(
+    options = execution.RunOptions(
         price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices), **trial_options(args)
     )
     done = check.measure(
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     failed = ran.failed()
     preface = upgrade_preface(
         sides["baseline"], sides["candidate"], len(configs), args.trials, suite.name, ran.host(),
-        len(failed), len(ran.outcomes), upgrade.package_diff(envs["baseline"], envs["candidate"]),
+        len(failed), len(ran.outcomes), virtualenvs.package_diff(envs["baseline"], envs["candidate"]),
         ran.compile_caches(), ran.spent(),
     )  # fmt: skip
     notes = aa_lines(result.aa) + between_lines(done.between) + own_results(ran.out_dir, db_path(args))

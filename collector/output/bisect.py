@@ -9,7 +9,7 @@ from typing import Any
 
 from stepwatch.collector.analysis.comparison import Row
 from stepwatch.collector.analysis.stats import plain
-from stepwatch.collector.bench.packages import Change, Group, describe
+from stepwatch.collector.environments.packages import Change, Group, describe
 from stepwatch.collector.outcomes import INCONCLUSIVE, SKIPPED
 from stepwatch.collector.output.comparison import aa_lines, between_lines, change_text, resolution
 from stepwatch.collector.output.explain import report_lines

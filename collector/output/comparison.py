@@ -102,7 +102,7 @@ def warnings_of(comparison: Comparison) -> list[str]:
 
 
 def machine_line(comparison: Comparison) -> str | None:
-    """How many ok trials of each side ran throttled or shared (the machine's state, collector.bench.machine): a
+    """How many ok trials of each side ran throttled or shared (the machine's state, collector.trial.machine): a
     verdict over flagged trials may be the machine's, not the software's. None when no side has trials."""
     parts = []
     for side in ("baseline", "candidate"):

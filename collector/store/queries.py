@@ -249,7 +249,7 @@ def model_code(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str
 
 def machine_state(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, int]:
     """Among the selected ok trials: how many there are, how many recorded the machine's state, and how many of
-    those ran throttled or shared (collector.bench.machine)."""
+    those ran throttled or shared (collector.trial.machine)."""
     if "throttled" not in con.sql("SELECT * FROM runs LIMIT 0").columns:
         return {"trials": 0, "read": 0, "throttled": 0, "shared": 0}
     where, params = selection.where()

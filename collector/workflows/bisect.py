@@ -17,9 +17,9 @@ from stepwatch.collector.analysis import stats
 from stepwatch.collector.analysis.comparison import Comparison, Row
 from stepwatch.collector.analysis.ops import Explained
 from stepwatch.collector.analysis.thresholds import Override
-from stepwatch.collector.bench import packages, runner, upgrade
-from stepwatch.collector.bench.packages import Change
 from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.environments import packages, virtualenvs
+from stepwatch.collector.environments.packages import Change
 from stepwatch.collector.outcomes import (
     CLEARS,
     FAILED,
@@ -30,6 +30,7 @@ from stepwatch.collector.outcomes import (
     REPRODUCES,
     SKIPPED,
 )
+from stepwatch.collector.runner import execution
 from stepwatch.collector.store import database, records
 from stepwatch.collector.workflows import search as searching
 from stepwatch.collector.workflows.check import measure
@@ -69,7 +70,7 @@ class Plan:
     thresholds: list[Override]
     results: Path
     db: Path
-    options: runner.RunOptions
+    options: execution.RunOptions
     reuse_site_packages: bool = False
     pip_args: tuple[str, ...] = ()
     aa: bool = False
@@ -101,7 +102,7 @@ class Bisection:
         self.folder = plan.results / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{self.id}"
         self.steps: list[Step] = []
         self.targets: set[tuple[str, str]] = set()
-        self.good_env: upgrade.Environment | None = None
+        self.good_env: virtualenvs.Environment | None = None
         self.own: set[str] | None = None  # the good side's own packages, with --reuse-site-packages
         self.built = 0  # environments built (not taken from the cache)
         self.resolver_runs = 0
@@ -111,28 +112,28 @@ class Bisection:
 
     def environment(
         self, side: str, requirements: tuple[str, ...], described: str | None, copy: int = 0
-    ) -> upgrade.Environment:
+    ) -> virtualenvs.Environment:
         plan = self.plan
-        env = upgrade.ensure(side, requirements, plan.reuse_site_packages, plan.pip_args, self.hooks.say,
+        env = virtualenvs.ensure(side, requirements, plan.reuse_site_packages, plan.pip_args, self.hooks.say,
                              described, copy)  # fmt: skip
         self.built += not env.cached
         return env
 
-    def step(self, applied: frozenset[Change], why: str, env: upgrade.Environment | None = None) -> Step:
+    def step(self, applied: frozenset[Change], why: str, env: virtualenvs.Environment | None = None) -> Step:
         """Measure good + ``applied`` against good (``env`` when already built), record it and classify it."""
         number, plan = len(self.steps), self.plan
         try:
             if env is None:
                 assert self.good_env is not None
-                pinned = packages.pins(upgrade.frozen(self.good_env), applied, self.own)
+                pinned = packages.pins(virtualenvs.frozen(self.good_env), applied, self.own)
                 env = self.environment(f"step {number}", pinned, packages.describe(applied))
-        except upgrade.UpgradeError as error:
+        except virtualenvs.UpgradeError as error:
             done = Step(number, why, applied, SKIPPED, reason=str(error))
         else:
             assert self.good_env is not None
             envs = {"baseline": self.good_env, "candidate": env}
             if number == 0 and plan.aa:  # the first step's A/A: its variation covers every later step too
-                envs[upgrade.AA] = self.environment(upgrade.AA, self.good, None, copy=1)
+                envs[virtualenvs.AA] = self.environment(virtualenvs.AA, self.good, None, copy=1)
             measured = measure(
                 plan.configs, plan.trials, plan.suite, envs, self.folder, plan.options, plan.db, plan.metrics,
                 plan.thresholds, self.hooks, f"step {number}: ", self.between,
@@ -199,15 +200,15 @@ def bisect(plan: Plan, hooks: BisectHooks) -> Bisected:
     state = Bisection(plan, hooks)
     state.good_env = state.environment("good", plan.good, None)
     bad_env = state.environment("bad", plan.bad, None)
-    state.own = upgrade.own_packages(state.good_env) if plan.reuse_site_packages else None
-    all_changes = packages.changes(upgrade.frozen(state.good_env), upgrade.frozen(bad_env))
+    state.own = virtualenvs.own_packages(state.good_env) if plan.reuse_site_packages else None
+    all_changes = packages.changes(virtualenvs.frozen(state.good_env), virtualenvs.frozen(bad_env))
     hooks.say(f"{len(all_changes)} package(s) differ: {packages.describe(all_changes)}")
     ends = state.step(frozenset(all_changes), "the whole upgrade", bad_env)
     found: searching.Search | None = None
     if ends.outcome == REPRODUCES and all_changes:
         resolver = packages.Resolver(plan.reuse_site_packages, plan.pip_args, hooks.say)
         hooks.say(f"asking pip's resolver which of the {len(all_changes)} changes need which")
-        good_versions = upgrade.frozen(state.good_env)
+        good_versions = virtualenvs.frozen(state.good_env)
         ordered = packages.groups(packages.all_needs(all_changes, good_versions, resolver.resolve, state.own))
         state.resolver_runs = resolver.runs
         hooks.say(f"{len(ordered)} group(s), {resolver.runs} resolver run(s)")

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from stepwatch.collector.analysis import calibration, comparison, ops, stats
 from stepwatch.collector.analysis.thresholds import Override
-from stepwatch.collector.bench import runner, upgrade
 from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.environments import virtualenvs
+from stepwatch.collector.runner import execution
 from stepwatch.collector.store import database
 from stepwatch.collector.store.selection import Selection
 from stepwatch.collector.workflows.hooks import Hooks, ingest_into
@@ -24,24 +25,24 @@ def interleave(
     configs: list[BenchmarkConfig],
     trials: int,
     suite: str,
-    envs: dict[str, upgrade.Environment],
+    envs: dict[str, virtualenvs.Environment],
     results: str | Path,
-    options: runner.RunOptions,
+    options: execution.RunOptions,
     hooks: Hooks,
     label: str = "",
-) -> upgrade.Check:
+) -> virtualenvs.Check:
     """Every environment's trials, interleaved (``label`` names them in the hooks' progress)."""
     with hooks.trials(len(configs) * trials * len(envs), label, trials) as (on_start, on_done):
-        return upgrade.run(configs, trials, suite, envs, results, options, on_start, on_done)
+        return virtualenvs.run(configs, trials, suite, envs, results, options, on_start, on_done)
 
 
 def environments(
     sides: dict[str, tuple[str, ...]], reuse: bool, pip_args: tuple[str, ...], aa: bool, hooks: Hooks
-) -> dict[str, upgrade.Environment]:
+) -> dict[str, virtualenvs.Environment]:
     """Every side's environment and, with ``aa``, a second one of the baseline's requirements (built separately)."""
-    envs = upgrade.ensure_all(sides, reuse, pip_args, hooks.say)
+    envs = virtualenvs.ensure_all(sides, reuse, pip_args, hooks.say)
     if aa:
-        envs[upgrade.AA] = upgrade.ensure(upgrade.AA, sides["baseline"], reuse, pip_args, hooks.say, copy=1)
+        envs[virtualenvs.AA] = virtualenvs.ensure(virtualenvs.AA, sides["baseline"], reuse, pip_args, hooks.say, copy=1)
     return envs
 
 
@@ -50,7 +51,7 @@ class Measured:
     """One interleaved check, ingested and compared: the trials, baseline vs candidate (with its A/A, when one
     ran, as ``comparison.aa``), and the between-environment variance per metric that its intervals cover."""
 
-    check: upgrade.Check
+    check: virtualenvs.Check
     comparison: comparison.Comparison
     between: dict[str, stats.Between]
     explained: tuple[list[ops.Explained], dict[str, list[dict]]] | None = None  # with --profile: op by op
@@ -61,9 +62,9 @@ def measure(
     configs: list[BenchmarkConfig],
     trials: int,
     suite: str,
-    envs: dict[str, upgrade.Environment],
+    envs: dict[str, virtualenvs.Environment],
     results: str | Path,
-    options: runner.RunOptions,
+    options: execution.RunOptions,
     db: Path,
     metric_names: list[str],
     thresholds: list[Override],
@@ -82,8 +83,10 @@ def measure(
     aa = None
     with database.open_store(db) as reader:
         con = reader.connection()
-        if upgrade.AA in envs:
-            aa = comparison.build(con, selections["baseline"], selections[upgrade.AA], metric_names, thresholds, known)
+        if virtualenvs.AA in envs:
+            aa = comparison.build(
+                con, selections["baseline"], selections[virtualenvs.AA], metric_names, thresholds, known
+            )
             for name in (m.name for m in aa.metrics if not m.deterministic):  # a counter is compared exactly
                 pairs = [(r.result.baseline, r.result.candidate) for r in aa.rows if r.metric.name == name]
                 pooled = stats.pool_between([known.get(name), calibration.aa_between(pairs)])
@@ -93,14 +96,17 @@ def measure(
         measured = Measured(check, result, known)
         if options.profile:
             measured.explained = ops.between(con, selections["baseline"], selections["candidate"])
-            if upgrade.AA in envs:
-                measured.aa_explained = ops.between(con, selections["baseline"], selections[upgrade.AA])[0]
+            if virtualenvs.AA in envs:
+                measured.aa_explained = ops.between(con, selections["baseline"], selections[virtualenvs.AA])[0]
     result.aa = aa
     return measured
 
 
 def fill_caches(
-    configs: list[BenchmarkConfig], envs: dict[str, upgrade.Environment], options: runner.RunOptions, hooks: Hooks
+    configs: list[BenchmarkConfig],
+    envs: dict[str, virtualenvs.Environment],
+    options: execution.RunOptions,
+    hooks: Hooks,
 ) -> None:
     """With a compile cache: one short trial of every config on every side before the measured ones, recorded
     nowhere, so that every measured trial finds its programs compiled. A cold trial is not like a warm one in what
@@ -112,14 +118,14 @@ def fill_caches(
         for config in compiled:
             short = config.with_changes(steps=config.window_steps, warmup_steps=2 * config.window_steps)
             with tempfile.TemporaryDirectory(prefix="stepwatch-cache-") as tmp:
-                child, wall_s, _ = runner.run_child(
-                    short, env.python, Path(tmp), runner.cache_env(options.compile_cache)
+                child, wall_s, _ = execution.run_child(
+                    short, env.python, Path(tmp), execution.cache_env(options.compile_cache)
                 )
             why = "" if child["status"] == "ok" else f": {child.get('error_message')}"
             hooks.say(f"{side}: filled the compile cache for {config.label()} ({child['status']}, {wall_s:.0f} s{why})")
 
 
-def values_by_environment(check: upgrade.Check, metrics: list[str]) -> dict[str, dict[str, list[list[float]]]]:
+def values_by_environment(check: virtualenvs.Check, metrics: list[str]) -> dict[str, dict[str, list[list[float]]]]:
     """metric -> config -> per environment (in the check's order), the ok trials' values."""
     sides = list(check.results)
     found: dict[str, dict[str, list[list[float]]]] = {m: defaultdict(lambda: [[] for _ in sides]) for m in metrics}
@@ -143,15 +149,15 @@ def calibrate(
     suite: str,
     metrics: list[str],
     results: str | Path,
-    options: runner.RunOptions,
+    options: execution.RunOptions,
     db: Path,
     reuse: bool,
     pip_args: tuple[str, ...],
     hooks: Hooks,
-) -> tuple[upgrade.Check, calibration.Calibration]:
+) -> tuple[virtualenvs.Check, calibration.Calibration]:
     """``count`` separately built environments of ``requirements``, their trials interleaved and ingested, and
     the runner's calibration from them (``collector.analysis.calibration``)."""
-    envs = {f"env-{i}": upgrade.ensure(f"env-{i}", requirements, reuse, pip_args, hooks.say, copy=i)
+    envs = {f"env-{i}": virtualenvs.ensure(f"env-{i}", requirements, reuse, pip_args, hooks.say, copy=i)
             for i in range(count)}  # fmt: skip
     check = interleave(configs, trials, suite, envs, results, options, hooks)
     ingest_into([str(check.out_dir)], db, False, hooks)

@@ -8,12 +8,12 @@ import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from stepwatch.collector.bench import runner
 from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.runner import execution
 from stepwatch.collector.store.ingest import IngestReport, ingest
 
 OnStart = Callable[[str, BenchmarkConfig, int], None]
-OnDone = Callable[[str, runner.Outcome], None]
+OnDone = Callable[[str, execution.Outcome], None]
 
 
 class Hooks:

@@ -1,4 +1,4 @@
-"""The search of a bisect: a binary search over prefixes of the groups of changes (``collector.bench.packages``),
+"""The search of a bisect: a binary search over prefixes of the groups of changes (``collector.environments.packages``),
 in the order pip's resolver allows them to be installed. Every prefix installs; the shortest prefix whose
 environment reproduces the regression ends with the culprit group, whose effect alone is then measured on its
 own (with only what it needs), so the report says what it does by itself, not only in company.
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from stepwatch.collector.analysis import stats
-from stepwatch.collector.bench.packages import Change, Group, describe, prefix
+from stepwatch.collector.environments.packages import Change, Group, describe, prefix
 from stepwatch.collector.outcomes import CLEARS, INCONCLUSIVE, REPRODUCES, SKIPPED
 
 # --- The search ------------------------------------------------------------------------------------------------

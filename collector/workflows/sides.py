@@ -2,7 +2,7 @@
 from (the merge base), the candidate from its head, and what pip resolves each to. This is what the
 upgrade-pr workflow checks, and how it knows when an edit of the pin files changes nothing installed.
 
-Each side is resolved as its environment will be built (``upgrade.environment_requirements``) by the
+Each side is resolved as its environment will be built (``virtualenvs.environment_requirements``) by the
 resolver ``stepwatch bisect`` uses (``packages.Resolver``: ``pip install --dry-run --report``), in two
 passes: the requirements (each narrowed by a constraint or lock pin of the same name), then again with the
 constraints of every other package the first pass installs, as pip applies ``-c``. What differs between the
@@ -17,8 +17,8 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from stepwatch.collector.bench import packages, pinfiles, upgrade
-from stepwatch.collector.bench.pinfiles import PackageSet, PinFileError, Source
+from stepwatch.collector.environments import packages, pinfiles, virtualenvs
+from stepwatch.collector.environments.pinfiles import PackageSet, PinFileError, Source
 
 
 @dataclass(frozen=True)
@@ -66,9 +66,9 @@ def derive(side: str, source: Source, resolver: packages.Resolver, reuse: bool) 
         raise PinFileError(f"the {side} ({source.name}) requires nothing: {listed} matched")
 
     def resolve(requirements: tuple[str, ...]) -> dict[str, str]:
-        answer = resolver.resolve(tuple(upgrade.environment_requirements(requirements, reuse)))
+        answer = resolver.resolve(tuple(virtualenvs.environment_requirements(requirements, reuse)))
         if not answer.ok:
-            raise upgrade.UpgradeError(f"the {side}'s requirements do not resolve ({source.name}): {answer.reason}")
+            raise virtualenvs.UpgradeError(f"the {side}'s requirements do not resolve ({source.name}): {answer.reason}")
         return answer.installs
 
     requirements = _narrowed(found, set())

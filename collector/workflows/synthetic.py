@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from stepwatch.collector.bench.suite import load_suite
 from stepwatch.collector.config import config_columns
 from stepwatch.collector.metrics import METRICS
+from stepwatch.collector.runner.suite import load_suite
 from stepwatch.collector.schema import SCHEMA, SCHEMA_VERSION, SYNTHETIC_SOURCE, series_key, write_parquet
 from stepwatch.trainers import get_model
 

@@ -11,8 +11,7 @@ import streamlit as st
 from stepwatch.collector import metrics
 from stepwatch.collector.analysis import calibration
 from stepwatch.collector.analysis.thresholds import load_overrides
-from stepwatch.collector.bench.packages import Change, describe
-from stepwatch.collector.bench.profiles import raw_profile
+from stepwatch.collector.environments.packages import Change, describe
 from stepwatch.collector.output.comparison import (
     between_lines,
     code_warnings,
@@ -26,6 +25,7 @@ from stepwatch.collector.output.explain import header_line, pair_lines
 from stepwatch.collector.output.text import interval, percent, plain_rows, repro_command, series_label
 from stepwatch.collector.store.queries import OP_KEYS, version_key
 from stepwatch.collector.store.selection import ALL, Selection, SelectionError
+from stepwatch.collector.trial.profiles import raw_profile
 from stepwatch.dashboard import charts, data, state
 
 st.title("Compare")

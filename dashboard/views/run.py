@@ -36,7 +36,7 @@ state.keep(run=picked)
 
 if row["status"] != "ok":
     st.error(f"{row['status']}: {row.get('error_type') or ''} {row.get('error_message') or ''}")
-if row.get("throttled") or row.get("shared"):  # the machine's state while it measured (collector.bench.machine)
+if row.get("throttled") or row.get("shared"):  # the machine's state while it measured (collector.trial.machine)
     st.warning(f"This trial's machine: {row.get('machine_note')}. Its figures may be the machine's, not its code's.")
 TILE_HELP = {"peak_memory_bytes": memory_help}  # what a figure means, where it needs saying
 for column, metric in zip(st.columns(len(HEADLINE)), HEADLINE):

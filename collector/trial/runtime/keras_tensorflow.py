@@ -16,11 +16,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from stepwatch.collector.bench import counters, profiles
-from stepwatch.collector.bench.measure import WindowClock
-from stepwatch.collector.bench.runtime import common
-from stepwatch.collector.bench.runtime.common import Runtime
 from stepwatch.collector.config import BenchmarkConfig, ConfigError, thread_counts
+from stepwatch.collector.trial import counters, profiles
+from stepwatch.collector.trial.measure import WindowClock
+from stepwatch.collector.trial.runtime import keras_backend
+from stepwatch.collector.trial.runtime.keras_backend import Runtime
 from stepwatch.trainers.spec import ModelSpec
 
 PIPELINE_EXAMPLES = 256  # distinct host examples a data=pipeline run cycles through
@@ -123,7 +123,7 @@ def train_ctl(
             window_losses = []
 
 
-class TensorFlowBackend(common.KerasBackend):
+class TensorFlowBackend(keras_backend.KerasBackend):
     """XLA through jit_compile; tf.distribute strategies; tf.data; the custom training loop beside ``fit``."""
 
     def configure(self, config: BenchmarkConfig) -> Runtime:
@@ -142,7 +142,7 @@ class TensorFlowBackend(common.KerasBackend):
             tf.config.set_visible_devices([], "GPU")
         # fp32 means true fp32: TF32 tensor-core math is off unless asked for. Mixed modes keep TF's default.
         tf.config.experimental.enable_tensor_float_32_execution(config.precision not in ("fp32",))
-        compute_dtype, variable_dtype = common.set_policy(config.precision)
+        compute_dtype, variable_dtype = keras_backend.set_policy(config.precision)
         strategy = make_strategy(config)
         return Runtime(
             replicas=strategy.num_replicas_in_sync,
@@ -174,7 +174,7 @@ class TensorFlowBackend(common.KerasBackend):
 
             return function
 
-        return common.wrapped(tf, "function", keeping)
+        return keras_backend.wrapped(tf, "function", keeping)
 
     def counters(self, model: Any, data: Any, config: BenchmarkConfig, runtime: Runtime) -> dict[str, Any]:
         """With XLA the optimized HLO of the step (as XLA compiles it for one batch); without, the ops of its

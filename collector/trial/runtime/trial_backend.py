@@ -1,6 +1,6 @@
 """What every trial backend shares, Keras' or not, without importing any framework: what was set up
 (``Runtime``), the host's peak memory on a CPU, and ``TrialBackend``, the framework-free half of the
-``collector.bench.runtime.Backend`` skeleton (profiling a few steps, memory, devices). ``common.KerasBackend``
+``collector.trial.runtime.Backend`` skeleton (profiling a few steps, memory, devices). ``common.KerasBackend``
 adds Keras' ``fit``; ``pytorch.PlainTorchBackend`` a plain PyTorch loop."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stepwatch.collector.bench import memory, profiles
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.metrics import ANON_KIND
+from stepwatch.collector.trial import memory, profiles
 
 
 @dataclass
@@ -55,7 +55,7 @@ def wrapped(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]
 
 def host_peak_memory() -> tuple[int | None, str]:
     """A CPU trial's peak memory on every backend: its peak anonymous memory, which the parent samples from
-    outside (collector.bench.memory), so nothing to read here."""
+    outside (collector.trial.memory), so nothing to read here."""
     return None, ANON_KIND
 
 

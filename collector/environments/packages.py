@@ -29,7 +29,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from stepwatch.collector.bench import upgrade
+from stepwatch.collector.environments import virtualenvs
 
 # Never pinned: the installer's own tools (a new environment brings its own, and pip upgrades them where a
 # package needs it), and stepwatch (the environments import this checkout).
@@ -133,15 +133,15 @@ class Resolver:
         self.reuse, self.pip_args, self.log = reuse_site_packages, pip_args, log
         identity = {"resolver": 1, "python": sys.version, "reuse": reuse_site_packages}
         key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
-        self.home = upgrade.cache_root() / f"resolver-{key}"
+        self.home = virtualenvs.cache_root() / f"resolver-{key}"
         self.python: Path | None = None
         self.runs = 0  # dry runs done (not answered from the cache)
 
     def _interpreter(self) -> Path:
         if self.python is None:
-            ready = self.home / "venv" / upgrade.READY
+            ready = self.home / "venv" / virtualenvs.READY
             if not ready.exists():
-                upgrade.create_venv(self.home / "venv", self.reuse)
+                virtualenvs.create_venv(self.home / "venv", self.reuse)
                 ready.write_text("")
             self.python = self.home / "venv" / "bin" / "python"
         return self.python
@@ -153,7 +153,7 @@ class Resolver:
             return _resolution(json.loads(cached.read_text()))
         report = self.home / "answers" / f"{key}.report.json"
         report.parent.mkdir(parents=True, exist_ok=True)
-        command = [*upgrade.pip_command(self._interpreter()), "install", "--dry-run", "--report", str(report),
+        command = [*virtualenvs.pip_command(self._interpreter()), "install", "--dry-run", "--report", str(report),
                    *self.pip_args, *pinned]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True)
         self.runs += 1

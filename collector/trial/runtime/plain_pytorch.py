@@ -3,7 +3,7 @@
 asks, ``torch.compile`` (inductor) on the module for ``xla`` on. The same window clock, peak memory, counters,
 profile and failure rows as a Keras trial, and no Keras: what ran is what a PyTorch user runs.
 
-``TorchDevice`` is what this trial and Keras-on-torch (``collector.bench.runtime.torch``) share: threads, TF32,
+``TorchDevice`` is what this trial and Keras-on-torch (``collector.trial.runtime.keras_torch``) share: threads, TF32,
 torch.compile's counters, torch's profiler, CUDA memory and devices. Only a trial process with
 KERAS_BACKEND=torch imports this module; it imports neither Keras nor TensorFlow.
 """
@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from stepwatch.collector.bench import counters, profiles
-from stepwatch.collector.bench.measure import WindowClock
-from stepwatch.collector.bench.runtime.base import Runtime, TrialBackend, cudnn_text
 from stepwatch.collector.config import BenchmarkConfig, ConfigError, thread_counts
+from stepwatch.collector.trial import counters, profiles
+from stepwatch.collector.trial.measure import WindowClock
+from stepwatch.collector.trial.runtime.trial_backend import Runtime, TrialBackend, cudnn_text
 from stepwatch.trainers.spec import ModelSpec
 
 AUTOCAST = {"mixed_float16": torch.float16, "mixed_bfloat16": torch.bfloat16}  # fp32 and tf32: no autocast

@@ -1,6 +1,6 @@
 """What every Keras backend shares: the dtype policy, building and compiling for ``fit``, synthetic batches
 placed once on the device, the ``fit`` timing callback and the host's peak memory. Imported after
-``collector.bench.runtime.prepare`` has set KERAS_BACKEND."""
+``collector.trial.runtime.prepare`` has set KERAS_BACKEND."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typing import Any
 
 import keras
 
-from stepwatch.collector.bench import counters, profiles
-from stepwatch.collector.bench.measure import WindowClock, window_mean_from_running
-from stepwatch.collector.bench.runtime.base import (  # noqa: F401 - the backends read these here too
+from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.trial import counters, profiles
+from stepwatch.collector.trial.measure import WindowClock, window_mean_from_running
+from stepwatch.collector.trial.runtime.trial_backend import (  # noqa: F401 - the backends read these here too
     Runtime,
     TrialBackend,
     cudnn_text,
@@ -21,7 +22,6 @@ from stepwatch.collector.bench.runtime.base import (  # noqa: F401 - the backend
     host_peak_memory,
     wrapped,
 )
-from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.trainers.spec import ModelSpec
 
 POLICIES = {"fp32": "float32", "tf32": "float32", "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16"}
@@ -140,7 +140,7 @@ def compiler_of(model: Any, config: BenchmarkConfig, compiled_by: str) -> str:
 
 
 class KerasBackend(TrialBackend):
-    """The skeleton of a Keras backend (``collector.bench.runtime.Backend``), written once: building and compiling
+    """The skeleton of a Keras backend (``collector.trial.runtime.Backend``), written once: building and compiling
     for ``fit``, batches placed on the device once, the ``fit`` loop with window marks, what jit_compile ran. A
     backend subclasses it and fills in what differs: ``configure``, its software versions, and on an accelerator
     its peak memory, device details and out-of-memory error."""

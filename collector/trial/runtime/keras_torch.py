@@ -11,18 +11,18 @@ from typing import Any
 
 import keras
 
-from stepwatch.collector.bench.runtime import common
-from stepwatch.collector.bench.runtime.common import Runtime
-from stepwatch.collector.bench.runtime.pytorch import TorchDevice
 from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.trial.runtime import keras_backend
+from stepwatch.collector.trial.runtime.keras_backend import Runtime
+from stepwatch.collector.trial.runtime.plain_pytorch import TorchDevice
 
 
-class TorchBackend(TorchDevice, common.KerasBackend):
+class TorchBackend(TorchDevice, keras_backend.KerasBackend):
     """torch.compile (inductor) through jit_compile; the synthetic batch as tensors on Keras' device."""
 
     def configure(self, config: BenchmarkConfig) -> Runtime:
         settings = self.set_up(config)
-        compute_dtype, variable_dtype = common.set_policy(config.precision)
+        compute_dtype, variable_dtype = keras_backend.set_policy(config.precision)
         return Runtime(compute_dtype=compute_dtype, variable_dtype=variable_dtype, **settings)
 
     def counters(self, model: Any, data: Any, config: BenchmarkConfig, runtime: Runtime) -> dict[str, Any]:

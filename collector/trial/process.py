@@ -1,6 +1,6 @@
-"""One trial in a fresh process: ``python -m collector.bench.trial --config JSON --result PATH``.
+"""One trial in a fresh process: ``python -m collector.trial.process --config JSON --result PATH``.
 
-The parent (collector.bench.runner) starts this with a timeout and always writes a row; this side writes
+The parent (collector.runner.execution) starts this with a timeout and always writes a row; this side writes
 what it measured, or why it stopped, to the result file before it exits.
 """
 
@@ -16,11 +16,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from stepwatch.collector.bench import counters, launchers, machine, profiles, runtime, script_trial
-from stepwatch.collector.bench.environment import host_environment
-from stepwatch.collector.bench.measure import NonFiniteLoss, WindowClock, host_load, summarize
 from stepwatch.collector.config import BenchmarkConfig, usable_cores, validate
 from stepwatch.collector.metrics import STARTUP_PHASES, startup_column
+from stepwatch.collector.trial import counters, machine, profiles, ranks, runtime, script
+from stepwatch.collector.trial.host import host_environment
+from stepwatch.collector.trial.measure import NonFiniteLoss, WindowClock, host_load, summarize
 from stepwatch.trainers import get_model
 from stepwatch.trainers.user import is_reference
 
@@ -53,12 +53,12 @@ def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> 
     ``result_path``: once when everything timed and its memory are measured (the parent stops sampling the
     memory when the file appears), and again with the compiled step's counters, which are read after that."""
     if config.processes > 1:  # one rank of several: rank 0 writes the trial's result, each other rank its own
-        launchers.die_with_parent()
-        if launchers.rank() == 0:
-            launchers.rank0_pid_file(result_path).write_text(str(os.getpid()))
-        result_path = launchers.rank_result(result_path, launchers.rank())
+        ranks.die_with_parent()
+        if ranks.rank() == 0:
+            ranks.rank0_pid_file(result_path).write_text(str(os.getpid()))
+        result_path = ranks.rank_result(result_path, ranks.rank())
     if config.loop == "script":  # the user's own training script, in this process
-        return script_trial.run(config, result_path, Phases(spawn_time), write_json_atomically, _perf_at(spawn_time))
+        return script.run(config, result_path, Phases(spawn_time), write_json_atomically, _perf_at(spawn_time))
     result: dict[str, Any] = {"status": "crash"}
     phases = Phases(spawn_time)
     phases.done("python")
@@ -188,7 +188,7 @@ def compiler_flops(result: dict[str, Any], config: BenchmarkConfig) -> dict[str,
 def read_counters(
     backend: runtime.Backend, model: Any, data: Any, config: BenchmarkConfig, setup: Any
 ) -> dict[str, Any]:
-    """The compiled step's counters (collector.bench.counters), and how long reading them took; a counter that
+    """The compiled step's counters (collector.trial.counters), and how long reading them took; a counter that
     cannot be read is left out, with why in the row's extras and the traceback in the log (the trial stays ok)."""
     start = time.perf_counter()
     try:
@@ -205,7 +205,7 @@ def _perf_at(wall_time: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m collector.bench.trial", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m collector.trial.process", description=__doc__)
     parser.add_argument("--config", required=True, help="BenchmarkConfig as JSON")
     parser.add_argument("--result", required=True, type=Path, help="where to write the result JSON")
     args = parser.parse_args(argv)

@@ -37,7 +37,7 @@ class WindowClock:
     window_steps: int
     start: float = 0.0
     marks: list[Mark] = field(default_factory=list)
-    watch: Any = None  # collector.bench.machine.Watch: read when the measured steps begin and end
+    watch: Any = None  # collector.trial.machine.Watch: read when the measured steps begin and end
     measured: tuple[int, int] = (-1, -1)  # steps done when they begin and end
 
     def begin(self) -> None:
@@ -154,7 +154,7 @@ def summarize(clock: WindowClock, warmup_steps: int, global_batch: int) -> Trial
 def host_load(clock: WindowClock, warmup_steps: int) -> dict[str, float]:
     """The cores this process kept busy during the measured windows, per measured second (``process_cpu_per_s``;
     1.3 = one core and a third); what the rest of the machine did is the row's machine state
-    (collector.bench.machine). Empty when no measured window closed or the OS does not say."""
+    (collector.trial.machine). Empty when no measured window closed or the OS does not say."""
     measured = clock.marks[warmup_steps // clock.window_steps :]
     if len(measured) < 2:
         return {}

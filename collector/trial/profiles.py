@@ -2,7 +2,7 @@
 ran inside it, on the same thread, is its children's), how often it ran per step, and where (host or device).
 
 Framework-free: a backend records a profile with its framework's profiler after the timed steps and after the
-counters (``collector.bench.trial``), so profiling changes no timed figure, and hands this module the events
+counters (``collector.trial.process``), so profiling changes no timed figure, and hands this module the events
 its framework reads back. XSpace profiles (TensorFlow, JAX) come as planes of lines of events; torch's profiler
 gives per-op totals itself.
 

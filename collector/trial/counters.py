@@ -2,7 +2,7 @@
 every process for one program and software stack (the deterministic metrics of ``collector.metrics``).
 
 Framework-free: the backends hand this module the text or the objects their framework gives, and it counts.
-A trial reads them after its timed steps and after its memory is measured (``collector.bench.trial``), so
+A trial reads them after its timed steps and after its memory is measured (``collector.trial.process``), so
 reading them (which compiles the step once more on JAX and TensorFlow) changes no other figure.
 """
 

@@ -1,8 +1,8 @@
 """A trial that runs the user's training script (loop ``script``), in the trial process: the script runs as
-``__main__`` with its arguments and marks its steps (``collector.bench.steps``); the row is every trial's (the
+``__main__`` with its arguments and marks its steps (``collector.trial.steps``); the row is every trial's (the
 window clock, throughput, step times, startup to the first step, memory, failure rows).
 
-Under a data-parallel launcher (``collector.bench.launchers``) every process runs this, each a rank: rank 0
+Under a data-parallel launcher (``collector.runner.launchers``) every process runs this, each a rank: rank 0
 writes the trial's result file, every other rank its own beside it (``rank_result``), which the parent reads to
 say which rank failed. Imports no framework itself: the script imports what it trains with.
 """
@@ -20,13 +20,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from stepwatch.collector.bench import machine, steps
-from stepwatch.collector.bench.environment import distribution_version, host_environment
-from stepwatch.collector.bench.launchers import COORDINATOR_ENV, rank
-from stepwatch.collector.bench.measure import WindowClock, host_load, summarize
-from stepwatch.collector.bench.runtime import loaded_frameworks
-from stepwatch.collector.bench.runtime.base import host_memory_fields, host_peak_memory
 from stepwatch.collector.config import FRAMEWORK_VERSION_COLUMNS, BenchmarkConfig, usable_cores
+from stepwatch.collector.trial import machine, steps
+from stepwatch.collector.trial.host import distribution_version, host_environment
+from stepwatch.collector.trial.measure import WindowClock, host_load, summarize
+from stepwatch.collector.trial.ranks import COORDINATOR_ENV, rank
+from stepwatch.collector.trial.runtime import loaded_frameworks
+from stepwatch.collector.trial.runtime.trial_backend import host_memory_fields, host_peak_memory
 from stepwatch.trainers.script import Script
 
 DISTRIBUTIONS = {
@@ -56,7 +56,7 @@ def framework_versions() -> dict[str, Any]:
 
 def device_fields(config: BenchmarkConfig) -> dict[str, Any]:
     """On a GPU, the device the script trained on and its allocator's peak, from the framework it loaded: torch
-    (the rank's own device), JAX or TensorFlow. On a CPU the parent samples the peak (``collector.bench.memory``)."""
+    (the rank's own device), JAX or TensorFlow. On a CPU the parent samples the peak (``collector.trial.memory``)."""
     if config.device == "cpu":
         peak, kind = host_peak_memory()
         return {"peak_memory_bytes": peak, "peak_memory_kind": kind}

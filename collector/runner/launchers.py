@@ -6,7 +6,7 @@ stopped the others.
 - ``one``: the trial process itself.
 - ``torchrun``: torch's elastic launcher (``python -m torch.distributed.run --standalone``), for keras_backend
   torch: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in every rank's environment.
-- ``workers``: this module's own (``python -m stepwatch.collector.bench.launchers``), for TensorFlow and JAX:
+- ``workers``: this module's own (``python -m stepwatch.collector.runner.launchers``), for TensorFlow and JAX:
   the same variables, and TF_CONFIG (a worker per rank on 127.0.0.1) or the coordinator's address that the trial
   gives ``jax.distributed.initialize``. When one rank fails, the others are stopped, as torch's launcher does.
 
@@ -16,7 +16,6 @@ Run as a module, this is the ``workers`` launcher: ``launchers --nproc N --backe
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import re
@@ -25,39 +24,12 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.trial import ranks
 
-COORDINATOR_ENV = "STEPWATCH_COORDINATOR"
-PR_SET_PDEATHSIG = 1
 POLL_S = 0.05
-
-
-def rank() -> int:
-    """This process's rank under a launcher (RANK, as torch's launcher and stepwatch's set it); 0 alone."""
-    return int(os.environ.get("RANK", "0"))
-
-
-def rank_result(result_path: Path, index: int) -> Path:
-    """Where rank ``index`` writes its result (rank 0: the trial's result file)."""
-    return result_path if index == 0 else result_path.with_name(f"rank-{index}.json")
-
-
-def rank0_pid_file(result_path: Path) -> Path:
-    """Where rank 0 writes its process id, so that the parent samples the memory of rank 0, not of a launcher."""
-    return result_path.with_name("rank-0.pid")
-
-
-def die_with_parent() -> None:
-    """Get SIGKILL when the parent process dies (Linux): a trial started by stepwatch (before exec), and a rank
-    under a launcher that starts its workers in sessions of their own (torch's), so that no process outlives a
-    killed suite or trial."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
 
 
 def free_port() -> int:
@@ -98,7 +70,7 @@ def rank_environment(index: int, nproc: int, backend: str, port: int, addresses:
     if backend == "tensorflow":
         env["TF_CONFIG"] = tf_config(addresses, index)
     if backend == "jax":
-        env[COORDINATOR_ENV] = f"127.0.0.1:{port}"
+        env[ranks.COORDINATOR_ENV] = f"127.0.0.1:{port}"
     return env
 
 
@@ -144,7 +116,7 @@ def rank_exit_codes(log: str) -> dict[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stepwatch.collector.bench.launchers", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m stepwatch.collector.runner.launchers", description=__doc__)
     parser.add_argument("--nproc", type=int, required=True)
     parser.add_argument("--backend", required=True)
     parser.add_argument("command", nargs=argparse.REMAINDER)

@@ -22,16 +22,17 @@ from typing import Any
 
 import psutil
 
-from stepwatch.collector.bench import catalog, launchers, memory, profiles
-from stepwatch.collector.bench.environment import host_environment
-from stepwatch.collector.bench.machine import RUNNER_PID_ENV
-from stepwatch.collector.bench.profiles import PROFILE_ENV
-from stepwatch.collector.bench.results import ResultFile
-from stepwatch.collector.bench.runtime import COMPILE_CACHE_DIRS, COMPILE_CACHE_ENV
-from stepwatch.collector.bench.trial import SPAWN_TIME_ENV
 from stepwatch.collector.config import BenchmarkConfig, config_columns
 from stepwatch.collector.metrics import ANON_KIND
 from stepwatch.collector.project import identity
+from stepwatch.collector.runner import catalog, launchers
+from stepwatch.collector.runner.results import ResultFile
+from stepwatch.collector.trial import memory, profiles, ranks
+from stepwatch.collector.trial.host import host_environment
+from stepwatch.collector.trial.machine import RUNNER_PID_ENV
+from stepwatch.collector.trial.process import SPAWN_TIME_ENV
+from stepwatch.collector.trial.profiles import PROFILE_ENV
+from stepwatch.collector.trial.runtime import COMPILE_CACHE_DIRS, COMPILE_CACHE_ENV
 from stepwatch.trainers.script import Script, is_script
 from stepwatch.trainers.user import Reference, UserModelError, is_reference
 
@@ -120,13 +121,13 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-TRIAL_MODULE = "stepwatch.collector.bench.trial"
+TRIAL_MODULE = "stepwatch.collector.trial.process"
 
 
 def run_child(
     config: BenchmarkConfig, python: str, workdir: Path, env_extra: dict[str, str] | None = None
 ) -> tuple[dict[str, Any], float, int | None]:
-    """Start ``collector.bench.trial`` in its own process group, wait up to the timeout, read its result.
+    """Start ``collector.trial.process`` in its own process group, wait up to the timeout, read its result.
 
     Returns the child's fields (or a failure description), the wall time and the exit code.
     """
@@ -136,7 +137,7 @@ def run_child(
     for stale in workdir.glob("rank-*"):  # an earlier trial's ranks in this folder
         stale.unlink()
     env = {**os.environ, SPAWN_TIME_ENV: repr(time.time()), "PYTHONUNBUFFERED": "1", **(env_extra or {})}
-    env[RUNNER_PID_ENV] = str(os.getpid())  # this process's tree is the trial's own (collector.bench.machine)
+    env[RUNNER_PID_ENV] = str(os.getpid())  # this process's tree is the trial's own (collector.trial.machine)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     start = time.perf_counter()
     with open(log_path, "wb") as log:
@@ -148,9 +149,9 @@ def run_child(
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
-            preexec_fn=launchers.die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=ranks.die_with_parent if sys.platform == "linux" else None,
         )
-        try:  # the parent samples the child's memory while it waits (collector.bench.memory)
+        try:  # the parent samples the child's memory while it waits (collector.trial.memory)
             sampled = proc.pid if config.processes == 1 else functools.partial(_rank0_pid, result_path)
             sampler, code, timed_out = memory.sample_until_exit(
                 sampled, proc.poll, config.timeout_s, measured=result_path.exists
@@ -203,7 +204,7 @@ def with_peak(child: dict[str, Any], sampler: memory.PeakSampler) -> dict[str, A
 def _rank0_pid(result_path: Path) -> int | None:
     """The process id of rank 0, once it has said it (the memory a data-parallel trial reports is rank 0's)."""
     try:
-        return int(launchers.rank0_pid_file(result_path).read_text())
+        return int(ranks.rank0_pid_file(result_path).read_text())
     except (OSError, ValueError):
         return None
 
@@ -218,7 +219,7 @@ def judge_ranks(
     first; last, ranks the launcher stopped (a signal, no result)."""
     ranks: dict[int, dict[str, Any] | None] = {}
     for index in range(config.processes):
-        path = launchers.rank_result(result_path, index)
+        path = ranks.rank_result(result_path, index)
         ranks[index] = json.loads(path.read_text()) if path.exists() else None
     failed = [i for i, r in ranks.items() if r is None or r.get("status") != "ok"]
     if not failed and code == 0 and not timed_out:

@@ -34,10 +34,10 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from stepwatch.collector.bench import runner
-from stepwatch.collector.bench.results import ResultFile
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.errors import Failure
+from stepwatch.collector.runner import execution
+from stepwatch.collector.runner.results import ResultFile
 
 CACHE_ENV = "STEPWATCH_ENV_CACHE"
 # What a trial process imports beyond the standard library, the framework and the model (test_upgrade checks it).
@@ -169,9 +169,7 @@ def copy_stepwatch(site: Path) -> None:
     """The installed stepwatch's trial code into ``site``, as plain files (a checkout's links followed), with the
     metadata that names its version; left as it is when it is already that code (a check running beside another
     on the same cached environment never sees its files replaced under it)."""
-    import stepwatch
-
-    source = Path(stepwatch.__file__).parent
+    source = Path(importlib.util.find_spec("stepwatch").origin).parent  # found, not imported: the package's files
     files = _trial_code(source)
     digest = hashlib.sha256()
     for path in files:
@@ -321,9 +319,9 @@ class Check:
     out_dir: Path
     results: dict[str, ResultFile]
     suite_run_ids: dict[str, str]
-    outcomes: list[runner.Outcome]
+    outcomes: list[execution.Outcome]
 
-    def failed(self) -> list[runner.Outcome]:
+    def failed(self) -> list[execution.Outcome]:
         return [o for o in self.outcomes if o.row["status"] != "ok"]
 
     def spent(self) -> tuple[float, float]:
@@ -347,9 +345,9 @@ def run(
     suite: str,
     envs: dict[str, Environment],
     results_dir: str | Path,
-    options: runner.RunOptions,
+    options: execution.RunOptions,
     on_start: Callable[[str, BenchmarkConfig, int], None] = lambda side, config, trial: None,
-    on_done: Callable[[str, runner.Outcome], None] = lambda side, outcome: None,
+    on_done: Callable[[str, execution.Outcome], None] = lambda side, outcome: None,
 ) -> Check:
     """Run the interleaved plan into a new folder under ``results_dir``; one parquet file (and suite run id)
     per side of ``envs`` (baseline, candidate and, for an A/A, baseline-aa), each row labelled with its side."""
@@ -365,7 +363,9 @@ def run(
     with tempfile.TemporaryDirectory(prefix="stepwatch-upgrade-") as tmp:
         for side, config, trial in plan(configs, trials, sides):
             on_start(side, config, trial)
-            outcome = runner.run_one(config, trial, results[side], suite, run_ids[side], side_options[side], Path(tmp))
+            outcome = execution.run_one(
+                config, trial, results[side], suite, run_ids[side], side_options[side], Path(tmp)
+            )
             outcomes.append(outcome)
             on_done(side, outcome)
     return Check(out_dir, results, run_ids, outcomes)

@@ -27,9 +27,9 @@ from typing import Any
 
 import psutil
 
-from stepwatch.collector.bench.launchers import rank
-from stepwatch.collector.bench.measure import WindowClock
 from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.trial.measure import WindowClock
+from stepwatch.collector.trial.ranks import rank
 
 RUNNER_PID_ENV = "STEPWATCH_RUNNER_PID"  # set by the runner: its process tree is the trial's own
 # The limits a flag stands on, in one place (docs/reference.md, "The machine's state").

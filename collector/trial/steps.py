@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from stepwatch.collector.bench.measure import WindowClock
+from stepwatch.collector.trial.measure import WindowClock
 
 T = TypeVar("T")
 

@@ -15,10 +15,10 @@ from typing import Any
 import jax
 import keras
 
-from stepwatch.collector.bench import counters, profiles
-from stepwatch.collector.bench.runtime import common
-from stepwatch.collector.bench.runtime.common import Runtime
 from stepwatch.collector.config import BenchmarkConfig, ConfigError
+from stepwatch.collector.trial import counters, profiles
+from stepwatch.collector.trial.runtime import keras_backend
+from stepwatch.collector.trial.runtime.keras_backend import Runtime
 
 # fp32 is true fp32 (no TF32 on tensor cores), tf32 asks for TF32; the mixed modes keep JAX's default, which
 # allows TF32 for the float32 matmuls that remain, as TensorFlow does. (Setting a precision for every dot
@@ -66,7 +66,7 @@ def abstract(value: Any) -> Any:
     return value
 
 
-class JaxBackend(common.KerasBackend):
+class JaxBackend(keras_backend.KerasBackend):
     """XLA through jit_compile; DataParallel over several devices; the loss read from the trainer's state."""
 
     step: Any = None  # the jitted train step Keras made (recorded while it makes the train function)
@@ -94,7 +94,7 @@ class JaxBackend(common.KerasBackend):
 
             return jit
 
-        return common.wrapped(trainer, "jit", keeping)
+        return keras_backend.wrapped(trainer, "jit", keeping)
 
     def counters(self, model: Any, data: Any, config: BenchmarkConfig, runtime: Runtime) -> dict[str, Any]:
         """The step lowered and compiled again for the same argument shapes: XLA's cost and memory analyses and its
@@ -167,7 +167,7 @@ class JaxBackend(common.KerasBackend):
     def configure(self, config: BenchmarkConfig) -> Runtime:
         """Matmul precision and the dtype policy; DataParallel over the devices when there are several."""
         jax.config.update("jax_default_matmul_precision", MATMUL_PRECISION.get(config.precision))
-        compute_dtype, variable_dtype = common.set_policy(config.precision)
+        compute_dtype, variable_dtype = keras_backend.set_policy(config.precision)
         devices = _devices(config)
         distribution = None
         if len(devices) > 1:
@@ -225,7 +225,7 @@ class JaxBackend(common.KerasBackend):
             if cuda_versions is not None:
                 cuda = cuda_versions.cuda_runtime_get_version()
                 env["cuda_runtime_version"] = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None  # 12080 -> 12.8
-                env["cudnn_runtime_version"] = common.cudnn_text(cuda_versions.cudnn_get_version())
+                env["cudnn_runtime_version"] = keras_backend.cudnn_text(cuda_versions.cudnn_get_version())
         except (ImportError, AttributeError, RuntimeError):
             pass
         return env

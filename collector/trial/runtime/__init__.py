@@ -1,9 +1,10 @@
-"""One module per Keras backend (tensorflow, jax, torch) behind one small interface, imported only inside a
+"""One module per Keras backend (keras_tensorflow, keras_jax, keras_torch) and the plain PyTorch loop (plain_pytorch)
+behind one small interface, imported only inside a
 trial process. This package's own module imports no framework: ``prepare`` sets the process environment a
 backend reads at import time, then ``load`` imports the backend's module.
 
 Each backend module's ``BACKEND`` is a ``Backend`` (the Protocol below, which a test checks); they subclass
-``common.KerasBackend``, where the skeleton they share is written once (build and compile for ``fit``,
+``keras_backend.KerasBackend``, where the skeleton they share is written once (build and compile for ``fit``,
 batches on the device, the ``fit`` loop and its timing callback, the host's peak memory on a CPU) and each
 fills in what differs.
 """
@@ -139,12 +140,12 @@ class Backend(Protocol):
         """The timed loop, marking windows on ``clock``."""
 
     def counters(self, model: Any, data: Any, config: BenchmarkConfig, runtime: Any) -> dict[str, Any]:
-        """What the compiler emitted for the training step that ran (``collector.bench.counters``); read after
+        """What the compiler emitted for the training step that ran (``collector.trial.counters``); read after
         the timed steps, empty where the backend cannot tell."""
 
     def profile(self, model: Any, data: Any, config: BenchmarkConfig, logdir: Any) -> dict[str, Any]:
         """A few more steps under the framework's profiler (raw profile into ``logdir``): the per-op table of
-        ``collector.bench.profiles`` and the wall time of a profiled step."""
+        ``collector.trial.profiles`` and the wall time of a profiled step."""
 
     def compiler(self, model: Any, config: BenchmarkConfig) -> str:
         """What jit_compile really ran: ``xla``, ``inductor`` or ``none``."""
@@ -166,8 +167,8 @@ class Backend(Protocol):
 def load(config: BenchmarkConfig) -> Backend:
     """The config's Keras backend (after ``prepare``), or plain PyTorch for loop ``pytorch`` (no Keras)."""
     if config.loop == "pytorch":
-        return importlib.import_module(f"{__name__}.pytorch").BACKEND
-    module = importlib.import_module(f"{__name__}.{config.keras_backend}")
+        return importlib.import_module(f"{__name__}.plain_pytorch").BACKEND
+    module = importlib.import_module(f"{__name__}.keras_{config.keras_backend}")
     import keras
 
     if keras.backend.backend() != config.keras_backend:

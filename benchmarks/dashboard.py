@@ -35,9 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from stepwatch.collector.analysis.stats import Side, welch_ratio  # noqa: E402
+from stepwatch.dashboard.browser_harness import CHROMIUM, LOADING, serve  # noqa: E402
 from stepwatch.dashboard.pages import PAGES as DECLARED  # noqa: E402
 from stepwatch.dashboard.pages import TITLES as PAGE_TITLES  # noqa: E402
-from stepwatch.dashboard.serve import CHROMIUM, LOADING, serve  # noqa: E402
 
 APP = REPO / "dashboard" / "app.py"
 PAGES = tuple(PAGE_TITLES)

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from playwright.sync_api import sync_playwright
 
-from stepwatch.dashboard.serve import CHROMIUM, served
+from stepwatch.dashboard.browser_harness import CHROMIUM, served
 from tests.conftest import REPO
 from tests.github import action_steps
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
+from stepwatch.dashboard.browser_harness import CHROMIUM, LOADING, REPO, SCRIPT_DONE, serve
 from stepwatch.dashboard.pages import PAGES, TITLES
-from stepwatch.dashboard.serve import CHROMIUM, LOADING, REPO, SCRIPT_DONE, serve
 
 # (page, link query, screenshot name): every page (some opened from a link), and two again with memory picked
 LINKS = {"versions": "?model=bert", "compare": "?metric=examples_per_sec,peak_rss_bytes"}

@@ -26,8 +26,8 @@ from stepwatch.collector.output.text import repro_command
 from stepwatch.collector.trial import script as script_trial
 from stepwatch.collector.trial import steps
 from stepwatch.collector.trial.measure import WindowClock
+from stepwatch.dashboard.browser_harness import CHROMIUM, serve
 from stepwatch.dashboard.pages import TITLES
-from stepwatch.dashboard.serve import CHROMIUM, serve
 from tests.conftest import stepwatch, write_suite
 from tests.test_dashboard_browser import NEEDS_CHROMIUM, no_errors, settled
 

@@ -12,7 +12,7 @@ from stepwatch.collector.cli.exits import EXIT_OK
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.runs import query_table, write_query
 from stepwatch.collector.runner.results import ResultsError
-from stepwatch.collector.store.query import TABLES, query
+from stepwatch.collector.store.user_sql import TABLES, query
 
 QUERY_FORMATS = ("table", "csv", "parquet")
 

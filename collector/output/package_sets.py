@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from stepwatch.collector.workflows.sides import Side, Sides
+from stepwatch.collector.workflows.package_sets import Side, Sides
 
 OUTPUT_KEYS = ("changed", "baseline", "candidate")  # what --github-output sets for the workflow's next steps
 

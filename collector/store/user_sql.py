@@ -1,7 +1,7 @@
 """A user's own SQL against the live store, read-only: the base and its deltas seen as one store, through the
 same snapshot every reader uses. Opening the base file with DuckDB directly would show the runs up to the last
 compaction only; this is how the store is read from outside stepwatch (``stepwatch query``, or in Python
-``from collector.store.query import query``).
+``from collector.store.user_sql import query``).
 
 Only reads run: one SELECT (``WITH``, ``DESCRIBE``, ``SHOW``, ``SUMMARIZE``) or EXPLAIN, on a connection that
 can touch no file but the store's, with its settings locked.

@@ -12,9 +12,9 @@ from stepwatch.collector.cli.exits import EXIT_OK
 from stepwatch.collector.environments import pinfiles
 from stepwatch.collector.environments.pinfiles import PinFileError
 from stepwatch.collector.errors import UsageError
-from stepwatch.collector.output.sides import sides_json, sides_markdown, sides_text, step_outputs
+from stepwatch.collector.output.package_sets import sides_json, sides_markdown, sides_text, step_outputs
 from stepwatch.collector.output.text import ReportError, publish
-from stepwatch.collector.workflows import sides as deriving
+from stepwatch.collector.workflows import package_sets as deriving
 
 RENDER = {"text": sides_text, "markdown": sides_markdown, "json": sides_json}
 

@@ -20,15 +20,16 @@ from dataclasses import Field, asdict, dataclass, field, fields, replace
 from typing import Any, get_args, get_type_hints
 
 from stepwatch.trainers import get_model
-from stepwatch.trainers.script import Script, is_script
-from stepwatch.trainers.user import UserModelError, is_reference
+from stepwatch.trainers.user import UserModelError
+from stepwatch.trainers.workload import Kind, kind_of, source_of
 
 DEVICES = ("cpu", "gpu", "tpu")
 KERAS_BACKENDS = ("tensorflow", "jax", "torch")
 STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
 PRECISIONS = ("fp32", "tf32", "mixed_float16", "mixed_bfloat16")
 # Keras fit, a TensorFlow custom loop, a plain PyTorch loop (no Keras), the user's own training script (its loop).
-LOOPS = ("fit", "ctl", "pytorch", "script")
+SCRIPT_LOOP = "script"
+LOOPS = ("fit", "ctl", "pytorch", SCRIPT_LOOP)
 DATA = ("synthetic", "pipeline")
 # Host threads: the framework's own pools, a count per host chosen by stepwatch, or INTRA/INTER explicitly.
 THREADS_DEFAULT, THREADS_AUTO = "default", "auto"
@@ -109,8 +110,13 @@ class BenchmarkConfig:
     seed: int = _field(0)
 
     def __post_init__(self) -> None:
-        if is_script(self.model) and self.loop == DEFAULT_LOOP:  # a script is its own loop: named by its path alone
-            object.__setattr__(self, "loop", "script")
+        if self.workload is Kind.SCRIPT and self.loop == DEFAULT_LOOP:  # a script is its own loop: named by its path
+            object.__setattr__(self, "loop", SCRIPT_LOOP)
+
+    @property
+    def workload(self) -> Kind:
+        """What this config runs: a bundled model, a model of yours or a script of yours (``trainers.workload``)."""
+        return kind_of(self.model)
 
     @property
     def compile_word(self) -> str:
@@ -151,7 +157,7 @@ class BenchmarkConfig:
         """Human-readable one-liner for progress and tables; any other series field off its default is added as
         ``field=value``, so two series never share a label."""
         devices = f"{self.device}x{self.num_devices}" if self.num_devices > 1 else self.device
-        if self.loop == "script":  # what a script runs with is in its arguments, not in the matrix's words
+        if self.workload is Kind.SCRIPT:  # what a script runs with is in its arguments, not in the matrix's words
             words = (" ".join(filter(None, (self.model, self.script_args))), devices, self.keras_backend)
             extra = [f"nproc={self.nproc}"] if self.nproc != 1 else []
             return " ".join([*words, *extra])
@@ -242,7 +248,7 @@ def config_from_row(row: Mapping[str, Any]) -> BenchmarkConfig:
 def repro_flags(config: BenchmarkConfig) -> list[str]:
     """The flags that set every repro field of ``config`` on `stepwatch run` (last: a script's arguments, after
     ``--``)."""
-    script = config.loop == "script"
+    script = config.workload is Kind.SCRIPT
     skipped = (*SCRIPT_OWNS, "model", "preset", "loop") if script else ("nproc",)
     args = ["--script", config.model] if script else []
     for name in FIELD_NAMES:
@@ -334,16 +340,16 @@ def script_defaults(defaults: Mapping[str, Any]) -> dict[str, Any]:
 def _validate_script(config: BenchmarkConfig) -> None:
     """A script trial: the script exists (read, never imported, in this process), its loop is its own, and what it
     sets itself is not crossed by the matrix."""
-    if not is_script(config.model):
+    if config.workload is not Kind.SCRIPT:
         if config.script_args or config.nproc != 1:
             what = "script_args" if config.script_args else "nproc"
             raise ConfigError(f"{what} is a script's (run --script PATH); model {config.model} is not a script")
         return
     try:
-        Script(config.model).check()
+        source_of(config.model).check()
     except UserModelError as error:
         raise ConfigError(str(error)) from None
-    if config.loop != "script":
+    if config.loop != SCRIPT_LOOP:
         raise ConfigError(f"script {config.model} runs its own loop: loop script, not {config.loop}")
     changed = [name for name in SCRIPT_OWNS if getattr(config, name) != DEFAULTS[name]]
     if changed:
@@ -363,9 +369,9 @@ def _validate_model(config: BenchmarkConfig) -> None:
         raise ConfigError(str(error.args[0])) from None
     except UserModelError as error:
         raise ConfigError(str(error)) from None
-    if config.loop == "pytorch" and not is_reference(config.model) and get_model(config.model).torch is None:
+    if config.loop == "pytorch" and config.workload is Kind.BUNDLED and get_model(config.model).torch is None:
         raise ConfigError(f"model {config.model} has no plain PyTorch build (resnet50 has): run it with loop fit")
-    if is_reference(config.model) and config.loop == "ctl":
+    if config.workload is Kind.FUNCTION and config.loop == "ctl":
         raise ConfigError(f"model {config.model}: a model of yours trains with loop fit, or pytorch for a torch module "
                           "(the custom loop ctl is the bundled models' own, with their loss)")  # fmt: skip
 
@@ -373,10 +379,10 @@ def _validate_model(config: BenchmarkConfig) -> None:
 def validate(config: BenchmarkConfig) -> BenchmarkConfig:
     """Raise ConfigError naming the first thing wrong with ``config``; return it unchanged otherwise."""
     _validate_script(config)
-    if config.loop == "script" and not is_script(config.model):
+    if config.loop == SCRIPT_LOOP and config.workload is not Kind.SCRIPT:
         raise ConfigError(f"loop script runs a training script of yours: name it by its path (run --script PATH), "
                           f"not {config.model!r}")  # fmt: skip
-    if not is_script(config.model):
+    if config.workload is not Kind.SCRIPT:
         _validate_model(config)
     for name in FIELD_NAMES:
         allowed = ROLES[name].choices

@@ -1,9 +1,12 @@
-"""The benchmark models: pure Keras 3 builders, synthetic batches and analytic FLOPs."""
+"""The models a trial trains: the bundled ones (Keras 3 builders, and a plain PyTorch ResNet-50 in
+``torch_resnet50.py``), each with synthetic batches and analytic FLOPs, and a model of yours (``user.py``). A script
+of yours (``script.py``) is run, not built; ``workload.py`` tells the three apart."""
 
 from __future__ import annotations
 
 from stepwatch.trainers import bert, bilstm, resnet50, transformer, user
 from stepwatch.trainers.spec import ModelSpec
+from stepwatch.trainers.workload import Kind, kind_of
 
 MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in (resnet50.SPEC, bert.SPEC, transformer.SPEC, bilstm.SPEC)}
 
@@ -19,7 +22,7 @@ def get_model(name: str) -> ModelSpec:
     """Return the spec of ``name``: a bundled model, or a user's own (``path/to/file.py:function`` or
     ``package.module:function``, ``trainers.user``). Raises UnknownModelError listing the known models, or
     UserModelError naming what is wrong with the user's."""
-    if user.is_reference(name):
+    if kind_of(name) is Kind.FUNCTION:
         return user.user_spec(name)
     try:
         return MODELS[name]

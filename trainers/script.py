@@ -15,12 +15,6 @@ from pathlib import Path
 from stepwatch.trainers.user import UserModelError
 
 
-def is_script(name: str) -> bool:
-    """Whether a model name is a training script's path (``train.py``) rather than a model's name or a function of
-    yours (``file.py:function``)."""
-    return name.endswith(".py") and ":" not in name
-
-
 @dataclass(frozen=True)
 class Script:
     """``path/train.py``: absolute, or relative to the folder the command runs in."""

@@ -39,11 +39,6 @@ class UserModelError(ValueError):
         return str(self.args[0])
 
 
-def is_reference(name: str) -> bool:
-    """Whether a model name is a user's ``where:function`` rather than a bundled model's name."""
-    return ":" in name
-
-
 @dataclass(frozen=True)
 class Reference:
     """``where:function``: where is a .py file (absolute, or relative to the working folder) or a module."""

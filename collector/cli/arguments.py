@@ -21,7 +21,7 @@ from stepwatch.collector.config import FLAGGED, ROLES, TYPES, ConfigError, parse
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.runner import catalog
 from stepwatch.collector.store.files import DB_ENV, DEFAULT_DB, default_db
-from stepwatch.trainers.script import is_script
+from stepwatch.trainers.workload import Kind, kind_of
 
 DEFAULT_OUT = Path("data/results")
 FORMATS = ("table", "markdown", "json")  # how a report is printed
@@ -152,7 +152,7 @@ def matrix_values(args: argparse.Namespace) -> dict[str, list[Any] | None]:
         given = shlex.join(args.script_args)
         raise UsageError(f"{given!r}: arguments after -- are a script's; name the script with --script PATH")
     if args.script:
-        if not is_script(args.script):
+        if kind_of(args.script) is not Kind.SCRIPT:
             raise UsageError(f"--script {args.script}: a script is a Python file (path/train.py)")
         values["model"] = [args.script]  # the script alone: a project's models setting is not run beside it
         values["script_args"] = [shlex.join(args.script_args)]

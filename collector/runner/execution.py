@@ -33,8 +33,8 @@ from stepwatch.collector.trial.machine import RUNNER_PID_ENV
 from stepwatch.collector.trial.process import SPAWN_TIME_ENV
 from stepwatch.collector.trial.profiles import PROFILE_ENV
 from stepwatch.collector.trial.runtime import COMPILE_CACHE_DIRS, COMPILE_CACHE_ENV
-from stepwatch.trainers.script import Script, is_script
-from stepwatch.trainers.user import Reference, UserModelError, is_reference
+from stepwatch.trainers.user import UserModelError
+from stepwatch.trainers.workload import source_of
 
 LOG_TAIL_LINES = 40
 PROFILES_DIR = "profiles"  # beside the results file: one folder per profiled trial, named by its run_id
@@ -405,11 +405,8 @@ def model_hash(config: BenchmarkConfig) -> str | None:
     """Which code of a model or script of yours runs (its source's hash: another hash is another model's); None
     for a bundled model, or a file gone since the suite was read (the trial's row then says why it failed)."""
     try:
-        if is_script(config.model):
-            return Script(config.model).source_hash()
-        if not is_reference(config.model):
-            return None
-        return Reference.parse(config.model).source_hash()
+        source = source_of(config.model)
+        return source.source_hash() if source is not None else None
     except UserModelError:
         return None
 

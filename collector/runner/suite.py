@@ -32,8 +32,8 @@ from stepwatch.collector.config import (
     validate,
 )
 from stepwatch.collector.errors import UsageError
-from stepwatch.trainers.script import is_script
-from stepwatch.trainers.user import is_reference, returns_torch_module
+from stepwatch.trainers.user import returns_torch_module
+from stepwatch.trainers.workload import Kind, kind_of
 
 SUITES_DIR = Path(__file__).parent / "suites"
 TOP_LEVEL = ("name", "description", "trials", "defaults", "matrix", "configs")
@@ -170,12 +170,13 @@ def narrow(
     configs = list(configs)
     given = {name: values for name, values in flags.items() if values}
     script_args = (given.pop("script_args", None) or [""])[0]  # a script's arguments go to the scripts only
-    yours = [name for name in given.get("model") or () if is_reference(name) or is_script(name)]
+    yours = [name for name in given.get("model") or () if kind_of(name).yours]
     if yours:
         given["model"] = [name for name in given["model"] if name not in yours]
         kept = list(narrow(configs, {"model": given["model"]})) if given["model"] else []
         points = (
-            {**script_defaults(defaults), "model": name, "script_args": script_args} if is_script(name)
+            {**script_defaults(defaults), "model": name, "script_args": script_args}
+            if kind_of(name) is Kind.SCRIPT
             else {**defaults, "model": name, **_loop_of(name, given, defaults)} for name in yours
         )  # fmt: skip
         configs = kept + list(build_configs(points, "--models"))
@@ -191,7 +192,7 @@ def narrow(
     keys = list(given)
     points = []
     for config in configs:
-        values = _of_script(given) if config.loop == "script" else given
+        values = _of_script(given) if config.workload is Kind.SCRIPT else given
         for combo in itertools.product(*(values[k] for k in keys)):
             points.append({**config.__dict__, **dict(zip(keys, combo))})
     # What runs, on this host: ``threads = "auto"`` becomes the setting it picks (and the series key holds it).

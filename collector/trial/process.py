@@ -1,4 +1,4 @@
-"""One trial in a fresh process: ``python -m collector.trial.process --config JSON --result PATH``.
+"""One trial in a fresh process: ``python -m stepwatch.collector.trial.process --config JSON --result PATH``.
 
 The parent (collector.runner.execution) starts this with a timeout and always writes a row; this side writes
 what it measured, or why it stopped, to the result file before it exits.
@@ -7,60 +7,40 @@ what it measured, or why it stopped, to the result file before it exits.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 import traceback
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from stepwatch.collector.config import BenchmarkConfig, usable_cores, validate
-from stepwatch.collector.metrics import STARTUP_PHASES, startup_column
 from stepwatch.collector.trial import counters, machine, profiles, ranks, runtime, script
+from stepwatch.collector.trial.fields import Phases, measured_fields, write_json_atomically
 from stepwatch.collector.trial.host import host_environment
-from stepwatch.collector.trial.measure import NonFiniteLoss, WindowClock, host_load, summarize
+from stepwatch.collector.trial.measure import NonFiniteLoss, WindowClock
 from stepwatch.trainers import get_model
-from stepwatch.trainers.user import is_reference
+from stepwatch.trainers.workload import Kind, kind_of
 
 SPAWN_TIME_ENV = "STEPWATCH_SPAWN_TIME"  # time.time() at which the parent started this process
 
 
-def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, default=str))
-    os.replace(tmp, path)
-
-
-class Phases:
-    """How long each phase of a trial's startup took (``collector.metrics.STARTUP_PHASES``, in order): each
-    ``done(phase)`` ends that phase where the last one ended, starting from the process's spawn."""
-
-    def __init__(self, spawn_time: float) -> None:
-        self.last = _perf_at(spawn_time)
-        self.times: dict[str, float] = {}
-
-    def done(self, phase: str) -> None:
-        assert phase in STARTUP_PHASES, phase
-        now = time.perf_counter()
-        self.times[startup_column(phase)] = now - self.last
-        self.last = now
-
-
 def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> dict[str, Any]:
-    """Set up the config's Keras backend, train for the configured steps and write the child's part of the row to
-    ``result_path``: once when everything timed and its memory are measured (the parent stops sampling the
-    memory when the file appears), and again with the compiled step's counters, which are read after that."""
+    """Run the config's workload in this process, the way its kind runs (``RUNS``), and write the child's part of
+    the row to ``result_path``."""
     if config.processes > 1:  # one rank of several: rank 0 writes the trial's result, each other rank its own
         ranks.die_with_parent()
         if ranks.rank() == 0:
             ranks.rank0_pid_file(result_path).write_text(str(os.getpid()))
         result_path = ranks.rank_result(result_path, ranks.rank())
-    if config.loop == "script":  # the user's own training script, in this process
-        return script.run(config, result_path, Phases(spawn_time), write_json_atomically, _perf_at(spawn_time))
+    return RUNS[config.workload](config, result_path, Phases(spawn_time))
+
+
+def run_model(config: BenchmarkConfig, result_path: Path, phases: Phases) -> dict[str, Any]:
+    """A bundled model or a model of yours: set up the config's backend, train for the configured steps and write
+    the row's part to ``result_path`` once everything timed and its memory are measured (the parent stops sampling
+    the memory when the file appears), and again with the compiled step's counters, which are read after that."""
     result: dict[str, Any] = {"status": "crash"}
-    phases = Phases(spawn_time)
     phases.done("python")
     result.update(host_environment(config.device))
     phases.done("environment")
@@ -108,7 +88,7 @@ def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> 
         traceback.print_exc()
         oom = backend.is_out_of_memory(error)
         message = str(error).strip().splitlines()[0][:500] if str(error).strip() else repr(error)
-        if is_reference(config.model) and not message.startswith(f"model {config.model}"):
+        if config.workload.yours and not message.startswith(f"model {config.model}"):
             message = f"model {config.model}: {message}"  # where a user's model failed, it is named
         hidden = runtime.hidden_framework(error, config)
         if hidden:
@@ -122,16 +102,9 @@ def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> 
                 xla_effective=compiler == "xla",
                 loss_scaling=backend.loss_scaling(model, optimizer),
             )
-        if clock.marks:
-            result["startup_s"] = clock.marks[0].time - _perf_at(spawn_time)
-        result.update(phases.times)  # as far as the trial got
-        stats = summarize(clock, config.warmup_steps, result.get("global_batch", config.per_device_batch))
-        result.update(asdict(stats))
-        result.update(host_load(clock, config.warmup_steps))  # kept in extras: how busy this process was
-        result.update(machine.trial_fields(clock, stats.measured_steps * result.get("global_batch", 0)))
+        batch = result.get("global_batch")
+        result.update(measured_fields(clock, config, phases, batch, batch or config.per_device_batch))
         result["peak_memory_bytes"], result["peak_memory_kind"] = backend.peak_memory(config)
-        result.update(backend.host_memory_fields())
-        result["frameworks_loaded"] = runtime.loaded_frameworks()  # kept in extras: what this process really imported
         write_json_atomically(result_path, result)
     if result["status"] == "ok":
         result.update(read_counters(backend, model, data, config, setup))
@@ -167,7 +140,7 @@ def flops_of(spec: Any, preset: Any) -> dict[str, Any]:
     flops = spec.flops_per_example(preset)
     if flops is None:
         return {"flops_per_example": None}
-    return {"flops_per_example": flops, "flops_source": FLOPS_DECLARED if is_reference(spec.name) else FLOPS_ANALYTIC}
+    return {"flops_per_example": flops, "flops_source": FLOPS_DECLARED if kind_of(spec.name).yours else FLOPS_ANALYTIC}
 
 
 def compiler_flops(result: dict[str, Any], config: BenchmarkConfig) -> dict[str, Any]:
@@ -199,13 +172,12 @@ def read_counters(
     return {**found, "counters_s": round(time.perf_counter() - start, 3)}  # counters_s: kept in extras
 
 
-def _perf_at(wall_time: float) -> float:
-    """The time.perf_counter() reading that corresponds to a time.time() reading."""
-    return time.perf_counter() - (time.time() - wall_time)
+# Each kind of workload (``trainers.workload``) and the one place that runs it in the trial process.
+RUNS = {Kind.BUNDLED: run_model, Kind.FUNCTION: run_model, Kind.SCRIPT: script.run}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m collector.trial.process", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m stepwatch.collector.trial.process", description=__doc__)
     parser.add_argument("--config", required=True, help="BenchmarkConfig as JSON")
     parser.add_argument("--result", required=True, type=Path, help="where to write the result JSON")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""A trial that runs the user's training script (loop ``script``), in the trial process: the script runs as
+"""A trial that runs the user's training script (the workload kind ``script``), in the trial process: the script runs as
 ``__main__`` with its arguments and marks its steps (``collector.trial.steps``); the row is every trial's (the
 window clock, throughput, step times, startup to the first step, memory, failure rows).
 
@@ -15,18 +15,16 @@ import shlex
 import sys
 import time
 import traceback
-from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from stepwatch.collector.config import FRAMEWORK_VERSION_COLUMNS, BenchmarkConfig, usable_cores
 from stepwatch.collector.trial import machine, steps
+from stepwatch.collector.trial.fields import Phases, measured_fields, write_json_atomically
 from stepwatch.collector.trial.host import distribution_version, host_environment
-from stepwatch.collector.trial.measure import WindowClock, host_load, summarize
+from stepwatch.collector.trial.measure import WindowClock
 from stepwatch.collector.trial.ranks import COORDINATOR_ENV, rank
-from stepwatch.collector.trial.runtime import loaded_frameworks
-from stepwatch.collector.trial.runtime.trial_backend import host_memory_fields, host_peak_memory
+from stepwatch.collector.trial.runtime.trial_backend import host_peak_memory
 from stepwatch.trainers.script import Script
 
 DISTRIBUTIONS = {
@@ -100,9 +98,7 @@ def initialise_distributed(config: BenchmarkConfig) -> None:
         jax.distributed.initialize(os.environ[COORDINATOR_ENV], num_processes=config.processes, process_id=rank())
 
 
-def run(
-    config: BenchmarkConfig, result_path: Path, phases: Any, write: Callable[[Path, dict[str, Any]], None], perf_at: Any
-) -> dict[str, Any]:
+def run(config: BenchmarkConfig, result_path: Path, phases: Phases) -> dict[str, Any]:
     """Run the config's script as ``__main__`` until its steps are done, and write this rank's part of the row to
     ``result_path``: once the last window has closed (the parent stops sampling memory then), and again when the
     script has stopped."""
@@ -129,23 +125,16 @@ def run(
             steps_marked=session.done,
             python_executable=sys.executable,
         )  # kept in extras: the environment the script ran in
-        if clock.marks:
-            result["startup_s"] = clock.marks[0].time - perf_at
-        result.update(phases.times)
-        stats = asdict(summarize(clock, config.warmup_steps, global_batch or 1))
+        result.update(measured_fields(clock, config, phases, global_batch, global_batch or 1))
         # A script's loss is its own: nothing measured it here.
-        stats.update(first_loss=None, final_loss=None, loss_finite=None, window_losses=[])
-        result.update(stats, **host_load(clock, config.warmup_steps))
-        result.update(machine.trial_fields(clock, stats["measured_steps"] * (global_batch or 0)))
+        result.update(first_loss=None, final_loss=None, loss_finite=None, window_losses=[])
         result.update(framework_versions())
         result.update(device_fields(config))
-        result.update(host_memory_fields())
-        result["frameworks_loaded"] = loaded_frameworks()  # kept in extras, as every trial's
         return result
 
     def done() -> None:  # the last window closed: what was measured is complete
         result["status"] = "ok"
-        write(result_path, measured())
+        write_json_atomically(result_path, measured())
 
     session.on_done = done
     argv = [str(path), *shlex.split(config.script_args)]
@@ -177,7 +166,7 @@ def run(
         if result["status"] != "ok":
             result["failed_at"] = time.time()  # which rank failed first, among several
         steps.start(None)
-        write(result_path, measured())
+        write_json_atomically(result_path, measured())
     return result
 
 

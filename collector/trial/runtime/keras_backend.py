@@ -18,8 +18,6 @@ from stepwatch.collector.trial.runtime.trial_backend import (  # noqa: F401 - th
     Runtime,
     TrialBackend,
     cudnn_text,
-    host_memory_fields,
-    host_peak_memory,
     wrapped,
 )
 from stepwatch.trainers.spec import ModelSpec

@@ -104,9 +104,6 @@ class TrialBackend:
     def device_peak_memory(self, config: BenchmarkConfig) -> tuple[int | None, str | None]:
         return None, None
 
-    def host_memory_fields(self) -> dict[str, int]:
-        return host_memory_fields()
-
     def accelerator_details(self, config: BenchmarkConfig) -> dict[str, Any]:
         """Product name, count and compute capability of the accelerators (none on a CPU)."""
         return {} if config.device == "cpu" else self.device_details(config)

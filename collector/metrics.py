@@ -90,6 +90,9 @@ METRICS: dict[str, Metric] = {
         ),
     )
 }
+# A series' noise is judged on its last this many ok trials: the store keeps them (``recent_values``), the analysis
+# reads no more.
+RECENT_TRIALS = 30
 # Where a trial's startup goes (``startup_s``: from the process's start to the end of its first execution), in
 # order: each phase is a column ``startup_<phase>_s`` (collector.schema); the first execution is ``compile_s``.
 STARTUP_PHASES = {

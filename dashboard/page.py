@@ -22,7 +22,7 @@ from stepwatch.collector.outcomes import CHANGED, IMPROVEMENT, NO_CHANGE, REGRES
 from stepwatch.collector.output.text import series_label
 from stepwatch.collector.store import database, queries, records
 from stepwatch.collector.store.selection import ALL
-from stepwatch.dashboard import charts
+from stepwatch.dashboard import charts, labels
 
 PLOTLY_JS = "plotly.min.js"
 DRAWN = {REGRESSION, IMPROVEMENT, CHANGED}  # a series that moved against either reference gets its chart
@@ -33,7 +33,7 @@ padding:1px 4px}.chip{padding:2px 6px;border-radius:4px;white-space:nowrap}"""
 
 
 def _cell(text: str, verdict: object) -> str:
-    fill = charts.VERDICT_FILLS.get(verdict, "") if isinstance(verdict, str) else ""
+    fill = labels.VERDICT_FILLS.get(verdict, "") if isinstance(verdict, str) else ""
     style = f' style="background:{fill}"' if fill else ""
     return f'<td><span class="chip"{style}>{html.escape(text)}</span></td>'
 
@@ -59,11 +59,11 @@ def render(db: Path, metric_name: str = DEFAULT_METRIC, report: str | None = Non
     for row in rows:
         value = row["value"]
         body.append(
-            "<tr>" + _cell(charts.CHANGE_WORDS.get(row["verdict"], row["verdict"]), row["verdict"])
+            "<tr>" + _cell(labels.CHANGE_WORDS.get(row["verdict"], row["verdict"]), row["verdict"])
             + f"<td>{html.escape(series_label(row))}</td>"
             + f"<td>{'' if value != value else f'{value * metric.scale:.4g}'}</td>"
-            + _cell(charts.change_text(row, "previous"), row["previous_verdict"])
-            + _cell(charts.change_text(row, "baseline"), row["baseline_verdict"])
+            + _cell(labels.change_text(row, "previous"), row["previous_verdict"])
+            + _cell(labels.change_text(row, "baseline"), row["baseline_verdict"])
             + f"<td>{row['ok']}/{row['trials']}</td><td>{row['alerts']}</td>"
             + f"<td>{html.escape(str(row['started_at'])[:16])}</td></tr>"
         )  # fmt: skip

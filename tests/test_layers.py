@@ -50,3 +50,13 @@ def test_a_circle_breaks_the_contract_even_through_an_import_inside_a_function(t
     assert broken.returncode != 0
     assert "stepwatch has no import circles BROKEN" in broken.stdout
     assert "stepwatch layers KEPT" in broken.stdout
+
+
+MODULE_LINES = 550  # the most a module of the layout holds (docs/reference.md, "Layout")
+
+
+def test_no_module_is_longer_than_the_layout_keeps_to() -> None:
+    modules = [path for part in ("collector", "dashboard", "trainers") for path in (REPO / part).rglob("*.py")]
+    lines = {str(path.relative_to(REPO)): len(path.read_text().splitlines()) for path in modules}
+    assert len(lines) > 100 and max(lines.values()) > MODULE_LINES // 2
+    assert {name: n for name, n in lines.items() if n > MODULE_LINES} == {}

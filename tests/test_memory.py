@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.metrics import ANON_KIND
-from stepwatch.collector.runner import execution
+from stepwatch.collector.runner import spawn
 from stepwatch.collector.schema import conform, to_table
 from stepwatch.collector.trial import memory
 
@@ -108,7 +108,7 @@ def test_a_real_trial_with_a_known_buffer_reports_it_in_its_peak(tmp_path: Path)
     for name, extra in (("plain", None), ("ballast", {"PYTHONPATH": str(site)})):
         work = tmp_path / name
         work.mkdir()
-        child, _, code = execution.run_child(config, sys.executable, work, extra)
+        child, _, code = spawn.run_child(config, sys.executable, work, extra)
         assert child["status"] == "ok", child.get("error_message")
         assert child["peak_memory_kind"] == ANON_KIND
         assert child["memory_samples"] > 100

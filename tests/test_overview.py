@@ -16,7 +16,7 @@ from stepwatch.collector import outcomes
 from stepwatch.collector.analysis import latest
 from stepwatch.collector.metrics import METRICS
 from stepwatch.collector.store.ingest import ingest
-from stepwatch.dashboard import charts
+from stepwatch.dashboard import labels
 from tests.conftest import result_rows, write_results
 from tests.test_dashboard import render
 
@@ -109,7 +109,7 @@ def test_the_change_cells_are_coloured_by_their_verdict(planted: Path, monkeypat
         for column in ("verdict", "vs_previous", "vs_baseline")
     }
     step, flat = found["CPU step"], found["CPU flat"]
-    fills = charts.VERDICT_FILLS
+    fills = labels.VERDICT_FILLS
     assert [colour[c][v] for c, v in zip(colour, step)] == [fills["regression"]] * 3
-    assert [colour[c][v] for c, v in zip(colour, flat)] == [charts.NO_FILL] * 3
+    assert [colour[c][v] for c, v in zip(colour, flat)] == [labels.NO_FILL] * 3
     assert not at.dataframe[0].proto.arrow_data.styler.styles

@@ -287,10 +287,10 @@ def test_the_dashboards_pages_show_the_examples_by_name(examples: Path) -> None:
 def test_a_launcher_that_starts_no_rank_is_the_trial_processs_own_failure(tmp_path: Path) -> None:
     """torch's launcher in an environment without torch never starts a rank: no rank is blamed, and the row is the
     process's exit with the log's last line (No module named 'torch'), as for any trial that cannot start."""
-    from stepwatch.collector.runner import execution
+    from stepwatch.collector.runner import spawn
 
     config = BenchmarkConfig(model=BAD, nproc=2, keras_backend="torch")
     log = "python: Error while finding module specification for 'torch.distributed.run' (No module named 'torch')"
-    assert execution.judge_ranks(config, tmp_path / "result.json", 1, log, timed_out=False) == {}
-    judged = execution.judge_ranks(config, tmp_path / "result.json", 1, log + "\nrank 1 exitcode 7", timed_out=False)
+    assert spawn.judge_ranks(config, tmp_path / "result.json", 1, log, timed_out=False) == {}
+    judged = spawn.judge_ranks(config, tmp_path / "result.json", 1, log + "\nrank 1 exitcode 7", timed_out=False)
     assert judged["error_message"].startswith("rank 1 of 2: ended without a result (exit code 7)")

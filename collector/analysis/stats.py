@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from stepwatch.collector.metrics import RECENT_TRIALS
 from stepwatch.collector.outcomes import CHANGED, IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
-from stepwatch.collector.store.tables import RECENT_TRIALS
 
 ALPHA = 0.05
 CONFIDENCE = 0.95

@@ -22,7 +22,7 @@ from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.runs import run_summary, trial_line
-from stepwatch.collector.runner import catalog, execution
+from stepwatch.collector.runner import catalog, execution, max_batch
 from stepwatch.collector.runner.results import ResultsError
 from stepwatch.collector.runner.suite import load_suite, narrow
 from stepwatch.collector.store import objectstore
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     if args.find_max_batch:
         for config in configs:
             console.print(f"finding the largest per-device batch for {config.label()} ...")
-            found = options.max_batches[config.key] = execution.find_max_batch(config, options.python, console.print)
+            found = options.max_batches[config.key] = max_batch.find_max_batch(config, options.python, console.print)
             console.print(f"  largest per-device batch that trained: {found.largest} (the search ended: {found.ended})")
 
     with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:

@@ -12,12 +12,11 @@ import duckdb
 import pandas as pd
 
 from stepwatch.collector.config import FIELD_NAMES, FRAMEWORK_VERSION_COLUMNS, SERIES_DIMENSIONS
-from stepwatch.collector.metrics import COUNTERS, METRICS
+from stepwatch.collector.metrics import COUNTERS, METRICS, RECENT_TRIALS
 from stepwatch.collector.schema import VERSION_COLUMNS
 from stepwatch.collector.store.selection import ALIASES, ALL, Selection, SelectionError, as_fields, named
 from stepwatch.collector.store.tables import (
     RECENCY,
-    RECENT_TRIALS,
     SPANS,
     SUMMARY_KEYS,
     log_value,

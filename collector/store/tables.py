@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from stepwatch.collector.config import ADDED_DIMENSIONS, FIELD_NAMES, SERIES_FIELDS
-from stepwatch.collector.metrics import COUNTERS, METRICS, RSS_KIND
+from stepwatch.collector.metrics import COUNTERS, METRICS, RECENT_TRIALS, RSS_KIND
 from stepwatch.collector.schema import OP_COLUMNS, SCHEMA, VERSION_COLUMNS
 from stepwatch.collector.store.errors import StoreError
 from stepwatch.collector.store.selection import ALIASES, as_fields
@@ -203,7 +203,6 @@ def pooled(source: str, by: str, metrics: tuple[str, ...] = SUMMARY_METRICS, car
 
 # The last trials of each series, per metric: what its noise is judged on (``stats.NOISE_TRIALS`` of them), kept
 # by each write so that judging every series' noise never reads all of ``runs``.
-RECENT_TRIALS = 30
 RECENCY = "started_at DESC, trial DESC, run_id DESC"  # newest first, as recent_of picks them
 
 

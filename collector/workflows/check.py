@@ -15,7 +15,7 @@ from stepwatch.collector.analysis import calibration, comparison, ops, stats
 from stepwatch.collector.analysis.thresholds import Override
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.environments import virtualenvs
-from stepwatch.collector.runner import execution
+from stepwatch.collector.runner import execution, spawn
 from stepwatch.collector.store import database
 from stepwatch.collector.store.selection import Selection
 from stepwatch.collector.workflows.hooks import Hooks, ingest_into
@@ -118,7 +118,7 @@ def fill_caches(
         for config in compiled:
             short = config.with_changes(steps=config.window_steps, warmup_steps=2 * config.window_steps)
             with tempfile.TemporaryDirectory(prefix="stepwatch-cache-") as tmp:
-                child, wall_s, _ = execution.run_child(
+                child, wall_s, _ = spawn.run_child(
                     short, env.python, Path(tmp), execution.cache_env(options.compile_cache)
                 )
             why = "" if child["status"] == "ok" else f": {child.get('error_message')}"

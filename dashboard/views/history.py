@@ -8,7 +8,7 @@ from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
 from stepwatch.collector.store import records
 from stepwatch.collector.store.queries import X_AXES, version_key
 from stepwatch.collector.store.selection import Selection
-from stepwatch.dashboard import charts, data, state
+from stepwatch.dashboard import charts, data, labels, state
 
 st.title("History")
 catalog = data.load("catalog")
@@ -67,7 +67,7 @@ def history_figure(
     if measured.empty:
         return None, ""
     if baseline != "(none)":
-        measured = charts.normalise(measured, "tf_version", baseline)
+        measured = labels.normalise(measured, "tf_version", baseline)
     drawn, every = charts.thin(measured) if x == "night" else (measured, 1)
     found = data.load("alerts", records.STATUSES, metric_name)
     changes = found[found["series_key"].isin(measured["series_key"])] if len(found) else found

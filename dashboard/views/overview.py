@@ -10,7 +10,7 @@ from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
 from stepwatch.collector.output.text import series_label
 from stepwatch.collector.store import records
 from stepwatch.collector.store.selection import Selection
-from stepwatch.dashboard import charts, data, state
+from stepwatch.dashboard import data, labels, state
 
 st.title("Overview")
 catalog = data.load("catalog")
@@ -69,12 +69,12 @@ records = table.to_dict("records")
 shown = table.assign(
     series=[series_label(r) for r in records],
     latest=[f"{v * metric.scale:.4g}" if v == v else "" for v in table["value"]],
-    spark=[charts.spark_text(v) for v in table["spark"]],
-    vs_previous=[charts.change_text(r, "previous") for r in records],
-    vs_baseline=[charts.change_text(r, "baseline") for r in records],
+    spark=[labels.spark_text(v) for v in table["spark"]],
+    vs_previous=[labels.change_text(r, "previous") for r in records],
+    vs_baseline=[labels.change_text(r, "baseline") for r in records],
     passing=table["ok"].astype(str) + "/" + table["trials"].astype(str),
 )
-shown["verdict"] = shown["verdict"].replace(charts.CHANGE_WORDS)  # shown only: sorting and colours use the verdicts
+shown["verdict"] = shown["verdict"].replace(labels.CHANGE_WORDS)  # shown only: sorting and colours use the verdicts
 if regressed_only:
     shown = shown[regressed]
 st.subheader(f"Latest suite run per series: {metric.label.lower()}")
@@ -86,7 +86,7 @@ st.caption(
 )
 columns = ["verdict", "series", "spark", "latest", "vs_previous", "vs_baseline", "passing", "noise", "alerts",
            "failures", "tf_version", "keras_version", "label", "started_at", "series_key"]  # fmt: skip
-cells, palettes = charts.verdict_chips(
+cells, palettes = labels.verdict_chips(
     shown[columns], {"verdict": "verdict", "vs_previous": "previous_verdict", "vs_baseline": "baseline_verdict"}, shown
 )
 

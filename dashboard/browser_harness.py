@@ -1,4 +1,4 @@
-"""The dashboard served for a browser to open: ``python -m dashboard`` on a free port of 127.0.0.1
+"""The dashboard served for a browser to open: ``python -m stepwatch.dashboard`` on a free port of 127.0.0.1
 on a given store, and the chromium to open it with. Used by the browser tests and the browser benchmark."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serve(db: Path, script: Path | None = None) -> Iterator[str]:
-    """``python -m dashboard`` (``streamlit run dashboard/app.py``, its modules imported first) from the
+    """``python -m stepwatch.dashboard`` (``streamlit run dashboard/app.py``, its modules imported first) from the
     repository root (its .streamlit/config.toml applies) on a free port of 127.0.0.1, on the store ``db``;
     yields its URL once it answers its health check. With ``script``, ``streamlit run script`` instead."""
     app = ["-m", "streamlit", "run", str(script)] if script else ["-m", "stepwatch.dashboard"]

@@ -65,7 +65,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def stepwatch(
     *args: str, timeout: float = 600, cwd: Path = REPO, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """Run ``python -m collector`` (the stepwatch CLI) and capture its output."""
+    """Run ``python -m stepwatch`` (the stepwatch CLI) and capture its output."""
     return subprocess.run(
         [sys.executable, "-m", "stepwatch", *args],
         cwd=cwd,

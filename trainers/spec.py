@@ -1,7 +1,8 @@
 """What every trainer module provides: sizes, a model builder, synthetic batches and analytic FLOPs.
 
-Trainers are pure Keras 3 (``keras.layers``, ``keras.ops``, ``keras_hub``) so the same models can
-later run on other Keras backends. Keras is imported inside the builders only, so that the
+The bundled models are Keras 3 (``keras.layers``, ``keras.ops``, ``keras_hub``), so each runs on every Keras
+backend, and ResNet-50 also has a plain PyTorch build (``TorchParts``: ``torch_resnet50.py``), for the loop without
+Keras. Keras and torch are imported inside the builders only, so that the
 collector's parent process can validate suites and compute FLOPs without starting TensorFlow.
 """
 

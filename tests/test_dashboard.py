@@ -469,7 +469,7 @@ def test_cost_marks_every_bar_with_its_price_and_says_which_trials_have_none(
 
 
 def test_the_overviews_sparkline_is_text_scaled_to_its_own_nights() -> None:
-    from stepwatch.dashboard.charts import spark_text
+    from stepwatch.dashboard.labels import spark_text
 
     assert spark_text([1.0, 2.0, 3.0]) == "▁▅█"
     assert spark_text([100.0, 90.0]) == "█▁"  # its own range: a 10% drop spans the whole height

@@ -20,9 +20,10 @@ import psutil
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.metrics import ANON_KIND
 from stepwatch.collector.runner import launchers
-from stepwatch.collector.trial import memory, ranks
+from stepwatch.collector.trial import memory
 from stepwatch.collector.trial.machine import RUNNER_PID_ENV
 from stepwatch.collector.trial.process import SPAWN_TIME_ENV
+from stepwatch.collector.trial.ranks import die_with_parent, rank0_pid_file, rank_result
 
 LOG_TAIL_LINES = 40
 
@@ -83,7 +84,7 @@ def run_child(
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
-            preexec_fn=ranks.die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
         )
         try:  # the parent samples the child's memory while it waits (collector.trial.memory)
             sampled = proc.pid if config.processes == 1 else functools.partial(_rank0_pid, result_path)
@@ -138,7 +139,7 @@ def with_peak(child: dict[str, Any], sampler: memory.PeakSampler) -> dict[str, A
 def _rank0_pid(result_path: Path) -> int | None:
     """The process id of rank 0, once it has said it (the memory a data-parallel trial reports is rank 0's)."""
     try:
-        return int(ranks.rank0_pid_file(result_path).read_text())
+        return int(rank0_pid_file(result_path).read_text())
     except (OSError, ValueError):
         return None
 
@@ -153,7 +154,7 @@ def judge_ranks(
     first; last, ranks the launcher stopped (a signal, no result)."""
     ranks: dict[int, dict[str, Any] | None] = {}
     for index in range(config.processes):
-        path = ranks.rank_result(result_path, index)
+        path = rank_result(result_path, index)
         ranks[index] = json.loads(path.read_text()) if path.exists() else None
     failed = [i for i, r in ranks.items() if r is None or r.get("status") != "ok"]
     if not failed and code == 0 and not timed_out:

@@ -279,6 +279,9 @@ def test_a_profile_of_every_backend_gives_its_op_table(counted: list[dict]) -> N
     check_op_tables(counted, set(PROFILED) - COMPILED_TORCH)
 
 
+# Two ResNet-50 trials with profiles, 18 s of both cores: CI's `large` job. The op names of a TensorFlow profile on
+# this CPU's own oneDNN setting are checked in every run by test_a_profile_of_every_backend_gives_its_op_table.
+@pytest.mark.large
 def test_a_tensorflow_profile_names_the_same_ops_with_and_without_onednn(tmp_path: Path) -> None:
     """TensorFlow turns oneDNN's graph rewrite on by default on some x86 CPUs (AVX-512 VNNI or newer) and off on
     others, and the rewrite renames the ops it takes over (_MklMatMul, _MklNativeFusedConv2D): a profile then

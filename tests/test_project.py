@@ -225,6 +225,11 @@ def test_a_check_keeps_its_own_results_whatever_the_projects_results_and_store(
     assert parser.parse_args(["run"]).out == str(tmp_path / "stepwatch-results")
 
 
+# The nightly replayed end to end with torch trials, 26 s of both cores: CI's `large` job. Each defect it guards has a
+# faster test in every run: a torch.nn.Module trains in the plain PyTorch loop
+# (test_user_models::test_a_function_that_returns_a_torch_module_...), init plans no more shards than configs and an
+# empty shard passes (test_init_never_writes_more_shards_than_configs_..., test_an_empty_shard_runs_nothing_...).
+@pytest.mark.large
 def test_a_pytorch_team_gets_ok_rows_and_shards_that_fit_their_suite(tmp_path: Path) -> None:
     """The nightly init writes, replayed as GitHub runs it (tests.github): init's defaults for a torch.nn.Module
     train it in the plain PyTorch loop; init never writes more GPU shards than the settings give configs; a suite

@@ -21,8 +21,8 @@ from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.metrics import ANON_KIND
 from stepwatch.collector.runner import launchers
 from stepwatch.collector.trial import memory
+from stepwatch.collector.trial.fields import SPAWN_TIME_ENV
 from stepwatch.collector.trial.machine import RUNNER_PID_ENV
-from stepwatch.collector.trial.process import SPAWN_TIME_ENV
 from stepwatch.collector.trial.ranks import die_with_parent, rank0_pid_file, rank_result
 
 LOG_TAIL_LINES = 40

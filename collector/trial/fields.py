@@ -18,6 +18,8 @@ from stepwatch.collector.trial.measure import WindowClock, host_load, summarize
 from stepwatch.collector.trial.runtime import loaded_frameworks
 from stepwatch.collector.trial.runtime.trial_backend import host_memory_fields
 
+SPAWN_TIME_ENV = "STEPWATCH_SPAWN_TIME"  # time.time() at which the parent started the trial process (``Phases``)
+
 
 def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")

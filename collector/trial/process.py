@@ -16,13 +16,11 @@ from typing import Any
 
 from stepwatch.collector.config import BenchmarkConfig, usable_cores, validate
 from stepwatch.collector.trial import counters, machine, profiles, ranks, runtime, script
-from stepwatch.collector.trial.fields import Phases, measured_fields, write_json_atomically
+from stepwatch.collector.trial.fields import SPAWN_TIME_ENV, Phases, measured_fields, write_json_atomically
 from stepwatch.collector.trial.host import host_environment
 from stepwatch.collector.trial.measure import NonFiniteLoss, WindowClock
 from stepwatch.trainers import get_model
 from stepwatch.trainers.workload import Kind, kind_of
-
-SPAWN_TIME_ENV = "STEPWATCH_SPAWN_TIME"  # time.time() at which the parent started this process
 
 
 def run_trial(config: BenchmarkConfig, spawn_time: float, result_path: Path) -> dict[str, Any]:
@@ -44,8 +42,7 @@ def run_model(config: BenchmarkConfig, result_path: Path, phases: Phases) -> dic
     phases.done("python")
     result.update(host_environment(config.device))
     phases.done("environment")
-    # Imported here, not at the top: the parent imports this module for SPAWN_TIME_ENV and must stay free of
-    # every framework; and the backend must be chosen before Keras is imported. If an import fails, the parent
+    # Imported here, not at the top: the backend must be chosen before Keras is imported. If an import fails, the parent
     # records the crash with the log tail.
     runtime.prepare(config)
     backend = runtime.load(config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -144,43 +145,84 @@ def reference_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return db
 
 
+def shared_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of this test run that every worker sees (pytest-xdist gives each worker a base folder of its own)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def shared_runs(tmp_path_factory: pytest.TempPathFactory, *runs: tuple[str, ...]) -> list[Path]:
+    """The results folder of each run (``stepwatch run``'s arguments), made once per test run and shared by every
+    test that asks for the same arguments, two runs at a time: on several workers the first to ask makes a run and
+    the others wait for it. Each run keeps its compiled programs in a cache of its own (a compiled config's second
+    trial is warm: test_counters)."""
+    root = shared_folder(tmp_path_factory) / "shared-runs"
+    root.mkdir(exist_ok=True)
+    folders = [root / hashlib.sha256("\0".join(run).encode()).hexdigest()[:16] for run in runs]
+
+    def make(job: tuple[tuple[str, ...], Path]) -> None:
+        run, folder = job
+        with open(folder.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if (folder / "made").exists():
+                return
+            shutil.rmtree(folder, ignore_errors=True)
+            done = stepwatch("run", *run, "--compile-cache", str(folder / "cache"), "--out", str(folder / "results"))
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+            (folder / "made").touch()
+
+    two_at_a_time(make, list(zip(runs, folders)))
+    return [folder / "results" for folder in folders]
+
+
+def shared_rows(tmp_path_factory: pytest.TempPathFactory, *runs: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The rows of ``shared_runs``, run by run."""
+    folders = shared_runs(tmp_path_factory, *runs)
+    return [row for folder in folders for path in sorted(folder.glob("*.parquet")) for row in pq.read_table(path)
+            .to_pylist()]  # fmt: skip
+
+
+# bilstm tiny with the framework's default threads (so that labels and keys do not depend on the host's cores).
+BILSTM = ("--suite", "smoke", "--models", "bilstm", *SHORT, "--threads", "default")
+# Real trials more than one module reads (shared_runs): TensorFlow's fp32 steps with and without XLA and JAX's
+# compiled one, two trials each, the first profiled. The dashboard's baseline, the counters' compiled steps, and
+# JAX's record of what it ran (test_backends).
+TF_BASELINE = (*BILSTM, "--xla", "off,on", "--precision", "fp32", "--trials", "2", "--profile", "1", "--label",
+               "baseline")  # fmt: skip
+JAX_BILSTM = (*BILSTM, "--keras-backend", "jax", "--xla", "on", "--precision", "fp32", "--trials", "2", "--profile",
+              "1", "--label", "jax")  # fmt: skip
+
+
 @pytest.fixture(scope="session")
 def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Real trials: bilstm tiny XLA off/on x fp32/bf16 as 'baseline' (fp32 without XLA twice), fp32 twice as
-    'candidate', one trial killed by a 2 s timeout (a failure the pages must show and leave out of
-    aggregates), and the fp32 config on the torch backend (eager), against TensorFlow's. Made once per test
-    run: when the tests run on several workers (pytest-xdist), the first to need it makes it, the others wait."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' common folder
+    """Real trials: bilstm tiny XLA off/on x fp32/bf16 as 'baseline' (fp32 twice), fp32 without XLA twice as
+    'candidate', one trial killed by a 2 s timeout (a failure the pages must show and leave out of aggregates),
+    and the fp32 config on the torch backend (eager), against TensorFlow's. Made once per test run: when the tests
+    run on several workers (pytest-xdist), the first to need it makes it, the others wait."""
+    shared = shared_folder(tmp_path_factory)
     root = shared / "dashboard-store"
     with open(shared / "dashboard-store.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (root / "store.duckdb").exists():
-            _make_smoke_store(root)
+            _make_smoke_store(root, tmp_path_factory)
     return root / "store.duckdb"
 
 
-def _make_smoke_store(root: Path) -> None:
-    results, db = root / "results", root / "store.duckdb"
-    runs = [
-        ("--xla", "off,on", "--precision", "fp32,mixed_bfloat16", "--trials", "1", "--label", "baseline"),
-        ("--xla", "off", "--precision", "fp32", "--trials", "1", "--label", "baseline"),  # a second baseline trial
-        ("--xla", "off", "--precision", "fp32", "--trials", "2", "--label", "candidate"),
-        ("--keras-backend", "torch", "--xla", "off", "--precision", "fp32", "--trials", "1", "--label", "torch"),
-        ("--xla", "on", "--precision", "fp32", "--trials", "1", "--label", "broken", "--timeout", "2"),  # the latest
-    ]
-
-    def run(extra: tuple[str, ...]) -> None:
-        # The framework's default threads, so that labels and keys do not depend on the host's cores.
-        done = stepwatch(
-            "run", "--suite", "smoke", "--models", "bilstm", *SHORT, "--threads", "default", *extra,
-            "--out", str(results),
-        )  # fmt: skip
-        assert done.returncode in (0, 4), done.stderr[-2000:]
-
-    two_at_a_time(run, runs[:-1])
-    run(runs[-1])  # alone and last: the timed-out run is the latest
-    done = stepwatch("ingest", str(results), "--db", str(db))
+def _make_smoke_store(root: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    db = root / "store.duckdb"
+    folders = shared_runs(
+        tmp_path_factory,
+        TF_BASELINE,
+        (*BILSTM, "--xla", "off,on", "--precision", "mixed_bfloat16", "--trials", "1", "--label", "baseline"),
+        (*BILSTM, "--xla", "off", "--precision", "fp32", "--trials", "2", "--label", "candidate"),
+        (*BILSTM, "--keras-backend", "torch", "--xla", "off", "--precision", "fp32", "--trials", "1", "--label",
+         "torch"),
+    )  # fmt: skip
+    broken = root / "broken"  # last, alone and this store's own: the timed-out run is the latest
+    done = stepwatch("run", *BILSTM, "--xla", "on", "--precision", "fp32", "--trials", "1", "--label", "broken",
+                     "--timeout", "2", "--out", str(broken))  # fmt: skip
+    assert done.returncode == 4, done.stderr[-2000:]
+    done = stepwatch("ingest", *map(str, folders), str(broken), "--db", str(db))
     assert done.returncode == 0, done.stderr
 
 

@@ -20,7 +20,19 @@ from stepwatch.collector.outcomes import CHANGED, IMPROVEMENT, INCONCLUSIVE, MIS
 from stepwatch.collector.output.comparison import exact_change
 from stepwatch.collector.schema import OP_COLUMNS
 from stepwatch.collector.trial import counters
-from tests.conftest import REPO, SHORT, edited_source, result_rows, stepwatch, two_at_a_time, write_suite
+from tests.conftest import (
+    BILSTM,
+    JAX_BILSTM,
+    REPO,
+    SHORT,
+    TF_BASELINE,
+    edited_source,
+    result_rows,
+    shared_rows,
+    stepwatch,
+    two_at_a_time,
+    write_suite,
+)
 
 HLO = """HloModule jit_train_step, is_scheduled=true, entry_computation_layout={(f32[8]{0})->f32[]}
 
@@ -180,29 +192,10 @@ MAY_BE_ZERO = {"compiled_transcendentals", "hlo_custom_calls", "graph_breaks"}  
 COMPILED_TORCH = {key for key in READ if key[0] == "torch"}
 
 
-def count(root: Path, backends: tuple[str, ...]) -> list[dict]:
-    """Real trials of the READ configs of ``backends`` (each backend's suite, two at once), the first trial of
-    each profiled; their rows."""
-
-    def run(backend: str) -> None:
-        configs = "".join(
-            f'[[configs]]\nkeras_backend = "{b}"\nmodel = "{m}"\nxla = {str(x).lower()}\n\n'
-            for b, m, x in READ
-            if b == backend
-        )
-        trials = "1" if backend == "torch" else "2"  # torch.compile on a CPU takes a minute: one trial
-        suite = write_suite(root / f"{backend}.toml", f'name = "counters"\n[defaults]\npreset = "tiny"\n\n{configs}')
-        done = stepwatch("run", "--suite", str(suite), *SHORT, "--trials", trials, "--out", str(root / "results"),
-                         "--profile", "1", "--compile-cache", str(root / "cache"))  # fmt: skip
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-
-    two_at_a_time(run, backends)
-    return [row for path in sorted((root / "results").glob("*.parquet")) for row in pq.read_table(path).to_pylist()]
-
-
 @pytest.fixture(scope="module")
 def counted(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    return count(tmp_path_factory.mktemp("counted"), ("jax", "tensorflow"))
+    """The READ configs of JAX and TensorFlow: the runs the dashboard's store and test_backends read too."""
+    return shared_rows(tmp_path_factory, TF_BASELINE, JAX_BILSTM)
 
 
 def check_counters(rows: list[dict], expected: set[tuple]) -> None:
@@ -232,6 +225,7 @@ def check_read_after_measuring(rows: list[dict]) -> None:
         extras = json.loads(row["extras"])
         assert extras["counters_s"] >= 0 and "counters_error" not in extras
         assert row["peak_memory_bytes"] > 0 and extras["memory_samples"] > 0
+        assert extras["peak_anon_missed_bytes"] <= 0.01 * row["peak_memory_bytes"]  # sampled near the true peak
 
 
 # What a profile of each backend's trial must hold: op types of its compiler, and the raw profile's file.
@@ -308,7 +302,10 @@ def test_a_tensorflow_profile_names_the_same_ops_with_and_without_onednn(tmp_pat
 
 @pytest.mark.large
 def test_torch_compile_counters_and_op_table(tmp_path: Path) -> None:
-    rows = count(tmp_path, ("torch",))
+    done = stepwatch("run", *BILSTM, "--keras-backend", "torch", "--xla", "on", "--precision", "fp32", "--trials",
+                     "1", "--profile", "1", "--out", str(tmp_path))  # fmt: skip  # torch.compile on a CPU: a minute
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [row for path in tmp_path.glob("*.parquet") for row in pq.read_table(path).to_pylist()]
     check_counters(rows, COMPILED_TORCH)
     check_read_after_measuring(rows)
     check_op_tables(rows, COMPILED_TORCH)

@@ -175,7 +175,7 @@ def test_compare_shows_a_forest_plot_and_verdicts_for_two_labels(
     table = at.dataframe[0].value
     both = table[table["n candidate"] > 0]
     assert list(both["n baseline"]) == [2] and list(both["n candidate"]) == [2]
-    assert sorted(table[table["n candidate"] == 0]["n baseline"]) == [1, 1, 1]
+    assert sorted(table[table["n candidate"] == 0]["n baseline"]) == [1, 1, 2]  # bf16 without and with XLA, fp32 XLA
     assert both["verdict"].iloc[0] in ("regression", "improvement", "no change", "inconclusive")
     assert points[0][0] == pytest.approx(float(both["change"].iloc[0].rstrip("%")), abs=0.051)
     assert sorted(table["verdict"]).count("missing") == 3  # run on the baseline only
@@ -355,10 +355,10 @@ def test_compare_shows_a_bisects_steps_and_compares_one(
     shutil.copyfile(smoke_store, db)
     if delta_dir(smoke_store).exists():
         shutil.copytree(delta_dir(smoke_store), delta_dir(db))
-    [(series_key, baseline_id)] = query(  # the baseline's second suite run: one trial of bilstm fp32 without XLA
+    [(series_key, baseline_id)] = query(  # the baseline's fp32 suite run: bilstm fp32 without XLA in it
         db,
-        "SELECT any_value(series_key), suite_run_id FROM runs WHERE label = 'baseline' GROUP BY suite_run_id "
-        "HAVING count(*) = 1",
+        "SELECT DISTINCT series_key, suite_run_id FROM runs WHERE label = 'baseline' AND precision = 'fp32' "
+        "AND NOT xla_requested",
     )
     [(candidate_id,)] = query(db, "SELECT DISTINCT suite_run_id FROM runs WHERE label = 'candidate'")
     applied = json.dumps([["keras", "3.14.0", "3.15.1"], ["tensorboard", "2.20.0", None]])
@@ -381,7 +381,8 @@ def test_compare_shows_a_bisects_steps_and_compares_one(
     assert at.query_params["baseline"] == f"suite_run_id={baseline_id}"
     assert at.query_params["candidate"] == f"suite_run_id={candidate_id}"
     compared = opened(at, "verdict_table").dataframe[-1].value
-    assert list(compared["n baseline"]) == [1] and list(compared["n candidate"]) == [2]
+    both = compared[compared["n candidate"] > 0]  # the suite run's XLA series is on its side only
+    assert list(both["n baseline"]) == [2] and list(both["n candidate"]) == [2] and len(compared) == 2
 
 
 GPU_ROWS = [REPO / "data" / "reference" / name for name in ("h100-2026-11-24", "h200-2026-11-26")]

@@ -92,9 +92,12 @@ def test_the_trial_end_floor_is_a_lower_bound_on_the_anonymous_peak() -> None:
 
 
 def test_a_real_trial_with_a_known_buffer_reports_it_in_its_peak(tmp_path: Path) -> None:
-    """Two real bilstm trials, one with 256 MiB of ballast allocated at interpreter start (sitecustomize): the
-    judged peak memory rises by the ballast within 5%, and the sampled peak is not below the trial's floor."""
-    config = BenchmarkConfig(model="bilstm", preset="tiny", steps=20, warmup_steps=20, window_steps=10)
+    """Two real trials of a script without a framework (its own memory is small and steady), one with 256 MiB of
+    ballast allocated at interpreter start (sitecustomize): the judged peak memory rises by the ballast within 5%,
+    and the sampled peak is not below the trial's floor (also checked on every backend's compiled steps:
+    test_counters)."""
+    config = BenchmarkConfig(model="tests/data/scripts/bad.py", script_args="good", steps=20, warmup_steps=20,
+                             window_steps=10)  # fmt: skip
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
@@ -111,7 +114,7 @@ def test_a_real_trial_with_a_known_buffer_reports_it_in_its_peak(tmp_path: Path)
         child, _, code = spawn.run_child(config, sys.executable, work, extra)
         assert child["status"] == "ok", child.get("error_message")
         assert child["peak_memory_kind"] == ANON_KIND
-        assert child["memory_samples"] > 100
+        assert child["memory_samples"] > 10
         assert child["peak_rss_bytes"] > child["peak_memory_bytes"]  # RSS also counts the mapped libraries
         assert child["peak_file_bytes"] > 0
         assert child["peak_anon_missed_bytes"] <= 0.01 * child["peak_memory_bytes"]

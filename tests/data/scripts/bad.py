@@ -21,6 +21,7 @@ elif way == "raises":
             raise ValueError("the loss went the wrong way")
 elif way == "hangs":
     for _ in stepwatch.steps(range(1000), examples_per_step=4):
+        print("waiting for a batch that never comes", flush=True)  # what the log's tail shows of it
         time.sleep(3600)
 elif way == "exits":
     for index in stepwatch.steps(range(1000), examples_per_step=4):

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import gc
 import hashlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
+import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -63,18 +68,53 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+# Commands that start trials, side environments or a server run as a process of their own, as a user starts them.
+# The others run in the test's process through the same ``main`` the console script calls, in the command's folder
+# and environment: the same code, without a second interpreter's start and stepwatch's imports (a second of CPU a
+# call, on 2 cores; most commands in the tests are these).
+OWN_PROCESS = {"run", "upgrade-check", "bisect", "calibrate", "dashboard"}
+
+
 def stepwatch(
     *args: str, timeout: float = 600, cwd: Path = REPO, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """Run ``python -m stepwatch`` (the stepwatch CLI) and capture its output."""
-    return subprocess.run(
-        [sys.executable, "-m", "stepwatch", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+    """Run the stepwatch CLI (``python -m stepwatch``) and capture its output. A copy of the source under test
+    (``PYTHONPATH`` in ``env``) and the commands of OWN_PROCESS run as ``python -m stepwatch``."""
+    env = env or {}
+    if next((arg for arg in args if not arg.startswith("-")), "run") in OWN_PROCESS or "PYTHONPATH" in env:
+        return subprocess.run([sys.executable, "-m", "stepwatch", *args], cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout, env={**os.environ, **env})  # fmt: skip
+    return _in_this_process(list(args), cwd, env)
+
+
+_ONE_COMMAND_AT_A_TIME = threading.Lock()  # the folder and the environment are the process's
+
+
+def _in_this_process(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    from stepwatch.collector.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with _ONE_COMMAND_AT_A_TIME:
+        saved, folder = dict(os.environ), os.getcwd()
+        os.environ.update(env)
+        os.chdir(cwd)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    code = main(args)
+                except SystemExit as leaving:  # argparse's usage errors and --help, as the process would exit
+                    code = leaving.code if isinstance(leaving.code, int) else 0 if leaving.code is None else 1
+                    if not isinstance(leaving.code, int | None):
+                        print(leaving.code, file=sys.stderr)
+                except Exception:  # what the interpreter prints of an uncaught exception, and its exit code
+                    traceback.print_exc()
+                    code = 1
+        finally:
+            os.chdir(folder)
+            os.environ.clear()
+            os.environ.update(saved)
+            gc.collect()  # what the command left open (a store's connection) closes, as at its process's exit
+    return subprocess.CompletedProcess([sys.executable, "-m", "stepwatch", *args], code, out.getvalue(), err.getvalue())
 
 
 def two_at_a_time(run: Callable[[Any], None], items: Iterable[Any]) -> None:

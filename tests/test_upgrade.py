@@ -79,6 +79,9 @@ def test_package_diff_lists_everything_the_upgrade_changes(tmp_path: Path) -> No
     assert virtualenvs.installed(sides["baseline"]) == {"tensorflow": "2.20.0", "keras": "3.15.1"}
 
 
+# pip fetches scikit-learn from the package index (half a minute on 2 cores): CI's `large` job. Side environments
+# built and trials run in them are checked in every run by the A/A upgrade check below (pins already installed).
+@pytest.mark.large
 def test_run_with_a_package_set_runs_its_trials_in_that_environment(tmp_path: Path) -> None:
     """``stepwatch run --with``: the trials run in the package set's cached environment (how the reference
     history under data/reference/ was measured, one TensorFlow release at a time). Here the set adds

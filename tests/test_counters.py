@@ -302,8 +302,9 @@ def test_a_tensorflow_profile_names_the_same_ops_with_and_without_onednn(tmp_pat
 
 @pytest.mark.large
 def test_torch_compile_counters_and_op_table(tmp_path: Path) -> None:
+    # One trial: torch.compile on a CPU takes a minute.
     done = stepwatch("run", *BILSTM, "--keras-backend", "torch", "--xla", "on", "--precision", "fp32", "--trials",
-                     "1", "--profile", "1", "--out", str(tmp_path))  # fmt: skip  # torch.compile on a CPU: a minute
+                     "1", "--profile", "1", "--out", str(tmp_path))  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [row for path in tmp_path.glob("*.parquet") for row in pq.read_table(path).to_pylist()]
     check_counters(rows, COMPILED_TORCH)

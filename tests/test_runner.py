@@ -65,7 +65,7 @@ def test_ok_nan_and_hang_each_give_a_row_and_the_suite_goes_on(tmp_path: Path) -
     suite = write_suite(
         tmp_path / "mixed.toml",
         FAST
-        + """
+        + f"""
 [[configs]]
 loop = "ctl"
 xla = "on"
@@ -75,7 +75,7 @@ threads = "2/1"
 learning_rate = nan  # every update is NaN by IEEE arithmetic, on any CPU
 
 [[configs]]
-model = "tests/data/scripts/bad.py"  # no framework to import: it only has to outlast its timeout
+model = "{BAD}"  # no framework to import: it only has to outlast its timeout
 script_args = "hangs"
 timeout_s = 3
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import gc
 import hashlib
 import io
@@ -24,6 +25,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from streamlit.components.v2 import manifest_scanner
 
 from stepwatch.collector.config import BenchmarkConfig, config_columns
 from stepwatch.collector.schema import to_table
@@ -31,6 +33,11 @@ from stepwatch.collector.store.database import StoreReader
 from stepwatch.collector.store.ingest import ingest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Each new AppTest (tests/test_dashboard.py's render) has Streamlit scan every installed distribution's metadata for
+# components: half a second of CPU here (about 140 distributions), a hundred times a run, where the server scans
+# once at its start. Nothing is installed while the tests run, so one scan per test process answers them all.
+manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ["KERAS_BACKEND"] = "tensorflow"  # the in-process runtime tests are TensorFlow's; trials set their own
 os.environ["STEPWATCH_CALIBRATION"] = "none"  # a calibration of this machine must not widen the tests' intervals

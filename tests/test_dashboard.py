@@ -586,7 +586,7 @@ def test_speedups_opens_on_a_row_of_two_accelerators(tmp_path: Path, monkeypatch
     """On a store of ten accelerators, Speedups' first screen is one row of two panels (four in a 460 px figure
     were each too small to read, and drawn more slowly); the filters pick more."""
     db = tmp_path / "synthetic.duckdb"
-    done = stepwatch("synthesize", "--rows", "20000", "--out", str(tmp_path / "files"), "--db", str(db))
+    done = stepwatch("synthesize", "--rows", "10000", "--out", str(tmp_path / "files"), "--db", str(db))
     assert done.returncode == 0, done.stderr
     at = render(db, "speedups", monkeypatch)
     (figure,) = figures(at)

@@ -59,9 +59,8 @@ demo: $(STAMP)
 	$(BIN)/stepwatch ingest $(REFERENCE) --db $(REFERENCE_DB)
 	STEPWATCH_DB=$(REFERENCE_DB) $(MAKE) --no-print-directory dashboard
 
-# The same on the GPU rows (an H100 and an H200, JAX and torch; data/reference/h100-2026-11-24/README.md and
-# data/reference/h200-2026-11-26/README.md).
-GPU_REFERENCE := data/reference/h100-2026-11-24 data/reference/h200-2026-11-26
+# The same on the GPU rows (two H100s and an H200, JAX and torch; the README.md of each folder).
+GPU_REFERENCE := data/reference/h100-2026-11-24 data/reference/h200-2026-11-26 data/reference/h100-2026-11-26
 GPU_REFERENCE_DB := data/stepwatch-gpu.duckdb
 demo-gpu: $(STAMP)
 	$(BIN)/stepwatch ingest $(GPU_REFERENCE) --recursive --db $(GPU_REFERENCE_DB)

@@ -246,6 +246,33 @@ def test_the_report_says_how_many_trials_found_their_step_compiled() -> None:
     assert "6.3 minutes of this machine in trials, 1.29 USD" in cost
 
 
+def test_a_side_made_from_the_source_on_a_path_gets_its_code_and_no_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stepwatch run from a checkout that is not installed (``PYTHONPATH=$PWD``, as on the GPU hosts): no
+    distribution named stepwatch, so importlib.metadata finds no version and no requirements. A side still gets the
+    trial code (and no version its trials would claim), and the trial's dependencies by name: the upgrade check that
+    crashed there on ``metadata.version("stepwatch")`` (data/reference/h100-2026-11-26/) builds its sides."""
+    found = metadata.version, metadata.requires
+
+    def uninstalled(lookup):  # noqa: ANN001, ANN202
+        def look(name: str):  # noqa: ANN202
+            if name == "stepwatch":
+                raise metadata.PackageNotFoundError(name)
+            return lookup(name)
+
+        return look
+
+    monkeypatch.setattr(metadata, "version", uninstalled(found[0]))
+    monkeypatch.setattr(metadata, "requires", uninstalled(found[1]))
+    site = tmp_path / "site"
+    virtualenvs.copy_stepwatch(site)
+    assert (site / "stepwatch" / "collector" / "trial" / "process.py").is_file()
+    assert not list(site.glob("stepwatch-*.dist-info"))
+    installs = virtualenvs.environment_requirements(("pytz==1",), reuse_site_packages=False)
+    assert installs[0] == "pytz==1" and set(virtualenvs.TRIAL_DEPENDENCIES) <= set(installs)
+
+
 def test_a_side_gets_stepwatchs_trial_code_as_files_without_the_dashboard_and_keeps_it_while_unchanged(
     tmp_path: Path,
 ) -> None:

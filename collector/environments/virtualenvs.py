@@ -38,6 +38,7 @@ from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.errors import Failure
 from stepwatch.collector.runner import execution
 from stepwatch.collector.runner.results import ResultFile
+from stepwatch.collector.trial.host import distribution_version
 
 CACHE_ENV = "STEPWATCH_ENV_CACHE"
 # What a trial process imports beyond the standard library, the framework and the model (test_upgrade checks it).
@@ -102,7 +103,11 @@ def _base_requirements(pinned: tuple[str, ...]) -> list[str]:
                 out.append(f"{name}=={metadata.version(name)}")
             except metadata.PackageNotFoundError:
                 pass
-    declared = {canonicalize_name(Requirement(line).name): line for line in metadata.requires("stepwatch") or []}
+    try:
+        requires = metadata.requires("stepwatch") or []
+    except metadata.PackageNotFoundError:  # the source on a path, not installed: the dependencies by their names
+        requires = []
+    declared = {canonicalize_name(Requirement(line).name): line for line in requires}
     for name in TRIAL_DEPENDENCIES:
         if canonicalize_name(name) not in named:
             out.append(declared.get(canonicalize_name(name), name))
@@ -167,8 +172,8 @@ def _trial_code(source: Path) -> list[Path]:
 
 def copy_stepwatch(site: Path) -> None:
     """The installed stepwatch's trial code into ``site``, as plain files (a checkout's links followed), with the
-    metadata that names its version; left as it is when it is already that code (a check running beside another
-    on the same cached environment never sees its files replaced under it)."""
+    metadata that names its version where it is installed; left as it is when it is already that code (a check
+    running beside another on the same cached environment never sees its files replaced under it)."""
     source = Path(importlib.util.find_spec("stepwatch").origin).parent  # found, not imported: the package's files
     files = _trial_code(source)
     digest = hashlib.sha256()
@@ -184,7 +189,9 @@ def copy_stepwatch(site: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
     stamp.write_text(digest.hexdigest())
-    version = metadata.version("stepwatch")
+    version = distribution_version("stepwatch")
+    if version is None:  # the source on a path, not installed (a checkout on a GPU host): its trials record none
+        return
     info = site / f"stepwatch-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: stepwatch\nVersion: {version}\n")

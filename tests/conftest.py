@@ -75,10 +75,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-# Commands that start trials, side environments or a server run as a process of their own, as a user starts them.
-# The others run in the test's process through the same ``main`` the console script calls, in the command's folder
-# and environment: the same code, without a second interpreter's start and stepwatch's imports (a second of CPU a
-# call, on 2 cores; most commands in the tests are these).
+# Commands that start trials, side environments or a server run as a process of their own, as a user starts them
+# (unless they only print their plan: --dry-run). The others run in the test's process through the same ``main`` the
+# console script calls, in the command's folder and environment: the same code, without a second interpreter's start
+# and stepwatch's imports (a second of CPU a call, on 2 cores; most commands in the tests are these).
 OWN_PROCESS = {"run", "upgrade-check", "bisect", "calibrate", "dashboard"}
 
 
@@ -88,7 +88,8 @@ def stepwatch(
     """Run the stepwatch CLI (``python -m stepwatch``) and capture its output. A copy of the source under test
     (``PYTHONPATH`` in ``env``) and the commands of OWN_PROCESS run as ``python -m stepwatch``."""
     env = env or {}
-    if next((arg for arg in args if not arg.startswith("-")), "run") in OWN_PROCESS or "PYTHONPATH" in env:
+    command = next((arg for arg in args if not arg.startswith("-")), "run")
+    if (command in OWN_PROCESS and "--dry-run" not in args) or "PYTHONPATH" in env:
         return subprocess.run([sys.executable, "-m", "stepwatch", *args], cwd=cwd, capture_output=True, text=True,
                               timeout=timeout, env={**os.environ, **env})  # fmt: skip
     return _in_this_process(list(args), cwd, env)

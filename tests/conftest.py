@@ -28,6 +28,7 @@ import pytest
 from streamlit.components.v2 import manifest_scanner
 
 from stepwatch.collector.config import BenchmarkConfig, config_columns
+from stepwatch.collector.runner.results import read_rows
 from stepwatch.collector.schema import to_table
 from stepwatch.collector.store.database import StoreReader
 from stepwatch.collector.store.ingest import ingest
@@ -199,6 +200,19 @@ def shared_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+def made_once(folder: Path, make: Callable[[Path], None]) -> Path:
+    """``folder``, filled by ``make(folder)`` once per test run: on several workers the first to ask makes it under
+    a lock, the others wait for it and find it made."""
+    with open(folder.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".made").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            make(folder)
+            (folder / ".made").touch()
+    return folder
+
+
 def shared_runs(tmp_path_factory: pytest.TempPathFactory, *runs: tuple[str, ...]) -> list[Path]:
     """The results folder of each run (``stepwatch run``'s arguments), made once per test run and shared by every
     test that asks for the same arguments, two runs at a time: on several workers the first to ask makes a run and
@@ -210,24 +224,25 @@ def shared_runs(tmp_path_factory: pytest.TempPathFactory, *runs: tuple[str, ...]
 
     def make(job: tuple[tuple[str, ...], Path]) -> None:
         run, folder = job
-        with open(folder.with_suffix(".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if (folder / "made").exists():
-                return
-            shutil.rmtree(folder, ignore_errors=True)
+
+        def run_into(folder: Path) -> None:
             done = stepwatch("run", *run, "--compile-cache", str(folder / "cache"), "--out", str(folder / "results"))
             assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-            (folder / "made").touch()
+
+        made_once(folder, run_into)
 
     two_at_a_time(make, list(zip(runs, folders)))
     return [folder / "results" for folder in folders]
 
 
+def rows_in(folder: Path) -> list[dict[str, Any]]:
+    """The rows of every results file in ``folder``, file by file (read as ``stepwatch ingest`` reads them)."""
+    return [row for path in sorted(folder.glob("*.parquet")) for row in read_rows(path)]
+
+
 def shared_rows(tmp_path_factory: pytest.TempPathFactory, *runs: tuple[str, ...]) -> list[dict[str, Any]]:
     """The rows of ``shared_runs``, run by run."""
-    folders = shared_runs(tmp_path_factory, *runs)
-    return [row for folder in folders for path in sorted(folder.glob("*.parquet")) for row in pq.read_table(path)
-            .to_pylist()]  # fmt: skip
+    return [row for folder in shared_runs(tmp_path_factory, *runs) for row in rows_in(folder)]
 
 
 # bilstm tiny with the framework's default threads (so that labels and keys do not depend on the host's cores).
@@ -247,13 +262,8 @@ def smoke_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     'candidate', one trial killed by a 2 s timeout (a failure the pages must show and leave out of aggregates),
     and the fp32 config on the torch backend (eager), against TensorFlow's. Made once per test run: when the tests
     run on several workers (pytest-xdist), the first to need it makes it, the others wait."""
-    shared = shared_folder(tmp_path_factory)
-    root = shared / "dashboard-store"
-    with open(shared / "dashboard-store.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / "store.duckdb").exists():
-            _make_smoke_store(root, tmp_path_factory)
-    return root / "store.duckdb"
+    root = shared_folder(tmp_path_factory) / "dashboard-store"
+    return made_once(root, lambda folder: _make_smoke_store(folder, tmp_path_factory)) / "store.duckdb"
 
 
 def _make_smoke_store(root: Path, tmp_path_factory: pytest.TempPathFactory) -> None:

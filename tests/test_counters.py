@@ -28,6 +28,7 @@ from tests.conftest import (
     TF_BASELINE,
     edited_source,
     result_rows,
+    rows_in,
     shared_rows,
     stepwatch,
     two_at_a_time,
@@ -290,7 +291,7 @@ def test_a_tensorflow_profile_names_the_same_ops_with_and_without_onednn(tmp_pat
         done = stepwatch("run", "--models", "resnet50", *flags, "--profile", "1", "--out", str(out),
                          env={"TF_ENABLE_ONEDNN_OPTS": onednn})  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
-        [row] = [r for path in out.glob("*.parquet") for r in pq.read_table(path).to_pylist()]
+        [row] = rows_in(out)
         found[onednn] = set(row["op_types"])
 
     two_at_a_time(run, ("0", "1"))
@@ -306,7 +307,7 @@ def test_torch_compile_counters_and_op_table(tmp_path: Path) -> None:
     done = stepwatch("run", *BILSTM, "--keras-backend", "torch", "--xla", "on", "--precision", "fp32", "--trials",
                      "1", "--profile", "1", "--out", str(tmp_path))  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = [row for path in tmp_path.glob("*.parquet") for row in pq.read_table(path).to_pylist()]
+    rows = rows_in(tmp_path)
     check_counters(rows, COMPILED_TORCH)
     check_read_after_measuring(rows)
     check_op_tables(rows, COMPILED_TORCH)
@@ -359,7 +360,7 @@ def test_one_more_layer_means_more_of_every_counter(tmp_path: Path) -> None:
         out = tmp_path / f"results-{tree.name}"
         done = stepwatch("run", "--suite", str(suite), *SHORT, "--trials", "1", "--out", str(out), cwd=tree, env=where)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        for row in (r for path in out.glob("*.parquet") for r in pq.read_table(path).to_pylist()):
+        for row in rows_in(out):
             rows[row["keras_backend"], tree == REPO] = row
 
     two_at_a_time(lambda pair: run(*pair), ((REPO, {}), (tmp_path / "tree", env)))

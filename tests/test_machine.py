@@ -15,13 +15,12 @@ import time
 import uuid
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from stepwatch.collector.schema import COLUMN_NAMES, to_table
 from stepwatch.collector.trial import machine
 from stepwatch.collector.trial.measure import WindowClock, summarize
-from tests.conftest import REPO, result_rows, stepwatch
+from tests.conftest import REPO, result_rows, rows_in, stepwatch
 
 NVML = REPO / "tests" / "data" / "nvml"
 
@@ -69,7 +68,7 @@ def test_a_trial_under_a_cpu_quota_beside_a_busy_process_is_flagged_throttled_an
             except OSError:
                 time.sleep(0.1)
     assert done.returncode == 0, done.stdout + done.stderr
-    (row,) = [r for p in tmp_path.glob("*.parquet") for r in pq.read_table(p).to_pylist()]
+    (row,) = rows_in(tmp_path)
     assert row["status"] == "ok", row["error_message"]
     assert row["throttled"] is True and row["cpu_throttled_s"] > 0.01 * row["measured_s"], row["machine_note"]
     assert row["shared"] is True and row["host_other_cpu"] >= machine.SHARED_OTHER_CORES, row["machine_note"]

@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from stepwatch.collector.analysis.speedups import with_intervals
 from stepwatch.collector.store import queries
 from stepwatch.collector.store.database import StoreReader
 from stepwatch.collector.store.selection import Selection
-from tests.conftest import SHORT, stepwatch, write_suite
+from tests.conftest import SHORT, rows_in, stepwatch, write_suite
 from tests.test_dashboard import figures, render, values
 
 GPT = "examples/torch_gpt.py:tiny_gpt"
@@ -35,7 +34,7 @@ def test_plain_pytorch_trains_resnet50_and_a_users_module_beside_keras_on_torch(
     out = tmp_path / "out"
     done = stepwatch("run", "--suite", str(suite), *SHORT, "--profile", "1", "--out", str(out))
     assert done.returncode == 4 and "1 of 5 trials failed" in done.stderr, done.stderr
-    rows = {(r["model"], r["loop"]): r for f in out.glob("*.parquet") for r in pq.read_table(f).to_pylist()}
+    rows = {(r["model"], r["loop"]): r for r in rows_in(out)}
 
     keras_fit, plain, gpt = rows["resnet50", "fit"], rows["resnet50", "pytorch"], rows[GPT, "pytorch"]
     held_out = rows[HELD_OUT, "pytorch"]  # a dict of inputs, passed as keyword arguments; the default optimizer
@@ -106,7 +105,7 @@ def test_the_plain_pytorch_loop_trains_data_parallel_on_several_devices_one_rank
     done = stepwatch("run", "--models", "resnet50", "--keras-backend", "torch", "--loop", "pytorch", "--devices", "2",
                      "--precision", "fp32", "--xla", "off", *SHORT, "--out", str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    [row] = [r for f in out.glob("*.parquet") for r in pq.read_table(f).to_pylist()]
+    [row] = rows_in(out)
     assert row["status"] == "ok" and row["loss_finite"] and row["num_devices"] == 2 and row["replicas"] == 2
     assert (row["per_device_batch"], row["global_batch"]) == (8, 16)
     assert row["examples_per_sec_per_device"] == pytest.approx(row["examples_per_sec"] / 2)

@@ -14,12 +14,11 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.environments import virtualenvs
-from tests.conftest import stepwatch
+from tests.conftest import rows_in, stepwatch
 
 PYTZ = f"pytz=={metadata.version('pytz')}"
 PSUTIL = f"psutil=={metadata.version('psutil')}"
@@ -96,7 +95,7 @@ def test_run_with_a_package_set_runs_its_trials_in_that_environment(tmp_path: Pa
     done = stepwatch(*command, env={virtualenvs.CACHE_ENV: str(cache)}, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "with: building an environment for " + SKLEARN in done.stderr
-    [row] = [r for f in out.glob("*.parquet") for r in pq.read_table(f).to_pylist()]
+    [row] = rows_in(out)
     assert row["status"] == "ok" and row["label"] == "with-sklearn" and row["keras_backend"] == "jax", row["log_tail"]
     assert json.loads(row["extras"])["frameworks_loaded"] == ["jax"]
     [ready] = cache.glob(f"*/{virtualenvs.READY}")
@@ -148,8 +147,7 @@ def aa_check(tmp_path: Path, env: dict[str, str], calibration: Path | None) -> s
     assert row["verdict"] in ("no change", "inconclusive") and payload["exit_code"] == 0
 
     [check_dir] = (tmp_path / "results").iterdir()
-    rows = sorted((r for f in check_dir.glob("*.parquet") for r in pq.read_table(f).to_pylist()),
-                  key=lambda r: r["started_at"])  # fmt: skip
+    rows = sorted(rows_in(check_dir), key=lambda r: r["started_at"])
     # Interleaved: each round starts with another side.
     order = ["baseline", "candidate", "baseline-aa", "candidate", "baseline-aa", "baseline"]
     assert [r["label"] for r in rows] == order
@@ -221,7 +219,7 @@ def test_calibrate_then_an_aa_upgrade_check_widens_its_intervals_by_the_runners_
     assert set(saved["metrics"]) == {"peak_memory_bytes", "examples_per_sec"}
     assert saved["metrics"]["peak_memory_bytes"]["comparisons"] == 1
     [check_dir] = (tmp_path / "calibrate").iterdir()
-    labels = {r["label"] for f in check_dir.glob("*.parquet") for r in pq.read_table(f).to_pylist()}
+    labels = {r["label"] for r in rows_in(check_dir)}
     assert labels == {"env-0", "env-1"}
 
     text = aa_check(tmp_path, env, calibration_file)

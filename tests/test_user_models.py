@@ -9,10 +9,9 @@ import hashlib
 import json
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import REPO, SHORT, result_rows, stepwatch, write_results, write_suite
+from tests.conftest import REPO, SHORT, result_rows, rows_in, stepwatch, write_results, write_suite
 
 MODELS = "tests/data/models"
 HELD_OUT = f"{MODELS}/sentiment.py:sentiment"  # written from docs/reference.md alone
@@ -66,7 +65,7 @@ def test_what_goes_wrong_in_a_model_of_yours_is_a_row_that_names_it_and_the_suit
     done = stepwatch("run", "--suite", str(suite), *SHORT, "--out", str(out), cwd=REPO)
     assert done.returncode == 4, done.stderr
     assert "5 of 6 trials failed" in done.stderr
-    rows = {row["model"]: row for path in out.glob("*.parquet") for row in pq.read_table(path).to_pylist()}
+    rows = {row["model"]: row for row in rows_in(out)}
     said = {
         f"{MODELS}/broken.py:raises": "raises() raised RuntimeError: no weights for preset tiny",
         f"{MODELS}/broken.py:wrong_type": "wrong_type() returned list, not a dict with 'model'",

@@ -80,7 +80,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # (unless they only print their plan: --dry-run). The others run in the test's process through the same ``main`` the
 # console script calls, in the command's folder and environment: the same code, without a second interpreter's start
 # and stepwatch's imports (a second of CPU a call, on 2 cores; most commands in the tests are these).
-OWN_PROCESS = {"run", "upgrade-check", "bisect", "calibrate", "dashboard"}
+OWN_PROCESS = {"run", "upgrade-check", "code-check", "bisect", "calibrate", "dashboard"}
 
 
 def stepwatch(
@@ -124,6 +124,21 @@ def _in_this_process(args: list[str], cwd: Path, env: dict[str, str]) -> subproc
             os.environ.update(saved)
             gc.collect()  # what the command left open (a store's connection) closes, as at its process's exit
     return subprocess.CompletedProcess([sys.executable, "-m", "stepwatch", *args], code, out.getvalue(), err.getvalue())
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def commit(repo: Path, message: str, files: dict[str, str]) -> str:
+    """A commit of ``files`` (path -> text) on the checked-out branch; its id."""
+    for path, text in files.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
 
 
 def two_at_a_time(run: Callable[[Any], None], items: Iterable[Any]) -> None:

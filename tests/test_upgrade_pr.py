@@ -24,7 +24,7 @@ import yaml
 
 from stepwatch.collector.environments import pinfiles
 from stepwatch.collector.environments.pinfiles import PinFileError, Source
-from tests.conftest import REPO, stepwatch
+from tests.conftest import REPO, commit, git, stepwatch
 from tests.wheels import wheel
 
 WORKFLOWS = REPO / ".github" / "workflows"
@@ -38,20 +38,6 @@ def build_wheels(folder: Path) -> Path:
     wheel(folder, "swt-beta", "1.0", requires=("swt-gamma",))
     wheel(folder, "swt-beta", "1.1", requires=("swt-gamma",))
     return folder
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True)
-    return done.stdout.strip()
-
-
-def commit(repo: Path, message: str, files: dict[str, str]) -> str:
-    for path, text in files.items():
-        (repo / path).parent.mkdir(parents=True, exist_ok=True)
-        (repo / path).write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD")
 
 
 PYPROJECT = '[project]\nname = "app"\nversion = "1"\ndependencies = ["swt-beta"]\n'

@@ -59,15 +59,16 @@ class Reference:
     def is_file(self) -> bool:
         return self.where.endswith(".py") or "/" in self.where
 
-    def source(self) -> Path:
-        """The file that defines the function, found without importing anything."""
+    def source(self, search: Sequence[str] = ()) -> Path:
+        """The file that defines the function, found without importing anything (a module in ``search``, then on
+        the Python path)."""
         if self.is_file:
             path = Path(self.where).resolve()
             if not path.is_file():
                 raise UserModelError(f"model {self.name}: no file {self.where}")
             return path
         spec = None
-        locations: Sequence[str] | None = sys.path
+        locations: Sequence[str] | None = [*search, *sys.path]
         parts = self.where.split(".")
         for i in range(len(parts)):
             spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), locations)
@@ -78,9 +79,9 @@ class Reference:
             raise UserModelError(f"model {self.name}: no module {self.where} on the Python path")
         return Path(spec.origin)
 
-    def check(self) -> Path:
+    def check(self, search: Sequence[str] = ()) -> Path:
         """The source file, once it is known to define the function (read, never imported)."""
-        path = self.source()
+        path = self.source(search)
         try:
             tree = ast.parse(path.read_bytes(), filename=str(path))
         except (OSError, SyntaxError, ValueError) as error:

@@ -12,8 +12,11 @@ a member here, its ``kind_of`` rule, its source and its run.
 
 from __future__ import annotations
 
+import contextlib
 from enum import StrEnum
+from pathlib import Path
 
+from stepwatch.trainers import code
 from stepwatch.trainers.script import Script
 from stepwatch.trainers.user import Reference
 
@@ -44,3 +47,16 @@ def source_of(name: str) -> Script | Reference | None:
     if kind is Kind.SCRIPT:
         return Script(name)
     return Reference.parse(name) if kind is Kind.FUNCTION else None
+
+
+def code_of(name: str, folder: Path) -> tuple[list[Path], str] | None:
+    """The files of a workload of yours as it runs in ``folder`` (where its path is read from: a commit's checkout),
+    and their digest (``trainers/code.py``); None for a bundled model (stepwatch's code). Raises UserModelError when
+    the workload is not there (a model a commit does not have)."""
+    source = source_of(name)
+    if source is None:
+        return None
+    with contextlib.chdir(folder):
+        entry = source.check() if isinstance(source, Script) else source.check(search=[str(folder)])
+        files = code.imported_files(entry, folder)
+    return files, code.digest(files, folder)

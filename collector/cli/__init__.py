@@ -33,6 +33,7 @@ COMMANDS = {
     "detect": "alerts",
     "alerts": "alerts",
     "upgrade-check": "upgrade_check",
+    "code-check": "code_check",
     "package-sets": "package_sets",
     "bisect": "bisect",
     "calibrate": "calibrate",
@@ -63,9 +64,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 # ``run`` writes and what ``ingest`` reads; ``out`` is no setting (in the reports it names a report file).
 RENAMED_SETTINGS = {"results": {"run": "out", "ingest": "sources", "dashboard": "sources"}}
 NOT_SETTINGS = {"out": "results"}
-# The nightly's results and store are never a check's: upgrade-check, bisect and calibrate keep their own (named in
+# The nightly's results and store are never a check's: upgrade-check, code-check, bisect and calibrate keep their own
 # their reports), whatever the project's ``results`` and ``db`` say.
-CHECKS = ("upgrade-check", "bisect", "calibrate")
+CHECKS = ("upgrade-check", "code-check", "bisect", "calibrate")
 OWN_RESULTS = dict.fromkeys(("results", "db"), CHECKS)
 
 

@@ -23,7 +23,14 @@ from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
 from stepwatch.collector.cli.progress import TerminalHooks
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
-from stepwatch.collector.output.comparison import aa_lines, between_lines, show_comparison, to_markdown, upgrade_preface
+from stepwatch.collector.output.comparison import (
+    AA_ENVIRONMENT,
+    aa_lines,
+    between_lines,
+    show_comparison,
+    to_markdown,
+    upgrade_preface,
+)
 from stepwatch.collector.output.explain import report_lines
 from stepwatch.collector.output.text import write_file
 from stepwatch.collector.runner import catalog, execution
@@ -96,20 +103,35 @@ def run(args: argparse.Namespace) -> int:
         configs, args.trials, suite.name, envs, args.results, options, db_path(args), args.metric, thresholds,
         hooks, between=known,
     )  # fmt: skip
-    ran, result = done.check, done.comparison
+    ran = done.check
     failed = ran.failed()
     preface = upgrade_preface(
         sides["baseline"], sides["candidate"], len(configs), args.trials, suite.name, ran.host(),
         len(failed), len(ran.outcomes), virtualenvs.package_diff(envs["baseline"], envs["candidate"]),
         ran.compile_caches(), ran.spent(),
     )  # fmt: skip
-    notes = aa_lines(result.aa) + between_lines(done.between) + own_results(ran.out_dir, db_path(args))
-    appendix = report_lines(*done.explained, done.aa_explained) if done.explained else ()
     title = f"stepwatch upgrade check: {' '.join(sides['baseline'])} -> {' '.join(sides['candidate'])}"
+    return report(args, done, title, preface)
+
+
+def report(
+    args: argparse.Namespace,
+    done: check.Measured,
+    title: str,
+    preface: tuple[str, ...],
+    aa: str = AA_ENVIRONMENT,
+    more: tuple[str, ...] = (),
+) -> int:
+    """A check's report, written beside its trials and shown as ``--format`` asks, and its exit code (4 when
+    trials failed and nothing worse did). ``aa`` says what its A/A side was; ``more`` follows its notes."""
+    ran, result = done.check, done.comparison
+    notes = aa_lines(result.aa, aa) + between_lines(done.between) + own_results(ran.out_dir, db_path(args)) + more
+    appendix = report_lines(*done.explained, done.aa_explained) if done.explained else ()
     write_file(to_markdown(result, title, preface + notes, appendix), ran.out_dir / "report.md")
     show_comparison(result, args.format, args.out, title, exits.of_comparison, preface, notes, appendix)
     console.print(f"report: {ran.out_dir / 'report.md'}")
     code = exits.of_comparison(result, args.fail_on_inconclusive)
+    failed = ran.failed()
     if code == EXIT_OK and failed:
         console.print(f"[red]{len(failed)} of {len(ran.outcomes)} trials failed[/red]")
         return EXIT_FAILED

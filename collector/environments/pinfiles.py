@@ -75,22 +75,6 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
 
 
-def resolve_ref(repo: Path, ref: str) -> str:
-    """The commit a ref names; PinFileError when it names none."""
-    done = _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-    if done.returncode != 0:
-        raise PinFileError(f"{ref!r} is not a commit of the git repository {repo}")
-    return done.stdout.strip()
-
-
-def merge_base(repo: Path, base: str, head: str) -> str:
-    """The commit a pull request branched from (what it is compared against, not the base branch's tip)."""
-    done = _git(repo, "merge-base", resolve_ref(repo, base), resolve_ref(repo, head))
-    if done.returncode != 0:
-        raise PinFileError(f"{base} and {head} have no merge base in {repo} (fetch the full history: fetch-depth 0)")
-    return done.stdout.strip()
-
-
 @dataclass(frozen=True)
 class Source:
     """One side's files: their paths and how to read them (a git commit, or a folder on disk)."""

@@ -24,12 +24,14 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -116,14 +118,26 @@ def _base_requirements(pinned: tuple[str, ...]) -> list[str]:
 
 @dataclass(frozen=True)
 class Environment:
+    """Where a side's trials run: a virtual environment (``path``) or an interpreter given as it is (``interpreter``:
+    this one, for a code check whose two commits share it), and for a commit of the team's repository, the
+    folder it is checked out in (``folder``: its models and scripts are read there) and its commit (``project``)."""
+
     side: str
     requirements: tuple[str, ...]
     path: Path
     cached: bool
+    interpreter: str | None = None
+    folder: Path | None = None
+    project: dict[str, Any] | None = None
 
     @property
     def python(self) -> str:
-        return str(self.path / "bin" / "python")
+        return self.interpreter or str(self.path / "bin" / "python")
+
+    def options(self, options: execution.RunOptions) -> execution.RunOptions:
+        """``options`` for this side's trials: labelled with the side, run by its interpreter, in its folder."""
+        project = options.project if self.project is None else self.project
+        return dataclasses.replace(options, label=self.side, python=self.python, folder=self.folder, project=project)
 
     def freeze(self) -> str:
         return (self.path / "freeze.txt").read_text() if (self.path / "freeze.txt").exists() else ""
@@ -327,6 +341,8 @@ class Check:
     results: dict[str, ResultFile]
     suite_run_ids: dict[str, str]
     outcomes: list[execution.Outcome]
+    rounds: int = 0  # rounds of trials run (a round: every config on every side once)
+    planned: int = 0  # rounds planned: fewer ran when a budget stopped the check
 
     def failed(self) -> list[execution.Outcome]:
         return [o for o in self.outcomes if o.row["status"] != "ok"]
@@ -355,9 +371,12 @@ def run(
     options: execution.RunOptions,
     on_start: Callable[[str, BenchmarkConfig, int], None] = lambda side, config, trial: None,
     on_done: Callable[[str, execution.Outcome], None] = lambda side, outcome: None,
+    budget_s: float | None = None,
 ) -> Check:
     """Run the interleaved plan into a new folder under ``results_dir``; one parquet file (and suite run id)
-    per side of ``envs`` (baseline, candidate and, for an A/A, baseline-aa), each row labelled with its side."""
+    per side of ``envs`` (baseline, candidate and, for an A/A, baseline-aa), each row labelled with its side.
+    ``budget_s``: no round starts that would end past it (at the pace of the rounds before it; the first two always
+    run, the least an interval needs)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out_dir = Path(results_dir) / f"{stamp}-{uuid.uuid4().hex[:8]}"
     results, side_options, run_ids = {}, {}, {}
@@ -365,14 +384,20 @@ def run(
     for side in sides:
         run_ids[side] = str(uuid.uuid4())
         results[side] = ResultFile(out_dir / f"{suite}-{side}-{run_ids[side][:8]}.parquet")
-        side_options[side] = dataclasses.replace(options, label=side, python=envs[side].python)
-    outcomes = []
+        side_options[side] = envs[side].options(options)
+    outcomes: list[execution.Outcome] = []
+    rounds, start = 0, time.monotonic()
     with tempfile.TemporaryDirectory(prefix="stepwatch-upgrade-") as tmp:
         for side, config, trial in plan(configs, trials, sides):
+            if trial == rounds:  # a round starts
+                spent = time.monotonic() - start
+                if budget_s is not None and rounds >= 2 and spent + spent / rounds > budget_s:
+                    break
+                rounds += 1
             on_start(side, config, trial)
             outcome = execution.run_one(
                 config, trial, results[side], suite, run_ids[side], side_options[side], Path(tmp)
             )
             outcomes.append(outcome)
             on_done(side, outcome)
-    return Check(out_dir, results, run_ids, outcomes)
+    return Check(out_dir, results, run_ids, outcomes, rounds, trials)

@@ -196,13 +196,17 @@ def resolution_lead(comparison: Comparison) -> list[str]:
     return lines
 
 
-def aa_lines(aa: Comparison | None) -> tuple[str, ...]:
-    """The A/A of a check (baseline vs a second environment of the same packages), for the report's preface:
-    quiet, or which series it called a change (a verdict there is a false alarm of this runner)."""
+AA_ENVIRONMENT = "the baseline in a second environment of the same packages"
+
+
+def aa_lines(aa: Comparison | None, what: str = AA_ENVIRONMENT) -> tuple[str, ...]:
+    """The A/A of a check (``what``: the baseline against a second environment of the same packages, or a second
+    checkout of the same commit), for the report's preface: quiet, or which series it called a change (a verdict
+    there is a false alarm of this runner)."""
     if aa is None:
         return ()
     alarms = [r for r in aa.rows if r.verdict in (REGRESSION, IMPROVEMENT, CHANGED)]
-    head = f"A/A (the baseline in a second environment of the same packages): {headline(aa)}."
+    head = f"A/A ({what}): {headline(aa)}."
     if not alarms:
         return (head + " No false alarm.", "")
     cells = "; ".join(f"{series_label(r.series)} {r.metric.name} {percent(r.result.ratio)} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shutil
 import sys
@@ -41,6 +42,7 @@ class RunOptions:
     profile_home: str | None = None  # where the profiles will be read from, if not beside the results (--out s3://)
     compile_cache: Path | None = None  # --compile-cache: where trials keep the compiler's output between them
     project: dict[str, Any] = field(default_factory=identity)  # the repository and commit run in
+    folder: Path | None = None  # where trials run and read their workload's path (a commit's checkout); None: here
 
 
 @dataclass(frozen=True)
@@ -158,11 +160,14 @@ def run_one(
 ) -> Outcome:
     """One trial in a fresh process; its row is in the parquet file before this returns."""
     started = datetime.now(UTC)
-    source = model_hash(config)  # before the trial imports it: the code that ran, even if edited during the trial
+    # Before the trial imports it: the code that ran, even if edited during the trial.
+    source = model_hash(config, options.folder)
     task = spawn.tf_config_task()
     profile_dir = workdir / "profile"
     if config.strategy == "multi-worker" and task is None:
-        child, wall_s, exit_code = spawn.run_local_workers(config, options.python, workdir, options.workers)
+        child, wall_s, exit_code = spawn.run_local_workers(
+            config, options.python, workdir, options.workers, options.folder
+        )
     else:
         env = cache_env(options.compile_cache)
         cache = options.compile_cache / COMPILE_CACHE_DIRS[config.keras_backend] if options.compile_cache else None
@@ -171,7 +176,7 @@ def run_one(
             shutil.rmtree(profile_dir, ignore_errors=True)
             profile_dir.mkdir(parents=True)
             env[PROFILE_ENV] = str(profile_dir)
-        child, wall_s, exit_code = spawn.run_child(config, options.python, workdir, env)
+        child, wall_s, exit_code = spawn.run_child(config, options.python, workdir, env, options.folder)
         cached_after = cache_entries(cache)
         if config.xla and cached_after:  # cold: it compiled what the cache did not hold (none kept: nothing to say)
             child["compile_cache"] = "cold" if cached_after > cached_before else "warm"
@@ -185,12 +190,16 @@ def run_one(
     return Outcome(config, trial, row)
 
 
-def model_hash(config: BenchmarkConfig) -> str | None:
-    """Which code of a model or script of yours runs (its source's hash: another hash is another model's); None
-    for a bundled model, or a file gone since the suite was read (the trial's row then says why it failed)."""
+def model_hash(config: BenchmarkConfig, folder: Path | None = None) -> str | None:
+    """Which code of a model or script of yours runs (its source's hash: another hash is another model's), read in
+    ``folder`` (default here); None for a bundled model, or a file gone since the suite was read (the trial's row then
+    says why it failed)."""
     try:
         source = source_of(config.model)
-        return source.source_hash() if source is not None else None
+        if source is None:
+            return None
+        with contextlib.chdir(folder or Path.cwd()):
+            return source.source_hash()
     except UserModelError:
         return None
 

@@ -60,9 +60,14 @@ TRIAL_MODULE = "stepwatch.collector.trial.process"
 
 
 def run_child(
-    config: BenchmarkConfig, python: str, workdir: Path, env_extra: dict[str, str] | None = None
+    config: BenchmarkConfig,
+    python: str,
+    workdir: Path,
+    env_extra: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> tuple[dict[str, Any], float, int | None]:
-    """Start ``collector.trial.process`` in its own process group, wait up to the timeout, read its result.
+    """Start ``collector.trial.process`` in its own process group (in ``cwd``, where the workload's paths are read:
+    default here), wait up to the timeout, read its result.
 
     Returns the child's fields (or a failure description), the wall time and the exit code.
     """
@@ -83,6 +88,7 @@ def run_child(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
+            cwd=cwd,
             start_new_session=True,
             preexec_fn=die_with_parent if sys.platform == "linux" else None,
         )
@@ -203,7 +209,7 @@ def tf_config_task() -> tuple[int, int] | None:
 
 
 def run_local_workers(
-    config: BenchmarkConfig, python: str, workdir: Path, workers: int
+    config: BenchmarkConfig, python: str, workdir: Path, workers: int, cwd: Path | None = None
 ) -> tuple[dict[str, Any], float, int | None]:
     """A multi-worker trial on this host: ``workers`` processes on 127.0.0.1, each with its TF_CONFIG. The
     chief (worker 0) measures; the row also lists every worker's address, host and outcome."""
@@ -216,9 +222,11 @@ def run_local_workers(
         for index, folder in enumerate(folders, 1):
             folder.mkdir(exist_ok=True)
             helpers.append(
-                pool.submit(run_child, config, python, folder, {"TF_CONFIG": launchers.tf_config(addresses, index)})
+                pool.submit(
+                    run_child, config, python, folder, {"TF_CONFIG": launchers.tf_config(addresses, index)}, cwd
+                )
             )
-        child, wall_s, code = run_child(config, python, workdir, {"TF_CONFIG": launchers.tf_config(addresses, 0)})
+        child, wall_s, code = run_child(config, python, workdir, {"TF_CONFIG": launchers.tf_config(addresses, 0)}, cwd)
         results = [helper.result()[0] for helper in helpers]
     members = [
         {"index": index, "address": addresses[index], "host": result.get("host"), "status": result.get("status")}

@@ -30,10 +30,12 @@ def interleave(
     options: execution.RunOptions,
     hooks: Hooks,
     label: str = "",
+    budget_s: float | None = None,
 ) -> virtualenvs.Check:
-    """Every environment's trials, interleaved (``label`` names them in the hooks' progress)."""
+    """Every environment's trials, interleaved (``label`` names them in the hooks' progress; ``budget_s`` stops
+    starting rounds: ``virtualenvs.run``)."""
     with hooks.trials(len(configs) * trials * len(envs), label, trials) as (on_start, on_done):
-        return virtualenvs.run(configs, trials, suite, envs, results, options, on_start, on_done)
+        return virtualenvs.run(configs, trials, suite, envs, results, options, on_start, on_done, budget_s)
 
 
 def environments(
@@ -71,12 +73,16 @@ def measure(
     hooks: Hooks,
     label: str = "",
     between: dict[str, stats.Between] | None = None,
+    budget_s: float | None = None,
+    pool_aa: bool = True,
 ) -> Measured:
     """Run the environments' trials interleaved, ingest them and compare them: an upgrade check, and each step
     of a bisect. ``between``: what is already known of the between-environment variance (a calibration, an
-    earlier A/A); with an A/A side in ``envs`` its own estimate is pooled in."""
+    earlier A/A); with an A/A side in ``envs`` its own estimate is pooled in, unless ``pool_aa`` is false (sides
+    that share one interpreter and its packages: a code check's commits, where the A/A only says whether this
+    runner raises false alarms)."""
     fill_caches(configs, envs, options, hooks)
-    check = interleave(configs, trials, suite, envs, results, options, hooks, label)
+    check = interleave(configs, trials, suite, envs, results, options, hooks, label, budget_s)
     ingest_into([str(check.out_dir)], db, False, hooks)
     selections = {side: Selection.of(suite_run_id=run_id) for side, run_id in check.suite_run_ids.items()}
     known = dict(between or {})
@@ -87,7 +93,7 @@ def measure(
             aa = comparison.build(
                 con, selections["baseline"], selections[virtualenvs.AA], metric_names, thresholds, known
             )
-            for name in (m.name for m in aa.metrics if not m.deterministic):  # a counter is compared exactly
+            for name in (m.name for m in aa.metrics if pool_aa and not m.deterministic):  # a counter is exact
                 pairs = [(r.result.baseline, r.result.candidate) for r in aa.rows if r.metric.name == name]
                 pooled = stats.pool_between([known.get(name), calibration.aa_between(pairs)])
                 if pooled is not None:
@@ -119,7 +125,7 @@ def fill_caches(
             short = config.with_changes(steps=config.window_steps, warmup_steps=2 * config.window_steps)
             with tempfile.TemporaryDirectory(prefix="stepwatch-cache-") as tmp:
                 child, wall_s, _ = spawn.run_child(
-                    short, env.python, Path(tmp), execution.cache_env(options.compile_cache)
+                    short, env.python, Path(tmp), execution.cache_env(options.compile_cache), env.folder
                 )
             why = "" if child["status"] == "ok" else f": {child.get('error_message')}"
             hooks.say(f"{side}: filled the compile cache for {config.label()} ({child['status']}, {wall_s:.0f} s{why})")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from stepwatch.collector.environments import packages, pinfiles, virtualenvs
+from stepwatch.collector.environments import packages, pinfiles, virtualenvs, worktrees
 from stepwatch.collector.environments.pinfiles import PackageSet, PinFileError, Source
 
 
@@ -97,7 +97,7 @@ def derive_both(
 
 def of_refs(repo: Path, base: str, head: str, patterns: tuple[str, ...]) -> tuple[Source, Source]:
     """The baseline at the merge base of ``base`` and ``head``, the candidate at ``head``."""
-    start, tip = pinfiles.merge_base(repo, base, head), pinfiles.resolve_ref(repo, head)
+    start, tip = worktrees.merge_base(repo, base, head), worktrees.commit_of(repo, head)
     return pinfiles.at_commit(repo, start, patterns, "merge base"), pinfiles.at_commit(repo, tip, patterns, "head")
 
 

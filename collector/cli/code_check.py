@@ -1,0 +1,120 @@
+"""``stepwatch code-check``: does this pull request slow training down? Its merge base against its head, both
+checked out and run on this machine, interleaved, compared (``collector.workflows.code_check``)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from stepwatch.collector.cli.arguments import (
+    add_analysis_arguments,
+    calibrated_between,
+    db_path,
+    matrix_values,
+    metric_list,
+    overrides,
+    trial_options,
+)
+from stepwatch.collector.cli.exits import EXIT_OK
+from stepwatch.collector.cli.progress import TerminalHooks
+from stepwatch.collector.cli.upgrade_check import add_check_arguments, check_trials, report
+from stepwatch.collector.environments import virtualenvs
+from stepwatch.collector.output import code_check as said
+from stepwatch.collector.output.comparison import (
+    inconclusive_lines,
+)
+from stepwatch.collector.output.text import publish
+from stepwatch.collector.runner import catalog, execution
+from stepwatch.collector.runner.suite import load_suite, narrow
+from stepwatch.collector.workflows import check, code_check
+from stepwatch.collector.workflows.code_check import BUNDLED, CHANGED, UNCHANGED
+
+RESULTS_DIR = Path("data/code-check")  # one folder per check: both sides' parquet and the report
+STORE = Path("data/code-check.duckdb")  # checks are ingested here, never into the nightly history
+# What a code check compares unless told: the compiled step's counters and the peak memory (what changed for sure,
+# on any runner) beside the throughput.
+METRICS = "examples_per_sec,counters,peak_memory_bytes"
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "code-check", help="two commits of this repository (a pull request's merge base and head), interleaved here"
+    )
+    parser.add_argument(
+        "--base", help="the branch the change goes into: the baseline is its merge base with --head (default: the "
+        "default branch, origin/HEAD, main or master)",
+    )  # fmt: skip
+    parser.add_argument("--head", help="the commit to check (default HEAD; '.': the working tree, edits included)")
+    add_check_arguments(parser, RESULTS_DIR)
+    parser.add_argument(
+        "--budget", type=float, metavar="MINUTES",
+        help="start no round of trials that would end past this many minutes (two per side always run); the "
+        "report says which verdicts stayed inconclusive for it",
+    )  # fmt: skip
+    parser.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when any verdict is inconclusive")
+    parser.add_argument("--dry-run", action="store_true", help="print what differs and the interleaved plan, and exit")
+    add_analysis_arguments(parser, several_metrics=True, default_db=STORE, calibrated=True)
+    parser.set_defaults(handler=run, metric=metric_list(METRICS))
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # the checkouts are removed on the way out, as after Ctrl-C
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check out both commits, find the workloads whose code differs, run them interleaved, compare, report. A
+    SIGTERM (a cancelled CI job) stops it as Ctrl-C does."""
+    before = signal.signal(signal.SIGTERM, _stop)
+    try:
+        return _check(args)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _check(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    check_trials(args.trials)
+    suite = load_suite(args.suite)
+    configs = list(narrow(suite.configs, matrix_values(args), suite.defaults))
+    commits = code_check.commits(Path.cwd(), args.base, args.head)
+    hooks = TerminalHooks()
+    with code_check.checked_out(commits, args.aa) as folders:
+        found = code_check.workloads(configs, folders["baseline"], folders["candidate"])
+        packages = code_check.pins_changed(commits)
+        runs = {CHANGED, UNCHANGED, BUNDLED} if packages else {CHANGED}
+        measured = [w.config for w in found if w.state in runs]
+        if not measured:
+            text = said.nothing_json(found) if args.format == "json" else said.nothing_to_check(commits, found)
+            publish(text, args.out)
+            return EXIT_OK
+        if args.dry_run:
+            print("\n".join(said.workload_lines(commits, found, packages)).rstrip())
+            for side, config, trial in virtualenvs.plan(measured, args.trials, tuple(folders)):
+                print(f"{side} {config.label()} trial {trial + 1}")
+            return EXIT_OK
+        sides = code_check.sides(commits, folders, packages, args.reuse_site_packages, tuple(args.pip_arg), hooks)
+        options = execution.RunOptions(
+            price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices), **trial_options(args)
+        )
+        budget_s = None if args.budget is None else args.budget * 60 - (time.monotonic() - started)
+        done = check.measure(
+            measured, args.trials, suite.name, sides.envs, args.results, options, db_path(args), args.metric,
+            overrides(args), hooks, between=calibrated_between(args), budget_s=budget_s,
+            pool_aa=sides.pins is not None,
+        )  # fmt: skip
+    ran, result = done.check, done.comparison
+    failed = ran.failed()
+    preface = said.workload_lines(commits, found, packages)
+    if sides.pins is not None:
+        moved = ", ".join(change.text() for change in sides.pins.changes)
+        preface += (f"Packages that differ between the two environments: {moved or 'none'}.", "")
+    preface += said.run_lines(
+        len(measured), ran.rounds, ran.planned, ran.host(), len(failed), len(ran.outcomes), ran.spent(),
+        (time.monotonic() - started) / 60, args.budget, inconclusive_lines(result),
+    )  # fmt: skip
+    title = f"stepwatch code check: {commits.base_name} -> {commits.head_name}"
+    more = said.where_next(ran.suite_run_ids, str(db_path(args)))
+    return report(args, done, title, preface, said.AA_CHECKOUT, more)

@@ -1,0 +1,91 @@
+"""What a code check's report says beside its comparison: which workloads' code differs and which were not run,
+what ran where and what it cost, what a budget left inconclusive, and where to look next (explain, the dashboard's
+Compare page on the check's two commits)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from urllib.parse import urlencode
+
+from stepwatch.collector.workflows.code_check import BUNDLED, CHANGED, GONE, NEW, UNCHANGED, Commits, Workload
+
+DASHBOARD = "http://127.0.0.1:8501"  # `stepwatch dashboard`'s default address
+AA_CHECKOUT = "the merge base in a second checkout, run the same way"
+
+
+def _names(workloads: Sequence[Workload], state: str) -> list[str]:
+    return list(dict.fromkeys(f"`{w.config.model}`" for w in workloads if w.state == state))
+
+
+def workload_lines(commits: Commits, workloads: Sequence[Workload], packages: bool) -> tuple[str, ...]:
+    """Which workloads' code differs between the commits (and in which files), which run the same code, which the
+    head adds or removes, and whether pin files changed too."""
+    lines = [f"Baseline: {commits.base_name}; candidate: {commits.head_name}.", ""]
+    changed = {w.config.model: w for w in workloads if w.state == CHANGED}
+    for model, workload in changed.items():
+        files = ", ".join(f"`{f}`" for f in workload.files) or "its files"
+        lines += [f"Code that differs: `{model}` ({files}).", ""]
+    same = _names(workloads, UNCHANGED)
+    if same:
+        lines += ["Same code on both commits" + ("" if packages else ", not run") + f": {', '.join(same)}.", ""]
+    new = _names(workloads, NEW)
+    if new:
+        lines += [f"Added by the head, nothing to compare with (not run): {', '.join(new)}.", ""]
+    gone = _names(workloads, GONE)
+    if gone:
+        lines += [f"Removed by the head (not run): {', '.join(gone)}.", ""]
+    bundled = _names(workloads, BUNDLED)
+    if bundled and not packages:
+        lines += [f"stepwatch's own models, the same code on both commits (not run): {', '.join(bundled)}.", ""]
+    if packages:
+        lines += [
+            "Pin files changed too: each side ran in an environment built from its own commit's pins, so code and "
+            "packages changed together and a difference below is either's.",
+            "",
+        ]
+    return tuple(lines)
+
+
+def nothing_to_check(commits: Commits, workloads: Sequence[Workload]) -> str:
+    """The report of a check with nothing to run, as markdown."""
+    lines = workload_lines(commits, workloads, packages=False)
+    lead = "nothing to check: no workload's code differs between the two commits and no pin file changed"
+    return "\n".join(["## stepwatch code check: nothing to check", "", f"**{lead}.**", "", *lines]).rstrip() + "\n"
+
+
+def nothing_json(workloads: Sequence[Workload]) -> str:
+    """The same as JSON: no verdict, and each workload's state between the commits."""
+    states = {w.config.model: w.state for w in workloads}
+    return json.dumps({"nothing_to_check": True, "rows": [], "workloads": states}, indent=2) + "\n"
+
+
+def run_lines(
+    configs: int, rounds: int, planned: int, host: str | None, failed: int, total: int, spent: tuple[float, float],
+    minutes: float, budget: float | None, inconclusive: Sequence[str],
+) -> tuple[str, ...]:  # fmt: skip
+    """What ran where, what it cost, and what a budget cut short."""
+    seconds, usd = spent
+    price = f", {usd:.2f} USD at the price the catalog gives this machine" if usd else ""
+    lines = [
+        f"{configs} config(s) x {rounds} trials per side, interleaved on {host}; {failed} of {total} trials failed.",
+        "",
+        f"What the check cost: {minutes:.1f} minutes, {seconds / 60:.1f} of them in trials{price}.",
+        "",
+    ]
+    if budget is not None and rounds < planned:
+        stayed = "; ".join(inconclusive) if inconclusive else "none"
+        lines += [f"The budget of {budget:g} minutes stopped the check after {rounds} of {planned} trials per side. "
+                  f"Inconclusive for it: {stayed}.", ""]  # fmt: skip
+    return tuple(lines)
+
+
+def where_next(run_ids: dict[str, str], db: str) -> tuple[str, ...]:
+    """The commands and link that open the check's two sides: which ops moved, and the Compare page."""
+    base, head = f"suite_run_id={run_ids['baseline']}", f"suite_run_id={run_ids['candidate']}"
+    link = f"{DASHBOARD}/compare?" + urlencode({"baseline": base, "candidate": head})
+    return (
+        f"Which ops moved (trials run with --profile): `stepwatch explain --baseline {base} --candidate {head} "
+        f"--db {db}`. On the dashboard: `stepwatch dashboard --db {db}`, then {link}",
+        "",
+    )

@@ -1,0 +1,246 @@
+"""stepwatch code-check on a repository made here, as a team's would be: a Keras model (on JAX, compiled) whose
+layers live in a file beside it, and a plain PyTorch training script, each commit checked out in a folder of its own
+and measured interleaved."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+
+from stepwatch.collector.store.database import StoreReader
+from tests.conftest import commit, git, stepwatch
+from tests.test_dashboard import render
+
+LAYERS = '''"""Blocks the team's models share."""
+
+import keras
+
+WIDTH = 128
+
+
+def block(x, width=WIDTH):
+    x = keras.layers.Dense(width, activation="relu")(x)
+    return keras.layers.Dense(width, activation="relu")(x)
+'''
+CLASSIFIER = '''"""The team's classifier: dense blocks over 64 features."""
+
+import keras
+
+from models.layers import block
+
+
+def classifier(preset):
+    inputs = keras.Input((64,), name="features")
+    outputs = keras.layers.Dense(2, activation="softmax", dtype="float32")(block(inputs))
+    return {
+        "model": keras.Model(inputs, outputs),
+        "loss": "sparse_categorical_crossentropy",
+        "inputs": {"shape": (64,), "dtype": "float32"},
+        "labels": {"shape": (), "dtype": "int32", "high": 2},
+    }
+'''
+TRAIN = '''"""The team's plain PyTorch training loop."""
+
+import torch
+
+import stepwatch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 2))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+features, labels = torch.randn(256, 64), torch.randint(0, 2, (256,))
+
+
+def batches():
+    while True:
+        yield features, labels
+
+
+for x, y in stepwatch.steps(batches(), examples_per_step=256):
+    optimizer.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+'''
+SUITE = """[defaults]
+preset = "tiny"
+steps = 20
+warmup_steps = 20
+window_steps = 10
+timeout_s = 300
+
+[[configs]]
+model = "models/classifier.py:classifier"
+keras_backend = "jax"
+xla = "on"
+
+[[configs]]
+model = "train.py"
+keras_backend = "torch"
+"""
+CLASSIFIER_NAME = "models/classifier.py:classifier"
+
+
+@pytest.fixture
+def team(tmp_path: Path) -> Path:
+    """The team's repository: main with the model, the script and their settings, and a branch ``pr`` from it."""
+    repo = tmp_path / "team"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "ci@example.com")
+    git(repo, "config", "user.name", "ci")
+    commit(repo, "the model and the loop", {
+        "models/layers.py": LAYERS, "models/classifier.py": CLASSIFIER, "train.py": TRAIN,
+        "stepwatch-suite.toml": SUITE, "stepwatch.toml": 'suite = "stepwatch-suite.toml"\ntrials = 3\n',
+        ".gitignore": "data/\nstepwatch-results/\n",
+    })  # fmt: skip
+    git(repo, "checkout", "-q", "-b", "pr")
+    return repo
+
+
+def worktrees_of(repo: Path) -> list[str]:
+    return [line.split(" ", 1)[1] for line in git(repo, "worktree", "list", "--porcelain").splitlines()
+            if line.startswith("worktree ")]  # fmt: skip
+
+
+def test_a_commit_that_edits_comments_and_docstrings_has_nothing_to_check_and_runs_nothing(team: Path) -> None:
+    commit(team, "Words", {
+        "models/layers.py": LAYERS.replace("share.", "share (reworded).") + "# a comment\n",
+        "train.py": TRAIN.replace("loop.", "loop, reworded.").replace("optimizer.step()", "optimizer.step()  # note"),
+    })  # fmt: skip
+    done = stepwatch("code-check", cwd=team)
+    assert done.returncode == 0, done.stderr
+    assert "nothing to check: no workload's code differs between the two commits and no pin file changed" in done.stdout
+    assert f"Same code on both commits, not run: `{CLASSIFIER_NAME}`, `train.py`." in done.stdout
+    assert not (team / "data").exists() and worktrees_of(team) == [str(team)]  # no trial, no store, no checkout left
+
+    # The working tree's own edits (--head .): a comment is still nothing; a check of HEAD refuses to leave them out.
+    (team / "models" / "layers.py").write_text(LAYERS + "# another comment\n")
+    done = stepwatch("code-check", "--head", ".", cwd=team)
+    assert done.returncode == 0 and "nothing to check" in done.stdout, done.stderr
+    assert "candidate: the working tree (1 edited file(s) over" in done.stdout
+    done = stepwatch("code-check", cwd=team)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "uncommitted changes to 1 tracked file(s) (models/layers.py)" in done.stderr and "--head ." in done.stderr
+
+
+def test_a_layer_four_times_wider_is_a_regression_its_counters_say_so_and_the_aa_stays_quiet(
+    team: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change is in the file the model imports, not in the model's own file. Its counters are exact on any
+    machine; the slowdown is far past this runner's noise; the A/A (the merge base checked out twice) calls nothing."""
+    base = git(team, "rev-parse", "HEAD")
+    head = commit(team, "Wider blocks", {"models/layers.py": LAYERS.replace("WIDTH = 128", "WIDTH = 512")})
+    done = stepwatch("code-check", "--aa", "--profile", "1", "--format", "json", cwd=team)
+    assert done.returncode == 1, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    rows = {row["metric"]: row for row in report["rows"]}
+    assert {row["label"].split("/")[0] for row in report["rows"]} == {"models"}  # the script's code did not change
+    throughput, flops = rows["examples_per_sec"], rows["compiled_flops"]
+    assert throughput["verdict"] == "regression" and throughput["ci_high"] < 0.8, throughput  # ratios
+    assert flops["verdict"] == "changed" and flops["ratio"] > 4, flops  # 4x the width: over 4x the matmul FLOPs
+    aa = report["aa"]
+    assert [r for r in aa["rows"] if r["exact"] and r["verdict"] != "no change"] == []  # same program, same counters
+    assert {r["verdict"] for r in aa["rows"] if r["metric"] == "examples_per_sec"} <= {"no change", "inconclusive"}
+
+    # Its own store and folder; the rows of each side name the commit they ran.
+    [folder] = (team / "data" / "code-check").iterdir()
+    text = (folder / "report.md").read_text()
+    assert f"Code that differs: `{CLASSIFIER_NAME}` (`models/layers.py`)." in text
+    assert "Same code on both commits, not run: `train.py`." in text
+    assert "A/A (the merge base in a second checkout, run the same way)" in text and "No false alarm." in text
+    con = StoreReader(team / "data" / "code-check.duckdb").connection()
+    ran = con.sql("SELECT label, project_commit, project_dirty, count(*) FROM runs GROUP BY ALL ORDER BY 1").fetchall()
+    assert ran == [("baseline", base, False, 3), ("baseline-aa", base, False, 3), ("candidate", head, False, 3)]
+    assert worktrees_of(team) == [str(team)]
+
+    # Which ops moved, by the command the report prints; the Compare page by its link.
+    explain = next(line for line in text.splitlines() if "stepwatch explain" in line)
+    command = explain.split("`stepwatch ")[1].split("`")[0].split()
+    done = stepwatch(*command, cwd=team)
+    assert done.returncode == 0 and "dot" in done.stdout.lower(), done.stdout + done.stderr
+    link = dict(parse_qsl(urlsplit(explain.split("then ")[1].strip()).query))
+    at = render(team / "data" / "code-check.duckdb", "compare", monkeypatch, **link)
+    assert [box.value for box in at.text_input][:2] == [link["baseline"], link["candidate"]]
+    shown = " ".join(str(m.value) for m in at.markdown)
+    assert "**Throughput**: geometric mean over 1 series on both sides -" in shown, shown[:2000]
+
+
+def test_a_model_the_head_adds_is_new_and_a_model_that_raises_fails_on_its_side_within_the_budget(team: Path) -> None:
+    extra = CLASSIFIER.replace("def classifier", "def extra")
+    commit(team, "Another model", {"models/extra.py": extra,
+                                   "stepwatch-suite.toml": SUITE + '\n[[configs]]\nmodel = "models/extra.py:extra"\n'
+                                   'keras_backend = "jax"\nxla = "on"\n'})  # fmt: skip
+    done = stepwatch("code-check", cwd=team)
+    assert done.returncode == 0 and "nothing to check" in done.stdout, done.stderr
+    assert "Added by the head, nothing to compare with (not run): `models/extra.py:extra`." in done.stdout
+
+    raising = LAYERS.replace("    x = keras", '    raise ValueError("no")\n    x = keras', 1)
+    commit(team, "A block that raises", {"models/layers.py": raising})
+    done = stepwatch("code-check", "--trials", "3", "--budget", "0.01", cwd=team)
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "candidate: models/classifier.py:classifier" in done.stderr and "ValueError: no" in done.stderr
+    [folder] = (team / "data" / "code-check").iterdir()
+    text = (folder / "report.md").read_text()
+    assert "The budget of 0.01 minutes stopped the check after 2 of 3 trials per side." in text
+    con = StoreReader(team / "data" / "code-check.duckdb").connection()
+    statuses = con.sql("SELECT label, status, count(*) FROM runs GROUP BY ALL ORDER BY 1").fetchall()
+    assert statuses == [("baseline", "ok", 2), ("candidate", "crash", 2)]
+
+
+def test_refs_a_check_cannot_use_are_one_line(team: Path) -> None:
+    said = {
+        ("--base", "nope"): "'nope' is not a commit of the git repository",
+        ("--head", "v9"): "'v9' is not a commit of the git repository",
+    }
+    for args, line in said.items():
+        done = stepwatch("code-check", *args, cwd=team)
+        assert done.returncode == 2 and line in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    git(team, "checkout", "-q", "--orphan", "elsewhere")
+    commit(team, "unrelated", {"README": "x\n"})
+    done = stepwatch("code-check", "--base", "main", cwd=team)
+    assert done.returncode == 2 and "have no merge base" in done.stderr, done.stderr
+
+    shallow = team.parent / "shallow"
+    url = f"file://{team}"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", "--branch", "pr", url, str(shallow)], check=True)
+    git(team, "checkout", "-q", "main")
+    commit(team, "main moves on", {"notes.txt": "later\n"})
+    git(shallow, "fetch", "-q", "--depth", "1", "origin", "main:refs/remotes/origin/main")
+    done = stepwatch("code-check", "--base", "origin/main", cwd=shallow)
+    assert done.returncode == 2 and "a shallow clone: fetch the full history" in done.stderr, done.stderr
+
+    outside = team.parent / "plain"
+    outside.mkdir()
+    done = stepwatch("code-check", cwd=outside)
+    assert done.returncode == 2 and "is not in a git repository" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_check_leaves_no_checkout_behind(team: Path, sig: signal.Signals) -> None:
+    """Stopped (SIGTERM, Ctrl-C) it removes its checkouts on the way out; killed, the next check removes them."""
+    commit(team, "Wider blocks", {"models/layers.py": LAYERS.replace("WIDTH = 128", "WIDTH = 512")})
+    proc = subprocess.Popen([sys.executable, "-m", "stepwatch", "code-check", "--aa"], cwd=team,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while len(worktrees_of(team)) < 4 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    made = worktrees_of(team)[1:]
+    assert len(made) == 3, proc.stderr.read() if proc.poll() is not None else made
+    time.sleep(1)  # into its first trial
+    os.killpg(proc.pid, sig)
+    proc.wait(timeout=60)
+    if sig == signal.SIGTERM:
+        assert worktrees_of(team) == [str(team)] and not any(Path(p).exists() for p in made)
+        return
+    assert worktrees_of(team)[1:] == made  # nothing ran to remove them
+    done = stepwatch("code-check", "--dry-run", cwd=team)
+    assert done.returncode == 0, done.stderr
+    assert worktrees_of(team) == [str(team)] and not any(Path(p).exists() for p in made)

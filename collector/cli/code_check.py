@@ -23,9 +23,7 @@ from stepwatch.collector.cli.progress import TerminalHooks
 from stepwatch.collector.cli.upgrade_check import add_check_arguments, check_trials, report
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.output import code_check as said
-from stepwatch.collector.output.comparison import (
-    inconclusive_lines,
-)
+from stepwatch.collector.output.comparison import NO_BETWEEN, inconclusive_lines
 from stepwatch.collector.output.text import publish
 from stepwatch.collector.runner import catalog, execution
 from stepwatch.collector.runner.suite import load_suite, narrow
@@ -116,5 +114,6 @@ def _check(args: argparse.Namespace) -> int:
         (time.monotonic() - started) / 60, args.budget, inconclusive_lines(result),
     )  # fmt: skip
     title = f"stepwatch code check: {commits.base_name} -> {commits.head_name}"
-    more = said.where_next(ran.suite_run_ids, str(db_path(args)))
-    return report(args, done, title, preface, said.AA_CHECKOUT, more)
+    more = said.where_next(ran.suite_run_ids, str(db_path(args)), options.profile > 0)
+    alone = said.SAME_INTERPRETER if sides.pins is None else NO_BETWEEN
+    return report(args, done, title, preface, said.AA_CHECKOUT, more, alone)

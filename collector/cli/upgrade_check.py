@@ -25,6 +25,7 @@ from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.comparison import (
     AA_ENVIRONMENT,
+    NO_BETWEEN,
     aa_lines,
     between_lines,
     show_comparison,
@@ -121,11 +122,14 @@ def report(
     preface: tuple[str, ...],
     aa: str = AA_ENVIRONMENT,
     more: tuple[str, ...] = (),
+    alone: str = NO_BETWEEN,
 ) -> int:
     """A check's report, written beside its trials and shown as ``--format`` asks, and its exit code (4 when
-    trials failed and nothing worse did). ``aa`` says what its A/A side was; ``more`` follows its notes."""
+    trials failed and nothing worse did). ``aa`` says what its A/A side was, ``alone`` what its intervals cover
+    when no between-environment variation widens them; ``more`` follows its notes."""
     ran, result = done.check, done.comparison
-    notes = aa_lines(result.aa, aa) + between_lines(done.between) + own_results(ran.out_dir, db_path(args)) + more
+    notes = aa_lines(result.aa, aa) + between_lines(done.between, alone) + own_results(ran.out_dir, db_path(args))
+    notes += more
     appendix = report_lines(*done.explained, done.aa_explained) if done.explained else ()
     write_file(to_markdown(result, title, preface + notes, appendix), ran.out_dir / "report.md")
     show_comparison(result, args.format, args.out, title, exits.of_comparison, preface, notes, appendix)

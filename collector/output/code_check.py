@@ -12,6 +12,10 @@ from stepwatch.collector.workflows.code_check import BUNDLED, CHANGED, GONE, NEW
 
 DASHBOARD = "http://127.0.0.1:8501"  # `stepwatch dashboard`'s default address
 AA_CHECKOUT = "the merge base in a second checkout, run the same way"
+SAME_INTERPRETER = (
+    "Intervals cover process-to-process noise: both commits ran on one interpreter and its packages, so nothing "
+    "but the code differs between the sides (an A/A, --aa, says whether this runner raises false alarms)."
+)
 
 
 def _names(workloads: Sequence[Workload], state: str) -> list[str]:
@@ -80,12 +84,12 @@ def run_lines(
     return tuple(lines)
 
 
-def where_next(run_ids: dict[str, str], db: str) -> tuple[str, ...]:
-    """The commands and link that open the check's two sides: which ops moved, and the Compare page."""
+def where_next(run_ids: dict[str, str], db: str, profiled: bool) -> tuple[str, ...]:
+    """The commands and link that open the check's two sides: the Compare page and, when trials were profiled,
+    which ops moved."""
     base, head = f"suite_run_id={run_ids['baseline']}", f"suite_run_id={run_ids['candidate']}"
     link = f"{DASHBOARD}/compare?" + urlencode({"baseline": base, "candidate": head})
-    return (
-        f"Which ops moved (trials run with --profile): `stepwatch explain --baseline {base} --candidate {head} "
-        f"--db {db}`. On the dashboard: `stepwatch dashboard --db {db}`, then {link}",
-        "",
+    explain = (
+        f"Which ops moved: `stepwatch explain --baseline {base} --candidate {head} --db {db}`. " if profiled else ""
     )
+    return (f"{explain}On the dashboard: `stepwatch dashboard --db {db}`, then {link}", "")

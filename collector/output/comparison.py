@@ -214,15 +214,17 @@ def aa_lines(aa: Comparison | None, what: str = AA_ENVIRONMENT) -> tuple[str, ..
     return (head + f" ⚠️ It called {len(alarms)} change(s) where nothing changed: {cells}.", "")
 
 
-def between_lines(between: dict[str, stats.Between]) -> tuple[str, ...]:
+NO_BETWEEN = (
+    "Intervals cover process-to-process noise only: no calibration of this runner and no A/A "
+    "(`stepwatch calibrate`, or `--aa`)."
+)
+
+
+def between_lines(between: dict[str, stats.Between], alone: str = NO_BETWEEN) -> tuple[str, ...]:
     """What the intervals cover beyond the trials: per metric, the between-environment variation and where it was
-    measured; or that they cover only process-to-process noise."""
+    measured; or (``alone``) that they cover only process-to-process noise."""
     if not between:
-        return (
-            "Intervals cover process-to-process noise only: no calibration of this runner and no A/A "
-            "(`stepwatch calibrate`, or `--aa`).",
-            "",
-        )
+        return (alone, "")
     parts = [f"{name} ±{b.cv:.2%} ({b.source}, {b.df:g} df)" for name, b in between.items()]
     return ("Intervals also cover the variation between environments of the same packages: " + "; ".join(parts)
             + ".", "")  # fmt: skip

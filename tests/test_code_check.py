@@ -18,6 +18,7 @@ import pytest
 from stepwatch.collector.store.database import StoreReader
 from tests.conftest import commit, git, stepwatch
 from tests.test_dashboard import render
+from tests.test_upgrade_pr import job, posts_one_comment, run_steps, verdict_workflow
 
 LAYERS = '''"""Blocks the team's models share."""
 
@@ -131,46 +132,83 @@ def test_a_commit_that_edits_comments_and_docstrings_has_nothing_to_check_and_ru
     assert "uncommitted changes to 1 tracked file(s) (models/layers.py)" in done.stderr and "--head ." in done.stderr
 
 
-def test_a_layer_four_times_wider_is_a_regression_its_counters_say_so_and_the_aa_stays_quiet(
-    team: Path, monkeypatch: pytest.MonkeyPatch
+def pull_request(team: Path, tmp_path: Path, number: str, head: str) -> tuple[dict, Path, dict[str, dict[str, str]]]:
+    """The code-pr job's steps run on the pull request from main to ``head`` as Actions runs them (test_upgrade_pr's
+    ``run_steps``): the job, the folder its artifact holds, and its steps' outputs."""
+    check = job("stepwatch-code-pr.yml")
+    env = {"PR": number, "BASE_SHA": git(team, "rev-parse", "main"), "HEAD_SHA": head, "TRIALS": "3",
+           "METRIC": "examples_per_sec,counters,peak_memory_bytes", "CHECK_ARGS": "", "ENV_ARGS": "",
+           "RUN_URL": f"https://github.com/o/r/actions/runs/{number}",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # fmt: skip
+    return check, team / "pr", run_steps(check["steps"], team, env, tmp_path / "summary.md")
+
+
+def test_a_pull_request_that_changes_no_code_passes_at_once_without_a_comment(team: Path, tmp_path: Path) -> None:
+    head = commit(team, "Words", {"models/layers.py": LAYERS + "# a comment\n"})
+    check, pr, outputs = pull_request(team, tmp_path, "11", head)
+    assert outputs["code"] == {"checked": "false"} and (pr / "verdict").read_text() == "no-code-change\n"
+    assert check["steps"][-1]["result"].returncode == 0
+    post, state, artifact, post_env = verdict_workflow(tmp_path, pr, head, "code-pr")
+    (state / "comments.json").write_text("[]")
+    (state / "calls").write_text("")
+    run_steps(post["steps"], artifact, post_env, tmp_path / "summary-post.md")
+    assert post["steps"][1]["result"].returncode == 0, post["steps"][1]["result"].stderr
+    calls = (state / "calls").read_text().splitlines()
+    assert not any("/comments -F" in call for call in calls)
+    assert "-f name=stepwatch code " in calls[-1] and "output[title]=code check: no-code-change" in calls[-1]
+
+
+def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_how_much_and_the_aa_stays_quiet(
+    team: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The change is in the file the model imports, not in the model's own file. Its counters are exact on any
     machine; the slowdown is far past this runner's noise; the A/A (the merge base checked out twice) calls nothing."""
     base = git(team, "rev-parse", "HEAD")
     head = commit(team, "Wider blocks", {"models/layers.py": LAYERS.replace("WIDTH = 128", "WIDTH = 512")})
-    done = stepwatch("code-check", "--aa", "--profile", "1", "--format", "json", cwd=team)
-    assert done.returncode == 1, done.stderr[-3000:]
-    report = json.loads(done.stdout)
-    rows = {row["metric"]: row for row in report["rows"]}
-    assert {row["label"].split("/")[0] for row in report["rows"]} == {"models"}  # the script's code did not change
-    throughput, flops = rows["examples_per_sec"], rows["compiled_flops"]
-    assert throughput["verdict"] == "regression" and throughput["ci_high"] < 0.8, throughput  # ratios
-    assert flops["verdict"] == "changed" and flops["ratio"] > 4, flops  # 4x the width: over 4x the matmul FLOPs
-    aa = report["aa"]
-    assert [r for r in aa["rows"] if r["exact"] and r["verdict"] != "no change"] == []  # same program, same counters
-    assert {r["verdict"] for r in aa["rows"] if r["metric"] == "examples_per_sec"} <= {"no change", "inconclusive"}
+    check, pr, outputs = pull_request(team, tmp_path, "12", head)
+    assert outputs["code"] == {"checked": "true"}, (pr / "check.log").read_text()[-3000:]
+    assert (pr / "verdict").read_text() == "regression\n", (pr / "check.log").read_text()[-3000:]
+    assert check["steps"][-1]["result"].returncode == 1
+    comment = (pr / "comment.md").read_text()
+    assert comment.startswith(f"<!-- stepwatch code-pr -->\n## stepwatch code check: merge base {base[:12]} of ")
+    assert f"Code that differs: `{CLASSIFIER_NAME}` (`models/layers.py`)." in comment
+    assert "Same code on both commits, not run: `train.py`." in comment
+    assert "A/A (the merge base in a second checkout, run the same way)" in comment and "No false alarm." in comment
+    assert "| 🔴 regression | models/classifier.py:classifier/tiny" in comment and "Verdict: **regression**" in comment
 
-    # Its own store and folder; the rows of each side name the commit they ran.
-    [folder] = (team / "data" / "code-check").iterdir()
-    text = (folder / "report.md").read_text()
-    assert f"Code that differs: `{CLASSIFIER_NAME}` (`models/layers.py`)." in text
-    assert "Same code on both commits, not run: `train.py`." in text
-    assert "A/A (the merge base in a second checkout, run the same way)" in text and "No false alarm." in text
-    con = StoreReader(team / "data" / "code-check.duckdb").connection()
+    # The check's own store: the rows of each side name the commit they ran; the verdicts, read back.
+    db = str(team / "data" / "code-check.duckdb")
+    con = StoreReader(Path(db)).connection()
     ran = con.sql("SELECT label, project_commit, project_dirty, count(*) FROM runs GROUP BY ALL ORDER BY 1").fetchall()
+    con.close()
     assert ran == [("baseline", base, False, 3), ("baseline-aa", base, False, 3), ("candidate", head, False, 3)]
     assert worktrees_of(team) == [str(team)]
 
+    def compared(candidate: str) -> dict[str, dict]:
+        done = stepwatch("compare", "--baseline", "label=baseline", "--candidate", f"label={candidate}", "--metric",
+                         "examples_per_sec,counters", "--format", "json", "--db", db, cwd=team)  # fmt: skip
+        return {row["metric"]: row for row in json.loads(done.stdout)["rows"]}
+
+    rows = compared("candidate")
+    throughput, flops = rows["examples_per_sec"], rows["compiled_flops"]
+    assert throughput["verdict"] == "regression" and throughput["ci_high"] < 0.8, throughput  # ratios
+    assert flops["verdict"] == "changed" and flops["ratio"] > 4, flops  # 4x the width: over 4x the matmul FLOPs
+    aa = compared("baseline-aa")
+    assert [m for m, row in aa.items() if row["exact"] and row["verdict"] != "no change"] == []  # the same program
+
     # Which ops moved, by the command the report prints; the Compare page by its link.
-    explain = next(line for line in text.splitlines() if "stepwatch explain" in line)
+    explain = next(line for line in comment.splitlines() if "stepwatch explain" in line)
     command = explain.split("`stepwatch ")[1].split("`")[0].split()
     done = stepwatch(*command, cwd=team)
     assert done.returncode == 0 and "dot" in done.stdout.lower(), done.stdout + done.stderr
     link = dict(parse_qsl(urlsplit(explain.split("then ")[1].strip()).query))
-    at = render(team / "data" / "code-check.duckdb", "compare", monkeypatch, **link)
+    at = render(Path(db), "compare", monkeypatch, **link)
     assert [box.value for box in at.text_input][:2] == [link["baseline"], link["candidate"]]
     shown = " ".join(str(m.value) for m in at.markdown)
     assert "**Throughput**: geometric mean over 1 series on both sides -" in shown, shown[:2000]
+
+    # The verdict workflow posts it: one comment, edited on later pushes, and a failed check run.
+    posts_one_comment(tmp_path, pr, head, "regression", comment, "code-pr")
 
 
 def test_a_model_the_head_adds_is_new_and_a_model_that_raises_fails_on_its_side_within_the_budget(team: Path) -> None:

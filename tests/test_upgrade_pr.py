@@ -314,9 +314,11 @@ if [ -n "$jq_filter" ]; then jq -r "$jq_filter" "$answer"; fi
 """
 
 
-def verdict_workflow(tmp_path: Path, pr: Path, head: str) -> tuple[dict, Path, Path, dict[str, str]]:
-    """The verdict workflow's job, with the artifact ``pr`` where it downloads it and a stand-in gh (its state
-    folder) for a pull request at ``head``; its environment."""
+def verdict_workflow(
+    tmp_path: Path, pr: Path, head: str, workflow: str = "upgrade-pr"
+) -> tuple[dict, Path, Path, dict[str, str]]:
+    """The verdict workflow's job, with the artifact ``pr`` (of the run of ``workflow``) where it downloads it and a
+    stand-in gh (its state folder) for a pull request at ``head``; its environment."""
     post = job("stepwatch-upgrade-pr-verdict.yml")
     number = (pr / "number").read_text().strip()  # the pull request the upgrade-pr job checked
     state, artifact = tmp_path / "gh", tmp_path / "post"
@@ -329,19 +331,24 @@ def verdict_workflow(tmp_path: Path, pr: Path, head: str) -> tuple[dict, Path, P
     gh.chmod(gh.stat().st_mode | stat.S_IEXEC)
     post_env = {"PATH": f"{gh.parent}:{os.environ['PATH']}", "GH_STATE": str(state), "GH_REPO": "o/r",
                 "HEAD_SHA": head, "RUN_URL": f"https://github.com/o/r/actions/runs/{number}",
-                "GH_TOKEN": "unused"}  # fmt: skip
+                "GH_TOKEN": "unused", "WORKFLOW": workflow}  # fmt: skip
     assert set(post["steps"][1]["env"]) == set(post_env) - {"PATH", "GH_STATE"}
     (state / "pull.json").write_text(json.dumps({"head": {"sha": head}}))
     return post, state, artifact, post_env
 
 
-def posts_one_comment(tmp_path: Path, pr: Path, head: str, verdict: str, comment: str) -> None:
-    """The verdict workflow on the artifact ``pr`` (what the upgrade-pr job uploaded): its first run creates the
+CHECKS = {"upgrade-pr": ("stepwatch upgrade", "upgrade check"), "code-pr": ("stepwatch code", "code check")}
+
+
+def posts_one_comment(
+    tmp_path: Path, pr: Path, head: str, verdict: str, comment: str, workflow: str = "upgrade-pr"
+) -> None:
+    """The verdict workflow on the artifact ``pr`` (what the ``workflow`` job uploaded): its first run creates the
     comment and the check run, a later one edits the comment, a run of a head the pull request has moved on from
     posts nothing, and a forged verdict is refused."""
-    post, state, artifact, post_env = verdict_workflow(tmp_path, pr, head)
+    post, state, artifact, post_env = verdict_workflow(tmp_path, pr, head, workflow)
     number = (pr / "number").read_text().strip()
-    others = [{"id": 11, "user": {"login": "someone"}, "body": "<!-- stepwatch upgrade-pr --> quoted by a person"}]
+    others = [{"id": 11, "user": {"login": "someone"}, "body": f"<!-- stepwatch {workflow} --> quoted by a person"}]
     (state / "comments.json").write_text(json.dumps(others))
 
     def posted() -> tuple[subprocess.CompletedProcess, list[str]]:
@@ -352,12 +359,15 @@ def posts_one_comment(tmp_path: Path, pr: Path, head: str, verdict: str, comment
         return post["steps"][1]["result"], (state / "calls").read_text().splitlines()
 
     done, calls = posted()
-    conclusion = {"pass": "success", "unchanged": "success", "inconclusive": "neutral"}[verdict]
+    conclusion = {"pass": "success", "unchanged": "success", "inconclusive": "neutral", "regression": "failure"}[
+        verdict
+    ]
+    name, what = CHECKS[workflow]
     assert done.returncode == 0, done.stdout + done.stderr
     assert calls[2] == f"api repos/o/r/issues/{number}/comments -F body=@artifact/pr/comment.md"  # created
     assert (state / "posted-POST.md").read_text() == comment
     assert f"-f conclusion={conclusion}" in calls[3] and f"-f head_sha={head}" in calls[3]
-    assert f"output[title]=upgrade check: {verdict}" in calls[3]
+    assert f"-f name={name} " in calls[3] and f"output[title]={what}: {verdict}" in calls[3]
 
     mine = {"id": 42, "user": {"login": "github-actions[bot]"}, "body": comment}
     (state / "comments.json").write_text(json.dumps([*others, mine]))

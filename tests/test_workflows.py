@@ -60,10 +60,10 @@ def commands(prefix: str) -> list[tuple[str, list[str]]]:
     return found
 
 
-def test_there_are_the_five_workflows() -> None:
+def test_there_are_the_six_workflows() -> None:
     assert [p.name for p in WORKFLOWS] == [
-        "ci.yml", "stepwatch-nightly.yml", "stepwatch-upgrade-pr-verdict.yml", "stepwatch-upgrade-pr.yml",
-        "upgrade-check.yml",
+        "ci.yml", "stepwatch-code-pr.yml", "stepwatch-nightly.yml", "stepwatch-upgrade-pr-verdict.yml",
+        "stepwatch-upgrade-pr.yml", "upgrade-check.yml",
     ]  # fmt: skip
 
 
@@ -131,7 +131,7 @@ STEPWATCH = [(w, ["stepwatch", *args[3:]]) for w, args in commands("python3 -m s
 
 def test_the_workflows_call_stepwatch() -> None:
     called = {args[1] for _, args in STEPWATCH}
-    assert called == {"upgrade-check", "bisect", "publish", "package-sets"}
+    assert called == {"upgrade-check", "code-check", "bisect", "publish", "package-sets"}
     # ... and the rest through stepwatch's action, whose commands are the CLI's
     action = (REPO / "action.yml").read_text()
     through_action = set(re.findall(r"(?:^\s+|&& )stepwatch ([a-z-]+) ", action, re.M))
@@ -146,8 +146,8 @@ def test_this_repositorys_workflows_are_what_stepwatch_init_writes(tmp_path: Pat
                           capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     written = sorted((tmp_path / ".github" / "workflows").glob("*.yml"))
-    assert [p.name for p in written] == ["stepwatch-nightly.yml", "stepwatch-upgrade-pr-verdict.yml",
-                                         "stepwatch-upgrade-pr.yml"]  # fmt: skip
+    assert [p.name for p in written] == ["stepwatch-code-pr.yml", "stepwatch-nightly.yml",
+                                         "stepwatch-upgrade-pr-verdict.yml", "stepwatch-upgrade-pr.yml"]  # fmt: skip
     for path in written:
         assert path.read_text() == (REPO / ".github" / "workflows" / path.name).read_text(), path.name
 

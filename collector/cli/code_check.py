@@ -24,14 +24,12 @@ from stepwatch.collector.cli.upgrade_check import add_check_arguments, check_tri
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.output import code_check as said
 from stepwatch.collector.output.comparison import NO_BETWEEN, inconclusive_lines
-from stepwatch.collector.output.text import publish
+from stepwatch.collector.output.text import publish, step_output
 from stepwatch.collector.runner import catalog, execution
 from stepwatch.collector.runner.suite import load_suite, narrow
 from stepwatch.collector.workflows import check, code_check
 from stepwatch.collector.workflows.code_check import BUNDLED, CHANGED, UNCHANGED
 
-RESULTS_DIR = Path("data/code-check")  # one folder per check: both sides' parquet and the report
-STORE = Path("data/code-check.duckdb")  # checks are ingested here, never into the nightly history
 # What a code check compares unless told: the compiled step's counters and the peak memory (what changed for sure,
 # on any runner) beside the throughput.
 METRICS = "examples_per_sec,counters,peak_memory_bytes"
@@ -46,7 +44,7 @@ def register(commands: Any) -> None:
         "default branch, origin/HEAD, main or master)",
     )  # fmt: skip
     parser.add_argument("--head", help="the commit to check (default HEAD; '.': the working tree, edits included)")
-    add_check_arguments(parser, RESULTS_DIR)
+    add_check_arguments(parser, code_check.RESULTS_DIR)
     parser.add_argument(
         "--budget", type=float, metavar="MINUTES",
         help="start no round of trials that would end past this many minutes (two per side always run); the "
@@ -54,7 +52,12 @@ def register(commands: Any) -> None:
     )  # fmt: skip
     parser.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when any verdict is inconclusive")
     parser.add_argument("--dry-run", action="store_true", help="print what differs and the interleaved plan, and exit")
-    add_analysis_arguments(parser, several_metrics=True, default_db=STORE, calibrated=True)
+    parser.add_argument(
+        "--github-output", metavar="FILE",
+        help="append checked=true or false (false: no workload's code differs, nothing ran) to this file "
+        "($GITHUB_OUTPUT)",
+    )  # fmt: skip
+    add_analysis_arguments(parser, several_metrics=True, default_db=code_check.STORE, calibrated=True)
     parser.set_defaults(handler=run, metric=metric_list(METRICS))
 
 
@@ -84,6 +87,7 @@ def _check(args: argparse.Namespace) -> int:
         packages = code_check.pins_changed(commits)
         runs = {CHANGED, UNCHANGED, BUNDLED} if packages else {CHANGED}
         measured = [w.config for w in found if w.state in runs]
+        step_output(args.github_output, f"checked={'true' if measured else 'false'}\n")
         if not measured:
             text = said.nothing_json(found) if args.format == "json" else said.nothing_to_check(commits, found)
             publish(text, args.out)

@@ -1,6 +1,7 @@
 """``stepwatch init``: make a repository a stepwatch project. Writes a starter ``stepwatch.toml`` and the
-workflows that run it (a nightly, and an upgrade check of every pull request that changes the pinned packages),
-each with comments, through stepwatch's GitHub Action; never changes a file that exists."""
+workflows that run it (a nightly, an upgrade check of every pull request that changes the pinned packages, and a
+code check of every pull request that changes the training code), each with comments, through stepwatch's GitHub
+Action; never changes a file that exists."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from stepwatch.collector.data import bundled
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.project import CONFIG_FILE, Project, version
+from stepwatch.collector.workflows import code_check
 
 WORKFLOWS = Path(".github") / "workflows"
 # The workflows init writes: the file in the repository, and its template among stepwatch's data.
 WORKFLOW_FILES = {"stepwatch-nightly.yml": "nightly.yml", "stepwatch-upgrade-pr.yml": "upgrade-pr.yml",
+                  "stepwatch-code-pr.yml": "code-pr.yml",
                   "stepwatch-upgrade-pr-verdict.yml": "upgrade-pr-verdict.yml"}  # fmt: skip
 ACTION_REPOSITORY = "stepwatch/stepwatch"
 # The extra a GPU job installs for a Keras backend (a CPU job's extra is named as the backend; PyPI's torch for
@@ -28,7 +31,8 @@ ACTION_REPOSITORY = "stepwatch/stepwatch"
 GPU_EXTRAS = {"tensorflow": "tensorflow-cuda", "jax": "jax-cuda12", "torch": "torch"}
 TPU_EXTRA = "jax-tpu"  # JAX with libtpu: plain jax finds no TPU
 # What stays out of git: the results and stores stepwatch's commands write in the repository.
-IGNORED = ("stepwatch-results/", "stepwatch-nightly/", f"{virtualenvs.RESULTS_DIR}/", f"{virtualenvs.STORE}*")
+IGNORED = ("stepwatch-results/", "stepwatch-nightly/", f"{virtualenvs.RESULTS_DIR}/", f"{virtualenvs.STORE}*",
+           f"{code_check.RESULTS_DIR}/", f"{code_check.STORE}*")  # fmt: skip
 LOOPS = ("fit", "pytorch")  # the loops a model of yours trains in (a script is its own loop)
 
 
@@ -215,5 +219,5 @@ def run(args: argparse.Namespace) -> int:
     if ignored:
         print(ignored)
     print("next: edit stepwatch.toml, then `stepwatch run` here; commit the workflows to run it nightly and on "
-          "upgrade pull requests")  # fmt: skip
+          "pull requests")  # fmt: skip
     return EXIT_OK

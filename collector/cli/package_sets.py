@@ -13,7 +13,7 @@ from stepwatch.collector.environments import pinfiles
 from stepwatch.collector.environments.pinfiles import PinFileError
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.package_sets import sides_json, sides_markdown, sides_text, step_outputs
-from stepwatch.collector.output.text import ReportError, publish
+from stepwatch.collector.output.text import publish, step_output
 from stepwatch.collector.workflows import package_sets as deriving
 
 RENDER = {"text": sides_text, "markdown": sides_markdown, "json": sides_json}
@@ -53,12 +53,7 @@ def _no_pin_change(args: argparse.Namespace, baseline: pinfiles.Source) -> int:
     line = f"{NO_PIN_CHANGE}: no pin file changed between the merge base and the head (pin files: {files})"
     text = f"## stepwatch upgrade check: {NO_PIN_CHANGE}\n\n{line}\n" if args.format == "markdown" else line + "\n"
     publish(text, args.out)
-    if args.github_output:
-        try:
-            with open(args.github_output, "a") as handle:
-                handle.write("changed=false\nbaseline=\ncandidate=\npins=unchanged\n")
-        except OSError as error:
-            raise ReportError(f"cannot write {args.github_output}: {error.strerror or error}") from None
+    step_output(args.github_output, "changed=false\nbaseline=\ncandidate=\npins=unchanged\n")
     return EXIT_OK
 
 
@@ -77,10 +72,5 @@ def run(args: argparse.Namespace) -> int:
     except PinFileError as error:
         raise UsageError(str(error)) from None
     publish(RENDER[args.format](found), args.out)
-    if args.github_output:
-        try:
-            with open(args.github_output, "a") as handle:
-                handle.write(step_outputs(found))
-        except OSError as error:
-            raise ReportError(f"cannot write {args.github_output}: {error.strerror or error}") from None
+    step_output(args.github_output, step_outputs(found))
     return EXIT_OK

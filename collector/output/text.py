@@ -73,6 +73,17 @@ def publish(text: str, out: str | None) -> None:
         write_file(text, out)
 
 
+def step_output(path: str | None, lines: str) -> None:
+    """Append ``lines`` (``name=value``) to a GitHub step output file, when one is named."""
+    if not path:
+        return
+    try:
+        with open(path, "a") as handle:
+            handle.write(lines)
+    except OSError as error:
+        raise ReportError(f"cannot write {path}: {error.strerror or error}") from None
+
+
 def write_file(text: str, out: str | Path) -> None:
     """Write a report; GitHub's job summary file is appended to, as Actions expects."""
     try:

@@ -28,6 +28,8 @@ from stepwatch.trainers import code
 from stepwatch.trainers.user import UserModelError
 from stepwatch.trainers.workload import code_of, source_of
 
+RESULTS_DIR = Path("data/code-check")  # one folder per check: its sides' parquet and the report
+STORE = Path("data/code-check.duckdb")  # checks are ingested here, never into the nightly history
 # What a workload is between the two commits.
 CHANGED, UNCHANGED, NEW, GONE, BUNDLED = "changed", "unchanged", "new", "gone", "bundled"
 

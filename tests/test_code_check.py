@@ -18,7 +18,7 @@ import pytest
 from stepwatch.collector.store.database import StoreReader
 from tests.conftest import commit, git, stepwatch
 from tests.test_dashboard import render
-from tests.test_upgrade_pr import job, posts_one_comment, run_steps, verdict_workflow
+from tests.test_upgrade_pr import build_wheels, env_args, job, posts_one_comment, run_steps, verdict_workflow
 
 LAYERS = '''"""Blocks the team's models share."""
 
@@ -282,3 +282,29 @@ def test_a_stopped_check_leaves_no_checkout_behind(team: Path, sig: signal.Signa
     done = stepwatch("code-check", "--dry-run", cwd=team)
     assert done.returncode == 0, done.stderr
     assert worktrees_of(team) == [str(team)] and not any(Path(p).exists() for p in made)
+
+
+def test_a_pull_request_that_changes_pins_and_code_runs_each_side_on_its_own_commits_pins(
+    team: Path, tmp_path: Path
+) -> None:
+    """Each side is the upgrade check's environment of its own commit's requirements (local wheels, and this
+    interpreter's packages beneath them), and the report says that code and packages changed together."""
+    wheels = build_wheels(tmp_path / "wheels")
+    git(team, "checkout", "-q", "main")
+    commit(team, "pins", {"requirements.txt": "swt-alpha==1.0\n"})
+    git(team, "checkout", "-q", "-B", "pr")
+    commit(team, "Wider blocks and a newer swt-alpha", {
+        "requirements.txt": "swt-alpha==2.0\n", "models/layers.py": LAYERS.replace("WIDTH = 128", "WIDTH = 256"),
+    })  # fmt: skip
+    env = {"STEPWATCH_ENV_CACHE": str(tmp_path / "envs")}
+    done = stepwatch("code-check", "--trials", "2", "--models", CLASSIFIER_NAME, *env_args(wheels), cwd=team, env=env)
+    assert done.returncode in (0, 1, 3), done.stderr[-3000:]
+    [folder] = (team / "data" / "code-check").iterdir()
+    text = (folder / "report.md").read_text()
+    assert "Pin files changed too: each side ran in an environment built from its own commit's pins" in text
+    assert "Packages that differ between the two environments: swt-alpha 1.0 -> 2.0." in text
+    con = StoreReader(team / "data" / "code-check.duckdb").connection()
+    ran = con.sql("SELECT label, status, count(*) FROM runs GROUP BY ALL ORDER BY 1").fetchall()
+    assert ran == [("baseline", "ok", 2), ("candidate", "ok", 2)]
+    assert sorted(p.read_text().split()[0] for p in (tmp_path / "envs").glob("*/requirements.txt")) == [
+        "swt-alpha==1.0", "swt-alpha==2.0"]  # fmt: skip

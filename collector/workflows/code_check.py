@@ -101,25 +101,23 @@ def _code(name: str, folder: Path) -> tuple[list[Path], str] | None:
         return None
 
 
+def _compared(model: str, base: Path, head: Path) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """A workload's digest in each checkout, and the files of its code whose own digest differs between them."""
+    a, b = _code(model, base), _code(model, head)
+    sides = [(folder, found[0]) for folder, found in ((base, a), (head, b)) if found]
+    names = dict.fromkeys(str(path.relative_to(folder.resolve())) for folder, paths in sides for path in paths)
+    differ = tuple(name for name in names if _file_digest(base / name, base) != _file_digest(head / name, head))
+    return (a[1] if a else None, b[1] if b else None, differ)
+
+
+def _file_digest(path: Path, folder: Path) -> str | None:
+    return code.digest([path.resolve()], folder) if path.is_file() else None
+
+
 def workloads(configs: list[BenchmarkConfig], base: Path, head: Path) -> list[Workload]:
     """Each config's workload in the two checkouts (folders of the project in each)."""
-    out, seen = [], {}
-    for config in configs:
-        if config.model not in seen:
-            a, b = _code(config.model, base), _code(config.model, head)
-            files = {}
-            for folder, found in ((base, a), (head, b)):
-                for path in found[0] if found else []:
-                    files[str(path.relative_to(folder.resolve()))] = None
-            differ = tuple(f for f in files if _differs(base / f, head / f)) if a and b else tuple(files)
-            seen[config.model] = (a[1] if a else None, b[1] if b else None, differ)
-        digest_a, digest_b, differ = seen[config.model]
-        out.append(Workload(config, digest_a, digest_b, differ))
-    return out
-
-
-def _differs(a: Path, b: Path) -> bool:
-    return not (a.is_file() and b.is_file() and a.read_bytes() == b.read_bytes())
+    compared = {model: _compared(model, base, head) for model in dict.fromkeys(c.model for c in configs)}
+    return [Workload(config, *compared[config.model]) for config in configs]
 
 
 def pins_changed(commits: Commits) -> bool:

@@ -284,24 +284,41 @@ def test_a_stopped_check_leaves_no_checkout_behind(team: Path, sig: signal.Signa
     assert worktrees_of(team) == [str(team)] and not any(Path(p).exists() for p in made)
 
 
-def test_a_pull_request_that_changes_pins_and_code_runs_each_side_on_its_own_commits_pins(
-    team: Path, tmp_path: Path
-) -> None:
-    """Each side is the upgrade check's environment of its own commit's requirements (local wheels, and this
-    interpreter's packages beneath them), and the report says that code and packages changed together."""
-    wheels = build_wheels(tmp_path / "wheels")
+def pins_and_code(team: Path) -> None:
+    """main pins swt-alpha 1.0; the pull request moves it to 2.0 and widens the layer."""
     git(team, "checkout", "-q", "main")
     commit(team, "pins", {"requirements.txt": "swt-alpha==1.0\n"})
     git(team, "checkout", "-q", "-B", "pr")
     commit(team, "Wider blocks and a newer swt-alpha", {
         "requirements.txt": "swt-alpha==2.0\n", "models/layers.py": LAYERS.replace("WIDTH = 128", "WIDTH = 256"),
     })  # fmt: skip
+
+
+def test_a_pull_request_that_changes_pins_and_code_plans_every_workload_and_says_why(team: Path) -> None:
+    pins_and_code(team)
+    done = stepwatch("code-check", "--dry-run", "--trials", "2", cwd=team)
+    assert done.returncode == 0, done.stderr
+    assert "Pin files changed too: each side runs in an environment built from its own commit's pins" in done.stdout
+    planned = {line.split(" trial ")[0] for line in done.stdout.splitlines() if " trial " in line}
+    assert {line.split()[1].split("/")[0] for line in planned} == {"models", "train.py"}  # the unchanged script too
+
+
+# Two environments built from local wheels and two trials a side: 35 s of both cores, CI's large job. The plan above
+# covers which workloads run and what the report says; test_upgrade, the environments themselves.
+@pytest.mark.large
+def test_a_pull_request_that_changes_pins_and_code_runs_each_side_on_its_own_commits_pins(
+    team: Path, tmp_path: Path
+) -> None:
+    """Each side is the upgrade check's environment of its own commit's requirements (local wheels, and this
+    interpreter's packages beneath them), and the report says that code and packages changed together."""
+    wheels = build_wheels(tmp_path / "wheels")
+    pins_and_code(team)
     env = {"STEPWATCH_ENV_CACHE": str(tmp_path / "envs")}
     done = stepwatch("code-check", "--trials", "2", "--models", CLASSIFIER_NAME, *env_args(wheels), cwd=team, env=env)
     assert done.returncode in (0, 1, 3), done.stderr[-3000:]
     [folder] = (team / "data" / "code-check").iterdir()
     text = (folder / "report.md").read_text()
-    assert "Pin files changed too: each side ran in an environment built from its own commit's pins" in text
+    assert "Pin files changed too: each side runs in an environment built from its own commit's pins" in text
     assert "Packages that differ between the two environments: swt-alpha 1.0 -> 2.0." in text
     con = StoreReader(team / "data" / "code-check.duckdb").connection()
     ran = con.sql("SELECT label, status, count(*) FROM runs GROUP BY ALL ORDER BY 1").fetchall()

@@ -111,7 +111,7 @@ def test_init_writes_the_settings_and_workflows_once_and_keeps_what_exists(tmp_p
             "--shards", "3", "--action", "stepwatch/stepwatch@" + "c" * 40)  # fmt: skip
     first = stepwatch(*args, cwd=tmp_path, env=CLEAN)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.count("wrote ") == 5 and (tmp_path / "pyproject.toml").read_text().count("\n") == 2
+    assert first.stdout.count("wrote ") == 6 and (tmp_path / "pyproject.toml").read_text().count("\n") == 2
     settings = Project.find(tmp_path).settings
     assert settings["models"] == ["model.py:build"] and settings["keras_backend"] == ["torch"]
     nightly = yaml.safe_load((tmp_path / ".github/workflows/stepwatch-nightly.yml").read_text())
@@ -122,7 +122,8 @@ def test_init_writes_the_settings_and_workflows_once_and_keeps_what_exists(tmp_p
     # The model's file is not written yet: its configs cannot be planned, so the shards are the ones asked for.
     assert jobs[1]["runner"] == ["self-hosted", "gpu"] and jobs[1]["args"] == "--device gpu --batch 32"
     ignored = (tmp_path / ".gitignore").read_text().splitlines()[1:]
-    assert ignored == ["stepwatch-results/", "stepwatch-nightly/", "data/upgrade-check/", "data/upgrade-check.duckdb*"]
+    assert ignored == ["stepwatch-results/", "stepwatch-nightly/", "data/upgrade-check/", "data/upgrade-check.duckdb*",
+                       "data/code-check/", "data/code-check.duckdb*"]  # fmt: skip
     assert {job["name"] for job in jobs} == {"cpu", "gpu"}  # no job for hardware nobody named
     workflows = sorted((tmp_path / ".github/workflows").glob("*.yml"))
     for check in (
@@ -133,7 +134,7 @@ def test_init_writes_the_settings_and_workflows_once_and_keeps_what_exists(tmp_p
         assert done.returncode == 0, done.stdout + done.stderr
     (tmp_path / "stepwatch.toml").write_text("# mine\n")
     second = stepwatch(*args, cwd=tmp_path, env=CLEAN)
-    assert second.returncode == 0 and "wrote" not in second.stdout and second.stdout.count("kept ") == 5
+    assert second.returncode == 0 and "wrote" not in second.stdout and second.stdout.count("kept ") == 6
     assert (tmp_path / "stepwatch.toml").read_text() == "# mine\n"
 
 

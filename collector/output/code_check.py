@@ -44,7 +44,7 @@ def workload_lines(commits: Commits, workloads: Sequence[Workload], packages: bo
         lines += [f"stepwatch's own models, the same code on both commits (not run): {', '.join(bundled)}.", ""]
     if packages:
         lines += [
-            "Pin files changed too: each side ran in an environment built from its own commit's pins, so code and "
+            "Pin files changed too: each side runs in an environment built from its own commit's pins, so code and "
             "packages changed together and a difference below is either's.",
             "",
         ]

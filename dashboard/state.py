@@ -10,9 +10,8 @@ import pandas as pd
 import streamlit as st
 
 from stepwatch.collector.config import FORMER_NAMES
-from stepwatch.collector.store.selection import Selection
+from stepwatch.collector.store.selection import LINK_VALUE_MAX, Selection
 
-MAX_VALUE = 200  # longer URL values are not ours
 FORMER_KEYS = {name: old for old, name in FORMER_NAMES.items()}  # links made before a field was renamed
 
 
@@ -127,7 +126,7 @@ def text(key: str, default: str) -> str:
     raw = _raw(key)
     if raw is None:
         return default
-    if len(raw) > MAX_VALUE or any(ord(c) < 32 for c in raw):
+    if len(raw) > LINK_VALUE_MAX or any(ord(c) < 32 for c in raw):
         ignore(key, raw)
         return default
     return raw

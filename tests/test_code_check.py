@@ -202,10 +202,12 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
     done = stepwatch(*command, cwd=team)
     assert done.returncode == 0 and "dot" in done.stdout.lower(), done.stdout + done.stderr
     link = dict(parse_qsl(urlsplit(explain.split("then ")[1].strip()).query))
+    assert link["metric"].startswith("examples_per_sec,compiled_flops,")  # what moved, throughput first
     at = render(Path(db), "compare", monkeypatch, **link)
     assert [box.value for box in at.text_input][:2] == [link["baseline"], link["candidate"]]
     shown = " ".join(str(m.value) for m in at.markdown)
     assert "**Throughput**: geometric mean over 1 series on both sides -" in shown, shown[:2000]
+    assert "**FLOPs per step (XLA cost analysis, library calls left out)**: geometric mean" in shown, shown[:2000]
 
     # The verdict workflow posts it: one comment, edited on later pushes, and a failed check run.
     posts_one_comment(tmp_path, pr, head, "regression", comment, "code-pr")

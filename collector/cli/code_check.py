@@ -108,6 +108,7 @@ def _check(args: argparse.Namespace) -> int:
             pool_aa=sides.pins is not None,
         )  # fmt: skip
     ran, result = done.check, done.comparison
+    result.model_code.clear()  # the sides' code differs by design: no warning that it does (the preface says how)
     failed = ran.failed()
     preface = said.workload_lines(commits, found, packages)
     if sides.pins is not None:
@@ -118,6 +119,6 @@ def _check(args: argparse.Namespace) -> int:
         (time.monotonic() - started) / 60, args.budget, inconclusive_lines(result),
     )  # fmt: skip
     title = f"stepwatch code check: {commits.base_name} -> {commits.head_name}"
-    more = said.where_next(ran.suite_run_ids, str(db_path(args)), options.profile > 0)
+    more = said.where_next(ran.suite_run_ids, str(db_path(args)), options.profile > 0, said.moved_metrics(result))
     alone = said.SAME_INTERPRETER if sides.pins is None else NO_BETWEEN
     return report(args, done, title, preface, said.AA_CHECKOUT, more, alone)

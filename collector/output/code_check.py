@@ -8,6 +8,9 @@ import json
 from collections.abc import Sequence
 from urllib.parse import urlencode
 
+from stepwatch.collector.analysis.comparison import Comparison
+from stepwatch.collector.outcomes import NO_CHANGE
+from stepwatch.collector.store.selection import LINK_VALUE_MAX
 from stepwatch.collector.workflows.code_check import BUNDLED, CHANGED, GONE, NEW, UNCHANGED, Commits, Workload
 
 DASHBOARD = "http://127.0.0.1:8501"  # `stepwatch dashboard`'s default address
@@ -84,11 +87,25 @@ def run_lines(
     return tuple(lines)
 
 
-def where_next(run_ids: dict[str, str], db: str, profiled: bool) -> tuple[str, ...]:
-    """The commands and link that open the check's two sides: the Compare page and, when trials were profiled,
-    which ops moved."""
+def moved_metrics(comparison: Comparison) -> list[str]:
+    """The metrics the Compare page should open on: those with a verdict other than no change (throughput first),
+    as many as a link's value holds."""
+    names = [
+        m.name for m in comparison.metrics if any(r.metric == m and r.verdict != NO_CHANGE for r in comparison.rows)
+    ]
+    kept: list[str] = []
+    for name in names:
+        if len(",".join([*kept, name])) <= LINK_VALUE_MAX:
+            kept.append(name)
+    return kept
+
+
+def where_next(run_ids: dict[str, str], db: str, profiled: bool, metrics: Sequence[str]) -> tuple[str, ...]:
+    """The commands and link that open the check's two sides: the Compare page (on ``metrics``) and, when trials
+    were profiled, which ops moved."""
     base, head = f"suite_run_id={run_ids['baseline']}", f"suite_run_id={run_ids['candidate']}"
-    link = f"{DASHBOARD}/compare?" + urlencode({"baseline": base, "candidate": head})
+    query = {"baseline": base, "candidate": head, **({"metric": ",".join(metrics)} if metrics else {})}
+    link = f"{DASHBOARD}/compare?" + urlencode(query)
     explain = (
         f"Which ops moved: `stepwatch explain --baseline {base} --candidate {head} --db {db}`. " if profiled else ""
     )

@@ -32,6 +32,10 @@ from stepwatch.collector.config import (
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.schema import SCHEMA
 
+# The longest value a link may carry for a filter or a selection (the dashboard drops longer ones unread; a report's
+# link keeps to it).
+LINK_VALUE_MAX = 200
+
 TYPES = {f.name: f.type for f in SCHEMA}
 SELECTABLE = tuple(
     name

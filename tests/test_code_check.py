@@ -175,6 +175,9 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
     assert "Same code on both commits, not run: `train.py`." in comment
     assert "A/A (the merge base in a second checkout, run the same way)" in comment and "No false alarm." in comment
     assert "| 🔴 regression | models/classifier.py:classifier/tiny" in comment and "Verdict: **regression**" in comment
+    ops = comment.split("Where the time went (stepwatch explain, from the profiled trials):")[1]
+    moved = [line for line in ops.split("remainder")[0].splitlines() if line.endswith("  moved")]
+    assert "3 + 3 profiled trials" in ops and moved, ops[:3000]  # which ops moved, with their intervals
 
     # The check's own store: the rows of each side name the commit they ran; the verdicts, read back.
     db = str(team / "data" / "code-check.duckdb")
@@ -200,7 +203,7 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
     explain = next(line for line in comment.splitlines() if "stepwatch explain" in line)
     command = explain.split("`stepwatch ")[1].split("`")[0].split()
     done = stepwatch(*command, cwd=team)
-    assert done.returncode == 0 and "dot" in done.stdout.lower(), done.stdout + done.stderr
+    assert done.returncode == 0 and moved[0].split()[0] in done.stdout, done.stdout + done.stderr
     link = dict(parse_qsl(urlsplit(explain.split("then ")[1].strip()).query))
     assert link["metric"].startswith("examples_per_sec,compiled_flops,")  # what moved, throughput first
     at = render(Path(db), "compare", monkeypatch, **link)

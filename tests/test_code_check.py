@@ -173,11 +173,15 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
     assert comment.startswith(f"<!-- stepwatch code-pr -->\n## stepwatch code check: merge base {base[:12]} of ")
     assert f"Code that differs: `{CLASSIFIER_NAME}` (`models/layers.py`)." in comment
     assert "Same code on both commits, not run: `train.py`." in comment
-    assert "A/A (the merge base in a second checkout, run the same way)" in comment and "No false alarm." in comment
+    # The A/A's line: its counters are exact (below); its timings are this runner's, shared with the other tests here,
+    # so their false alarm rate is measured where nothing else runs (benchmarks/code_check.py: 0 in 100 verdicts).
+    [aa_line] = [line for line in comment.splitlines() if line.startswith("A/A (the merge base in a second checkout")]
+    assert "No false alarm." in aa_line or "compiled_" not in aa_line and "hlo_" not in aa_line, aa_line
     assert "| 🔴 regression | models/classifier.py:classifier/tiny" in comment and "Verdict: **regression**" in comment
     ops = comment.split("Where the time went (stepwatch explain, from the profiled trials):")[1]
-    moved = [line for line in ops.split("remainder")[0].splitlines() if line.endswith("  moved")]
-    assert "3 + 3 profiled trials" in ops and moved, ops[:3000]  # which ops moved, with their intervals
+    # Which ops grew, each with its interval ("moved" where the interval clears it: timings, so not asserted here).
+    grown = [line for line in ops.split("remainder")[0].splitlines() if " ms -> " in line and "  share   +" in line]
+    assert "3 + 3 profiled trials" in ops and grown, ops[:3000]
 
     # The check's own store: the rows of each side name the commit they ran; the verdicts, read back.
     db = str(team / "data" / "code-check.duckdb")
@@ -203,7 +207,7 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
     explain = next(line for line in comment.splitlines() if "stepwatch explain" in line)
     command = explain.split("`stepwatch ")[1].split("`")[0].split()
     done = stepwatch(*command, cwd=team)
-    assert done.returncode == 0 and moved[0].split()[0] in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and grown[0].split()[0] in done.stdout, done.stdout + done.stderr
     link = dict(parse_qsl(urlsplit(explain.split("then ")[1].strip()).query))
     assert link["metric"].startswith("examples_per_sec,compiled_flops,")  # what moved, throughput first
     at = render(Path(db), "compare", monkeypatch, **link)

@@ -107,18 +107,32 @@ def _check(args: argparse.Namespace) -> int:
             overrides(args), hooks, between=calibrated_between(args), budget_s=budget_s,
             pool_aa=sides.pins is not None,
         )  # fmt: skip
+    minutes = (time.monotonic() - started) / 60
+    return _report(args, commits, found, sides, done, len(measured), minutes, options.profile > 0)
+
+
+def _report(
+    args: argparse.Namespace,
+    commits: code_check.Commits,
+    found: list[code_check.Workload],
+    sides: code_check.Sides,
+    done: check.Measured,
+    configs: int,
+    minutes: float,
+    profiled: bool,
+) -> int:
+    """The check's report (what differs, what ran and cost, the comparison, where to look next) and its exit code."""
     ran, result = done.check, done.comparison
     result.model_code.clear()  # the sides' code differs by design: no warning that it does (the preface says how)
-    failed = ran.failed()
-    preface = said.workload_lines(commits, found, packages)
+    preface = said.workload_lines(commits, found, sides.pins is not None)
     if sides.pins is not None:
         moved = ", ".join(change.text() for change in sides.pins.changes)
         preface += (f"Packages that differ between the two environments: {moved or 'none'}.", "")
     preface += said.run_lines(
-        len(measured), ran.rounds, ran.planned, ran.host(), len(failed), len(ran.outcomes), ran.spent(),
-        (time.monotonic() - started) / 60, args.budget, inconclusive_lines(result),
+        configs, ran.rounds, ran.planned, ran.host(), len(ran.failed()), len(ran.outcomes), ran.spent(), minutes,
+        args.budget, inconclusive_lines(result),
     )  # fmt: skip
     title = f"stepwatch code check: {commits.base_name} -> {commits.head_name}"
-    more = said.where_next(ran.suite_run_ids, str(db_path(args)), options.profile > 0, said.moved_metrics(result))
+    more = said.where_next(ran.suite_run_ids, str(db_path(args)), profiled, said.moved_metrics(result))
     alone = said.SAME_INTERPRETER if sides.pins is None else NO_BETWEEN
     return report(args, done, title, preface, said.AA_CHECKOUT, more, alone)

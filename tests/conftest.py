@@ -104,6 +104,7 @@ def _in_this_process(args: list[str], cwd: Path, env: dict[str, str]) -> subproc
 
     out, err = io.StringIO(), io.StringIO()
     with _ONE_COMMAND_AT_A_TIME:
+        gc.freeze()  # what exists now is the test's: the collection below looks at what the command made, only
         saved, folder = dict(os.environ), os.getcwd()
         os.environ.update(env)
         os.chdir(cwd)

@@ -171,6 +171,10 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
     assert check["steps"][-1]["result"].returncode == 1
     comment = (pr / "comment.md").read_text()
     assert comment.startswith(f"<!-- stepwatch code-pr -->\n## stepwatch code check: merge base {base[:12]} of ")
+    # It leads with what changed for sure: the slowdown its interval resolves, then the counters, exactly.
+    lead = comment.splitlines()[3]
+    assert lead.startswith("**What changed for sure** (1 series): examples_per_sec -") and "(regression)" in lead
+    assert "compiled_flops " in lead and "(changed)" in lead, lead
     assert f"Code that differs: `{CLASSIFIER_NAME}` (`models/layers.py`)." in comment
     assert "Same code on both commits, not run: `train.py`." in comment
     # The A/A's line: its counters are exact (below); its timings are this runner's, shared with the other tests here,
@@ -198,7 +202,7 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
 
     rows = compared("candidate")
     throughput, flops = rows["examples_per_sec"], rows["compiled_flops"]
-    assert throughput["verdict"] == "regression" and throughput["ci_high"] < 0.8, throughput  # ratios
+    assert throughput["verdict"] == "regression" and throughput["ratio"] < 0.8, throughput  # a ratio: 4x the width
     assert flops["verdict"] == "changed" and flops["ratio"] > 4, flops  # 4x the width: over 4x the matmul FLOPs
     aa = compared("baseline-aa")
     assert [m for m, row in aa.items() if row["exact"] and row["verdict"] != "no change"] == []  # the same program

@@ -135,4 +135,4 @@ def _report(
     title = f"stepwatch code check: {commits.base_name} -> {commits.head_name}"
     more = said.where_next(ran.suite_run_ids, str(db_path(args)), profiled, said.moved_metrics(result))
     alone = said.SAME_INTERPRETER if sides.pins is None else NO_BETWEEN
-    return report(args, done, title, preface, said.AA_CHECKOUT, more, alone)
+    return report(args, done, title, preface, said.AA_CHECKOUT, more, alone, said.for_sure(result))

@@ -123,16 +123,17 @@ def report(
     aa: str = AA_ENVIRONMENT,
     more: tuple[str, ...] = (),
     alone: str = NO_BETWEEN,
+    first: tuple[str, ...] = (),
 ) -> int:
     """A check's report, written beside its trials and shown as ``--format`` asks, and its exit code (4 when
     trials failed and nothing worse did). ``aa`` says what its A/A side was, ``alone`` what its intervals cover
-    when no between-environment variation widens them; ``more`` follows its notes."""
+    when no between-environment variation widens them; ``more`` follows its notes; ``first`` leads the report."""
     ran, result = done.check, done.comparison
     notes = aa_lines(result.aa, aa) + between_lines(done.between, alone) + own_results(ran.out_dir, db_path(args))
     notes += more
     appendix = report_lines(*done.explained, done.aa_explained) if done.explained else ()
-    write_file(to_markdown(result, title, preface + notes, appendix), ran.out_dir / "report.md")
-    show_comparison(result, args.format, args.out, title, exits.of_comparison, preface, notes, appendix)
+    write_file(to_markdown(result, title, preface + notes, appendix, first), ran.out_dir / "report.md")
+    show_comparison(result, args.format, args.out, title, exits.of_comparison, preface, notes, appendix, first)
     console.print(f"report: {ran.out_dir / 'report.md'}")
     code = exits.of_comparison(result, args.fail_on_inconclusive)
     failed = ran.failed()

@@ -9,11 +9,13 @@ from collections.abc import Sequence
 from urllib.parse import urlencode
 
 from stepwatch.collector.analysis.comparison import Comparison
-from stepwatch.collector.outcomes import NO_CHANGE
+from stepwatch.collector.outcomes import IMPROVEMENT, NO_CHANGE, REGRESSION
+from stepwatch.collector.output.comparison import change_text
 from stepwatch.collector.store.selection import LINK_VALUE_MAX
 from stepwatch.collector.workflows.code_check import BUNDLED, CHANGED, GONE, NEW, UNCHANGED, Commits, Workload
 
 DASHBOARD = "http://127.0.0.1:8501"  # `stepwatch dashboard`'s default address
+FOR_SURE_SHOWN = 12  # changes named in the report's first line; the rest are in its table
 AA_CHECKOUT = "the merge base in a second checkout, run the same way"
 SAME_INTERPRETER = (
     "Intervals cover process-to-process noise: both commits ran on one interpreter and its packages, so nothing "
@@ -59,6 +61,20 @@ def nothing_to_check(commits: Commits, workloads: Sequence[Workload]) -> str:
     lines = workload_lines(commits, workloads, packages=False)
     lead = "nothing to check: no workload's code differs between the two commits and no pin file changed"
     return "\n".join(["## stepwatch code check: nothing to check", "", f"**{lead}.**", "", *lines]).rstrip() + "\n"
+
+
+def for_sure(comparison: Comparison) -> tuple[str, ...]:
+    """What changed for sure, to lead the report: the counters of the compiled step that changed (exact) and the
+    timings the intervals resolve past their threshold (a regression or an improvement), each with its change."""
+    moved = [row for row in comparison.ordered()
+             if (row.metric.deterministic and row.verdict != NO_CHANGE and row.result.spans)
+             or row.verdict in (REGRESSION, IMPROVEMENT)]  # fmt: skip
+    if not moved:
+        return ("**What changed for sure: nothing** (no counter moved and no timing resolved past its threshold).", "")
+    cells = "; ".join(f"{row.metric.name} {change_text(row)} ({row.verdict})" for row in moved[:FOR_SURE_SHOWN])
+    more = f"; and {len(moved) - FOR_SURE_SHOWN} more in the table" if len(moved) > FOR_SURE_SHOWN else ""
+    series = len({row.series["series_key"] for row in moved})
+    return (f"**What changed for sure** ({series} series): {cells}{more}.", "")
 
 
 def nothing_json(workloads: Sequence[Workload]) -> str:

@@ -255,11 +255,13 @@ def to_markdown(
     title: str = "stepwatch comparison",
     preface: tuple[str, ...] = (),
     appendix: tuple[str, ...] = (),
+    first: tuple[str, ...] = (),
 ) -> str:
-    """A report for a PR comment or a job summary: headline, sides, geomeans, the verdict table, gaps; then
-    ``appendix`` (where the time went, from the profiles) as preformatted text."""
+    """A report for a PR comment or a job summary: ``first`` (what a check leads with), what this runner cannot
+    resolve, headline, sides, geomeans, the verdict table, gaps; then ``appendix`` (where the time went, from the
+    profiles) as preformatted text."""
     lead = resolution_lead(comparison)
-    lines = [f"## {title}", "", *(f"**{line}**" for line in lead), *([""] if lead else [])]
+    lines = [f"## {title}", "", *first, *(f"**{line}**" for line in lead), *([""] if lead else [])]
     lines += [f"**{headline(comparison)}**", "", *preface]
     machine = machine_line(comparison)
     if machine:
@@ -410,6 +412,7 @@ def show_comparison(
     preface: tuple[str, ...] = (),
     notes: tuple[str, ...] = (),
     appendix: tuple[str, ...] = (),
+    first: tuple[str, ...] = (),
 ) -> None:
     """Print the comparison as a table, markdown or JSON; with ``out`` also write it (markdown, or JSON).
     ``preface`` opens the markdown only; ``notes`` (what the intervals cover, the A/A) follow it there and are
@@ -418,9 +421,12 @@ def show_comparison(
         publish(to_json(comparison, code_of), out)
         return
     if fmt == "markdown":
-        publish(to_markdown(comparison, title, preface + notes, appendix), out)
+        publish(to_markdown(comparison, title, preface + notes, appendix, first), out)
         return
     stdout = stdout_console()
+    for line in first:
+        if line:
+            stdout.print(escape(line))
     for line in resolution_lead(comparison):
         stdout.print(f"[bold yellow]{escape(line)}[/bold yellow]")
     for line in notes:
@@ -447,7 +453,7 @@ def show_comparison(
     for line in appendix:
         stdout.print(escape(line))
     if out:
-        write_file(to_markdown(comparison, title, preface + notes, appendix), out)
+        write_file(to_markdown(comparison, title, preface + notes, appendix, first), out)
 
 
 def upgrade_preface(

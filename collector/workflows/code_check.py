@@ -12,6 +12,7 @@ When pin files changed too, each side is built from its own commit's pins (the u
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -62,10 +63,17 @@ def commits(where: Path, base: str | None, head: str | None) -> Commits:
     tip = worktrees.commit_of(repo, "HEAD" if head_ref == WORKING_TREE else head_ref)
     start = worktrees.merge_base(repo, target, tip)
     project = where.resolve().relative_to(repo.resolve())
+    base_name = f"merge base {start[:12]} of {_shown(target)}"
     if head_ref == WORKING_TREE:
         head_name = f"the working tree ({len(edits)} edited file(s) over {tip[:12]})"
-        return Commits(repo, project, start, WORKING_TREE, f"merge base {start[:12]} of {target}", head_name)
-    return Commits(repo, project, start, tip, f"merge base {start[:12]} of {target}", f"{head_ref} {tip[:12]}")
+        return Commits(repo, project, start, WORKING_TREE, base_name, head_name)
+    head_name = tip[:12] if tip.startswith(head_ref) else f"{head_ref} {tip[:12]}"
+    return Commits(repo, project, start, tip, base_name, head_name)
+
+
+def _shown(ref: str) -> str:
+    """A ref as a report names it: a commit by its first 12 digits, a branch or tag by its name."""
+    return ref[:12] if re.fullmatch(r"[0-9a-f]{13,40}", ref) else ref
 
 
 @dataclass(frozen=True)

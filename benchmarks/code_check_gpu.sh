@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A pull request that plants a slowdown, checked on a GPU as a team's runner would: a repository made here with the
 # example CNN (examples/keras_cnn.py) as the team's model, and a pull request that adds a LayerNormalization after
-# every convolution block (PLANT every), or one before the pooling (PLANT last: a smaller slowdown). `stepwatch
+# every convolution block (PLANT every), or one before the pooling (PLANT last: a smaller slowdown); PLANT script
+# checks the team's plain PyTorch training script instead (examples/torch_ddp_train.py), its default width doubled. `stepwatch
 # code-check --aa` measures the merge base against the head, interleaved, with the merge base checked out twice
 # (the A/A), on one interpreter and a shared compile cache. The H100's runs: data/reference/h100-2026-11-26-code-check.
 #
@@ -21,7 +22,20 @@ cd "$team"
 git init -q -b main
 git config user.email ci@example.com
 git config user.name ci
-cat > stepwatch.toml <<EOF
+if [ "$plant" = script ]; then
+  # The team's plain PyTorch training script (examples/torch_ddp_train.py), and a pull request that doubles its
+  # network's default width.
+  cp "$root/examples/torch_ddp_train.py" train.py
+  rm -r models
+  printf 'models = ["train.py"]\nkeras-backend = "torch"\ndevice = "%s"\ntrials = %s\n' "$device" "$trials" > stepwatch.toml
+  git add -A
+  git commit -qm "the team's training script"
+  git checkout -qb planted
+  grep -q 'parser.add_argument("--width", type=int, default=16)' train.py
+  sed -i 's/parser.add_argument("--width", type=int, default=16)/parser.add_argument("--width", type=int, default=32)/' train.py
+  git commit -qam "A wider network by default"
+else
+  cat > stepwatch.toml <<EOF
 models = ["models/cnn.py:cifar_cnn"]
 keras-backend = "jax"
 xla = ["on"]
@@ -31,10 +45,10 @@ device = "$device"
 batch = [256]
 trials = $trials
 EOF
-git add -A
-git commit -qm "the team's model"
-git checkout -qb planted
-python3 - "$plant" <<'EOF'
+  git add -A
+  git commit -qm "the team's model"
+  git checkout -qb planted
+  python3 - "$plant" <<'EOF'
 import sys
 from pathlib import Path
 path = Path("models/cnn.py")
@@ -47,7 +61,8 @@ else:
     text = text.replace(pool, "    x = keras.layers.LayerNormalization()(x)\n" + pool)
 path.write_text(text)
 EOF
-git commit -qam "A LayerNormalization ($plant)"
+  git commit -qam "A LayerNormalization ($plant)"
+fi
 python3 -m stepwatch --version
 set +e
 python3 -m stepwatch code-check --aa --compile-cache "$team/cache" --format markdown --out "$out/report.md" \

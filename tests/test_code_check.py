@@ -180,7 +180,7 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
     # The A/A's line: its counters are exact (below); its timings are this runner's, shared with the other tests here,
     # so their false alarm rate is measured where nothing else runs (benchmarks/code_check.py: 0 in 100 verdicts).
     [aa_line] = [line for line in comment.splitlines() if line.startswith("A/A (the merge base in a second checkout")]
-    assert "No false alarm." in aa_line or "compiled_" not in aa_line and "hlo_" not in aa_line, aa_line
+    assert "No false alarm." in aa_line or ("compiled_" not in aa_line and "hlo_" not in aa_line), aa_line
     assert "| 🔴 regression | models/classifier.py:classifier/tiny" in comment and "Verdict: **regression**" in comment
     ops = comment.split("Where the time went (stepwatch explain, from the profiled trials):")[1]
     # Which ops grew, each with its interval ("moved" where the interval clears it: timings, so not asserted here).

@@ -15,7 +15,7 @@ import contextlib
 import re
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +150,6 @@ class Sides:
 
     envs: dict[str, virtualenvs.Environment]
     pins: package_sets.Sides | None = None  # when pin files changed: each side's own package set
-    folders: dict[str, Path] = field(default_factory=dict)
 
 
 def _head_source(commits: Commits) -> pinfiles.Source:
@@ -192,7 +191,7 @@ def sides(
             side: virtualenvs.Environment(side, (), Path(sys.prefix), True, sys.executable, folder, projects[side])
             for side, folder in folders.items()
         }
-        return Sides(envs, folders=folders)
+        return Sides(envs)
     base = pinfiles.at_commit(commits.repo, commits.base, pinfiles.PIN_FILES, "merge base")
     pins = package_sets.derive_both(base, _head_source(commits), reuse, pip_args, hooks.say)
     requirements = {"baseline": pins.baseline.requirements, "candidate": pins.candidate.requirements}
@@ -205,4 +204,4 @@ def sides(
         envs[side] = virtualenvs.Environment(
             side, built.requirements, built.path, built.cached, folder=folder, project=projects[side]
         )
-    return Sides(envs, pins, folders)
+    return Sides(envs, pins)

@@ -306,6 +306,8 @@ class GitHub:
     env: dict[str, str]
     caches: Caches = field(default_factory=Caches)
     runs: int = 0
+    artifacts: dict[str, dict[str, dict[str, bytes]]] = field(default_factory=dict)  # run id -> its artifacts
+    variables: dict[str, str] = field(default_factory=dict)  # the repository's variables (the ``vars`` context)
 
     @property
     def server(self) -> Path:
@@ -316,11 +318,20 @@ class GitHub:
         return self.server / self.repository
 
     def run_workflow(
-        self, workflow: dict, event: str = "schedule", inputs: dict[str, str] | None = None
+        self,
+        workflow: dict,
+        event: str = "schedule",
+        inputs: dict[str, str] | None = None,
+        payload: dict[str, Any] | None = None,
     ) -> dict[str, list[JobRun]]:
-        """One run of ``workflow``: its jobs in the order of their needs, a matrix job once per include."""
+        """One run of ``workflow``: its jobs in the order of their needs, a matrix job once per include. ``payload``
+        is the event's (``github.event``: a pull request's numbers and commits, the run a workflow_run follows).
+        Its artifacts are kept under its run id (``github.run_id``), where another run's download-artifact with
+        ``run-id`` finds them."""
         self.runs += 1
         artifacts: dict[str, dict[str, bytes]] = {}
+        self.artifacts[self._github(event)["run_id"]] = artifacts
+        self.payload = payload or {}
         done: dict[str, list[JobRun]] = {}
         for job_id, job in workflow["jobs"].items():
             needs = job.get("needs", [])
@@ -343,7 +354,8 @@ class GitHub:
 
     def _github(self, event: str) -> dict[str, Any]:
         return {"run_id": str(1000 + self.runs), "run_attempt": "1", "repository": self.repository,
-                "server_url": self.server.as_uri(), "token": "replayed-token", "event_name": event}  # fmt: skip
+                "server_url": self.server.as_uri(), "token": "replayed-token", "event_name": event,
+                "event": getattr(self, "payload", {})}  # fmt: skip
 
     def _eval(self, text: str, ctx: dict, status: dict[str, bool], workspace: Path) -> Any:
         text = str(text).strip()
@@ -368,11 +380,20 @@ class GitHub:
     def _job(self, job_id: str, job: dict, ctx: dict, artifacts: dict[str, dict[str, bytes]]) -> JobRun:
         workspace = self.root / f"run{self.runs}-{job_id}-{ctx['strategy']['job-index']}"
         shutil.rmtree(workspace, ignore_errors=True)
+        workspace.mkdir(parents=True)  # the runner's workspace exists before any step (a job may check nothing out)
         summary = workspace.parent / f"{workspace.name}.summary.md"
         summary.write_text("")
         status = {"success": True, "failure": False}
         steps_ctx: dict[str, dict] = {}
-        ctx = {**ctx, "steps": steps_ctx, "secrets": {}, "vars": {}, "env": {}}
+        # A GitHub-hosted Linux runner's context (docs: "runner context": os Linux, arch X64).
+        ctx = {
+            **ctx,
+            "steps": steps_ctx,
+            "secrets": {},
+            "vars": self.variables,
+            "env": {},
+            "runner": {"os": "Linux", "arch": "X64"},
+        }
         env = {k: self._expand(v, ctx, status, workspace) for k, v in job.get("env", {}).items()}
         ctx["env"] = env
         steps = []
@@ -418,6 +439,8 @@ class GitHub:
         if uses.startswith("actions/checkout@"):
             done = subprocess.run(["git", "clone", "--quiet", str(self.remote), str(workspace)], capture_output=True,
                                   text=True)  # fmt: skip
+            if done.returncode == 0 and ctx["github"]["event_name"] == "pull_request":
+                done = self._merge_ref(workspace, ctx["github"], env)
             return Step(name, "success" if done.returncode == 0 else "failure", {}, "", done.stderr)
         if uses.startswith("actions/setup-python@"):
             return Step(name, "success", {})  # this machine's Python (see the module's docstring)
@@ -428,8 +451,8 @@ class GitHub:
             if files:
                 artifacts[with_.get("name", "artifact")] = files
             return Step(name, "success", {})
-        if uses.startswith("actions/download-artifact@"):
-            download(workspace, artifacts, with_)
+        if uses.startswith("actions/download-artifact@"):  # with run-id: another run's (a workflow_run's)
+            download(workspace, self.artifacts[with_["run-id"]] if with_.get("run-id") else artifacts, with_)
             return Step(name, "success", {})
         if uses.startswith("actions/cache/restore@"):
             keys = [k.strip() for k in with_.get("restore-keys", "").splitlines() if k.strip()]
@@ -457,8 +480,22 @@ class GitHub:
         return {"GITHUB_ACTIONS": "true", "CI": "true", "GITHUB_WORKSPACE": str(workspace),
                 "GITHUB_REPOSITORY": github["repository"], "GITHUB_SERVER_URL": github["server_url"],
                 "GITHUB_RUN_ID": github["run_id"], "GITHUB_RUN_ATTEMPT": github["run_attempt"],
-                "GITHUB_SHA": self._head(), "GITHUB_EVENT_NAME": github["event_name"],
+                "GITHUB_SHA": github.get("sha") or self._head(), "GITHUB_EVENT_NAME": github["event_name"],
                 "GITHUB_STEP_SUMMARY": str(summary), "RUNNER_TEMP": str(workspace.parent)}  # fmt: skip
+
+    def _merge_ref(self, workspace: Path, github: dict[str, Any], env: dict[str, str]) -> subprocess.CompletedProcess:
+        """What a pull_request run checks out (GitHub's docs: GITHUB_SHA is "the last merge commit on the
+        GITHUB_REF branch", refs/pull/N/merge): the pull request's head merged into its base, as GitHub makes it.
+        That commit is GITHUB_SHA for the rest of the job."""
+        pull = github["event"]["pull_request"]
+        merged = subprocess.run(
+            ["bash", "-c", 'git checkout -q --detach "$0" && git merge -q --no-ff --no-edit -m "Merge $1" "$1" && '
+             "git rev-parse HEAD", pull["base"]["sha"], pull["head"]["sha"]],
+            cwd=workspace, capture_output=True, text=True, env=env,
+        )  # fmt: skip
+        if merged.returncode == 0:
+            github["sha"] = merged.stdout.split()[-1]
+        return merged
 
     def _head(self) -> str:
         done = subprocess.run(["git", "--git-dir", str(self.remote), "rev-parse", "main"], capture_output=True,

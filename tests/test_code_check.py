@@ -14,11 +14,13 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
+import yaml
 
 from stepwatch.collector.store.database import StoreReader
-from tests.conftest import commit, git, stepwatch
+from tests.conftest import REPO, commit, git, stepwatch
+from tests.github import GitHub, JobRun
 from tests.test_dashboard import render
-from tests.test_upgrade_pr import build_wheels, env_args, job, posts_one_comment, run_steps, verdict_workflow
+from tests.test_upgrade_pr import STAND_IN_GH, build_wheels, env_args, posts_one_comment
 
 LAYERS = '''"""Blocks the team's models share."""
 
@@ -132,28 +134,63 @@ def test_a_commit_that_edits_comments_and_docstrings_has_nothing_to_check_and_ru
     assert "uncommitted changes to 1 tracked file(s) (models/layers.py)" in done.stderr and "--head ." in done.stderr
 
 
-def pull_request(team: Path, tmp_path: Path, number: str, head: str) -> tuple[dict, Path, dict[str, dict[str, str]]]:
-    """The code-pr job's steps run on the pull request from main to ``head`` as Actions runs them (test_upgrade_pr's
-    ``run_steps``): the job, the folder its artifact holds, and its steps' outputs."""
-    check = job("stepwatch-code-pr.yml")
-    env = {"PR": number, "BASE_SHA": git(team, "rev-parse", "main"), "HEAD_SHA": head, "TRIALS": "3",
-           "METRIC": "examples_per_sec,counters,peak_memory_bytes", "CHECK_ARGS": "", "ENV_ARGS": "",
-           "RUN_URL": f"https://github.com/o/r/actions/runs/{number}",
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # fmt: skip
-    return check, team / "pr", run_steps(check["steps"], team, env, tmp_path / "summary.md")
+WHO = {"GIT_AUTHOR_NAME": "ci", "GIT_AUTHOR_EMAIL": "ci@example.com", "GIT_COMMITTER_NAME": "ci",
+       "GIT_COMMITTER_EMAIL": "ci@example.com"}  # fmt: skip
+WORKFLOWS = REPO / ".github" / "workflows"
+
+
+def on_github(team: Path, tmp_path: Path) -> GitHub:
+    """The team's repository on "GitHub" (a bare remote: main and the pull request's branch), its variables as a team
+    sets them (three trials a side), replayed as GitHub documents it runs workflows (``tests/github.py``)."""
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path), **WHO,
+           "STEPWATCH_CALIBRATION": "none"}  # fmt: skip
+    gh = GitHub(tmp_path / "github", "o/r", env, variables={"STEPWATCH_TRIALS": "3"})
+    gh.remote.parent.mkdir(parents=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(team), str(gh.remote)], check=True)
+    return gh
+
+
+def pull_request(gh: GitHub, team: Path, head: str) -> tuple[JobRun, str]:
+    """code-pr.yml on the pull_request event of a pull request from main to ``head``: its job and its run's id."""
+    payload = {"pull_request": {"number": 12, "base": {"sha": git(team, "rev-parse", "main")}, "head": {"sha": head}}}
+    workflow = yaml.safe_load((WORKFLOWS / "stepwatch-code-pr.yml").read_text())
+    [run] = gh.run_workflow(workflow, "pull_request", payload=payload)["check"]
+    return run, gh._github("pull_request")["run_id"]
+
+
+def verdict_posted(gh: GitHub, tmp_path: Path, run_id: str, head: str, conclusion: str) -> list[str]:
+    """The verdict workflow on the workflow_run event of that run (its artifact downloaded by run id), with the
+    stand-in gh of test_upgrade_pr: the calls it made."""
+    state, bin_dir = tmp_path / "gh-state", tmp_path / "gh-bin"
+    state.mkdir()
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text(STAND_IN_GH)
+    (bin_dir / "gh").chmod(0o755)
+    (state / "pull.json").write_text(json.dumps({"head": {"sha": head}}))
+    (state / "comments.json").write_text("[]")
+    (state / "calls").write_text("")
+    gh.env = {**gh.env, "PATH": f"{bin_dir}:{gh.env['PATH']}", "GH_STATE": str(state)}
+    event = {"workflow_run": {"event": "pull_request", "conclusion": conclusion, "id": run_id, "name": "code-pr",
+                              "head_repository": {"full_name": "o/r"}, "head_branch": "pr", "head_sha": head,
+                              "html_url": f"https://github.com/o/r/actions/runs/{run_id}"}}  # fmt: skip
+    workflow = yaml.safe_load((WORKFLOWS / "stepwatch-upgrade-pr-verdict.yml").read_text())
+    [post] = gh.run_workflow(workflow, "workflow_run", payload=event)["post"]
+    assert post.result == "success", [(step.name, step.stdout, step.stderr) for step in post.steps]
+    return (state / "calls").read_text().splitlines()
+
+
+def outputs_of(run: JobRun, name: str) -> dict[str, str]:
+    return next(step.outputs for step in run.steps if step.name == name)
 
 
 def test_a_pull_request_that_changes_no_code_passes_at_once_without_a_comment(team: Path, tmp_path: Path) -> None:
     head = commit(team, "Words", {"models/layers.py": LAYERS + "# a comment\n"})
-    check, pr, outputs = pull_request(team, tmp_path, "11", head)
-    assert outputs["code"] == {"checked": "false"} and (pr / "verdict").read_text() == "no-code-change\n"
-    assert check["steps"][-1]["result"].returncode == 0
-    post, state, artifact, post_env = verdict_workflow(tmp_path, pr, head, "code-pr")
-    (state / "comments.json").write_text("[]")
-    (state / "calls").write_text("")
-    run_steps(post["steps"], artifact, post_env, tmp_path / "summary-post.md")
-    assert post["steps"][1]["result"].returncode == 0, post["steps"][1]["result"].stderr
-    calls = (state / "calls").read_text().splitlines()
+    gh = on_github(team, tmp_path)
+    run, run_id = pull_request(gh, team, head)
+    assert outputs_of(run, "Code check") == {"checked": "false"} and run.result == "success"
+    assert (run.workspace / "pr" / "verdict").read_text() == "no-code-change\n"
+    assert not gh.caches.entries  # nothing compiled, nothing kept
+    calls = verdict_posted(gh, tmp_path, run_id, head, "success")
     assert not any("/comments -F" in call for call in calls)
     assert "-f name=stepwatch code " in calls[-1] and "output[title]=code check: no-code-change" in calls[-1]
 
@@ -165,11 +202,15 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
     machine; the slowdown is far past this runner's noise; the A/A (the merge base checked out twice) calls nothing."""
     base = git(team, "rev-parse", "HEAD")
     head = commit(team, "Wider blocks", {"models/layers.py": LAYERS.replace("WIDTH = 128", "WIDTH = 512")})
-    check, pr, outputs = pull_request(team, tmp_path, "12", head)
-    assert outputs["code"] == {"checked": "true"}, (pr / "check.log").read_text()[-3000:]
+    gh = on_github(team, tmp_path)
+    run, run_id = pull_request(gh, team, head)
+    workspace = run.workspace  # a clone of the remote, the pull request's merge commit checked out
+    pr = workspace / "pr"
+    assert outputs_of(run, "Code check") == {"checked": "true"}, (pr / "check.log").read_text()[-3000:]
     assert (pr / "verdict").read_text() == "regression\n", (pr / "check.log").read_text()[-3000:]
-    assert check["steps"][-1]["result"].returncode == 1
+    assert run.result == "failure" and run.steps[-1].outcome == "failure"  # the job fails, as its check run does
     comment = (pr / "comment.md").read_text()
+    assert comment in run.summary  # the job summary shows it
     assert comment.startswith(f"<!-- stepwatch code-pr -->\n## stepwatch code check: merge base {base[:12]} of ")
     # It leads with what changed for sure: the slowdown its interval resolves, then the counters, exactly.
     lead = comment.splitlines()[3]
@@ -188,16 +229,26 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
     assert "3 + 3 profiled trials" in ops and grown, ops[:3000]
 
     # The check's own store: the rows of each side name the commit they ran; the verdicts, read back.
-    db = str(team / "data" / "code-check.duckdb")
+    # Each side's rows name its own commit, never the merge commit GITHUB_SHA names.
+    db = str(workspace / "data" / "code-check.duckdb")
     con = StoreReader(Path(db)).connection()
-    ran = con.sql("SELECT label, project_commit, project_dirty, count(*) FROM runs GROUP BY ALL ORDER BY 1").fetchall()
+    ran = con.sql("SELECT label, project_repository, project_commit, project_dirty, count(*) FROM runs GROUP BY ALL "
+                  "ORDER BY 1").fetchall()  # fmt: skip
     con.close()
-    assert ran == [("baseline", base, False, 3), ("baseline-aa", base, False, 3), ("candidate", head, False, 3)]
-    assert worktrees_of(team) == [str(team)]
+    assert ran == [("baseline", "o/r", base, False, 3), ("baseline-aa", "o/r", base, False, 3),
+                   ("candidate", "o/r", head, False, 3)]  # fmt: skip
+    assert worktrees_of(workspace) == [str(workspace)]
+    # The compile cache, kept for the next check although the job failed; the artifact, laid out from the workspace's
+    # root (the two paths' common ancestor): the verdict workflow reads artifact/pr/.
+    [(key, kept)] = gh.caches.entries
+    assert key.startswith("stepwatch-compile-Linux-X64-") and kept
+    uploaded = gh.artifacts[run_id]["code-pr"]
+    assert {"pr/verdict", "pr/comment.md", "pr/number"} <= set(uploaded) and any(
+        name.startswith("data/code-check/") and name.endswith("report.md") for name in uploaded)  # fmt: skip
 
     def compared(candidate: str) -> dict[str, dict]:
         done = stepwatch("compare", "--baseline", "label=baseline", "--candidate", f"label={candidate}", "--metric",
-                         "examples_per_sec,counters", "--format", "json", "--db", db, cwd=team)  # fmt: skip
+                         "examples_per_sec,counters", "--format", "json", "--db", db, cwd=workspace)  # fmt: skip
         return {row["metric"]: row for row in json.loads(done.stdout)["rows"]}
 
     rows = compared("candidate")
@@ -210,7 +261,7 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
     # Which ops moved, by the command the report prints; the Compare page by its link.
     explain = next(line for line in comment.splitlines() if "stepwatch explain" in line)
     command = explain.split("`stepwatch ")[1].split("`")[0].split()
-    done = stepwatch(*command, cwd=team)
+    done = stepwatch(*command, cwd=workspace)
     assert done.returncode == 0 and grown[0].split()[0] in done.stdout, done.stdout + done.stderr
     link = dict(parse_qsl(urlsplit(explain.split("then ")[1].strip()).query))
     assert link["metric"].startswith("examples_per_sec,compiled_flops,")  # what moved, throughput first
@@ -220,7 +271,11 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
     assert "**Throughput**: geometric mean over 1 series on both sides -" in shown, shown[:2000]
     assert "**FLOPs per step (XLA cost analysis, library calls left out)**: geometric mean" in shown, shown[:2000]
 
-    # The verdict workflow posts it: one comment, edited on later pushes, and a failed check run.
+    # The verdict workflow, on the run's completion, downloads its artifact and posts: one comment, a failed check run.
+    calls = verdict_posted(gh, tmp_path, run_id, head, "failure")
+    assert (tmp_path / "gh-state" / "posted-POST.md").read_text() == comment
+    assert "-f name=stepwatch code " in calls[-1] and "-f conclusion=failure" in calls[-1], calls
+    # And its shell step on later runs: the comment edited, an older head's run silent, a forged verdict refused.
     posts_one_comment(tmp_path, pr, head, "regression", comment, "code-pr")
 
 

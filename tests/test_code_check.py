@@ -393,3 +393,22 @@ def test_a_pull_request_that_changes_pins_and_code_runs_each_side_on_its_own_com
     assert ran == [("baseline", "ok", 2), ("candidate", "ok", 2)]
     assert sorted(p.read_text().split()[0] for p in (tmp_path / "envs").glob("*/requirements.txt")) == [
         "swt-alpha==1.0", "swt-alpha==2.0"]  # fmt: skip
+
+
+def test_a_model_named_by_its_module_in_a_trainers_package_of_the_teams_is_followed_through_its_imports(
+    team: Path,
+) -> None:
+    """``trainers.tabular:build``, as a team names a model in a package of its own (named like stepwatch's own
+    ``trainers``, which installed is ``stepwatch.trainers``): found in the folder the command runs in, though a
+    console script's path does not hold it, and a change in a module it imports is its change."""
+    tabular = CLASSIFIER.replace("from models.layers import block", "from trainers.blocks import block")
+    git(team, "checkout", "-q", "main")
+    commit(team, "our trainers package", {
+        "trainers/__init__.py": "", "trainers/blocks.py": LAYERS, "trainers/tabular.py": tabular,
+        "stepwatch-suite.toml": SUITE.replace(CLASSIFIER_NAME, "trainers.tabular:classifier"),
+    })  # fmt: skip
+    git(team, "checkout", "-q", "-B", "pr")
+    commit(team, "Wider blocks", {"trainers/blocks.py": LAYERS.replace("WIDTH = 128", "WIDTH = 256")})
+    done = stepwatch("code-check", "--dry-run", "--trials", "2", cwd=team)
+    assert done.returncode == 0, done.stderr
+    assert "Code that differs: `trainers.tabular:classifier` (`trainers/blocks.py`)." in done.stdout, done.stdout

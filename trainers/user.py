@@ -59,16 +59,17 @@ class Reference:
     def is_file(self) -> bool:
         return self.where.endswith(".py") or "/" in self.where
 
-    def source(self, search: Sequence[str] = ()) -> Path:
-        """The file that defines the function, found without importing anything (a module in ``search``, then on
-        the Python path)."""
+    def source(self) -> Path:
+        """The file that defines the function, found without importing anything: a module where the trial process
+        finds it, in the folder it runs in (this command's) and then on the Python path (a console script's path
+        does not hold that folder)."""
         if self.is_file:
             path = Path(self.where).resolve()
             if not path.is_file():
                 raise UserModelError(f"model {self.name}: no file {self.where}")
             return path
         spec = None
-        locations: Sequence[str] | None = [*search, *sys.path]
+        locations: Sequence[str] | None = [os.getcwd(), *sys.path]
         parts = self.where.split(".")
         for i in range(len(parts)):
             spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), locations)
@@ -79,9 +80,9 @@ class Reference:
             raise UserModelError(f"model {self.name}: no module {self.where} on the Python path")
         return Path(spec.origin)
 
-    def check(self, search: Sequence[str] = ()) -> Path:
+    def check(self) -> Path:
         """The source file, once it is known to define the function (read, never imported)."""
-        path = self.source(search)
+        path = self.source()
         try:
             tree = ast.parse(path.read_bytes(), filename=str(path))
         except (OSError, SyntaxError, ValueError) as error:

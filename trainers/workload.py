@@ -57,6 +57,6 @@ def code_of(name: str, folder: Path) -> tuple[list[Path], str] | None:
     if source is None:
         return None
     with contextlib.chdir(folder):
-        entry = source.check() if isinstance(source, Script) else source.check(search=[str(folder)])
+        entry = source.check()
         files = code.imported_files(entry, folder)
     return files, code.digest(files, folder)

@@ -21,8 +21,8 @@ from stepwatch.collector.cli.arguments import (
     overrides,
     trial_options,
 )
+from stepwatch.collector.cli.checks import add_check_arguments, check_trials
 from stepwatch.collector.cli.progress import TerminalHooks
-from stepwatch.collector.cli.upgrade_check import add_check_arguments, check_trials
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.bisect import bisect_json, bisect_markdown, step_line

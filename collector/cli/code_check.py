@@ -18,9 +18,9 @@ from stepwatch.collector.cli.arguments import (
     overrides,
     trial_options,
 )
+from stepwatch.collector.cli.checks import add_check_arguments, check_trials, report
 from stepwatch.collector.cli.exits import EXIT_OK
 from stepwatch.collector.cli.progress import TerminalHooks
-from stepwatch.collector.cli.upgrade_check import add_check_arguments, check_trials, report
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.output import code_check as said
 from stepwatch.collector.output.comparison import NO_BETWEEN, inconclusive_lines
@@ -30,6 +30,10 @@ from stepwatch.collector.runner.suite import load_suite, narrow
 from stepwatch.collector.workflows import check, code_check
 from stepwatch.collector.workflows.code_check import BUNDLED, CHANGED, UNCHANGED
 
+AA_HELP = (
+    "also run the merge base in a second checkout (an A/A), interleaved: reported beside the verdict, so that a "
+    "false alarm of this runner shows"
+)
 # What a code check compares unless told: the compiled step's counters and the peak memory (what changed for sure,
 # on any runner) beside the throughput.
 METRICS = "examples_per_sec,counters,peak_memory_bytes"
@@ -44,7 +48,7 @@ def register(commands: Any) -> None:
         "default branch, origin/HEAD, main or master)",
     )  # fmt: skip
     parser.add_argument("--head", help="the commit to check (default HEAD; '.': the working tree, edits included)")
-    add_check_arguments(parser, code_check.RESULTS_DIR)
+    add_check_arguments(parser, code_check.RESULTS_DIR, AA_HELP)
     parser.add_argument(
         "--budget", type=float, metavar="MINUTES",
         help="start no round of trials that would end past this many minutes (two per side always run); the "

@@ -102,7 +102,8 @@ def thin(points: pd.DataFrame, limit: int = MAX_LINE_POINTS) -> tuple[pd.DataFra
     frame = points.sort_values(["series_key", "night"]).copy()
     frame["_bucket"] = frame.groupby("series_key").cumcount() // k
     firsts = {c: "first" for c in frame.columns if c not in ("series_key", "_bucket")}
-    agg = {**firsts, "night": "first", "value": "median", "ok": "sum", "trials": "sum", "tf_version": "last"}
+    sums = {c: "sum" for c in ("ok", "trials", "flagged", "unread") if c in frame.columns}
+    agg = {**firsts, "night": "first", "value": "median", **sums, "tf_version": "last"}
     return frame.groupby(["series_key", "_bucket"], sort=False).agg(agg).reset_index().drop(columns="_bucket"), k
 
 
@@ -163,6 +164,7 @@ def history(
         at_rows.append(panel // columns + 1)
         at_cols.append(panel % columns + 1)
     fig.add_traces(traces, rows=at_rows, cols=at_cols)
+    _mark_flagged(fig, frame, x, scale, facet, panels, columns)
     if x == "night" and not facet:
         upgrades = frame.drop_duplicates("tf_version").iloc[1:]
         fig.update_layout(
@@ -190,7 +192,7 @@ def history(
                     y=[1.0] * len(changes) if normalised_to else changes["after_value"] * scale,
                     mode="markers",
                     marker={"symbol": "x", "size": 13, "color": "#d62728"},
-                    name="change point",
+                    name=CHANGE_POINT,
                     text=changes["status"],
                 )
             )
@@ -200,6 +202,38 @@ def history(
     fig.update_layout(height=max(520, 320 * rows), legend_title_text=", ".join(varies), margin={"t": 40})
     return fig
 
+
+def _mark_flagged(
+    fig: go.Figure, frame: pd.DataFrame, x: str, scale: float, facet: str | None, panels: list[str], columns: int
+) -> None:
+    """A ring around each point whose trials include some that ran throttled or shared, or whose machine was not
+    read (collector.trial.machine): its value may be the machine's."""
+    if "flagged" not in frame.columns:
+        return
+    frame = frame.assign(_panel=[panels.index(str(v)) for v in frame[facet]] if facet else 0)
+    marked = frame[(frame["flagged"] > 0) | (frame["unread"] > 0)]
+    for panel, one in marked.groupby("_panel", sort=True):
+        fig.add_trace(
+            go.Scatter(
+                x=epoch_ms(one[x]) if x == "night" else one[x],
+                y=one["value"] * scale,
+                mode="markers",
+                marker={"symbol": "circle-open", "size": 12, "color": "#ff7f0e", "line": {"width": 2}},
+                name=MACHINE_FLAGGED,
+                legendgroup="machine flagged",
+                showlegend=panel == 0,
+                customdata=one[["flagged", "unread", "ok"]].to_numpy(dtype=np.uint32),
+                hovertemplate="%{customdata[0]} of %{customdata[2]} trials throttled or shared, %{customdata[1]} "
+                "not read<extra></extra>",
+            ),
+            row=panel // columns + 1,
+            col=panel % columns + 1,
+        )
+
+
+# The marks a History figure draws over its series' lines.
+CHANGE_POINT, MACHINE_FLAGGED = "change point", "machine flagged or not read"
+MARKS = (CHANGE_POINT, MACHINE_FLAGGED)
 
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "cross", "star", "hexagon")

@@ -117,3 +117,9 @@ def normalise(points: pd.DataFrame, field: str, baseline: str) -> pd.DataFrame:
     out = points[points["series_key"].isin(ref.index)].copy()
     out["value"] = out["value"] / out["series_key"].map(ref)
     return out
+
+
+def machine_text(flagged: int, unread: int) -> str:
+    """A run's machine in a cell: how many of its ok trials ran throttled or shared, or did not read it."""
+    parts = [f"{flagged} throttled/shared"] if flagged else []
+    return ", ".join(parts + ([f"{unread} not read"] if unread else []))

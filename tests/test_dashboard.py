@@ -20,6 +20,7 @@ from stepwatch.collector.metrics import METRICS
 from stepwatch.collector.outcomes import VERDICT_ORDER
 from stepwatch.collector.schema import to_table, write_parquet
 from stepwatch.collector.store.database import StoreReader, delta_dir, update
+from stepwatch.dashboard import charts
 from stepwatch.dashboard.pages import PAGES, TITLES
 from tests.conftest import REPO, result_rows, stepwatch
 
@@ -49,6 +50,11 @@ def opened(at: AppTest, *keys: str) -> AppTest:
 
 def figures(at: AppTest) -> list[dict]:
     return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def series_lines(figure: dict) -> list[str]:
+    """The names of a History figure's series lines (without the marks drawn over them)."""
+    return [t["name"] for t in figure["data"] if t.get("name") not in charts.MARKS]
 
 
 def values(array: list | dict) -> list:
@@ -103,7 +109,7 @@ def test_history_plots_each_series_medians_and_the_url_narrows_it(
 ) -> None:
     at = render(smoke_store, "history", monkeypatch, precision="mixed_bfloat16", xla="off")
     [figure] = figures(at)
-    traces = [t for t in figure["data"] if t.get("name") != "change point"]
+    traces = [t for t in figure["data"] if t.get("name") not in charts.MARKS]
     assert len(traces) == 1 and traces[0]["name"].startswith("bilstm/tiny cpu noxla mixed_bfloat16 b8 fit")
     expected = query(
         smoke_store,
@@ -118,7 +124,7 @@ def test_history_goes_along_the_projects_commits(smoke_store: Path, monkeypatch:
     """The trials ran in this repository: each row has its commit, and History can put the commits on the x axis."""
     at = render(smoke_store, "history", monkeypatch, x="project_commit", precision="fp32", xla="off")
     [figure] = figures(at)
-    drawn = {x for t in figure["data"] if t.get("name") != "change point" for x in values(t["x"])}
+    drawn = {x for t in figure["data"] if t.get("name") not in charts.MARKS for x in values(t["x"])}
     commits = {c for (c,) in query(smoke_store, "SELECT DISTINCT project_commit FROM runs WHERE status = 'ok'")}
     assert drawn and drawn <= commits and all(re.fullmatch(r"[0-9a-f]{40}", c) for c in drawn)
 
@@ -135,9 +141,9 @@ def test_history_and_versions_open_on_the_precision_that_ran_last_and_a_link_pic
     for page in ("history", "versions"):
         at = render(smoke_store, page, monkeypatch)
         assert [m.value for m in at.multiselect if m.label == "Precision"] == [[last]], page
-    lines = [t["name"] for t in figures(render(smoke_store, "history", monkeypatch))[0]["data"]]
+    lines = series_lines(figures(render(smoke_store, "history", monkeypatch))[0])
     every = render(smoke_store, "history", monkeypatch, precision=",".join(counts))
-    assert len(lines) == counts[last] and len(figures(every)[0]["data"]) == sum(counts.values())
+    assert len(lines) == counts[last] and len(series_lines(figures(every)[0])) == sum(counts.values())
 
 
 @pytest.mark.parametrize(
@@ -334,7 +340,7 @@ def test_history_lines_are_told_apart_without_hovering(reference_store: Path, mo
     dash from XLA, and each is named by both."""
     at = render(reference_store, "history", monkeypatch, model="bert,transformer")
     [figure] = figures(at)
-    lines = [t for t in figure["data"] if t.get("name") != "change point"]
+    lines = [t for t in figure["data"] if t.get("name") not in charts.MARKS]
     looks = {(t["line"]["color"], t["line"]["dash"]) for t in lines}
     assert {t["name"] for t in lines} == {
         "bert, xla off",

@@ -20,7 +20,8 @@ import pytest
 from stepwatch.collector.schema import COLUMN_NAMES, to_table
 from stepwatch.collector.trial import machine
 from stepwatch.collector.trial.measure import WindowClock, summarize
-from tests.conftest import REPO, result_rows, rows_in, stepwatch
+from stepwatch.dashboard import charts
+from tests.conftest import REPO, result_rows, rows_in, stepwatch, write_results
 
 NVML = REPO / "tests" / "data" / "nvml"
 
@@ -83,6 +84,60 @@ def test_a_trial_under_a_cpu_quota_beside_a_busy_process_is_flagged_throttled_an
     assert "machine: baseline 1 of 1 trial(s) throttled, 1 of 1 trial(s) shared; candidate 1 of 1" in shown.stdout
 
 
+def test_compare_counts_trials_whose_machine_was_not_read_and_exclude_flagged_drops_them(tmp_path: Path) -> None:
+    rows = result_rows(6, label="a")
+    for row, (throttled, shared) in zip(rows, [(True, False), (None, None), (False, None), *[(False, False)] * 3]):
+        row.update(throttled=throttled, shared=shared)
+    write_results(tmp_path / "results" / "a.parquet", rows)
+    db = tmp_path / "store.duckdb"
+    assert stepwatch("ingest", str(tmp_path / "results"), "--db", str(db)).returncode == 0
+    sides = ("--db", str(db), "--baseline", "label=a", "--candidate", "label=a")
+    shown = stepwatch("compare", *sides)
+    assert "machine: baseline 1 of 6 trial(s) throttled, 2 of 6 not read;" in shown.stdout, shown.stdout
+    kept = stepwatch("compare", *sides, "--exclude-flagged", "--format", "json")
+    assert kept.returncode == 0, kept.stderr
+    assert json.loads(kept.stdout)["machine"]["baseline"] == {"trials": 3, "read": 3, "throttled": 0, "shared": 0}
+    none_left = stepwatch("compare", "--db", str(db), "--baseline", "trial=0", "--candidate", "label=a",
+                          "--exclude-flagged")  # fmt: skip
+    assert none_left.returncode == 2 and "the baseline selection" in none_left.stderr, none_left.stderr
+
+
+def test_the_pages_say_which_verdicts_rest_on_flagged_or_unread_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_dashboard import figures, render, values
+
+    clean = result_rows(3, label="a")
+    later = result_rows(3, label="b", start=10)
+    for row in clean:
+        row.update(throttled=False, shared=False)
+    for row, (throttled, shared) in zip(later, [(False, True), (None, None), (False, False)]):
+        row.update(throttled=throttled, shared=shared)
+    write_results(tmp_path / "results" / "a.parquet", clean)
+    write_results(tmp_path / "results" / "b.parquet", later)
+    db = tmp_path / "store.duckdb"
+    assert stepwatch("ingest", str(tmp_path / "results"), "--db", str(db)).returncode == 0
+
+    overview = render(db, "overview", monkeypatch)
+    [table] = [frame.value for frame in overview.dataframe if "machine" in frame.value.columns]
+    assert list(table["machine"]) == ["1 throttled/shared, 1 not read"]
+    assert any("1 series' latest run has trials whose machine" in w.value for w in overview.warning)
+
+    history = render(db, "history", monkeypatch)
+    [ringed] = [t for t in figures(history)[0]["data"] if t.get("name") == charts.MACHINE_FLAGGED]
+    later_median = sorted(row["examples_per_sec"] for row in later)[1]
+    assert values(ringed["y"]) == pytest.approx([later_median])  # the second run only
+    assert any("Ringed: 1 points" in c.value for c in history.caption)
+
+    compare = render(db, "compare", monkeypatch, baseline="label=a", candidate="label=b")
+    warned = [w.value for w in compare.warning]
+    assert any("; candidate 1 of 3 trial(s) shared, 1 of 3 not read: a verdict" in w for w in warned), warned
+    kept = render(db, "compare", monkeypatch, baseline="label=a", candidate="label=b", exclude="flagged")
+    assert kept.checkbox[0].value is True
+    assert any(c.value == "machine: baseline none of 3 trial(s) throttled or shared; candidate none of 1 trial(s) "
+               "throttled or shared" for c in kept.caption)  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The stand-in NVML library, built here (a folder to put on LD_LIBRARY_PATH)."""
@@ -125,7 +180,8 @@ def test_nvml_state_of_an_h100_that_runs_as_it_should(standin: Path) -> None:
     assert state["gpu_power_w"] == pytest.approx(612, rel=0.02)
     assert state["gpu_energy_j"] == pytest.approx(612 * 0.5, rel=0.2)
     assert state["gpu_wh_per_1m_examples"] == pytest.approx(state["gpu_energy_j"] / 3600 / 40_000 * 1e6, rel=1e-3)
-    assert state["throttled"] is False and state["machine_note"] is None or "GPU" not in state["machine_note"]
+    # Nothing on the GPU held it back (the CPU's own state is this machine's: another test may share it).
+    assert "GPU" not in (state["machine_note"] or "") and state["gpu_thermal_held_s"] == 0
     assert not [k for k in state if k not in COLUMN_NAMES]  # every field is a column of the row
     assert to_table([{**result_rows(1)[0], **state}]).column("gpu_sm_clock_mhz").to_pylist() == [1980]
 
@@ -154,7 +210,43 @@ def test_a_gpu_trial_without_a_driver_says_why_it_has_no_gpu_state() -> None:
     watch.read()
     fields = watch.fields(examples=100)
     assert fields["gpu_state_missing"].startswith("NVML: ") and "gpu_sm_clock_mhz" not in fields
-    assert fields["throttled"] in (True, False)  # the CPU's state is read all the same
+    # Its GPU was not read: not "not throttled" (False) but not read (None), unless the CPU's state, read all the
+    # same, flagged it.
+    note = fields["machine_note"] or ""
+    assert fields["throttled"] is (True if "throttled: " in note else None)
+    assert fields["shared"] is (True if "shared: " in note else None)
+
+
+def reading(**values: object) -> machine.GpuReading:
+    device = {key: None for key in ("sm_clock", "mem_clock", "max_sm_clock", "power_mw", "limit_mw",
+                                    "default_limit_mw", "temp_c", "reasons", "energy_mj", "power_held_ns",
+                                    "thermal_held_ns", "ecc", "mig", "processes")}  # fmt: skip
+    return machine.GpuReading(time.monotonic(), [{**device, **values}])
+
+
+def test_gpu_state_not_read_is_empty_where_a_read_that_found_nothing_is_false() -> None:
+    """A driver that gives no clock event reasons nor processes: the flags are not read (None) and the reasons
+    are empty (None), where a read that found none gives "" and False."""
+    fields, throttled, shared = machine.gpu_fields(reading(), reading(), own_pids={1}, processes=1)
+    assert (fields["gpu_clock_reasons"], fields["gpu_other_processes"], throttled, shared) == (None, None, None, None)
+    fields, throttled, shared = machine.gpu_fields(reading(reasons=0, processes=[]), reading(reasons=0, processes=[]),
+                                                   own_pids={1}, processes=1)  # fmt: skip
+    assert (fields["gpu_clock_reasons"], fields["gpu_other_processes"], throttled, shared) == ("", 0, [], [])
+    # What was found stands where the rest was not read.
+    _, throttled, _ = machine.gpu_fields(reading(), reading(limit_mw=500_000, default_limit_mw=700_000), {1}, 1)
+    assert throttled == ["GPU 0: power limit 500 W, below the card's default 700 W"]
+    # A flag is False only where every part that could raise it was read.
+    assert machine.flag([[], []]) == [] and machine.flag([[], None]) is None and machine.flag([["x"], None]) == ["x"]
+
+
+def test_a_host_without_its_cpu_counters_has_its_flags_unread() -> None:
+    def cpu(machine_times: tuple[float, float] | None) -> machine.CpuReading:
+        return machine.CpuReading(time.monotonic(), machine_times, 0.0, set(), {}, [], None, None)
+
+    _, throttled, shared = machine.cpu_fields(cpu(None), cpu(None))  # no /proc/stat, no cgroup, no thermal counter
+    assert (throttled, shared) == (None, None)
+    _, throttled, shared = machine.cpu_fields(cpu((0.0, 0.0)), cpu((0.0, 0.0)))
+    assert (throttled, shared) == (None, [])
 
 
 class SlowWatch:

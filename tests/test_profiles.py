@@ -4,6 +4,7 @@ Profiles of real trials on every backend: tests/test_counters.py, whose trials a
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from pathlib import Path
@@ -303,3 +304,61 @@ def test_a_gpu_profile_names_fusions_and_library_calls_not_custom_call_or_comman
 def test_coverage_is_the_host_share_where_no_op_ran_on_a_device() -> None:
     assert ops.coverage(0.010, {("MatMul", "host"): 0.004, ("AddV2", "host"): 0.001}) == pytest.approx(0.5)
     assert math.isnan(ops.coverage(0.0, {}))
+
+
+# torch's profiler trace of plain PyTorch ResNet-50 (bf16, batch 256, eager) on an H200: the events the reader
+# reads (operators, runtime calls, kernels, memsets, annotations) and the profiled trial's row fields.
+TORCH_GPU_TRACE = Path(__file__).parent / "data" / "profiles" / "torch-resnet50-bf16-eager-h200.trace.json.gz"
+
+
+def test_a_torch_gpu_profile_counts_each_kernel_once_under_the_operator_that_launched_it() -> None:
+    """torch's own per-op totals named 193% of this step: each kernel under its operator and again under its own
+    name. Read from the trace, each kernel is counted once, typed by its operator and named by itself."""
+    trace = json.loads(gzip.decompress(TORCH_GPU_TRACE.read_bytes()))
+    row = trace["stepwatch_row"]
+    totals = profiles.self_times(profiles.torch_spans(trace))
+    table = profiles.op_table(totals, row["profile_steps"])
+    by_type: dict[tuple[str, str], float] = {}
+    for op_type, where, time_s in zip(table["op_types"], table["op_where"], table["op_time_s"]):
+        by_type[(op_type, where)] = by_type.get((op_type, where), 0.0) + time_s
+    assert 0.80 <= ops.coverage(row["profile_step_time_s"], by_type) <= 1.0
+
+    kernels = [e for e in trace["traceEvents"] if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")]
+    device = [i for i, where in enumerate(table["op_where"]) if where == "device"]
+    assert sum(table["op_counts"][i] for i in device) * row["profile_steps"] == pytest.approx(len(kernels))
+    # The stream's busy time: a kernel that starts before the one ahead of it ends (on an H100 or H200, a dependent
+    # launch) counts from where that one ends.
+    busy, end = 0.0, -math.inf
+    for start, stop in sorted((e["ts"], e["ts"] + e["dur"]) for e in kernels):
+        busy, end = busy + max(stop - max(start, end), 0.0), max(end, stop)
+    assert sum(table["op_time_s"][i] for i in device) * row["profile_steps"] == pytest.approx(busy / 1e6)
+    device_types = {table["op_types"][i] for i in device}
+    assert all(t.startswith("aten::") for t in device_types), sorted(device_types)  # every kernel has an operator
+    names = {table["op_names"][i] for i in device if table["op_types"][i] == "aten::native_batch_norm"}
+    assert any(name.startswith("void at::native::batch_norm_collect_statistics") for name in names), names
+    host_types = {t for t, where in zip(table["op_types"], table["op_where"]) if where == "host"}
+    assert "aten::native_batch_norm" in host_types
+    assert not host_types & {"cudaLaunchKernel", "Optimizer.step#SGD.step"}  # runtime calls, annotations
+
+
+def test_torch_compiles_regions_are_not_ops_and_their_kernels_are_typed_by_name() -> None:
+    def event(cat: str, name: str, ts: float, dur: float, external: int, tid: int = 1) -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
+                "args": {"External id": external}}  # fmt: skip
+
+    trace = {
+        "traceEvents": [
+            event("cpu_op", "TorchDynamo Cache Lookup", 0, 5, 1),
+            event("cpu_op", "Torch-Compiled Region: 0/0", 10, 100, 2),
+            event("cpu_op", "aten::mm", 20, 10, 3),
+            event("kernel", "triton_poi_fused_add_relu_0", 40, 30, 2, tid=7),
+            event("kernel", "sm90_xmma_gemm_bf16", 70, 20, 3, tid=7),
+        ]
+    }
+    totals = profiles.self_times(profiles.torch_spans(trace))
+    assert set(totals) == {
+        ("aten::mm", "aten::mm", "host"),
+        ("triton_poi_fused_add_relu", "triton_poi_fused_add_relu_0", "device"),
+        ("aten::mm", "sm90_xmma_gemm_bf16", "device"),
+    }
+    assert totals[("aten::mm", "sm90_xmma_gemm_bf16", "device")] == pytest.approx((20e-6, 1))

@@ -20,6 +20,7 @@ from stepwatch.collector.cli.arguments import (
     console,
     db_path,
     overrides,
+    selection,
 )
 from stepwatch.collector.cli.exits import EXIT_OK, EXIT_REGRESSION
 from stepwatch.collector.errors import UsageError
@@ -27,14 +28,13 @@ from stepwatch.collector.output.comparison import bimodal_warning
 from stepwatch.collector.output.runs import show_alerts
 from stepwatch.collector.output.text import plain_rows, series_label
 from stepwatch.collector.store import database, history, records
-from stepwatch.collector.store.selection import Selection
 
 
 def register(commands: Any) -> None:
     detect = commands.add_parser("detect", help="find change points in nightly history and record alerts")
     detect.add_argument("--where", help="which runs make up the history (default: all in the store)")
     detect.add_argument("--nights", type=int, default=alerts.DEFAULT_NIGHTS, help="nights per series to look at")
-    add_analysis_arguments(detect, several_metrics=False)
+    add_analysis_arguments(detect, several_metrics=False, stored=True)
     detect.set_defaults(handler=run_detect)
 
     alert = commands.add_parser("alerts", help="list alerts or move one along (ack, false-positive, fixed)")
@@ -64,14 +64,14 @@ def register(commands: Any) -> None:
 
 def run_detect(args: argparse.Namespace) -> int:
     """Change points over each series' nightly history, recorded as alerts; exit 1 on an open confirmed regression."""
-    selection = Selection.parse(args.where)
+    picked = selection(args, args.where)
     metric = metrics.get_metric(args.metric)
     thresholds = overrides(args)
     if args.nights < 2 * changepoints.MIN_SIZE:
         raise UsageError(f"--nights must be at least {2 * changepoints.MIN_SIZE}")
     db = db_path(args)
     with database.open_store(db) as reader:
-        scanned = alerts.scan(reader.connection(), selection, metric, thresholds, args.nights)
+        scanned = alerts.scan(reader.connection(), picked, metric, thresholds, args.nights)
     with database.update(db) as con:
         counts = alerts.record(con, scanned, metric.name, datetime.now(UTC))
         open_alerts = plain_rows(records.list_alerts(con, records.OPEN, metric.name))

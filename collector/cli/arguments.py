@@ -21,6 +21,7 @@ from stepwatch.collector.config import FLAGGED, ROLES, TYPES, ConfigError, parse
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.runner import catalog
 from stepwatch.collector.store.files import DB_ENV, DEFAULT_DB, default_db
+from stepwatch.collector.store.selection import Selection
 from stepwatch.trainers.workload import Kind, kind_of
 
 DEFAULT_OUT = Path("data/results")
@@ -170,10 +171,15 @@ def db_path(args: argparse.Namespace, synthetic: bool = False) -> Path:
 
 
 def add_analysis_arguments(
-    parser: argparse.ArgumentParser, several_metrics: bool, default_db: Path | None = None, calibrated: bool = False
+    parser: argparse.ArgumentParser,
+    several_metrics: bool,
+    default_db: Path | None = None,
+    calibrated: bool = False,
+    stored: bool = False,
 ) -> None:
     """The options of a command that judges: metrics, output, thresholds, the store and, for a comparison of
-    two sides (``calibrated``), the runner's calibration."""
+    two sides (``calibrated``), the runner's calibration; for one that judges trials already in the store
+    (``stored``), whether to leave out those whose machine was flagged (``selection``)."""
     names = ", ".join(metrics.METRICS)
     if several_metrics:
         parser.add_argument(
@@ -196,7 +202,19 @@ def add_analysis_arguments(
             f"intervals; 'none' for none (default ${calibration.CALIBRATION_ENV}, else "
             f"{calibration.CALIBRATION_DIR}/<runner label>.json when it exists)",
         )  # fmt: skip
+    if stored:
+        parser.add_argument(
+            "--exclude-flagged", action="store_true",
+            help="leave out trials whose machine ran throttled or shared, or was not read (the row's throttled and "
+            "shared flags)",
+        )  # fmt: skip
     add_db_argument(parser, default_db)
+
+
+def selection(args: argparse.Namespace, text: str | None) -> Selection:
+    """A selection the command line gives, less the flagged trials where --exclude-flagged asks."""
+    parsed = Selection.parse(text)
+    return parsed.unflagged() if getattr(args, "exclude_flagged", False) else parsed
 
 
 def calibrated_between(args: argparse.Namespace) -> dict[str, stats.Between]:

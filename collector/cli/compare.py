@@ -7,33 +7,38 @@ from typing import Any
 
 from stepwatch.collector.analysis import comparison
 from stepwatch.collector.cli import exits
-from stepwatch.collector.cli.arguments import add_analysis_arguments, calibrated_between, db_path, overrides
+from stepwatch.collector.cli.arguments import (
+    add_analysis_arguments,
+    calibrated_between,
+    db_path,
+    overrides,
+    selection,
+)
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.comparison import between_lines, show_comparison
 from stepwatch.collector.store import database
-from stepwatch.collector.store.selection import Selection
 
 
 def register(commands: Any) -> None:
     parser = commands.add_parser("compare", help="baseline vs candidate: ratio, 95%% CI and verdict per series")
     parser.add_argument("--baseline", required=True, help="selection, e.g. tf_version=2.20.0 or label=baseline")
     parser.add_argument("--candidate", required=True, help="selection, e.g. tf_version=2.21.0 or suite_run_id=...")
-    add_analysis_arguments(parser, several_metrics=True, calibrated=True)
+    add_analysis_arguments(parser, several_metrics=True, calibrated=True, stored=True)
     parser.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when any verdict is inconclusive")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Baseline vs candidate per series: ratio of geometric means, 95% CI, verdict; exit code by verdict."""
-    baseline, candidate = Selection.parse(args.baseline), Selection.parse(args.candidate)
+    baseline, candidate = selection(args, args.baseline), selection(args, args.candidate)
     thresholds = overrides(args)
     db = db_path(args)
     offsets = calibrated_between(args)
     with database.open_store(db) as reader:
         result = comparison.build(reader.connection(), baseline, candidate, args.metric, thresholds, offsets)
-    for side, selection in (("baseline", baseline), ("candidate", candidate)):
+    for side, picked in (("baseline", baseline), ("candidate", candidate)):
         if result.versions[side]["runs"] == ["0"]:
-            raise UsageError(f"the {side} selection {selection.describe()!r} matches no runs in {db}")
+            raise UsageError(f"the {side} selection {picked.describe()!r} matches no runs in {db}")
     show_comparison(result, args.format, args.out, "stepwatch comparison", exits.of_comparison,
                     notes=between_lines(offsets))  # fmt: skip
     return exits.of_comparison(result, args.fail_on_inconclusive)

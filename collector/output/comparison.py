@@ -102,25 +102,26 @@ def warnings_of(comparison: Comparison) -> list[str]:
 
 
 def machine_line(comparison: Comparison) -> str | None:
-    """How many ok trials of each side ran throttled or shared (the machine's state, collector.trial.machine): a
-    verdict over flagged trials may be the machine's, not the software's. None when no side has trials."""
+    """How many ok trials of each side ran throttled or shared, and how many did not read the machine (the
+    machine's state, collector.trial.machine): a verdict over flagged or unread trials may be the machine's, not
+    the software's. None when no side has trials."""
     parts = []
     for side in ("baseline", "candidate"):
         m = comparison.machine.get(side)
         if not m or not m["trials"]:
             continue
-        if not m["read"]:
-            parts.append(f"{side} not recorded for its {m['trials']} trial(s)")
-            continue
-        flags = [f"{m[flag]} of {m['read']} trial(s) {flag}" for flag in ("throttled", "shared") if m[flag]]
-        unread = f" ({m['trials'] - m['read']} not recorded)" if m["read"] < m["trials"] else ""
-        parts.append(f"{side} " + (", ".join(flags) if flags else f"none of {m['read']} trial(s) throttled or shared")
-                     + unread)  # fmt: skip
+        flags = [f"{m[flag]} of {m['trials']} trial(s) {flag}" for flag in ("throttled", "shared") if m[flag]]
+        if m["read"] < m["trials"]:
+            flags.append(f"{m['trials'] - m['read']} of {m['trials']} not read")
+        none = f"none of {m['trials']} trial(s) throttled or shared"
+        parts.append(f"{side} " + (", ".join(flags) if flags else none))
     return "machine: " + "; ".join(parts) if parts else None
 
 
 def flagged(comparison: Comparison) -> bool:
-    return any(m.get("throttled") or m.get("shared") for m in comparison.machine.values())
+    """Whether a side's verdict rests on trials that ran throttled or shared, or whose machine was not read."""
+    return any(m.get("throttled") or m.get("shared") or m.get("read", 0) < m.get("trials", 0)
+               for m in comparison.machine.values())  # fmt: skip
 
 
 def can_see(r: stats.Verdict) -> str:

@@ -45,7 +45,8 @@ def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> pd.Da
 
 
 def latest_per_series(con: duckdb.DuckDBPyConnection, selection: Selection = ALL) -> pd.DataFrame:
-    """Per series, its most recent suite run: trials passing n/N, median throughput, the versions it ran."""
+    """Per series, its most recent suite run: trials passing n/N, median throughput, the versions it ran, and how
+    many of its ok trials ran on a flagged machine or did not read it (``flagged``, ``unread``)."""
     where, params = selection.where()
     return _frame(
         con,
@@ -56,7 +57,7 @@ def latest_per_series(con: duckdb.DuckDBPyConnection, selection: Selection = ALL
                median(examples_per_sec) FILTER (WHERE status = 'ok') AS examples_per_sec,
                median(units_per_sec) FILTER (WHERE status = 'ok') AS units_per_sec, any_value(unit) AS unit,
                {", ".join(f'any_value("{v}") AS "{v}"' for v in VERSION_COLUMNS)}, any_value(label) AS label,
-               string_agg(DISTINCT status, ', ') FILTER (WHERE status <> 'ok') AS failures
+               string_agg(DISTINCT status, ', ') FILTER (WHERE status <> 'ok') AS failures, {_machine_counts(con, "")}
         FROM latest_runs WHERE {where}
         GROUP BY series_key ORDER BY {SERIES_ORDER}
         """,
@@ -246,14 +247,26 @@ def model_code(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str
     return {model: list(hashes) for model, hashes in rows}
 
 
+def _machine_counts(con: duckdb.DuckDBPyConnection, alias: str) -> str:
+    """SQL for an aggregate's ``flagged`` and ``unread`` counts of ok trials (0 in a store from before the
+    machine's state was recorded)."""
+    if "throttled" not in con.sql("SELECT * FROM runs LIMIT 0").columns:
+        return "0 AS flagged, 0 AS unread"
+    r = f"{alias}." if alias else ""
+    ok = f"{r}status = 'ok'"
+    return (f"count(*) FILTER (WHERE {ok} AND ({r}throttled OR {r}shared)) AS flagged, "
+            f"count(*) FILTER (WHERE {ok} AND ({r}throttled IS NULL OR {r}shared IS NULL)) AS unread")  # fmt: skip
+
+
 def machine_state(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, int]:
-    """Among the selected ok trials: how many there are, how many recorded the machine's state, and how many of
-    those ran throttled or shared (collector.trial.machine)."""
+    """Among the selected ok trials: how many there are, how many read the machine's state (both flags: a flag is
+    empty where it was not read), and how many ran throttled or shared (collector.trial.machine)."""
     if "throttled" not in con.sql("SELECT * FROM runs LIMIT 0").columns:
         return {"trials": 0, "read": 0, "throttled": 0, "shared": 0}
     where, params = selection.where()
     row = con.sql(
-        "SELECT count(*), count(throttled), count(*) FILTER (WHERE throttled), count(*) FILTER (WHERE shared) "
+        "SELECT count(*), count(*) FILTER (WHERE throttled IS NOT NULL AND shared IS NOT NULL), "
+        "count(*) FILTER (WHERE throttled), count(*) FILTER (WHERE shared) "
         f"FROM runs WHERE ({where}) AND status = 'ok'",
         params=params,
     ).fetchall()[0]
@@ -308,7 +321,8 @@ def history_points(
 ) -> pd.DataFrame:
     """One point per series and suite run: the median of its ok trials' metric (failed trials left out), the
     values of those trials (``trial_values``, unless ``trials`` is false: a chart needs only the medians), the
-    trial counts, the versions it ran and the series' dimensions, oldest first."""
+    trial counts (``flagged`` and ``unread``: ok trials whose machine ran throttled or shared, or was not read),
+    the versions it ran and the series' dimensions, oldest first."""
     _known(metric)
     where, params = selection.where("r")
     versions = ", ".join(f'any_value(r."{f}") AS "{f}"' for f in VERSION_COLUMNS)
@@ -323,6 +337,7 @@ def history_points(
                median(r."{metric}") FILTER (WHERE r.status = 'ok') AS value,
                {values}
                count(*) FILTER (WHERE r.status = 'ok') AS ok, count(*) AS trials,
+               {_machine_counts(con, "r")},
                any_value(r.label) AS label, {versions}, {dims}
         FROM runs r JOIN series s USING (series_key) WHERE {where}
         GROUP BY r.series_key, r.suite_run_id, {dims} ORDER BY night

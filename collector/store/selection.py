@@ -56,6 +56,8 @@ ALIASES = {
 # Allowed values of the columns that hold a config field with a fixed set of choices.
 CHOICES = {column(name): ROLES[name].choices for name in FIELD_NAMES if ROLES[name].choices}
 RANGE_KEYS = ("since", "until")
+# The machine's flags (collector.trial.machine): a trial is flagged where one is true, and unread where one is empty.
+FLAGS = ("shared", "throttled")
 
 
 class SelectionError(UsageError):
@@ -146,6 +148,11 @@ class Selection:
             if values:
                 equals.append((ALIASES.get(name, name), values))
         return cls(tuple(sorted(equals)))
+
+    def unflagged(self) -> Selection:
+        """This selection less the trials whose machine was flagged or not read: each flag read and false."""
+        equals = {**dict(self.equals), **{flag: (False,) for flag in FLAGS}}
+        return Selection(tuple(sorted(equals.items())), self.since, self.until)
 
     def where(self, alias: str = "") -> tuple[str, list[Any]]:
         """SQL condition and its parameters; column names come from the schema, values are bound."""

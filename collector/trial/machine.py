@@ -12,7 +12,9 @@ not timed: ``measure.WindowClock`` starts the first measured window after it).
 
 A trial is flagged ``throttled`` (a CPU quota, thermal throttling, a GPU held back by heat or a hardware
 slowdown, or a power limit set below the card's default) or ``shared`` (other processes busy on its CPUs, the
-hypervisor taking CPU time, other compute processes on its GPUs); ``machine_note`` says why in one line.
+hypervisor taking CPU time, other compute processes on its GPUs); ``machine_note`` says why in one line. A flag
+is empty (None), not False, where what could raise it was not read: a GPU trial whose NVML read failed, a host
+without /proc/stat (shared) or without a cgroup's cpu.stat and a thermal counter (throttled).
 """
 
 from __future__ import annotations
@@ -205,15 +207,22 @@ def read_cpu(stats: list[Path]) -> CpuReading:
     )
 
 
-def cpu_fields(before: CpuReading, after: CpuReading) -> tuple[dict[str, Any], list[str], list[str]]:
+# The reasons a trial is flagged for, found by reading one part of the machine: None where that part could not be
+# read (no /proc/stat, no cgroup cpu.stat nor thermal counter, NVML failed), else the reasons found (empty: none).
+Reasons = list[str] | None
+
+
+def cpu_fields(before: CpuReading, after: CpuReading) -> tuple[dict[str, Any], Reasons, Reasons]:
     """The CPU's columns over the measured steps, and the reasons (throttled, shared) found."""
     seconds = max(after.time - before.time, 1e-9)
     out: dict[str, Any] = {"cpu_freq_mhz": after.frequency, "cpu_governor": _governor()}
-    throttled, shared = [], []
+    throttled: Reasons = None
+    shared: Reasons = None
     started = {pid: cpu for pid, (_, cpu) in before.others.items()}  # a process started since: all of it counts
     busiest = sorted(((cpu - started.get(pid, 0.0), name, pid) for pid, (name, cpu) in after.others.items()),
                      reverse=True)  # fmt: skip
     if before.machine and after.machine:
+        shared = []
         busy = after.machine[0] - before.machine[0]
         steal = after.machine[1] - before.machine[1]
         # The machine's busy time less the trial's (it counts processes that ended), or the other processes' own
@@ -230,11 +239,14 @@ def cpu_fields(before: CpuReading, after: CpuReading) -> tuple[dict[str, Any], l
             shared.append(f"the hypervisor took {steal / seconds:.2f} cores (steal)")
     quota = [b2 - b1 for b1, b2 in zip(before.throttled, after.throttled) if b1 is not None and b2 is not None]
     if quota:
+        throttled = []
         out["cpu_throttled_s"] = round(max(quota), 4)
         if max(quota) >= THROTTLED_SHARE * seconds:
             throttled.append(f"a CPU quota (cgroup) held it back {max(quota):.2f} s of {seconds:.2f} s")
-    if before.thermal is not None and after.thermal is not None and after.thermal > before.thermal:
-        throttled.append(f"{after.thermal - before.thermal} CPU thermal throttle event(s)")
+    if before.thermal is not None and after.thermal is not None:
+        throttled = throttled or []
+        if after.thermal > before.thermal:
+            throttled.append(f"{after.thermal - before.thermal} CPU thermal throttle event(s)")
     return out, throttled, shared
 
 
@@ -324,13 +336,16 @@ def _known(values: list[Any]) -> list[Any]:
 
 def gpu_fields(
     before: GpuReading, after: GpuReading, own_pids: set[int], processes: int
-) -> tuple[dict[str, Any], list[str], list[str]]:
+) -> tuple[dict[str, Any], Reasons, Reasons]:
     """The GPUs' columns over the measured steps (the slowest clock, the hottest device, all devices' power and
-    energy), and the reasons (throttled, shared) found."""
+    energy), and the reasons (throttled, shared) found. The clock event reasons are read for every device or
+    not read (None, where an empty string is "read: none"); so are the compute processes."""
     seconds = max(after.time - before.time, 1e-9)
     readings = [*before.values, *after.values]
     pairs = list(zip(before.values, after.values))
-    throttled, shared = [], []
+    reasons_read = bool(readings) and all(r["reasons"] is not None for r in readings)
+    throttled: Reasons = [] if reasons_read else None
+    shared: Reasons = None
     mask = 0
     for r in readings:
         mask |= r["reasons"] or 0
@@ -346,7 +361,7 @@ def gpu_fields(
         # energy over time; without an energy counter, the mean of the two readings of all devices' draw
         "gpu_power_w": energy_j / seconds if energy_j is not None else (sum(powers) / 2 / 1000 if powers else None),
         "gpu_energy_j": energy_j,
-        "gpu_clock_reasons": ",".join(reason_names(mask)),
+        "gpu_clock_reasons": ",".join(reason_names(mask)) if reasons_read else None,
         "gpu_ecc": all(r["ecc"] == 1 for r in after.values) if _known([r["ecc"] for r in after.values]) else None,
         "gpu_mig": any(r["mig"] == 1 for r in after.values) if _known([r["mig"] for r in after.values]) else None,
     }
@@ -354,17 +369,18 @@ def gpu_fields(
     power_held = [d for b, a in pairs if (d := _delta(b, a, "power_held_ns")) is not None]
     out["gpu_thermal_held_s"] = max(held) / 1e9 if held else None
     out["gpu_power_held_s"] = max(power_held) / 1e9 if power_held else None
+    found = []
     hard = [name for bit, name, throttling in GPU_REASONS if throttling and mask & bit]
     if hard:
-        throttled.append("GPU clocks held back: " + ", ".join(hard))
+        found.append("GPU clocks held back: " + ", ".join(hard))
     elif held and max(held) / 1e9 >= THROTTLED_SHARE * seconds:
-        throttled.append(f"the GPU's thermal limit held clocks back {max(held) / 1e9:.2f} s of {seconds:.2f} s")
+        found.append(f"the GPU's thermal limit held clocks back {max(held) / 1e9:.2f} s of {seconds:.2f} s")
     for i, r in enumerate(after.values):
         limit, default = r["limit_mw"], r["default_limit_mw"]
         if limit and default and limit < default:
-            throttled.append(
-                f"GPU {i}: power limit {limit / 1000:.0f} W, below the card's default {default / 1000:.0f} W"
-            )
+            found.append(f"GPU {i}: power limit {limit / 1000:.0f} W, below the card's default {default / 1000:.0f} W")
+    if found:
+        throttled = found  # what was found stands even where the reasons were not read on every device
     others = 0
     for r in after.values:
         procs = r["processes"] or []
@@ -372,10 +388,20 @@ def gpu_fields(
         if len(foreign) == len(procs):  # none of the trial's ids: another process namespace (a container)
             foreign = procs[processes:]
         others += len(foreign)
-    out["gpu_other_processes"] = others if _known([r["processes"] for r in after.values]) else None
-    if others:
-        shared.append(f"{others} other compute process(es) on its GPU(s)")
+    processes_read = bool(after.values) and all(r["processes"] is not None for r in after.values)
+    out["gpu_other_processes"] = others if processes_read or others else None
+    if processes_read or others:
+        shared = [f"{others} other compute process(es) on its GPU(s)"] if others else []
     return out, throttled, shared
+
+
+def flag(parts: list[Reasons]) -> Reasons:
+    """One flag's reasons from every part of the machine that can raise it: those found wherever they were found;
+    none (an empty list: the flag is False) only where every part was read; else None (not read)."""
+    found = [reason for part in parts for reason in part or []]
+    if found or all(part is not None for part in parts):
+        return found
+    return None
 
 
 @dataclass
@@ -403,19 +429,24 @@ class Watch:
         if len(self.readings) < 2:
             return {}
         (cpu0, gpu0), (cpu1, gpu1) = self.readings
-        out, throttled, shared = cpu_fields(cpu0, cpu1)
+        out, cpu_throttled, cpu_shared = cpu_fields(cpu0, cpu1)
+        parts = [(cpu_throttled, cpu_shared)]
         if gpu0 is not None and gpu1 is not None:
             gpu, gpu_throttled, gpu_shared = gpu_fields(gpu0, gpu1, cpu1.own_pids, self.processes)
             out.update(gpu)
-            throttled += gpu_throttled
-            shared += gpu_shared
+            parts.append((gpu_throttled, gpu_shared))
             energy = gpu.get("gpu_energy_j")
             if energy is not None and examples:
                 out["gpu_wh_per_1m_examples"] = energy / 3600 / examples * 1e6
-        elif self.nvml is not None and self.nvml.error:
-            out["gpu_state_missing"] = self.nvml.error  # kept in extras: why a GPU trial has no GPU state
-        notes = [f"throttled: {t}" for t in throttled] + [f"shared: {s}" for s in shared]
-        out.update(throttled=bool(throttled), shared=bool(shared), machine_note="; ".join(notes) or None)
+        else:
+            parts.append((None, None) if self.device == "gpu" else ([], []))  # a GPU trial's GPU was not read
+            if self.nvml is not None and self.nvml.error:
+                out["gpu_state_missing"] = self.nvml.error  # kept in extras: why a GPU trial has no GPU state
+        throttled, shared = (flag([part[i] for part in parts]) for i in (0, 1))
+        notes = [f"throttled: {t}" for t in throttled or []] + [f"shared: {s}" for s in shared or []]
+        out["throttled"] = None if throttled is None else bool(throttled)
+        out["shared"] = None if shared is None else bool(shared)
+        out["machine_note"] = "; ".join(notes) or None
         return {k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v) for k, v in out.items()}
 
 

@@ -4,7 +4,7 @@ ran inside it, on the same thread, is its children's), how often it ran per step
 Framework-free: a backend records a profile with its framework's profiler after the timed steps and after the
 counters (``collector.trial.process``), so profiling changes no timed figure, and hands this module the events
 its framework reads back. XSpace profiles (TensorFlow, JAX) come as planes of lines of events; torch's profiler
-gives per-op totals itself.
+writes a Chrome trace (JSON), read here without torch.
 
 What an op is, by backend and compiler:
 - XLA (TensorFlow with jit_compile, JAX): an HLO instruction the compiled step runs (an event with an
@@ -14,7 +14,11 @@ What an op is, by backend and compiler:
   versions, so types are what align across versions.
 - TensorFlow without XLA: a graph op (an event named ``node:OpType``): the node's name and its op type, the
   stock op's where oneDNN rewrote it (``graph_type``).
-- torch: an operator (``aten::addmm``); the profiler names no instances, so name and type are one.
+- torch: an operator (``aten::addmm``), read from the Chrome trace torch's profiler exports (``torch_spans``); the
+  profiler names no instances, so on the host name and type are one. On a GPU each kernel (copy, memset) is
+  counted once, typed by the operator that launched it and named by itself (torch's own per-op totals count it
+  twice: under its operator and again under its own name). torch.compile's regions (``TORCH_WRAPPERS``) are
+  where compiled code runs, not ops: their kernels are typed by their own names, as a command buffer's.
 On a CPU every op runs on the host; on an accelerator its kernels are ``device`` rows, read from the device's
 streams, and typed by the instruction that launched them: a custom call by what it calls (cuDNN convolution
 forward, cuBLAS gemm: ``counters.hlo_op_types``); a kernel of a command buffer (a CUDA graph, where the profiler
@@ -24,6 +28,8 @@ buffers, so its kernels keep their instructions.
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -32,6 +38,7 @@ from typing import Any
 
 PROFILE_ENV = "STEPWATCH_PROFILE_DIR"  # set by the parent for a trial it profiles: where the raw profile goes
 PROFILE_STEPS = 5  # training steps recorded, after the timed ones
+TORCH_TRACE = "trace.json.gz"  # where torch's profiler writes its trace in a trial's profile folder
 
 _XLA_SUFFIX = re.compile(r"(?:[._]\d+)+$")
 _TORCH_SUFFIX = re.compile(r":\s*\d+/\d+$")  # a compiled region's frame and recompile: 42/0
@@ -157,6 +164,42 @@ def xspace_spans(planes: Planes, opcodes: Mapping[str, str] | None = None) -> It
                     yield Span(track, op[0], op[1], where, event.start_ns, end)
 
 
+# torch.compile's wrapper regions: the compiled graph's call and the guard check before it, not operators.
+TORCH_WRAPPERS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup")
+_TORCH_HOST = ("cpu_op",)  # a Chrome trace's operator events (user annotations and ProfilerStep are not ops)
+_TORCH_DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")  # what runs on a device stream
+
+
+def torch_spans(trace: Mapping[str, Any]) -> Iterator[Span]:
+    """The op spans of torch's profiler trace (``export_chrome_trace``'s JSON): each operator on the host thread
+    that ran it, and each kernel, copy and memset on its device stream, typed by the operator that launched it
+    (the event's ``External id`` is that operator's) and named by itself; one launched from no operator or from a
+    compiled region (``TORCH_WRAPPERS``) is typed by its own name (``kernel_type``)."""
+    events = [event for event in trace.get("traceEvents", []) if event.get("ph") == "X"]
+    launched_by = {
+        event["args"]["External id"]: torch_type(event["name"])
+        for event in events
+        if event.get("cat") in _TORCH_HOST and "External id" in event.get("args", {})
+    }
+    for event in events:
+        category, name = event.get("cat"), str(event.get("name", ""))
+        start = float(event["ts"]) * 1e3  # microseconds
+        end = start + float(event.get("dur", 0)) * 1e3
+        track = f"{event.get('pid')}/{event.get('tid')}"
+        if category in _TORCH_HOST and torch_type(name) not in TORCH_WRAPPERS:
+            yield Span(track, torch_type(name), name, "host", start, end)
+        elif category in _TORCH_DEVICE:
+            operator = launched_by.get(event.get("args", {}).get("External id"))
+            op_type = operator if operator and operator not in TORCH_WRAPPERS else kernel_type(name)
+            yield Span(track, op_type, name, "device", start, end)
+
+
+def torch_trace(logdir: Path) -> dict[str, Any]:
+    """The Chrome trace torch's profiler wrote under ``logdir`` (``trace.json.gz``)."""
+    with gzip.open(logdir / TORCH_TRACE, "rt") as stream:
+        return json.load(stream)
+
+
 def proto_planes(space: Any) -> Planes:
     """The planes of an ``XSpace`` protobuf message (TensorFlow's ``xplane_pb2``): names, stats and times resolved
     through each plane's metadata (a stat's value is a string or a reference to another metadata's name)."""
@@ -251,7 +294,7 @@ def size_bytes(folder: Path) -> int:
 # that torch writes in Perfetto.
 VIEWERS = (
     ("*.xplane.pb", "XProf: `pip install xprof && xprof --logdir {folder}`, then http://localhost:8791"),
-    ("trace.json.gz", "Perfetto: open the file at https://ui.perfetto.dev (Open trace file)"),
+    (TORCH_TRACE, "Perfetto: open the file at https://ui.perfetto.dev (Open trace file)"),
 )
 
 

@@ -15,8 +15,10 @@ from stepwatch.collector.environments.packages import Change, describe
 from stepwatch.collector.output.comparison import (
     between_lines,
     code_warnings,
+    flagged,
     headline,
     inconclusive_lines,
+    machine_line,
     resolution_lead,
     row_cells,
     summary_text,
@@ -98,13 +100,20 @@ candidate_text = col2.text_input(
 )
 picked_metrics = state.filters(label="Metrics").multiselect("Metrics", metric_names, picked_metrics)
 st.caption(state.said(("Metrics", picked_metrics, metric_names)))
-state.keep(baseline=baseline_text, candidate=candidate_text, metric=picked_metrics)
+exclude_flagged = st.checkbox(
+    "Leave out flagged trials", state.one("exclude", ["flagged"], "") == "flagged",
+    help="Trials whose machine ran throttled or shared, or was not read (stepwatch compare --exclude-flagged)",
+)  # fmt: skip
+state.keep(baseline=baseline_text, candidate=candidate_text, metric=picked_metrics,
+           exclude="flagged" if exclude_flagged else None)  # fmt: skip
 
 try:
     baseline, candidate = Selection.parse(baseline_text), Selection.parse(candidate_text)
 except SelectionError as error:
     st.error(str(error))
     st.stop()
+if exclude_flagged:
+    baseline, candidate = baseline.unflagged(), candidate.unflagged()
 if not baseline_text or not candidate_text or not picked_metrics:
     st.info(
         "Give two selections (e.g. tf_version=2.20.0 and tf_version=2.21.0, or label=baseline and label=candidate) "
@@ -128,6 +137,11 @@ for line in resolution_lead(comparison):
     st.warning(line)
 for line in code_warnings(comparison):
     st.warning(line)
+machine = machine_line(comparison)
+if machine and flagged(comparison):
+    st.warning(f"{machine}: a verdict drawn from these trials may be the machine's, not the software's.")
+elif machine:
+    st.caption(machine)
 st.subheader(headline(comparison))
 st.caption(" ".join(between_lines(between)).strip())
 for metric in comparison.metrics:

@@ -76,10 +76,13 @@ def history_figure(
         baseline if baseline != "(none)" else None, changes,
     )  # fmt: skip
     thinned = f"; drawn as the median of every {every} consecutive suite runs" if every > 1 else ""
+    ringed = int(((measured["flagged"] > 0) | (measured["unread"] > 0)).sum())
     caption = (
         f"{measured['series_key'].nunique()} series, {len(measured)} points (median of each suite run's ok trials"
         f"{thinned}); failed trials are left out of every point."
-    )
+        + (f" Ringed: {ringed} points with trials whose machine ran throttled or shared, or was not read." if ringed
+           else "")
+    )  # fmt: skip
     return figure, caption
 
 

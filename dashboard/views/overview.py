@@ -73,6 +73,7 @@ shown = table.assign(
     vs_previous=[labels.change_text(r, "previous") for r in records],
     vs_baseline=[labels.change_text(r, "baseline") for r in records],
     passing=table["ok"].astype(str) + "/" + table["trials"].astype(str),
+    machine=[labels.machine_text(r["flagged"], r["unread"]) for r in records],
 )
 shown["verdict"] = shown["verdict"].replace(labels.CHANGE_WORDS)  # shown only: sorting and colours use the verdicts
 if regressed_only:
@@ -84,8 +85,8 @@ st.caption(
     "geometric means with its 95% interval; the colour is the verdict against the metric's threshold "
     f"({metric.threshold:.0%}), after Benjamini-Hochberg across the series."
 )
-columns = ["verdict", "series", "spark", "latest", "vs_previous", "vs_baseline", "passing", "noise", "alerts",
-           "failures", "tf_version", "keras_version", "label", "started_at", "series_key"]  # fmt: skip
+columns = ["verdict", "series", "spark", "latest", "vs_previous", "vs_baseline", "passing", "machine", "noise",
+           "alerts", "failures", "tf_version", "keras_version", "label", "started_at", "series_key"]  # fmt: skip
 cells, palettes = labels.verdict_chips(
     shown[columns], {"verdict": "verdict", "vs_previous": "previous_verdict", "vs_baseline": "baseline_verdict"}, shown
 )
@@ -114,6 +115,9 @@ st.dataframe(
             f"last {latest.SPARK_NIGHTS} nights", help="each night's median, from its lowest to its highest"
         ),
         "noise": st.column_config.TextColumn("throughput noise"),
+        "machine": st.column_config.TextColumn(
+            "machine", help="the latest run's ok trials that ran throttled or shared, or did not read the machine"
+        ),
         "verdict": chips("status", "verdict", "the worse of the two verdicts"),
     },
 )  # fmt: skip
@@ -122,6 +126,12 @@ if len(bimodal):
     st.warning(
         f"{len(bimodal)} series bimodal across processes (trials land on one of two speeds; see the noise column): "
         + "; ".join(bimodal["series"])
+    )
+flagged = shown[shown["machine"] != ""]
+if len(flagged):
+    st.warning(
+        f"{len(flagged)} series' latest run has trials whose machine ran throttled or shared, or was not read: their "
+        "verdicts may be the machine's, not the software's (the machine column)."
     )
 if len(confirmed):
     st.subheader("Confirmed regressions")

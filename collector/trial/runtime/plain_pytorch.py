@@ -70,35 +70,21 @@ class TorchDevice:
             "compiled_bytes_accessed": float(metrics.num_bytes_accessed) or None,
         }
 
-    averages: Any = None  # the profiled steps' per-op totals, as torch's profiler sums them
-
     @contextlib.contextmanager
     def profiler(self, logdir: Path, config: BenchmarkConfig) -> Iterator[None]:
         """torch's profiler (operators on the host; on a GPU, CUDA kernels too); its trace is kept as Chrome
-        trace JSON, which Perfetto opens."""
+        trace JSON, which Perfetto opens and ``op_totals`` reads."""
         activities = [torch.profiler.ProfilerActivity.CPU]
         if config.device == "gpu":
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         with torch.profiler.profile(activities=activities) as recorded:
             yield
-        recorded.export_chrome_trace(str(logdir / "trace.json.gz"))
-        self.averages = recorded.key_averages()
+        recorded.export_chrome_trace(str(logdir / profiles.TORCH_TRACE))
 
     def op_totals(self, logdir: Path) -> dict[tuple[str, str, str], tuple[float, int]]:
-        """An operator's self time on the host and, where it launched kernels, on the device (torch sums both
-        per operator; user annotations are left out)."""
-        totals = {}
-        for entry in self.averages:
-            if getattr(entry, "is_user_annotation", False) or entry.key.startswith("ProfilerStep"):
-                continue
-            host = entry.self_cpu_time_total / 1e6
-            device = getattr(entry, "self_device_time_total", 0) / 1e6
-            op_type = profiles.torch_type(entry.key)
-            if host > 0:
-                totals[(op_type, entry.key, "host")] = (host, entry.count)
-            if device > 0:
-                totals[(op_type, entry.key, "device")] = (device, entry.count)
-        return totals
+        """An operator's self time on the host and, on a device, each kernel's time under the operator that
+        launched it, from the trace (``profiles.torch_spans``)."""
+        return profiles.self_times(profiles.torch_spans(profiles.torch_trace(logdir)))
 
     def device_peak_memory(self, config: BenchmarkConfig) -> tuple[int | None, str | None]:
         """torch.cuda.max_memory_allocated, of this process's device."""

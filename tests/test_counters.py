@@ -401,6 +401,55 @@ def test_the_overview_calls_a_counter_its_backend_does_not_read_missing_not_fail
     assert list(timed["verdict"]) != [MISSING]
 
 
+def test_after_a_counter_changes_the_overview_says_changed_once_then_no_change_and_its_alert_is_no_regression(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fusions 416 for 10 nights, then 322 for 4. The night of the change is "changed"; on the nights after it the
+    baseline starts after the change, so they are "no change" (a baseline pooling both values called them
+    inconclusive). detect's alert for it has no declared direction: the Overview counts it as changed, not in its
+    Regressed tile, and the CLI exits 0."""
+    from stepwatch.collector.analysis.latest import overview
+    from stepwatch.collector.schema import to_table
+    from stepwatch.collector.store.database import open_store
+    from stepwatch.collector.store.selection import Selection
+    from tests.test_dashboard import render
+
+    day = datetime(2026, 11, 1, tzinfo=UTC)
+    fusions = [416] * 10 + [322] * 4
+    timing = [100.0, 101.0, 99.0]
+    rows = [row for night, count in enumerate(fusions)
+            for row in _rows(f"night-{night}", day + timedelta(days=night), timing, hlo_fusions=count)]  # fmt: skip
+    for row in rows:
+        row["suite_run_id"] = row["label"]
+    results = tmp_path / "results"
+    results.mkdir()
+    db = tmp_path / "store.duckdb"
+
+    def verdicts(nights: int) -> tuple[str, str]:
+        for path in results.glob("*.parquet"):
+            path.unlink()
+        pq.write_table(to_table(rows[: 3 * nights]), results / "rows.parquet")
+        db.unlink(missing_ok=True)
+        assert stepwatch("ingest", str(results), "--db", str(db)).returncode == 0
+        with open_store(db) as reader:
+            [row] = overview(reader.connection(), Selection.of(), "hlo_fusions", []).to_dict("records")
+        return row["previous_verdict"], row["baseline_verdict"]
+
+    assert verdicts(10) == (NO_CHANGE, NO_CHANGE)
+    assert verdicts(11) == (CHANGED, CHANGED)  # the night of the change
+    assert verdicts(12) == (NO_CHANGE, NO_CHANGE)  # the baseline is the one night since the change
+    assert verdicts(14) == (NO_CHANGE, NO_CHANGE)
+
+    detected = stepwatch("detect", "--metric", "hlo_fusions", "--db", str(db))
+    assert detected.returncode == 0, detected.stdout + detected.stderr
+    page = render(db, "overview", monkeypatch, metric="hlo_fusions")
+    tiles = {m.label: m.value for m in page.metric}
+    assert tiles["Regressed"] == "0" and tiles["Open alerts"] == "1"
+    assert [s.value for s in page.subheader if s.value in ("Confirmed regressions", "Changed")] == ["Changed"]
+    [table] = [frame.value for frame in page.dataframe if "changed_alerts" in frame.value.columns]
+    assert list(table["alerts"]) == [0] and list(table["changed_alerts"]) == [1]
+
+
 def test_a_store_written_before_the_counters_is_read_and_then_upgraded(tmp_path: Path) -> None:
     """A store of an earlier stepwatch has no counter columns: it is read (they read as empty), and the next write
     adds them."""

@@ -17,8 +17,8 @@ import pandas as pd
 
 from stepwatch.collector.analysis import stats
 from stepwatch.collector.analysis.changepoints import trial_side
-from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for
-from stepwatch.collector.metrics import DEFAULT_METRIC, Metric, get_metric
+from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for, worse
+from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS, Metric, get_metric
 from stepwatch.collector.outcomes import FAILED, INCONCLUSIVE, MISSING, REGRESSION, VERDICT_ORDER
 from stepwatch.collector.store import queries, records
 from stepwatch.collector.store.selection import Selection
@@ -68,6 +68,8 @@ def changes(
         start = pd.Timestamp(starts[key]) if key in starts else None
         before = [i for i in range(1, len(logs)) if start is None or when[i] >= start]
         base = [i for i in before[:baseline_nights] if len(logs[i])]
+        if metric.deterministic:  # a counter's baseline starts after its last change: the nights that hold its value
+            base = since_last_change(base, values)
         newest = stats.Side.of_logs(logs[0])
         pairs["previous"].append((stats.Side.of_logs(logs[before[0]]) if before else EMPTY, newest))
         pairs["baseline"].append((trial_side([logs[i] for i in base]) if base else EMPTY, newest))
@@ -107,6 +109,28 @@ def changes(
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def since_last_change(nights: list[int], values: tuple[Any, ...]) -> list[int]:
+    """Of a counter's baseline ``nights`` (newest first), those since its last change: back from the newest while
+    a night's values are the newest's. A baseline that pooled nights before and after a change would hold both
+    values and call every night after it inconclusive."""
+    kept: list[int] = []
+    for i in nights:
+        if kept and sorted(values[i]) != sorted(values[kept[0]]):
+            break
+        kept.append(i)
+    return kept
+
+
+def worse_alerts(alerts: pd.DataFrame, overrides: list[Override]) -> pd.Series:
+    """Per alert (``records.list_alerts``'s rows), whether it is a change in its metric's declared worse direction:
+    a regression. A counter's change without a declared direction is only "changed"."""
+    flags = [
+        alert["metric"] in METRICS and worse(METRICS[alert["metric"]], alert, overrides, alert["ratio"])
+        for alert in alerts.to_dict("records")
+    ]
+    return pd.Series(flags, index=alerts.index, dtype=bool)
+
+
 def one_night(between: stats.Between | None) -> stats.Between | None:
     """One night's offset as a ``stats.Between`` (which adds its variance twice: once per side)."""
     return None if between is None else stats.Between(between.var_log / 2, between.df, "one night's offset")
@@ -130,8 +154,11 @@ def overview(
     fields = {row["series_key"]: row for row in runs.to_dict("records")}
     found = changes(points, metric, fields, overrides, records.baselines(con, metric.name))
     table = runs.merge(found, on="series_key", how="left")
-    counts = records.list_alerts(con, records.OPEN).groupby("series_key").size()
-    table["alerts"] = table["series_key"].map(counts).fillna(0).astype(int)
+    open_alerts = records.list_alerts(con, records.OPEN)
+    worse_ones = worse_alerts(open_alerts, overrides)
+    for column, picked in (("alerts", worse_ones), ("changed_alerts", ~worse_ones)):
+        counts = open_alerts[picked].groupby("series_key").size()
+        table[column] = table["series_key"].map(counts).fillna(0).astype(int)
     # Ok trials with no value of the metric did not fail: it was not measured (a counter its backend does not read)
     unmeasured = table["ok"].gt(0) & table["n"].fillna(0).eq(0)
     for against in AGAINST:
@@ -155,5 +182,6 @@ def overview(
 
 
 def regressed(table: pd.DataFrame) -> pd.Series:
-    """The rows of an ``overview`` that regressed: a regression against either reference, or an open alert."""
+    """The rows of an ``overview`` that regressed: a regression against either reference, or an open alert in its
+    metric's worse direction (``alerts``; ``changed_alerts`` are the others)."""
     return table["verdict"].eq(REGRESSION) | table["alerts"].gt(0)

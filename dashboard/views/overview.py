@@ -49,20 +49,28 @@ state.keep(
 metric = METRICS[metric_name]
 
 selection = Selection.of(accelerator=picked_accelerators, device=picked_devices, keras_backend=picked_keras)
-table = data.load("overview", selection, metric_name, load_overrides())
+overrides = load_overrides()
+table = data.load("overview", selection, metric_name, overrides)
 open_alerts = data.load("alerts", records.OPEN, None)
-confirmed = open_alerts[open_alerts["status"] == records.CONFIRMED]
+worse_ones = latest.worse_alerts(open_alerts, overrides)  # a change in its metric's worse direction
+confirmed = open_alerts[worse_ones & (open_alerts["status"] == records.CONFIRMED)]
+changed = open_alerts[~worse_ones]
 regressed = latest.regressed(table)
 
 unit = metric.unit.replace("{unit}", "units")
 a, b, c, d, e = st.columns(5)
 a.metric("Series", len(table))
 b.metric(
-    "Regressed", int(regressed.sum()), help="a regression against the previous run or the baseline, or an open alert"
-)
+    "Regressed", int(regressed.sum()),
+    help="a regression against the previous run or the baseline, or an open alert in its metric's worse direction",
+)  # fmt: skip
 c.metric("All trials passing", f"{int((table['ok'] == table['trials']).sum())}/{len(table)}")
 d.metric("Series with failures", int((table["ok"] < table["trials"]).sum()))
-e.metric("Open alerts", len(open_alerts), help=f"{len(confirmed)} confirmed")
+e.metric(
+    "Open alerts", len(open_alerts),
+    help=f"{int(worse_ones.sum())} regressions ({len(confirmed)} confirmed), {len(changed)} changed: a counter that "
+    "moved where no direction is declared better",
+)  # fmt: skip
 
 
 records = table.to_dict("records")
@@ -86,7 +94,8 @@ st.caption(
     f"({metric.threshold:.0%}), after Benjamini-Hochberg across the series."
 )
 columns = ["verdict", "series", "spark", "latest", "vs_previous", "vs_baseline", "passing", "machine", "noise",
-           "alerts", "failures", "tf_version", "keras_version", "label", "started_at", "series_key"]  # fmt: skip
+           "alerts", "changed_alerts", "failures", "tf_version", "keras_version", "label", "started_at",
+           "series_key"]  # fmt: skip
 cells, palettes = labels.verdict_chips(
     shown[columns], {"verdict": "verdict", "vs_previous": "previous_verdict", "vs_baseline": "baseline_verdict"}, shown
 )
@@ -115,6 +124,10 @@ st.dataframe(
             f"last {latest.SPARK_NIGHTS} nights", help="each night's median, from its lowest to its highest"
         ),
         "noise": st.column_config.TextColumn("throughput noise"),
+        "alerts": st.column_config.NumberColumn("alerts", help="open alerts in their metric's worse direction"),
+        "changed_alerts": st.column_config.NumberColumn(
+            "changed", help="open alerts of a counter that moved where no direction is declared better"
+        ),
         "machine": st.column_config.TextColumn(
             "machine", help="the latest run's ok trials that ran throttled or shared, or did not read the machine"
         ),
@@ -133,8 +146,11 @@ if len(flagged):
         f"{len(flagged)} series' latest run has trials whose machine ran throttled or shared, or was not read: their "
         "verdicts may be the machine's, not the software's (the machine column)."
     )
+alert_columns = ["id", "model", "accelerator", "metric", "change_at", "ratio", "versions_changed"]
 if len(confirmed):
     st.subheader("Confirmed regressions")
-    st.dataframe(
-        confirmed[["id", "model", "accelerator", "metric", "change_at", "ratio", "versions_changed"]], hide_index=True
-    )
+    st.dataframe(confirmed[alert_columns], hide_index=True)
+if len(changed):
+    st.subheader("Changed")
+    st.caption("Open alerts of counters that moved where no direction is declared better (stepwatch alerts list).")
+    st.dataframe(changed[["status", *alert_columns]], hide_index=True)

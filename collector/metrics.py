@@ -94,7 +94,9 @@ METRICS: dict[str, Metric] = {
 # reads no more.
 RECENT_TRIALS = 30
 # Where a trial's startup goes (``startup_s``: from the process's start to the end of its first execution), in
-# order: each phase is a column ``startup_<phase>_s`` (collector.schema); the first execution is ``compile_s``.
+# order: each phase is a column ``startup_<phase>_s`` (collector.schema); the first execution is ``compile_s``. A
+# script's trial has the first two, then ``script``: what the script did before its first step ended, which
+# stepwatch cannot see into; its ``compile_s`` is what the framework reports it compiled, where it reports that.
 STARTUP_PHASES = {
     "python": "the interpreter and stepwatch's own imports",
     "environment": "reading the host, driver and git commit",
@@ -102,6 +104,7 @@ STARTUP_PHASES = {
     "device": "the devices, precision and distribution set up",
     "build": "building and compiling the model for fit",
     "data": "the synthetic batch made and placed on the device",
+    "script": "a script's own start to the end of its first step: its imports, data, model and first step",
 }
 
 

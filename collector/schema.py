@@ -37,7 +37,12 @@ SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, wh
 # the CPU's frequency, quota throttling, steal and other processes' load; the GPUs' clocks, power, temperature,
 # clock event reasons, ECC and MIG mode, other compute processes and energy. Earlier rows have none. And what a
 # price covers (price_covers), or why a run has none (price_note).
-SCHEMA_VERSION = 7
+# 8: a script's time to its first step is its own start-up (startup_script_s), no longer compile_s, which holds what
+# the framework reports it compiled (torch.compile's account) or nothing; the machine's flags are empty where they
+# were not read. Earlier script rows move compile_s to startup_script_s; earlier rows whose GPU state was not read
+# (extras.gpu_state_missing) or whose host load was not (no host_other_cpu) have the flags they could not have set
+# emptied, unless their note says they were set.
+SCHEMA_VERSION = 8
 
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 _TS = pa.timestamp("us", tz="UTC")
@@ -319,6 +324,32 @@ def _anonymous_memory(table: pa.Table) -> pa.Table:
     return table.append_column("peak_rss_bytes", moved)
 
 
+def _script_startup_and_unread_flags(table: pa.Table) -> pa.Table:
+    """Schema 7 to 8 (see SCHEMA_VERSION): a script row's compile_s was its time to its first step; a flag that was
+    not read was written false."""
+    n = table.num_rows
+    column = {name: table.column(name) for name in table.column_names}
+    if "compile_s" in column and "loop" in column:
+        script = pc.fill_null(pc.equal(column["loop"], "script"), False)
+        first = column["compile_s"].cast(_F64)
+        table = table.set_column(table.column_names.index("compile_s"), "compile_s",
+                                 pc.if_else(script, pa.nulls(n, _F64), first))  # fmt: skip
+        table = table.append_column(startup_column("script"), pc.if_else(script, first, pa.nulls(n, _F64)))
+    note = column.get("machine_note", pa.nulls(n, _STR)).cast(_STR)
+    extras = column.get("extras", pa.nulls(n, _STR)).cast(_STR)
+    gpu_unread = pc.fill_null(pc.match_substring(extras, '"gpu_state_missing"'), False)
+    host_unread = pc.is_null(column["host_other_cpu"]) if "host_other_cpu" in column else pa.array([True] * n, _BOOL)
+    unread = {"throttled": gpu_unread, "shared": pc.or_(gpu_unread, host_unread)}
+    for flag, not_read in unread.items():
+        if flag not in table.column_names:
+            continue
+        said = pc.fill_null(pc.match_substring(note, f"{flag}: "), False)
+        values = table.column(flag).cast(_BOOL)
+        emptied = pc.if_else(pc.and_(not_read, pc.invert(said)), pa.nulls(n, _BOOL), values)
+        table = table.set_column(table.column_names.index(flag), flag, emptied)
+    return table
+
+
 # MIGRATIONS[v] turns a table of schema version v into version v + 1.
 MIGRATIONS: dict[int, Callable[[pa.Table], pa.Table]] = {
     1: _add_series_key,
@@ -327,6 +358,7 @@ MIGRATIONS: dict[int, Callable[[pa.Table], pa.Table]] = {
     4: lambda table: table,  # the project columns are added empty, as every missing column is
     5: lambda table: table,  # script_args and nproc are filled with their defaults (config.ADDED_DIMENSIONS)
     6: lambda table: table,  # the machine's state is added empty: it was not read
+    7: _script_startup_and_unread_flags,
 }
 
 

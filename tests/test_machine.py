@@ -269,3 +269,33 @@ def test_the_measured_windows_leave_the_machine_reading_out() -> None:
     assert watch.reads == 2  # as the measured steps begin (after 3) and end (after 7)
     stats = summarize(clock, warmup_steps=2, global_batch=1)
     assert stats.measured_steps == 4 and stats.measured_s < 0.2  # two 10 ms windows, not the 300 ms readings
+
+
+def test_rows_from_before_empty_the_flags_they_could_not_read_and_a_scripts_first_step_is_its_start() -> None:
+    """Schema 7 wrote False for a flag it could not read, and a script's time to its first step as compile_s."""
+    import pyarrow as pa
+
+    from stepwatch.collector.schema import conform, to_table
+
+    base = {"suite_run_id": "s", "config_key": "k", "status": "ok", "model": "bert", "host_other_cpu": 0.1}
+    old = to_table([
+        {**base, "run_id": "gpu-unread", "trial": 0, "throttled": False, "shared": False,
+         "extras": json.dumps({"gpu_state_missing": "NVML: not found"})},
+        {**base, "run_id": "gpu-unread-cpu-quota", "trial": 1, "throttled": True, "shared": False,
+         "machine_note": "throttled: a CPU quota (cgroup) held it back 0.50 s of 1.00 s",
+         "extras": json.dumps({"gpu_state_missing": "NVML: not found"})},
+        {**base, "run_id": "no-proc-stat", "trial": 2, "throttled": False, "shared": False, "host_other_cpu": None},
+        {**base, "run_id": "read", "trial": 3, "throttled": False, "shared": False},
+        {**base, "run_id": "script", "trial": 4, "loop": "script", "compile_s": 10.9, "startup_s": 11.4},
+        {**base, "run_id": "fit", "trial": 5, "loop": "fit", "compile_s": 2.5, "startup_s": 9.0},
+    ]).drop_columns(["startup_script_s"])  # fmt: skip
+    old = old.set_column(0, "schema_version", pa.array([7] * old.num_rows, pa.int64()))
+    rows = {
+        r["run_id"]: r for r in conform(old.replace_schema_metadata({b"stepwatch_schema_version": b"7"})).to_pylist()
+    }
+    assert (rows["gpu-unread"]["throttled"], rows["gpu-unread"]["shared"]) == (None, None)
+    assert (rows["gpu-unread-cpu-quota"]["throttled"], rows["gpu-unread-cpu-quota"]["shared"]) == (True, None)
+    assert (rows["no-proc-stat"]["throttled"], rows["no-proc-stat"]["shared"]) == (False, None)
+    assert (rows["read"]["throttled"], rows["read"]["shared"]) == (False, False)
+    assert (rows["script"]["compile_s"], rows["script"]["startup_script_s"]) == (None, 10.9)
+    assert (rows["fit"]["compile_s"], rows["fit"]["startup_script_s"]) == (2.5, None)

@@ -123,7 +123,10 @@ def memory_help(row: dict[str, Any]) -> str:
 def trial_line(label: str, row: dict[str, Any], trial: int) -> str:
     """One finished trial for the progress log (rich markup)."""
     if row["status"] == "ok":
-        detail = f"{row['units_per_sec']:,.1f} {row.get('unit')}/s, compile {row.get('compile_s') or 0:.1f} s"
+        first = (("compile", row.get("compile_s")), ("to its first step", row.get("startup_script_s")))
+        detail = f"{row['units_per_sec']:,.1f} {row.get('unit')}/s" + "".join(
+            f", {what} {seconds:.1f} s" for what, seconds in first if seconds is not None
+        )
         if row.get("throttled") or row.get("shared"):  # the machine's state while it measured
             detail += f" [yellow]({escape(str(row.get('machine_note')))})[/yellow]"
     else:

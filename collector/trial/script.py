@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from stepwatch.collector.config import FRAMEWORK_VERSION_COLUMNS, BenchmarkConfig, usable_cores
+from stepwatch.collector.metrics import startup_column
 from stepwatch.collector.trial import machine, steps
 from stepwatch.collector.trial.fields import Phases, measured_fields, write_json_atomically
 from stepwatch.collector.trial.host import distribution_version, host_environment
@@ -83,6 +84,19 @@ def device_fields(config: BenchmarkConfig) -> dict[str, Any]:
     return {"peak_memory_bytes": None, "peak_memory_kind": None}
 
 
+# What torch.compile reports it spent compiling (torch._dynamo.utils.compilation_time_metrics, seconds per call):
+# the graphs dynamo compiled, and their backward graphs, compiled at the first backward pass.
+TORCH_COMPILE_METRICS = ("_compile.compile_inner", "compile_fx.<locals>.bw_compiler")
+
+
+def framework_compile_s() -> float | None:
+    """The seconds the script's framework reports it spent compiling: torch.compile's own account, where the
+    script used it; else None (stepwatch does not guess it from the time to the first step)."""
+    metrics = getattr(sys.modules.get("torch._dynamo.utils"), "compilation_time_metrics", None) or {}
+    found = [t for key in TORCH_COMPILE_METRICS for t in metrics.get(key, [])]
+    return float(sum(found)) if found else None
+
+
 def is_out_of_memory(error: BaseException) -> bool:
     """An allocator's out-of-memory error, by the framework's own exception or status word."""
     return type(error).__name__ in ("OutOfMemoryError", "ResourceExhaustedError") or "RESOURCE_EXHAUSTED" in str(error)
@@ -126,6 +140,10 @@ def run(config: BenchmarkConfig, result_path: Path, phases: Phases) -> dict[str,
             python_executable=sys.executable,
         )  # kept in extras: the environment the script ran in
         result.update(measured_fields(clock, config, phases, global_batch, global_batch or 1))
+        # The first step's end, from the script's start: its own start-up, not a compilation (compile_s is what
+        # the framework reports it compiled, where it does).
+        result[startup_column("script")] = result.pop("compile_s", None)
+        result["compile_s"] = framework_compile_s()
         # A script's loss is its own: nothing measured it here.
         result.update(first_loss=None, final_loss=None, loss_finite=None, window_losses=[])
         result.update(framework_versions())
@@ -149,25 +167,48 @@ def run(config: BenchmarkConfig, result_path: Path, phases: Phases) -> dict[str,
         except SystemExit as exit:
             if exit.code not in (0, None):
                 raise ScriptExit(exit.code) from None
-        result.update(status="crash", **too_few(config, session, total))
+        if session.complete:  # every window closed, and the script went on to its end: say what it did
+            result.update(status="ok", script_note=after_its_steps(config, session, "ran on to its end"))
+        else:
+            result.update(status="crash", **too_few(config, session, total))
     except steps.StepsDone:
         result["status"] = "ok"
     except ScriptExit as exit:
-        result.update(status="crash", error_type="ScriptExit",
-                      error_message=f"script {config.model} exited with code {exit.code} after marking "
-                      f"{session.done} of {total} steps")  # fmt: skip
+        if session.complete:
+            result.update(status="ok", script_note=after_its_steps(config, session, f"exited with code {exit.code}"))
+        else:
+            result.update(status="crash", error_type="ScriptExit",
+                          error_message=f"script {config.model} exited with code {exit.code} after marking "
+                          f"{session.done} of {total} steps")  # fmt: skip
     except Exception as error:  # noqa: BLE001 - whatever the script raises becomes the row, its traceback in the log
         traceback.print_exc()
         text = str(error).strip().splitlines()
-        message = f"script {config.model} raised {type(error).__name__}" + (f": {text[0][:400]}" if text else "")
-        status = "oom" if is_out_of_memory(error) else "crash"
-        result.update(status=status, error_type=type(error).__name__, error_message=message)
+        raised = f"raised {type(error).__name__}" + (f": {text[0][:400]}" if text else "")
+        if session.complete:  # what was measured is whole: the row is ok, and says what came after
+            result.update(status="ok", script_note=after_its_steps(config, session, raised))
+        else:
+            status = "oom" if is_out_of_memory(error) else "crash"
+            result.update(
+                status=status, error_type=type(error).__name__, error_message=f"script {config.model} {raised}"
+            )
     finally:
         if result["status"] != "ok":
             result["failed_at"] = time.time()  # which rank failed first, among several
         steps.start(None)
         write_json_atomically(result_path, measured())
     return result
+
+
+def after_its_steps(config: BenchmarkConfig, session: steps.Session, what: str) -> str:
+    """What a script did after its last measured window had closed (kept in the row's extras, and in its log):
+    stepwatch's stop (``StepsDone``) was caught, or ended only the thread that marked the steps."""
+    if session.finished_in not in (None, "MainThread"):
+        how = f"marked its steps in thread {session.finished_in!r}, where stepwatch's stop ended that thread only"
+    else:
+        how = "caught stepwatch's stop (StepsDone: catch Exception, not BaseException)"
+    note = f"script {config.model} {how}; after its last measured step it {what}. Every measured window had closed."
+    print(f"stepwatch: {note}", file=sys.stderr, flush=True)
+    return note
 
 
 class ScriptExit(Exception):  # noqa: N818 - the script's own sys.exit, with its code

@@ -11,6 +11,7 @@ Imports no framework: what needs one is looked up in ``sys.modules`` (what the s
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -64,6 +65,7 @@ class Session:
     done: int = 0
     examples_per_step: int | None = None
     marker: str | None = None  # the marker that is counting now (steps / step / keras_callback)
+    finished_in: str | None = None  # the thread that marked the last step ("MainThread" where the script's main did)
 
     def claim(self, marker: str) -> None:
         """``marker`` counts from now on; two markers at once would count each step twice."""
@@ -96,8 +98,15 @@ class Session:
             self.sync()
             self.clock.close(self.done, None)
         if self.done >= self.total_steps:
-            self.on_done()
+            if self.finished_in is None:
+                self.finished_in = threading.current_thread().name
+                self.on_done()
             raise StepsDone
+
+    @property
+    def complete(self) -> bool:
+        """Every step the trial needs was marked: every measured window closed."""
+        return self.done >= self.total_steps
 
 
 _session: Session | None = None

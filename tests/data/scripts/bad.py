@@ -53,6 +53,23 @@ elif way == "marks-each-step":  # a loop that is no loader: stepwatch.step at th
     while True:
         time.sleep(0.001)
         stepwatch.step(examples=4)
+elif way == "swallows-the-stop":  # catches everything, stepwatch's stop included, then ends on its own
+    try:
+        for _ in stepwatch.steps(range(1000), examples_per_step=4):
+            time.sleep(0.001)
+    except BaseException:  # noqa: BLE001 - what such a script does
+        pass
+    print("the script went on after its loop", flush=True)
+elif way == "marks-in-a-thread":  # the training loop runs in a thread of its own; the main thread waits for it
+    import threading
+
+    def train() -> None:
+        for _ in stepwatch.steps(range(1000), examples_per_step=4):
+            time.sleep(0.001)
+
+    worker = threading.Thread(target=train, name="trainer")
+    worker.start()
+    worker.join()
 elif way == "spins":  # busy on the CPU in every step: a CPU quota holds it back
     for _ in stepwatch.steps(range(10**9), examples_per_step=4):
         sum(range(100_000))

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from stepwatch.collector import outcomes
+from stepwatch.collector.analysis import latest
 from stepwatch.collector.output.text import interval, percent, series_label
 
 VERDICT_COLORS = {
@@ -47,6 +48,17 @@ def change_text(row: dict, against: str) -> str:
     if verdict in (outcomes.MISSING, outcomes.FAILED):
         return CHANGE_WORDS.get(verdict, verdict)
     return f"{percent(row[f'{against}_ratio'])} {interval(row[f'{against}_ci_low'], row[f'{against}_ci_high'])}"
+
+
+def seen_text(row: dict) -> str:
+    """What an Overview row's comparisons could see (the change each can tell from none): the level's over its
+    nights, and the latest night's against the baseline."""
+    parts = []
+    for against, what in (("level", f"over {latest.LEVEL_NIGHTS} nights"), ("baseline", "a night")):
+        seen = row.get(f"{against}_seen")
+        if isinstance(row.get(f"{against}_verdict"), str) and seen is not None and seen == seen:
+            parts.append(f"±{seen:.1%} {what}")
+    return ", ".join(parts)
 
 
 def verdict_chips(

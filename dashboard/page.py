@@ -50,11 +50,13 @@ def render(db: Path, metric_name: str = DEFAULT_METRIC, report: str | None = Non
     body = [
         f"<h1>stepwatch: the latest night, {html.escape(metric.label.lower())}</h1>",
         f"<p>{len(rows)} series; {int(latest.regressed(table).sum())} regressed. Each change is the latest suite run "
-        f"against the run before it and against its baseline (up to {latest.BASELINE_NIGHTS} nights), a ratio of "
-        f"geometric means with its 95% interval, judged against the metric's threshold ({metric.threshold:.0%}). To "
+        f"against the run before it and against its baseline (up to {latest.BASELINE_NIGHTS} nights), and the level "
+        f"of the last {latest.LEVEL_NIGHTS} nights against the nights before them, a ratio of geometric means with "
+        f"its 95% interval, judged against the metric's threshold ({metric.threshold:.0%}). To "
         f"dig in: <code>{html.escape(DIG_IN)}</code> in a clone of this repository.</p>",
         "<table><tr><th>status</th><th>series</th><th>latest</th><th>vs previous run</th><th>vs baseline</th>"
-        "<th>passing</th><th>alerts</th><th>started</th></tr>",
+        f"<th>last {latest.LEVEL_NIGHTS} nights</th><th>could see</th><th>passing</th><th>alerts</th>"
+        "<th>started</th></tr>",
     ]
     for row in rows:
         value = row["value"]
@@ -64,11 +66,14 @@ def render(db: Path, metric_name: str = DEFAULT_METRIC, report: str | None = Non
             + f"<td>{'' if value != value else f'{value * metric.scale:.4g}'}</td>"
             + _cell(labels.change_text(row, "previous"), row["previous_verdict"])
             + _cell(labels.change_text(row, "baseline"), row["baseline_verdict"])
+            + _cell(labels.change_text(row, "level"), row["level_verdict"])
+            + f"<td>{html.escape(labels.seen_text(row))}</td>"
             + f"<td>{row['ok']}/{row['trials']}</td><td>{row['alerts']}</td>"
             + f"<td>{html.escape(str(row['started_at'])[:16])}</td></tr>"
         )  # fmt: skip
     body.append("</table>")
-    changed = [r for r in rows if {r["previous_verdict"], r["baseline_verdict"]} & DRAWN or r["alerts"]]
+    changed = [r for r in rows if {r["previous_verdict"], r["baseline_verdict"], r["level_verdict"]} & DRAWN
+               or r["alerts"]]  # fmt: skip
     body.append(f"<h2>Series that changed ({len(changed)})</h2>")
     if not changed:
         body.append(

@@ -282,8 +282,79 @@ def test_the_overviews_columns_cover_the_nights_offsets_an_aa_stays_quiet_and_a_
     ).mean() <= 0.025
     dropped = latest.changes(points(np.random.default_rng(0), 120, 15, 3, 0.03, latest=0.85), metric, {}, [], {})
     assert (dropped["baseline_verdict"] == REGRESSION).mean() >= 0.9
-    young = latest.changes(frame[frame["back"] <= 3], metric, {}, [], {})  # two baseline nights: no offset known
-    assert set(young["previous_verdict"]) == set(young["baseline_verdict"]) == {INCONCLUSIVE}
+
+
+def nights_of(rng: np.random.Generator, nights: int, trials: int, night_sd: float, trial_sd: float) -> list:
+    """Log values of ``nights`` nights of ``trials`` trials: each night moved by its own offset."""
+    return [rng.normal(rng.normal(0.0, night_sd), trial_sd, trials) for _ in range(nights)]
+
+
+def test_the_night_to_night_estimate_finds_a_known_variance_and_a_step_barely_moves_it() -> None:
+    """Nights that move by 1% with trials of 1.7% (3 a night): the estimate is about right, and its degrees of
+    freedom say how sure it is: the chi-square interval they give covers the true variance about 95% of the time
+    (the trials' part is most of what the nights' spread shows, so they are far fewer than the nights')."""
+    rng = np.random.default_rng(7)
+    for night_sd, trial_sd in ((0.01, 0.017), (0.01, 0.005)):
+        estimates = [stats.between_nights(nights_of(rng, 90, 3, night_sd, trial_sd)) for _ in range(300)]
+        assert 0.85 < np.median([e.var_log / night_sd**2 for e in estimates]) < 1.2
+        chi2 = scipy_stats.chi2.ppf
+        covered = [e.var_log * e.df / chi2(0.975, e.df) <= night_sd**2 <= e.var_log * e.df / chi2(0.025, e.df)
+                   for e in estimates if e.var_log > 0]  # fmt: skip
+        assert np.mean(covered) >= 0.88, (trial_sd, np.mean(covered))
+    stepped = [stats.between_nights([n + (0.1 if i < 45 else 0.0) for i, n in enumerate(nights_of(rng, 90, 3, 0.01,
+               0.017))]) for _ in range(200)]  # fmt: skip
+    assert 0.8 < np.median([e.var_log / 0.01**2 for e in stepped]) < 1.3  # one large difference among 89
+    quiet = [stats.between_nights(nights_of(rng, 12, 3, 0.0, 0.017)) for _ in range(200)]
+    zeros = [e for e in quiet if e.var_log == 0]
+    assert len(zeros) > 60 and {e.df for e in zeros} == {1.0}  # no offsets: zero, which says nothing of its size
+    assert stats.between_nights(nights_of(rng, 2, 3, 0.01, 0.017)) is None
+
+
+def test_a_noisy_estimate_of_zero_is_pooled_with_the_runner_or_the_calibration_never_dropped() -> None:
+    from stepwatch.collector.analysis import latest
+
+    zero, few = stats.Between(0.0, 1.0), stats.Between(2e-4, 2.0)
+    runner = [stats.Between(1e-4, 20.0), stats.Between(1.2e-4, 20.0)]
+    keys = ["zero", "few", "a", "b", "alone"]
+    own = [zero, few, *runner, zero]
+    runners = {"zero": "r1", "few": "r1", "a": "r1", "b": "r1", "alone": "r2"}
+    found = dict(zip(keys, latest.night_variances(keys, own, runners, prior=None)))
+    assert found["a"] is not None and found["a"].var_log == 1e-4 and found["a"].source == "its own (20 df)"
+    assert found["zero"].var_log > 0.8e-4 and found["zero"].source.startswith("pooled with its runner's 4 series")
+    assert found["few"].var_log > 1e-4 and found["few"].df > 40
+    assert found["alone"] is None  # a zero on one degree of freedom, nothing to pool with: no estimate
+    calibrated = stats.Between(0.5e-4, 9.0, "calibrate on r2")
+    alone = latest.night_variances(["alone"], [zero], {"alone": "r2"}, prior=calibrated)[0]
+    assert alone.var_log == pytest.approx(0.5e-4 * 9 / 10) and alone.source == "pooled with calibrate on r2 (10 df)"
+
+
+def test_the_overview_says_no_change_where_the_history_can_tell_and_keeps_inconclusive_for_doubt() -> None:
+    """Nights that move by 1% and trials by 1.7% (3 a night) against a 3% threshold: one night cannot tell a 3%
+    change from its own offset, a week of nights can. Series that did not move read "no change"; a 10% drop on
+    the latest night is a regression; a 6% step four nights ago, half in the week, is real doubt."""
+    from benchmarks import overview_aa
+    from stepwatch.collector.analysis import latest
+    from stepwatch.collector.metrics import METRICS
+
+    metric = METRICS["examples_per_sec"]
+
+    def verdicts(drop: float, depth: int, series: int = 200) -> dict[str, float]:
+        frame = overview_aa.points(np.random.default_rng(3), series, 60, 3, 0.01, trial_cv=0.017)
+        hit = frame["back"] <= depth
+        frame.loc[hit, "values"] = frame.loc[hit, "values"].map(lambda v: [x * drop for x in v])
+        table = latest.changes(frame, metric, {}, [], {})
+        beyond = latest.past_threshold(table, metric, [])
+        rows = [latest.row_verdict(p, b, lv if isinstance(lv, str) else None, far) for p, b, lv, far in
+                zip(table["previous_verdict"], table["baseline_verdict"], table["level_verdict"], beyond)]  # fmt: skip
+        return {v: rows.count(v) / len(rows) for v in set(rows)}
+
+    stable = verdicts(1.0, 0)
+    assert stable.get(NO_CHANGE, 0) >= 0.88 and stable.get(REGRESSION, 0) <= 0.01
+    assert verdicts(0.9, 1).get(REGRESSION, 0) >= 0.98
+    doubt = verdicts(0.94, 4)
+    assert doubt.get(INCONCLUSIVE, 0) + doubt.get(REGRESSION, 0) >= 0.95 and doubt.get(NO_CHANGE, 0) <= 0.05
+    settled = verdicts(0.94, 7)  # the whole week is the new level: the level sees it
+    assert settled.get(REGRESSION, 0) >= 0.9
 
 
 def test_a_counters_step_is_a_change_but_a_regression_only_in_a_declared_direction() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -53,10 +54,23 @@ def test_a_cpu_is_priced_only_as_the_runner_it_is() -> None:
     assert note.startswith("no price: AMD EPYC 7763 (cpu, 2 CPUs) matches no entry") and "--price-per-hour" in note
 
 
+def test_the_peaks_keep_the_ratios_of_their_tensor_cores() -> None:
+    """What holds for every NVIDIA entry whatever its figures, so that a mistyped figure shows: the same dense
+    rate for fp16 and bf16; on Ampere and Hopper TF32 at half of it; fp32 (no tensor cores) below both."""
+    for peak in catalog.load_peaks():
+        t = peak.tflops
+        if "mixed_float16" in t and "mixed_bfloat16" in t:
+            assert t["mixed_float16"] == t["mixed_bfloat16"], peak.match
+        if re.search(r"A100|H100|H200", peak.match):
+            assert t["tf32"] == pytest.approx(t["mixed_bfloat16"] / 2, rel=1e-3), peak.match
+        if "fp32" in t and "mixed_float16" in t:
+            assert t["fp32"] < t["mixed_float16"] and t["fp32"] <= t["tf32"], peak.match
+
+
 def test_peak_is_per_exact_product_and_precision_and_absent_rather_than_guessed() -> None:
     peaks = catalog.load_peaks()
     total, source = catalog.peak_tflops(peaks, "NVIDIA A100-SXM4-80GB", "tf32", 2)
-    assert total == 312.0 and "A100" in source
+    assert total == 2 * 156.0 and "A100" in source  # the datasheet's dense TF32 (312 with sparsity), two devices
     # the three H100 parts: SXM, PCIe and NVL differ
     fp32 = {name: catalog.peak_tflops(peaks, name, "fp32", 1)[0] for name in
             ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100 NVL")}  # fmt: skip
@@ -98,7 +112,9 @@ def test_make_row_computes_mfu_from_flops_throughput_and_peak() -> None:
     row = make_row(config, 0, child, 60.0, 0, datetime.now(UTC), "s", "id", RunOptions())
     assert row["achieved_tflops"] == pytest.approx(49.0)
     assert row["mfu"] == pytest.approx(49.0 / 312.0)
-    assert row["cost_usd"] == pytest.approx(4.0966 / 60)  # p4d.24xlarge / 8 and row["price_covers"] == "instance share"
+    p4d = catalog.find_price(catalog.load_prices(), "gpu", "NVIDIA A100-SXM4-40GB")
+    assert row["price_covers"] == "instance share" and row["price_key"] == p4d.key
+    assert row["cost_usd"] == pytest.approx(p4d.usd_per_hour / 60)  # one device of the instance for a minute
     assert row["xla_requested"] is False and row["global_batch"] == 8
     unknown = make_row(config, 0, {**child, "accelerator": "NVIDIA L40S"}, 60.0, 0, datetime.now(UTC), "s", "id",
                        RunOptions())  # fmt: skip

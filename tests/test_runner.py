@@ -26,6 +26,7 @@ from stepwatch.collector.config import (
 from stepwatch.collector.runner import execution, max_batch
 from stepwatch.collector.runner.results import read_rows
 from stepwatch.collector.schema import COLUMNS, SCHEMA
+from stepwatch.collector.trial import machine
 from tests.conftest import REPO, stepwatch, write_suite
 
 BAD = "tests/data/scripts/bad.py"
@@ -123,12 +124,20 @@ threads = "auto"
     )
     extras = json.loads(ok_bf16["extras"])
     assert extras["usable_cores"] == usable_cores()
-    # How busy the host was while it measured: this process kept at least part of a core busy; the machine's
-    # state was read (steal and other processes' load are >= 0, the flags set either way).
-    assert 0.2 < extras["process_cpu_per_s"] <= usable_cores() + 0.5 and ok_bf16["host_steal_cpu"] >= 0
-    assert (
-        ok_bf16["host_other_cpu"] >= 0 and ok_bf16["throttled"] in (True, False) and ok_bf16["shared"] in (True, False)
-    )
+    # How busy the host was while it measured: this process kept at least part of a core busy. The machine's load
+    # was read from /proc/stat (Linux), so "shared" was decided, and as its limits say; "throttled" was decided
+    # wherever a quota was read.
+    assert 0.2 < extras["process_cpu_per_s"] <= usable_cores() + 0.5
+    other, steal = ok_bf16["host_other_cpu"], ok_bf16["host_steal_cpu"]
+    assert other is not None and steal is not None and isinstance(ok_bf16["shared"], bool)
+    limit = max(machine.SHARED_OTHER_CORES, machine.SHARED_OTHER_SHARE * (os.cpu_count() or 1))
+    rounding = 0.001  # the row keeps three decimals
+    assert ok_bf16["shared"] == ("shared: " in (ok_bf16["machine_note"] or ""))
+    if not ok_bf16["shared"]:
+        assert other < limit + rounding and steal < machine.SHARED_STEAL_CORES + rounding
+    else:
+        assert other >= limit - rounding or steal >= machine.SHARED_STEAL_CORES - rounding
+    assert ok_bf16["cpu_throttled_s"] is None or isinstance(ok_bf16["throttled"], bool)
     assert ok_bf16["compute_dtype"] == "bfloat16" and ok_bf16["xla_effective"] is False
 
     schema = pq.read_schema(sorted(out.glob("*.parquet"))[0])

@@ -6,6 +6,8 @@ acknowledged or fixed alert accepted), each through the same statistics and verd
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 from collections.abc import Mapping
 from datetime import datetime
@@ -15,21 +17,35 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from stepwatch.collector.analysis import stats
+from stepwatch.collector.analysis import calibration, stats
 from stepwatch.collector.analysis.changepoints import trial_side
 from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for, worse
 from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS, Metric, get_metric
-from stepwatch.collector.outcomes import FAILED, INCONCLUSIVE, MISSING, REGRESSION, VERDICT_ORDER
+from stepwatch.collector.outcomes import (
+    CHANGED,
+    FAILED,
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    MISSING,
+    NO_CHANGE,
+    REGRESSION,
+    VERDICT_ORDER,
+)
 from stepwatch.collector.store import queries, records
 from stepwatch.collector.store.selection import Selection
 
 BASELINE_NIGHTS = 7  # a baseline pools the trials of up to this many nights before the latest
 SPARK_NIGHTS = 30  # nights a sparkline shows
-AGAINST = ("previous", "baseline")
+VARIANCE_NIGHTS = 90  # a series' night-to-night variance reads up to this many nights since its last change
+LEVEL_NIGHTS = 7  # the level: the last this many nights, the latest included...
+LEVEL_BASE_NIGHTS = 28  # ...against up to this many nights before them, since the last change
+MIN_LEVEL_NIGHTS = 3  # nights each side of the level needs
+ENOUGH_DF = 10  # a series' own night-to-night estimate stands alone from this many degrees of freedom
+AGAINST = ("previous", "baseline", "level")
 EMPTY = stats.Side(0, math.nan, math.nan)
 COLUMNS = [
-    "series_key", "value", "n", "nights", "spark", "baseline_value", "baseline_nights",
-    *(f"{against}_{part}" for against in AGAINST for part in ("ratio", "ci_low", "ci_high", "verdict")),
+    "series_key", "value", "n", "nights", "spark", "baseline_value", "baseline_nights", "night_variance",
+    *(f"{against}_{part}" for against in AGAINST for part in ("ratio", "ci_low", "ci_high", "verdict", "seen")),
 ]  # fmt: skip
 
 
@@ -41,22 +57,34 @@ def changes(
     starts: Mapping[str, datetime],
     baseline_nights: int = BASELINE_NIGHTS,
     night_to_night: bool = True,
+    prior: stats.Between | None = None,
 ) -> pd.DataFrame:
     """One row per series of ``points`` (``queries.recent_points``, newest night first): the latest night's
-    median, its trials, a sparkline of the nights' medians (oldest first), and against the previous night and
-    against the baseline each a ratio, its 95% interval and the verdict. The baseline's trials are pooled as
-    a change point's segment is (``changepoints.trial_side``: trials of one night that move together count
-    for less). ``series`` gives each series' fields (for its threshold); ``starts`` where an accepted change
-    started a series' new baseline.
+    median, its trials, a sparkline of the nights' medians (oldest first), and three comparisons, each a ratio,
+    its 95% interval, the verdict and what it could see (``_seen``: the interval's half-width, as a change):
 
-    A night against the night before is two nights' offsets apart, which the trials of either night cannot show:
-    its interval also covers twice the variance of a night's offset, estimated from consecutive nights since the
-    baseline began (``stats.between_nights``, up to SPARK_NIGHTS of them); against the baseline (whose pooled
-    nights carry their own offsets in its spread), the latest night's one offset. With fewer than three earlier
-    nights of two trials there is no estimate, and both verdicts are inconclusive. ``night_to_night`` False: the
-    former plain tests of the trials, which ``benchmarks/overview_aa.py`` measures against this."""
+    - ``previous``: the latest night against the night before it;
+    - ``baseline``: the latest night against the trials of up to ``baseline_nights`` nights before it, pooled as
+      a change point's segment is (``changepoints.trial_side``: trials of one night that move together count
+      for less);
+    - ``level``: the last ``LEVEL_NIGHTS`` nights against up to ``LEVEL_BASE_NIGHTS`` nights before them, night
+      means against night means (a Welch test on them, whose spread carries each night's offset): where one
+      night cannot tell a change of the threshold from a night's own offset, a week of them can.
+
+    Every comparison reads the nights since the series' baseline began (``starts``: where an accepted change
+    started it; for a counter, its own last change). ``series`` gives each series' fields (its threshold, and its
+    ``runner``).
+
+    A night is two nights' offsets from the one before it and one from a pooled baseline, which the trials of one
+    night cannot show: those intervals also cover the variance of a night's offset (``night_variance`` says where
+    it came from). It is the series' own, estimated from up to ``VARIANCE_NIGHTS`` nights since its last change
+    (``stats.between_nights``); where that rests on fewer than ``ENOUGH_DF`` degrees of freedom or came out at
+    or below zero, it is pooled with the estimate of every series of its runner (or, where its runner has none,
+    ``prior``: the runner's calibration), so that a noisy estimate of zero cannot switch the widening off. With
+    neither, the latest night's verdicts are inconclusive. ``night_to_night`` False: the former plain tests of the
+    trials, which ``benchmarks/overview_aa.py`` measures against this."""
     rows, pairs = [], {against: [] for against in AGAINST}
-    nightly: list[stats.Between | None] = []  # per series, the variance of a night's offset (its baseline's)
+    own: list[stats.Between | None] = []  # per series, its own estimate of a night's offset variance
     spans: dict[str, list[tuple[stats.Span, stats.Span]]] = {against: [] for against in AGAINST}  # counters
     ordered = points.sort_values(["series_key", "back"])
     by_series: dict[str, list[tuple]] = {}
@@ -64,20 +92,25 @@ def changes(
         by_series.setdefault(record[0], []).append(record[1:])
     for key, nights in by_series.items():
         when, medians, values = zip(*nights)
-        logs = [np.log(np.asarray(v if v is not None else [], dtype=float)) for v in values]
+        sizes = [len(v) if v is not None else 0 for v in values]  # one log over every night's values at once
+        flat = np.fromiter(itertools.chain.from_iterable(v for v in values if v is not None), float, sum(sizes))
+        logs = np.split(np.log(flat), np.cumsum(sizes)[:-1])
         start = pd.Timestamp(starts[key]) if key in starts else None
-        before = [i for i in range(1, len(logs)) if start is None or when[i] >= start]
+        since = [i for i in range(len(logs)) if start is None or when[i] >= start]  # the latest is always in it
+        before = [i for i in since if i > 0]
         base = [i for i in before[:baseline_nights] if len(logs[i])]
         if metric.deterministic:  # a counter's baseline starts after its last change: the nights that hold its value
             base = since_last_change(base, values)
         newest = stats.Side.of_logs(logs[0])
         pairs["previous"].append((stats.Side.of_logs(logs[before[0]]) if before else EMPTY, newest))
         pairs["baseline"].append((trial_side([logs[i] for i in base]) if base else EMPTY, newest))
-        nightly.append(stats.between_nights([logs[i] for i in before]))  # every night since the baseline began
+        pairs["level"].append(level_sides([logs[i] for i in since]))
+        own.append(stats.between_nights([logs[i] for i in before[:VARIANCE_NIGHTS]]))
         if metric.deterministic:  # a counter's values as they are, for the exact comparison
             raw = [list(v) if v is not None else [] for v in values]
             spans["previous"].append((stats.Span.of(raw[before[0]] if before else []), stats.Span.of(raw[0])))
             spans["baseline"].append((stats.Span.of([x for i in base for x in raw[i]]), stats.Span.of(raw[0])))
+            spans["level"].append((stats.Span.of([]), stats.Span.of([])))  # a counter has no level: it is exact
         rows.append(
             {
                 "series_key": key,
@@ -89,12 +122,18 @@ def changes(
                 "baseline_nights": len(base),
             }
         )
+    keys = [row["series_key"] for row in rows]
+    nightly = night_variances(keys, own, {k: series.get(k, {}).get("runner") for k in keys}, prior)
     thresholds = [threshold_for(metric, series.get(row["series_key"], {}), overrides) for row in rows]
     directions = [direction_for(metric, series.get(row["series_key"], {}), overrides) for row in rows]
+    for row, estimate in zip(rows, nightly):
+        row["night_variance"] = estimate.source if estimate is not None else "unknown: too few nights"
     for against in AGAINST:
         if metric.deterministic:  # a counter exactly, as compare does: "changed" unless a direction is declared
             exact = [stats.exact(*pair, t, d) for pair, t, d in zip(spans[against], thresholds, directions)]
             judged = [(stats.Ratio(v.ratio, v.ci_low, v.ci_high, math.nan), math.nan, v.verdict) for v in exact]
+        elif against == "level":  # night means against night means: their spread carries the nights' offsets
+            judged = stats.judge(pairs[against], thresholds, directions)
         elif night_to_night:  # the previous night: two nights' offsets; the baseline's pooled nights: the latest's
             offsets = nightly if against == "previous" else [one_night(e) for e in nightly]
             judged = stats.judge(pairs[against], thresholds, directions, offsets)
@@ -103,10 +142,58 @@ def changes(
         else:
             judged = stats.judge(pairs[against], thresholds, directions)
         for row, (_, newest), (ratio, _, verdict) in zip(rows, pairs[against], judged):
+            failed = newest.n == 0 and against != "level"
             row.update({f"{against}_ratio": ratio.ratio, f"{against}_ci_low": ratio.ci_low,
-                        f"{against}_ci_high": ratio.ci_high,
-                        f"{against}_verdict": FAILED if newest.n == 0 else verdict})  # fmt: skip
+                        f"{against}_ci_high": ratio.ci_high, f"{against}_seen": seen(ratio),
+                        f"{against}_verdict": FAILED if failed else verdict})  # fmt: skip
+        if against == "level":
+            for row, (old, recent) in zip(rows, pairs[against]):
+                if old.n < MIN_LEVEL_NIGHTS or recent.n < MIN_LEVEL_NIGHTS or metric.deterministic:
+                    row["level_verdict"] = None  # too few nights since the last change for a level
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def level_sides(nights: list[np.ndarray]) -> tuple[stats.Side, stats.Side]:
+    """The level's two sides from a series' nights since its last change (log values, newest first): the means of
+    the nights before the last ``LEVEL_NIGHTS`` (up to ``LEVEL_BASE_NIGHTS``) and of those nights."""
+    means = stats.night_moments(nights[: LEVEL_NIGHTS + LEVEL_BASE_NIGHTS])[1]
+    return stats.Side.of_logs(means[LEVEL_NIGHTS:]), stats.Side.of_logs(means[:LEVEL_NIGHTS])
+
+
+def seen(ratio: stats.Ratio) -> float:
+    """What a comparison could see: half its interval's width, as a relative change (0.02: a change of 2% either
+    way is what it can tell from none)."""
+    if not (ratio.ci_low > 0 and ratio.ci_high > 0):
+        return math.nan
+    return math.expm1((math.log(ratio.ci_high) - math.log(ratio.ci_low)) / 2)
+
+
+def night_variances(
+    keys: list[str], own: list[stats.Between | None], runners: Mapping[str, Any], prior: stats.Between | None
+) -> list[stats.Between | None]:
+    """Per series, the variance of a night's offset its latest night is judged with: its own estimate where it
+    rests on ``ENOUGH_DF`` degrees of freedom and is above zero, else pooled (weighted by degrees of freedom) with
+    the estimates of every series of its runner, or with ``prior`` where its runner has none to give."""
+    by_runner: dict[Any, list[stats.Between]] = {}
+    for key, estimate in zip(keys, own):
+        if estimate is not None:
+            by_runner.setdefault(runners.get(key), []).append(estimate)
+    pooled = {runner: stats.pool_between(found) for runner, found in by_runner.items()}
+    out = []
+    for key, estimate in zip(keys, own):
+        if estimate is not None and estimate.df >= ENOUGH_DF and estimate.var_log > 0:
+            out.append(dataclasses.replace(estimate, source=f"its own ({estimate.df:.0f} df)"))
+            continue
+        runner = pooled.get(runners.get(key))
+        others = len(by_runner.get(runners.get(key), []))
+        floor = runner if runner is not None and runner.df > (estimate.df if estimate else 0) else prior
+        if floor is None:
+            out.append(estimate if estimate is not None and estimate.var_log > 0 else None)
+            continue
+        what = f"its runner's {others} series" if floor is runner else (floor.source or "the runner's calibration")
+        both = stats.pool_between([estimate, floor])
+        out.append(dataclasses.replace(both, source=f"pooled with {what} ({both.df:.0f} df)"))
+    return out
 
 
 def since_last_change(nights: list[int], values: tuple[Any, ...]) -> list[int]:
@@ -137,8 +224,32 @@ def one_night(between: stats.Between | None) -> stats.Between | None:
 
 
 def worst(*verdicts: str) -> str:
-    """The verdict a row is sorted and filtered by: the worst of its comparisons."""
+    """The worst of several verdicts (``VERDICT_ORDER``)."""
     return min(verdicts, key=VERDICT_ORDER.index)
+
+
+def row_verdict(previous: str, baseline: str, level: str | None, beyond: bool = False) -> str:
+    """The verdict a row is sorted and filtered by: a change the latest night shows on its own (against the night
+    before it or the baseline), a failed or first night, as those say; else what the level of the last nights
+    tells, unless the latest night's own estimate is past the threshold (``beyond``) where it cannot tell, which
+    the level would average away: inconclusive. Where there is no level (too few nights since the baseline
+    began), the worse of the latest night's."""
+    latest = (previous, baseline)
+    if set(latest) & {REGRESSION, IMPROVEMENT, CHANGED, FAILED} or baseline == MISSING or not level:
+        return worst(*latest)
+    if beyond and level == NO_CHANGE:
+        return INCONCLUSIVE
+    return level
+
+
+def past_threshold(table: pd.DataFrame, metric: Metric, overrides: list[Override]) -> list[bool]:
+    """Per row of a ``changes`` table with its series' fields, whether its latest night's estimate against the
+    baseline is a change past the series' threshold, whatever its interval."""
+    return [
+        bool(abs(math.log(ratio)) >= math.log1p(threshold_for(metric, row, overrides)))
+        if ratio == ratio and ratio > 0 else False
+        for ratio, row in zip(table["baseline_ratio"], table.to_dict("records"))
+    ]  # fmt: skip
 
 
 def overview(
@@ -150,9 +261,14 @@ def overview(
     metric = get_metric(metric_name)
     runs = queries.latest_per_series(con, selection)
     keys = list(runs["series_key"])
-    points = queries.recent_points(con, keys, metric.name, SPARK_NIGHTS)
+    points = queries.recent_points(con, keys, metric.name, VARIANCE_NIGHTS)
     fields = {row["series_key"]: row for row in runs.to_dict("records")}
-    found = changes(points, metric, fields, overrides, records.baselines(con, metric.name))
+    try:
+        calibrated = calibration.find(None)  # this runner's calibration: the floor where its series have none
+    except calibration.CalibrationError:
+        calibrated = None
+    prior = calibrated.between().get(metric.name) if calibrated else None
+    found = changes(points, metric, fields, overrides, records.baselines(con, metric.name), prior=prior)
     table = runs.merge(found, on="series_key", how="left")
     open_alerts = records.list_alerts(con, records.OPEN)
     worse_ones = worse_alerts(open_alerts, overrides)
@@ -162,10 +278,11 @@ def overview(
     # Ok trials with no value of the metric did not fail: it was not measured (a counter its backend does not read)
     unmeasured = table["ok"].gt(0) & table["n"].fillna(0).eq(0)
     for against in AGAINST:
-        table.loc[unmeasured, f"{against}_verdict"] = MISSING
+        table.loc[unmeasured, f"{against}_verdict"] = MISSING if against != "level" else None
+    beyond = past_threshold(table, metric, overrides)
     table["verdict"] = [
-        worst(p, b) if isinstance(p, str) else MISSING
-        for p, b in zip(table["previous_verdict"], table["baseline_verdict"])
+        row_verdict(p, b, v if isinstance(v, str) else None, far) if isinstance(p, str) else MISSING
+        for p, b, v, far in zip(table["previous_verdict"], table["baseline_verdict"], table["level_verdict"], beyond)
     ]
     # Noise is the series' throughput's (trials on one of two speeds is a property of its processes); another
     # metric's trials would show its own steps as clusters.

@@ -131,19 +131,42 @@ def is_worse(ratio: float, higher_is_better: bool | None) -> bool:
 NORMAL_MAD = 0.6745  # the median of |x| for a standard normal x
 
 
+def night_moments(nights: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per night with values: how many, their mean and their sample variance (NaN for one), in one pass over all
+    of them (a few values a night: numpy's per-array calls cost more than the arithmetic)."""
+    kept = [np.asarray(n, dtype=float) for n in nights if len(n)]
+    if not kept:
+        empty = np.zeros(0)
+        return empty, empty, empty
+    counts = np.array([len(n) for n in kept], dtype=float)
+    flat = np.concatenate(kept)
+    starts = np.concatenate(([0], np.cumsum(counts[:-1]).astype(int)))
+    means = np.add.reduceat(flat, starts) / counts
+    squares = np.add.reduceat((flat - np.repeat(means, counts.astype(int))) ** 2, starts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        variances = np.where(counts > 1, squares / (counts - 1), np.nan)
+    return counts, means, variances
+
+
 def between_nights(nights: Sequence[np.ndarray]) -> Between | None:
     """The variance of a night's offset from consecutive nights' trials (log values, in night order): from the
     median of the differences between one night's mean and the next (a robust estimate, so that a step in the
-    history counts as one large difference, not as spread), less the trials' own part; its degrees of freedom
-    those of a median of the differences (about a third of theirs). None with fewer than three nights of 2+
-    trials."""
-    groups = [np.asarray(g, dtype=float) for g in nights if len(g) >= 2]
-    if len(groups) < 3:
+    history counts as one large difference, not as spread), less the trials' own part. Its degrees of freedom are
+    those of a difference of two estimates (Satterthwaite): the spread's, about a third of the differences' (a
+    median's), shrunk by how much of it the trials' part is; where the trials' part is most of the spread, few.
+    An estimate at or below zero is zero on one degree of freedom: it says nothing of the offset's size. None
+    with fewer than three nights of 2+ trials."""
+    counts, means, variances = night_moments([g for g in nights if len(g) >= 2])
+    if len(counts) < 3:
         return None
-    means = np.array([g.mean() for g in groups])
-    within = float(np.mean([g.var(ddof=1) / len(g) for g in groups]))
-    spread = float(np.median(np.abs(np.diff(means)))) / (NORMAL_MAD * math.sqrt(2))
-    return Between(max(0.0, spread**2 - within), max(1.0, (len(groups) - 2) / 3), "nights' offsets")
+    within = float(np.mean(variances / counts))
+    spread = (float(np.median(np.abs(np.diff(means)))) / (NORMAL_MAD * math.sqrt(2))) ** 2
+    offset = spread - within
+    if offset <= 0:
+        return Between(0.0, 1.0, "nights' offsets")
+    df_spread, df_within = (len(counts) - 2) / 3, float((counts - 1).sum())
+    df = offset**2 / (spread**2 / max(df_spread, 1.0) + within**2 / df_within)
+    return Between(offset, max(1.0, df), "nights' offsets")
 
 
 def between_pair(a: Side, b: Side) -> Between | None:

@@ -45,8 +45,9 @@ def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> pd.Da
 
 
 def latest_per_series(con: duckdb.DuckDBPyConnection, selection: Selection = ALL) -> pd.DataFrame:
-    """Per series, its most recent suite run: trials passing n/N, median throughput, the versions it ran, and how
-    many of its ok trials ran on a flagged machine or did not read it (``flagged``, ``unread``)."""
+    """Per series, its most recent suite run: trials passing n/N, median throughput, the versions it ran, how
+    many of its ok trials ran on a flagged machine or did not read it (``flagged``, ``unread``), and the runner it
+    ran on (its label, else its host)."""
     where, params = selection.where()
     return _frame(
         con,
@@ -57,7 +58,8 @@ def latest_per_series(con: duckdb.DuckDBPyConnection, selection: Selection = ALL
                median(examples_per_sec) FILTER (WHERE status = 'ok') AS examples_per_sec,
                median(units_per_sec) FILTER (WHERE status = 'ok') AS units_per_sec, any_value(unit) AS unit,
                {", ".join(f'any_value("{v}") AS "{v}"' for v in VERSION_COLUMNS)}, any_value(label) AS label,
-               string_agg(DISTINCT status, ', ') FILTER (WHERE status <> 'ok') AS failures, {_machine_counts(con, "")}
+               string_agg(DISTINCT status, ', ') FILTER (WHERE status <> 'ok') AS failures, {_machine_counts(con, "")},
+               any_value(coalesce(runner_label, host)) AS runner
         FROM latest_runs WHERE {where}
         GROUP BY series_key ORDER BY {SERIES_ORDER}
         """,

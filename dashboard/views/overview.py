@@ -80,6 +80,8 @@ shown = table.assign(
     spark=[labels.spark_text(v) for v in table["spark"]],
     vs_previous=[labels.change_text(r, "previous") for r in records],
     vs_baseline=[labels.change_text(r, "baseline") for r in records],
+    vs_level=[labels.change_text(r, "level") for r in records],
+    sees=[labels.seen_text(r) for r in records],
     passing=table["ok"].astype(str) + "/" + table["trials"].astype(str),
     machine=[labels.machine_text(r["flagged"], r["unread"]) for r in records],
 )
@@ -89,16 +91,19 @@ if regressed_only:
 st.subheader(f"Latest suite run per series: {metric.label.lower()}")
 st.caption(
     f"Each change is the latest run's trials against the run before it and against the baseline (the trials of "
-    f"up to {latest.BASELINE_NIGHTS} nights before it, none from before an acknowledged change), as a ratio of "
-    "geometric means with its 95% interval; the colour is the verdict against the metric's threshold "
-    f"({metric.threshold:.0%}), after Benjamini-Hochberg across the series."
+    f"up to {latest.BASELINE_NIGHTS} nights before it, none from before an acknowledged change), and the level of "
+    f"the last {latest.LEVEL_NIGHTS} nights against the nights before them, as a ratio of geometric means with its "
+    f"95% interval; the colour is the verdict against the metric's threshold ({metric.threshold:.0%}), after "
+    'Benjamini-Hochberg across the series. One night moves by its own offset, so it can rarely say "no change" '
+    "to a few percent; a week of nights can. The status is a change the latest night shows on its own, else the "
+    'level\'s verdict, and "could see" says the change each could tell from none.'
 )
-columns = ["verdict", "series", "spark", "latest", "vs_previous", "vs_baseline", "passing", "machine", "noise",
-           "alerts", "changed_alerts", "failures", "tf_version", "keras_version", "label", "started_at",
-           "series_key"]  # fmt: skip
-cells, palettes = labels.verdict_chips(
-    shown[columns], {"verdict": "verdict", "vs_previous": "previous_verdict", "vs_baseline": "baseline_verdict"}, shown
-)
+columns = ["verdict", "series", "spark", "latest", "vs_previous", "vs_baseline", "vs_level", "sees", "passing",
+           "machine", "noise", "alerts", "changed_alerts", "failures", "night_variance", "tf_version", "keras_version",
+           "label", "started_at", "series_key"]  # fmt: skip
+chipped = {"verdict": "verdict", "vs_previous": "previous_verdict", "vs_baseline": "baseline_verdict",
+           "vs_level": "level_verdict"}  # fmt: skip
+cells, palettes = labels.verdict_chips(shown[columns], chipped, shown)
 
 
 RATIO = "ratio and its 95% interval"
@@ -119,6 +124,17 @@ st.dataframe(
         "latest": st.column_config.TextColumn(f"latest ({unit})" if unit else "latest"),
         "vs_previous": chips("vs previous run", "vs_previous", RATIO),
         "vs_baseline": chips(f"vs baseline (≤{latest.BASELINE_NIGHTS} nights)", "vs_baseline", RATIO),
+        "vs_level": chips(
+            f"last {latest.LEVEL_NIGHTS} nights", "vs_level",
+            f"the last {latest.LEVEL_NIGHTS} nights' level against up to {latest.LEVEL_BASE_NIGHTS} nights before "
+            "them: night means against night means (empty: too few nights since the baseline began)",
+        ),
+        "sees": st.column_config.TextColumn(
+            "could see", help="the change each comparison can tell from none: half its 95% interval"
+        ),
+        "night_variance": st.column_config.TextColumn(
+            "night-to-night", help="where the variance of a night's offset in the latest night's intervals came from"
+        ),
         "series": st.column_config.TextColumn("series", width="large"),
         "spark": st.column_config.TextColumn(
             f"last {latest.SPARK_NIGHTS} nights", help="each night's median, from its lowest to its highest"

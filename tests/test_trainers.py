@@ -26,7 +26,7 @@ def conv_dense_macs(model: keras.Model) -> float:
 
 # ResNet-50's loss falling under fit is also checked by test_runtime_tensorflow: opt-in here (--run-large).
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.large) if n == "resnet50" else n for n in sorted(MODELS)]
+    "name", [pytest.param(n, marks=pytest.mark.large) if n.startswith("resnet50") else n for n in sorted(MODELS)]
 )
 def test_tiny_preset_trains_and_loss_falls(name: str) -> None:
     spec = MODELS[name]
@@ -56,9 +56,36 @@ def test_resnet50_flops_formula_counts_the_keras_application_layers() -> None:
     assert resnet50.forward_macs(size) == pytest.approx(conv_dense_macs(model), rel=1e-9)
 
 
+# torchvision's resnet50 (the v1.5 network), as its model card gives it: parameters, and GFLOPS (multiply-adds).
+TORCHVISION_RESNET50 = {"params": 25_557_032, "forward_gmacs": 4.09}
+
+
+def test_resnet50_v15_is_torchvisions_network_in_keras_and_in_plain_pytorch() -> None:
+    torch = pytest.importorskip("torch")  # noqa: F841 - the plain PyTorch build needs it
+    from stepwatch.trainers import get_model, torch_resnet50
+
+    spec = get_model("resnet50_v1.5")
+    size = spec.preset("224")
+    module = torch_resnet50.build(size)
+    assert sum(p.numel() for p in module.parameters()) == TORCHVISION_RESNET50["params"]
+    convs = [m for m in module.modules() if type(m).__name__ == "Conv2d"]
+    assert all(c.bias is None for c in convs)  # BatchNorm follows every convolution
+    strided_3x3 = [c for c in convs if c.kernel_size == (3, 3) and c.stride == (2, 2)]
+    strided_1x1 = [c for c in convs if c.kernel_size == (1, 1) and c.stride == (2, 2)]
+    assert len(strided_3x3) == 3 and len(strided_1x1) == 3  # the three downsampling blocks: 3x3 and shortcut
+    model = spec.build(size)
+    assert sum(int(np.prod(w.shape)) for w in model.trainable_weights) == TORCHVISION_RESNET50["params"]
+    assert resnet50.forward_macs(size) == pytest.approx(conv_dense_macs(model), rel=1e-9)
+    assert resnet50.forward_macs(size) / 1e9 == pytest.approx(TORCHVISION_RESNET50["forward_gmacs"], abs=0.005)
+    # v1 (keras.applications) puts the stride on the cheaper 1x1: fewer FLOPs, for MFU each its own.
+    assert spec.flops_per_example(size) / resnet50.flops_per_example(resnet50.PRESETS["224"]) == pytest.approx(
+        4.089 / 3.858, rel=1e-3
+    )
+
+
 def test_tiny_resnet_is_the_same_bottleneck_code_as_keras_resnet50() -> None:
     full = resnet50.ResNetSize(image_size=224, num_classes=1000)
-    ours = resnet50.build_bottleneck_v1(full)
+    ours = resnet50.build_bottleneck(full)
     reference = keras.applications.ResNet50(weights=None)
     assert ours.count_params() == reference.count_params()
     tiny = resnet50.PRESETS["tiny"]

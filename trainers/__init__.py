@@ -8,7 +8,9 @@ from stepwatch.trainers import bert, bilstm, resnet50, transformer, user
 from stepwatch.trainers.spec import ModelSpec
 from stepwatch.trainers.workload import Kind, kind_of
 
-MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in (resnet50.SPEC, bert.SPEC, transformer.SPEC, bilstm.SPEC)}
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec for spec in (resnet50.SPEC, resnet50.SPEC_V15, bert.SPEC, transformer.SPEC, bilstm.SPEC)
+}
 
 
 class UnknownModelError(KeyError):

@@ -1,18 +1,21 @@
-"""ResNet-50 image classifier: keras.applications.ResNet50 (v1: stride on the first 1x1), random weights, NHWC."""
+"""ResNet-50 image classifier, random weights, NHWC: ``resnet50`` is keras.applications.ResNet50 (v1: stride on the
+first 1x1, a bias on every convolution), ``resnet50_v1.5`` the network published tables ran (torchvision's,
+NVIDIA's, MLPerf's: stride on the 3x3, no convolution bias); ``resnet_sizes`` says how they differ."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
 from stepwatch.trainers import torch_resnet50
-from stepwatch.trainers.resnet_sizes import EXPANSION, PRESETS, ResNetSize
+from stepwatch.trainers.resnet_sizes import EXPANSION, PRESETS, PRESETS_V15, ResNetSize
 from stepwatch.trainers.spec import Batch, ModelSpec, TorchParts, training_flops
 
 
 def build(size: ResNetSize) -> Any:
-    """keras.applications.ResNet50 for the published depth and width, else the same v1 blocks scaled."""
+    """keras.applications.ResNet50 for the published depth and width of v1, else the same blocks (v1 or v1.5)."""
     import keras
 
     if size.is_resnet50:
@@ -22,35 +25,40 @@ def build(size: ResNetSize) -> Any:
             classes=size.num_classes,
             classifier_activation=None,
         )
-    return build_bottleneck_v1(size)
+    return build_bottleneck(size)
 
 
-def build_bottleneck_v1(size: ResNetSize) -> Any:
-    """The layer sequence of keras.applications' ResNet v1 (conv+BN+ReLU, stride on the first 1x1)."""
+def build_bottleneck(size: ResNetSize) -> Any:
+    """The layer sequence of keras.applications' ResNet (conv+BN+ReLU), v1 (stride on the first 1x1, convolution
+    bias) or v1.5 (stride on the 3x3, no convolution bias), as ``size.variant`` says. A 3x3 with a stride pads as
+    torchvision's does (one pixel each side), where "same" would pad only after."""
     import keras
     from keras import layers
 
     def conv_bn(x: Any, filters: int, kernel: int, stride: int = 1, relu: bool = True) -> Any:
-        padding = "same" if kernel == 3 else "valid"
-        x = layers.Conv2D(filters, kernel, strides=stride, padding=padding)(x)
-        x = layers.BatchNormalization(epsilon=1.001e-5)(x)
+        if kernel == 3 and stride > 1:
+            x = layers.ZeroPadding2D(1)(x)
+        padding = "same" if kernel == 3 and stride == 1 else "valid"
+        x = layers.Conv2D(filters, kernel, strides=stride, padding=padding, use_bias=size.conv_bias)(x)
+        x = layers.BatchNormalization(epsilon=size.bn_epsilon)(x)
         return layers.Activation("relu")(x) if relu else x
 
     inputs = keras.Input((size.image_size, size.image_size, 3))
     x = layers.ZeroPadding2D(3)(inputs)
-    x = layers.Conv2D(size.width, 7, strides=2)(x)
-    x = layers.Activation("relu")(layers.BatchNormalization(epsilon=1.001e-5)(x))
+    x = layers.Conv2D(size.width, 7, strides=2, use_bias=size.conv_bias)(x)
+    x = layers.Activation("relu")(layers.BatchNormalization(epsilon=size.bn_epsilon)(x))
     x = layers.MaxPooling2D(3, strides=2)(layers.ZeroPadding2D(1)(x))
     for blocks, filters, stride in size.stages():
         for block in range(blocks):
             s = stride if block == 0 else 1
             shortcut = conv_bn(x, EXPANSION * filters, 1, s, relu=False) if block == 0 else x
-            y = conv_bn(x, filters, 1, s)
-            y = conv_bn(y, filters, 3)
+            y = conv_bn(x, filters, 1, 1 if size.stride_on_3x3 else s)
+            y = conv_bn(y, filters, 3, s if size.stride_on_3x3 else 1)
             y = conv_bn(y, EXPANSION * filters, 1, relu=False)
             x = layers.Activation("relu")(layers.Add()([shortcut, y]))
     x = layers.GlobalAveragePooling2D()(x)
-    return keras.Model(inputs, layers.Dense(size.num_classes)(x), name="resnet_bottleneck_v1")
+    name = "resnet_bottleneck_v1" if size.variant == "v1" else "resnet50_v1_5"
+    return keras.Model(inputs, layers.Dense(size.num_classes)(x), name=name)
 
 
 def synthetic_batch(size: ResNetSize, batch: int, seed: int) -> Batch:
@@ -77,7 +85,8 @@ def forward_macs(size: ResNetSize) -> float:
             out_h = _conv_out(h, 1, s, 0)
             if block == 0:  # projection shortcut
                 macs += out_h * out_h * channels * filters * EXPANSION
-            macs += out_h * out_h * channels * filters  # 1x1 (carries the stride in Keras' v1)
+            reduce_h = h if size.stride_on_3x3 else out_h  # the 1x1 carries the stride in v1, the 3x3 in v1.5
+            macs += reduce_h * reduce_h * channels * filters  # 1x1
             macs += out_h * out_h * 9 * filters * filters  # 3x3
             macs += out_h * out_h * filters * filters * EXPANSION  # 1x1 expand
             channels, h = filters * EXPANSION, out_h
@@ -86,7 +95,7 @@ def forward_macs(size: ResNetSize) -> float:
 
 
 def flops_per_example(size: ResNetSize) -> float:
-    """Training FLOPs per image (~24.5 GFLOP at 224px)."""
+    """Training FLOPs per image (~23.2 GFLOP at 224px for v1, ~24.6 for v1.5)."""
     return training_flops(forward_macs(size))
 
 
@@ -109,4 +118,11 @@ SPEC = ModelSpec(
     default_learning_rate=0.01,
     description="ResNet-50 image classification (keras.applications, random weights)",
     torch=TorchParts(build=torch_resnet50.build, optimizer=torch_resnet50.optimizer),
+)
+SPEC_V15 = dataclasses.replace(
+    SPEC,
+    name="resnet50_v1.5",
+    presets=PRESETS_V15,
+    description="ResNet-50 v1.5 image classification, the network published tables ran (torchvision's resnet50: "
+    "stride on the 3x3, no convolution bias; random weights)",
 )

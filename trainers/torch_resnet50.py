@@ -1,7 +1,8 @@
-"""ResNet-50 in plain PyTorch, as a PyTorch user trains it: the same v1 bottleneck blocks, sizes and synthetic
-batches as ``trainers.resnet50`` (stride on the first 1x1, BatchNorm epsilon 1.001e-5, NHWC images taken as a
-channels-last view), so that the plain loop and Keras-on-torch train the same network and their ratio is the
-Keras overhead. torch is imported inside the builder only."""
+"""ResNet-50 in plain PyTorch, as a PyTorch user trains it: the same bottleneck blocks, sizes and synthetic batches
+as ``trainers.resnet50`` (NHWC images taken as a channels-last view), so that the plain loop and Keras-on-torch train
+the same network and their ratio is the Keras overhead: v1 as keras.applications builds it (stride on the first 1x1,
+convolution bias, BatchNorm epsilon 1.001e-5), or v1.5 as torchvision's ``resnet50`` (stride on the 3x3, no
+convolution bias, epsilon 1e-5), as the size's variant says. torch is imported inside the builder only."""
 
 from __future__ import annotations
 
@@ -15,16 +16,17 @@ def build(size: ResNetSize) -> Any:
     from torch import nn
 
     def conv_bn(cin: int, cout: int, kernel: int, stride: int = 1, relu: bool = True) -> nn.Sequential:
-        layers = [nn.Conv2d(cin, cout, kernel, stride, padding=kernel // 2 if kernel == 3 else 0),
-                  nn.BatchNorm2d(cout, eps=1.001e-5)]  # fmt: skip
+        layers = [nn.Conv2d(cin, cout, kernel, stride, padding=kernel // 2 if kernel == 3 else 0, bias=size.conv_bias),
+                  nn.BatchNorm2d(cout, eps=size.bn_epsilon)]  # fmt: skip
         return nn.Sequential(*layers, *([nn.ReLU(inplace=True)] if relu else []))
 
     class Bottleneck(nn.Module):
         def __init__(self, cin: int, filters: int, stride: int, project: bool) -> None:
             super().__init__()
             self.shortcut = conv_bn(cin, EXPANSION * filters, 1, stride, relu=False) if project else nn.Identity()
+            reduce, middle = (1, stride) if size.stride_on_3x3 else (stride, 1)  # where the stride is
             self.body = nn.Sequential(
-                conv_bn(cin, filters, 1, stride), conv_bn(filters, filters, 3),
+                conv_bn(cin, filters, 1, reduce), conv_bn(filters, filters, 3, middle),
                 conv_bn(filters, EXPANSION * filters, 1, relu=False),
             )  # fmt: skip
             self.relu = nn.ReLU(inplace=True)
@@ -35,8 +37,9 @@ def build(size: ResNetSize) -> Any:
     class ResNet(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            stem = [nn.Conv2d(3, size.width, 7, 2, padding=3), nn.BatchNorm2d(size.width, eps=1.001e-5),
-                    nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, padding=1)]  # fmt: skip
+            stem = [nn.Conv2d(3, size.width, 7, 2, padding=3, bias=size.conv_bias),
+                    nn.BatchNorm2d(size.width, eps=size.bn_epsilon), nn.ReLU(inplace=True),
+                    nn.MaxPool2d(3, 2, padding=1)]  # fmt: skip
             blocks, channels = [], size.width
             for count, filters, stride in size.stages():
                 for block in range(count):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
@@ -141,3 +141,13 @@ def test_a_catalog_written_before_covers_still_loads(tmp_path: Path) -> None:
                     'source="ours"\ndate="2024-01"\n')  # fmt: skip
     (price,) = catalog.load_prices(path)
     assert price.per == "device" and price.covers == "device" and price.hourly(2) == 2.0
+
+
+def test_a_price_is_old_from_a_year_after_the_month_or_day_it_was_read() -> None:
+    today = date(2026, 11, 26)
+    assert catalog.price_age_days("2026-11", today) == -4  # read this month: its last day counts
+    assert catalog.price_age_days("2025-11", today) == 361 and catalog.price_age_days("2025-10", today) == 391
+    assert catalog.price_age_days("2025-11-20", today) == 371
+    assert catalog.price_age_days("July 2023", today) is None and catalog.price_age_days(None, today) is None
+    dates = {"new": "2026-02", "year": "2025-11", "old": "2023-07", "undated": ""}
+    assert catalog.stale_prices(dates, today) == {"old": "2023-07"}

@@ -8,7 +8,7 @@ import base64
 import json
 import re
 import shutil
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import numpy as np
@@ -448,15 +448,18 @@ def test_speedups_say_there_is_no_pair_instead_of_an_empty_chart(
 def test_cost_marks_every_bar_with_its_price_and_says_which_trials_have_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two accelerators costed at two catalog prices, and a machine the catalog does not know: each bar carries
-    its price's mark, the list under the chart gives each price's source and what it covers, and the trials
-    without a cost are counted with why."""
+    """Two accelerators costed at two catalog prices, one read this month and one more than a year ago, and a
+    machine the catalog does not know: each bar carries its price's mark, the list under the chart gives each
+    price's source, date and what it covers, the old price is said to be old, and the trials without a cost are
+    counted with why."""
     priced = {"aws-p5.48xlarge-h100-sxm": ("NVIDIA H100 80GB HBM3", "AWS EC2 on-demand pricing, p5.48xlarge"),
               "aws-g6.xlarge-l4": ("NVIDIA L4", "AWS EC2 on-demand pricing, g6.xlarge")}  # fmt: skip
+    today = date.today()
+    dates = {"aws-p5.48xlarge-h100-sxm": f"{today.year - 2}-{today.month:02d}", "aws-g6.xlarge-l4": f"{today:%Y-%m}"}
     rows = []
     for i, (key, (accelerator, source)) in enumerate(priced.items()):
         rows += result_rows(2, start=10 * i, accelerator=accelerator, device="gpu", price_key=key,
-                            price_source=source, price_covers="instance share", price_date="2024-04",
+                            price_source=source, price_covers="instance share", price_date=dates[key],
                             price_per_device_hour=1.0, cost_usd=0.01, cost_per_1m_examples_usd=0.5)  # fmt: skip
     note = "no price: AMD EPYC (cpu, 2 CPUs) matches no entry of the price catalog; give --price-per-hour"
     rows += result_rows(3, start=20, price_note=note)
@@ -464,15 +467,21 @@ def test_cost_marks_every_bar_with_its_price_and_says_which_trials_have_none(
     db = tmp_path / "store.duckdb"
     assert stepwatch("ingest", str(tmp_path / "runs.parquet"), "--db", str(db)).returncode == 0
     at = render(db, "cost", monkeypatch)
-    assert [w.value for w in at.warning] == [f"3 successful trial(s) have no cost: {note}"]
     marks = {key: i for i, key in enumerate(sorted(priced), start=1)}
+    old = "aws-p5.48xlarge-h100-sxm"
+    assert [w.value for w in at.warning] == [
+        f"3 successful trial(s) have no cost: {note}",
+        f"1 of these prices were read more than a year ago: [{marks[old]}] {old} ({dates[old]}). What the cloud asks "
+        "today may differ: give your own (the project's `prices` setting, or --price-per-hour).",
+    ]
     (figure,) = figures(at)
     names = {x for trace in figure["data"] for x in trace["x"]}
     assert names == {f"{priced[key][0]} [{mark}]" for key, mark in marks.items()}  # every bar names its price
     listed = [m.value for m in at.markdown if "**aws-" in m.value]
     assert listed == [
-        "\n".join(f"{marks[k]}. **{k}** (instance share, 2024-04): {priced[k][1]}" for k in sorted(priced))
-    ]
+        "\n".join(f"{marks[k]}. **{k}** (instance share, {dates[k]}{', more than a year ago' if k == old else ''}): "
+                  f"{priced[k][1]}" for k in sorted(priced))
+    ]  # fmt: skip
 
 
 def test_the_overviews_sparkline_is_text_scaled_to_its_own_nights() -> None:

@@ -3,6 +3,7 @@ with stepwatch (``stepwatch.collector.data``); a project names its own price cat
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import tomllib
@@ -76,6 +77,29 @@ def _read(path: Path, table: str) -> list[dict[str, Any]]:
     if not isinstance(entries, list):
         raise CatalogError(f"{path}: [[{table}]] must be an array of tables")
     return entries
+
+
+STALE_AFTER_DAYS = 365  # a price read longer ago than this may no longer be what its source asks
+
+
+def price_age_days(date: str | None, today: datetime.date) -> int | None:
+    """How many days before ``today`` a price was read: its ``date`` ("2025-01", or a day "2025-01-15"), counted
+    from the end of that month or that day; None where it has no date that reads as one."""
+    found = re.fullmatch(r"(\d{4})-(\d{2})(?:-(\d{2}))?", (date or "").strip())
+    if not found:
+        return None
+    year, month = int(found[1]), int(found[2])
+    if found[3]:
+        read = datetime.date(year, month, int(found[3]))
+    else:  # a month: its last day (the price was read within it)
+        read = datetime.date(year + month // 12, month % 12 + 1, 1) - datetime.timedelta(days=1)
+    return (today - read).days
+
+
+def stale_prices(prices: Mapping[str, str | None], today: datetime.date) -> dict[str, str]:
+    """Of ``prices`` (key -> date), those read more than ``STALE_AFTER_DAYS`` before ``today``: key -> date."""
+    return {key: str(date) for key, date in prices.items()
+            if (age := price_age_days(date, today)) is not None and age > STALE_AFTER_DAYS}  # fmt: skip
 
 
 def load_prices(path: Path = PRICES_PATH) -> list[Price]:

@@ -1,9 +1,12 @@
 """Cost: cost per run and per 1M examples by accelerator, with each price's source and date."""
 
+import datetime
+
 import pandas as pd
 import streamlit as st
 
 from stepwatch.collector.analysis.stats import plain
+from stepwatch.collector.runner import catalog as catalog_prices
 from stepwatch.collector.store.selection import Selection
 from stepwatch.dashboard import charts, data, state
 
@@ -44,10 +47,19 @@ st.caption(
 
 
 marks = charts.price_marks(frame)
+dates = dict(zip(frame["price_key"], frame["price_date"]))
+stale = catalog_prices.stale_prices(dates, datetime.date.today())
+if stale:
+    st.warning(
+        f"{len(stale)} of these prices were read more than a year ago: "
+        + ", ".join(f"[{marks[key]}] {plain(key)} ({plain(date)})" for key, date in sorted(stale.items()))
+        + ". What the cloud asks today may differ: give your own (the project's `prices` setting, or --price-per-hour)."
+    )
 st.markdown(
     "\n".join(
         f"{marks[p.price_key]}. **{p.price_key}** ({plain(p.price_covers) or 'what it covers not recorded'}, "
-        f"{plain(p.price_date) or 'no date'}): {plain(p.price_source) or 'no source'}"
+        f"{plain(p.price_date) or 'no date'}{', more than a year ago' if p.price_key in stale else ''}): "
+        f"{plain(p.price_source) or 'no source'}"
         for p in frame.drop_duplicates("price_key").sort_values("price_key").itertuples(index=False)
     )
 )

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from stepwatch.collector.analysis import changepoints, stats
+from stepwatch.collector.analysis import changepoints, noise, stats
 from stepwatch.collector.analysis.stats import Side
 from stepwatch.collector.outcomes import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
 
@@ -251,16 +251,16 @@ def test_l1_costs_are_sums_of_absolute_deviations_from_the_median():
 def test_two_clusters_of_trials_are_bimodal_and_one_noisy_cluster_is_not():
     rng = np.random.default_rng(3)
     two = np.r_[625 * np.exp(0.01 * rng.standard_normal(6)), 1150 * np.exp(0.04 * rng.standard_normal(6))]
-    noise = stats.noise_of(rng.permutation(two))
-    assert noise.bimodal and noise.modes == (pytest.approx(625, rel=0.02), pytest.approx(1150, rel=0.05))
-    assert stats.noise_text(noise).startswith("CV ") and "bimodal: 62" in stats.noise_text(noise)
+    found = noise.noise_of(rng.permutation(two))
+    assert found.bimodal and found.modes == (pytest.approx(625, rel=0.02), pytest.approx(1150, rel=0.05))
+    assert noise.noise_text(found).startswith("CV ") and "bimodal: 62" in noise.noise_text(found)
     # One cluster at 5% noise, or heavy-tailed noise, is called bimodal about 1% of the time, never much more.
-    flagged = [stats.noise_of(1000 * np.exp(0.05 * rng.standard_normal(12))).bimodal for _ in range(500)]
-    heavy = [stats.noise_of(1000 * np.exp(0.03 * rng.standard_t(3, 12))).bimodal for _ in range(500)]
+    flagged = [noise.noise_of(1000 * np.exp(0.05 * rng.standard_normal(12))).bimodal for _ in range(500)]
+    heavy = [noise.noise_of(1000 * np.exp(0.03 * rng.standard_t(3, 12))).bimodal for _ in range(500)]
     assert sum(flagged) / 500 <= 0.03 and sum(heavy) / 500 <= 0.03
-    assert not stats.noise_of([1000.0] * 10).bimodal  # constant: no noise at all
-    assert not stats.noise_of(two[:7]).bimodal  # too few trials to tell
-    assert stats.noise_of(1000 * np.exp(0.04 * rng.standard_normal(30))).cv == pytest.approx(0.04, rel=0.35)
+    assert not noise.noise_of([1000.0] * 10).bimodal  # constant: no noise at all
+    assert not noise.noise_of(two[:7]).bimodal  # too few trials to tell
+    assert noise.noise_of(1000 * np.exp(0.04 * rng.standard_normal(30))).cv == pytest.approx(0.04, rel=0.35)
 
 
 def test_the_overviews_columns_cover_the_nights_offsets_an_aa_stays_quiet_and_a_drop_is_still_seen() -> None:

@@ -107,8 +107,8 @@ def test_the_pages_say_which_verdicts_rest_on_flagged_or_unread_trials(
 ) -> None:
     from tests.test_dashboard import figures, render, values
 
-    clean = result_rows(3, label="a")
-    later = result_rows(3, label="b", start=10)
+    clean = result_rows(3, label="a", host_other_cpu=0.1)
+    later = result_rows(3, label="b", start=10, host_other_cpu=0.1)  # the CPU read: what was not, was not read
     for row in clean:
         row.update(throttled=False, shared=False)
     for row, (throttled, shared) in zip(later, [(False, True), (None, None), (False, False)]):

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from stepwatch.collector import outcomes
-from stepwatch.collector.analysis import latest
+from stepwatch.collector.analysis import latest, stats
 from stepwatch.collector.metrics import METRICS
 from stepwatch.collector.store.ingest import ingest
 from stepwatch.dashboard import labels
@@ -90,8 +90,15 @@ def test_the_baseline_starts_again_after_an_acknowledged_change() -> None:
                      "value": level, "values": [level * s for s in SPREAD], "back": back})  # fmt: skip
     points = pd.DataFrame(rows)
     metric = METRICS["examples_per_sec"]
-    spanning = latest.changes(points, metric, {}, [], {})
-    accepted = latest.changes(points, metric, {}, [], {"k": START - timedelta(days=5)})
+    # Nights that do not move at all estimate a night's offset at zero, which says nothing of its size: the
+    # runner's calibration (a small one) is the floor.
+    prior = stats.Between(1e-6, 50.0, "calibrate on this runner")
+    spanning = latest.changes(points, metric, {}, [], {}, prior=prior)
+    accepted = latest.changes(points, metric, {}, [], {"k": START - timedelta(days=5)}, prior=prior)
+    assert set(spanning["night_variance"]) == {"pooled with calibrate on this runner (51 df)"}
+    alone = latest.changes(points, metric, {}, [], {})  # no floor to pool the zero with: no verdict on one night
+    assert alone["baseline_verdict"].iloc[0] == outcomes.INCONCLUSIVE
+    assert alone["night_variance"].iloc[0] == "unknown: zero, and nothing to pool it with"
     assert spanning["baseline_verdict"].iloc[0] == outcomes.REGRESSION and spanning["baseline_nights"].iloc[0] == 7
     assert accepted["baseline_verdict"].iloc[0] == outcomes.NO_CHANGE and accepted["baseline_nights"].iloc[0] == 4
     assert accepted["previous_verdict"].iloc[0] == outcomes.NO_CHANGE

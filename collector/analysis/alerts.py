@@ -16,7 +16,7 @@ from datetime import datetime
 import duckdb
 import pandas as pd
 
-from stepwatch.collector.analysis import changepoints, stats
+from stepwatch.collector.analysis import changepoints, noise
 from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for
 from stepwatch.collector.metrics import Metric
 from stepwatch.collector.schema import VERSION_COLUMNS
@@ -45,7 +45,7 @@ class Scan:
     found: list[Found]
     nights: dict[str, list[datetime]]  # per series scanned: the nights the analysis saw
     outliers: int
-    noise: dict[str, stats.Noise] = field(default_factory=dict)  # per series scanned, from its last trials
+    noise: dict[str, noise.Noise] = field(default_factory=dict)  # per series scanned, from its last trials
     fields: dict[str, dict] = field(default_factory=dict)  # per series scanned, its config fields
 
 
@@ -81,9 +81,9 @@ def scan(
         runs = nights["suite_run_id"].tolist()
         for change in detection.changes:
             found.append(Found(key, metric.name, change, times[change.index], runs[change.index], times))
-    values = queries.trial_values(con, list(seen), metric.name, stats.NOISE_TRIALS)
-    noise = stats.noises_of(values)
-    return Scan(found, seen, outliers, noise, {key: fields.get(key, {}) for key in seen})
+    values = queries.trial_values(con, list(seen), metric.name, noise.NOISE_TRIALS)
+    noises = noise.noises_of(values)
+    return Scan(found, seen, outliers, noises, {key: fields.get(key, {}) for key in seen})
 
 
 def record(con: duckdb.DuckDBPyConnection, result: Scan, metric: str, now: datetime) -> dict[str, int]:

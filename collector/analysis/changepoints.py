@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from stepwatch.collector.analysis.stats import Ratio, Side, is_worse, noise_of, welch_ratio
+from stepwatch.collector.analysis.noise import noise_of
+from stepwatch.collector.analysis.stats import Ratio, Side, is_worse, welch_ratio
 
 MIN_SIZE = 2  # nights in a segment: one night alone is an outlier, never a level
 HAMPEL_HALF = 3  # a night is judged against the median of the 3 nights either side

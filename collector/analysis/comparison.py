@@ -11,7 +11,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from stepwatch.collector.analysis import stats
+from stepwatch.collector.analysis import noise, stats
 from stepwatch.collector.analysis.stats import plain
 from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for
 from stepwatch.collector.metrics import Metric, get_metric
@@ -27,7 +27,7 @@ class Row:
     failed_baseline: int
     failed_candidate: int
     result: stats.Verdict
-    noise: stats.Noise | None = None  # the series' own trial-to-trial noise, from its history in the store
+    noise: noise.Noise | None = None  # the series' own trial-to-trial noise, from its history in the store
 
     @property
     def verdict(self) -> str:
@@ -114,14 +114,14 @@ def build(
         for span, threshold, higher in zip(spans, thresholds, directions)
     ]
     keys = sorted({series["series_key"] for _, series, _, _ in cells})
-    noise = {  # a counter has none: values that differ across its history are versions, not noise
-        m.name: stats.noises_of(queries.trial_values(con, keys, m.name, stats.NOISE_TRIALS))
+    noises = {  # a counter has none: values that differ across its history are versions, not noise
+        m.name: noise.noises_of(queries.trial_values(con, keys, m.name, noise.NOISE_TRIALS))
         if not m.deterministic
         else {}
         for m in metrics
     }
     rows = [
-        Row(series, metric, fb, fc, result, noise[metric.name].get(series["series_key"]))
+        Row(series, metric, fb, fc, result, noises[metric.name].get(series["series_key"]))
         for (metric, series, fb, fc), result in zip(cells, results)
     ]
     summaries = {m.name: stats.geomean_summary([r.result for r in rows if r.metric == m]) for m in metrics}

@@ -17,7 +17,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from stepwatch.collector.analysis import calibration, stats
+from stepwatch.collector.analysis import calibration, noise, stats
 from stepwatch.collector.analysis.changepoints import trial_side
 from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for, worse
 from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS, Metric, get_metric
@@ -126,8 +126,9 @@ def changes(
     nightly = night_variances(keys, own, {k: series.get(k, {}).get("runner") for k in keys}, prior)
     thresholds = [threshold_for(metric, series.get(row["series_key"], {}), overrides) for row in rows]
     directions = [direction_for(metric, series.get(row["series_key"], {}), overrides) for row in rows]
-    for row, estimate in zip(rows, nightly):
-        row["night_variance"] = estimate.source if estimate is not None else "unknown: too few nights"
+    for row, estimate, mine in zip(rows, nightly, own):
+        unknown = "unknown: too few nights" if mine is None else "unknown: zero, and nothing to pool it with"
+        row["night_variance"] = estimate.source if estimate is not None else unknown
     for against in AGAINST:
         if metric.deterministic:  # a counter exactly, as compare does: "changed" unless a direction is declared
             exact = [stats.exact(*pair, t, d) for pair, t, d in zip(spans[against], thresholds, directions)]
@@ -257,7 +258,7 @@ def overview(
 ) -> pd.DataFrame:
     """Per selected series its latest suite run (``queries.latest_per_series``) with its ``changes``, its open
     alerts, its worst verdict (``verdict``: what it is sorted and filtered by) and its throughput's noise (over
-    its last ``stats.NOISE_TRIALS`` trials), worst first: series with open alerts, then by verdict."""
+    its last ``noise.NOISE_TRIALS`` trials), worst first: series with open alerts, then by verdict."""
     metric = get_metric(metric_name)
     runs = queries.latest_per_series(con, selection)
     keys = list(runs["series_key"])
@@ -286,10 +287,10 @@ def overview(
     ]
     # Noise is the series' throughput's (trials on one of two speeds is a property of its processes); another
     # metric's trials would show its own steps as clusters.
-    values = queries.trial_values(con, keys, DEFAULT_METRIC, stats.NOISE_TRIALS)
-    noise = stats.noises_of(values)
-    table["noise"] = [stats.noise_text(noise.get(key)) for key in table["series_key"]]
-    table["bimodal"] = [key in noise and bool(noise[key].bimodal) for key in table["series_key"]]
+    values = queries.trial_values(con, keys, DEFAULT_METRIC, noise.NOISE_TRIALS)
+    noises = noise.noises_of(values)
+    table["noise"] = [noise.noise_text(noises.get(key)) for key in table["series_key"]]
+    table["bimodal"] = [key in noises and bool(noises[key].bimodal) for key in table["series_key"]]
     order = table["verdict"].map({v: i for i, v in enumerate(VERDICT_ORDER)})
     return (
         table.assign(_order=order, _alerts=-table["alerts"])

@@ -9,14 +9,13 @@ Benjamini-Hochberg across the whole matrix, and a verdict against the smallest c
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-from stepwatch.collector.metrics import RECENT_TRIALS
 from stepwatch.collector.outcomes import CHANGED, IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
 
 ALPHA = 0.05
@@ -473,90 +472,3 @@ def max_between(parts: Sequence[Between | None]) -> Between | None:
     """The largest of several between-environment variances (None when there are none)."""
     found = [p for p in parts if p is not None]
     return max(found, key=lambda p: p.var_log) if found else None
-
-
-# --- Noise: a property of a series ------------------------------------------------------------------------------
-
-NOISE_TRIALS = RECENT_TRIALS  # a series' noise is judged on its last 30 ok trials, which the store keeps
-BIMODAL_MIN_TRIALS = 8  # fewer cannot tell two clusters from chance
-BIMODAL_FALSE_RATE = 0.01  # how often one Gaussian cluster of the same size is called bimodal
-MIN_CLUSTER_SHARE = 0.2
-
-
-@dataclass(frozen=True)
-class Noise:
-    """A series' trial-to-trial noise: the standard deviation of log values (about the coefficient of variation)
-    and, where its trials fall into two separate clusters (processes that land on one of two speeds), those."""
-
-    n: int
-    cv: float
-    bimodal: bool
-    modes: tuple[float, float] | None  # the two clusters' geometric means, lower first, when bimodal
-
-
-def _best_split(logs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's (sorted) best split into two clusters (least within-cluster sum of squares, each cluster at
-    least MIN_CLUSTER_SHARE of the trials) as (index of the first of the upper cluster, Ashman's D of it)."""
-    n = logs.shape[1]
-    low = max(2, math.ceil(MIN_CLUSTER_SHARE * n))
-    ks = np.arange(low, n - low + 1)
-    csum, csq = np.cumsum(logs, axis=1), np.cumsum(logs**2, axis=1)
-    total, total_sq = csum[:, -1:], csq[:, -1:]
-    left, left_sq = csum[:, ks - 1], csq[:, ks - 1]
-    right, right_sq = total - left, total_sq - left_sq
-    ss_left, ss_right = left_sq - left**2 / ks, right_sq - right**2 / (n - ks)
-    best = np.argmin(ss_left + ss_right, axis=1)
-    rows = np.arange(len(logs))
-    k = ks[best]
-    mean_a, mean_b = left[rows, best] / k, right[rows, best] / (n - k)
-    var_a = np.maximum(ss_left[rows, best], 0) / (k - 1)
-    var_b = np.maximum(ss_right[rows, best], 0) / (n - k - 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        d = math.sqrt(2) * np.abs(mean_b - mean_a) / np.sqrt(var_a + var_b)
-    return k, np.nan_to_num(d, nan=0.0, posinf=np.inf)
-
-
-@cache
-def bimodal_cutoff(n: int) -> float:
-    """The Ashman's D of a best two-cluster split that one Gaussian cluster of ``n`` trials exceeds only
-    BIMODAL_FALSE_RATE of the time (a seeded simulation: splitting a sample always finds some separation, and
-    the fewer the trials, the more)."""
-    draws = np.sort(np.random.default_rng(n).standard_normal((4000, n)), axis=1)
-    return float(np.quantile(_best_split(draws)[1], 1 - BIMODAL_FALSE_RATE))
-
-
-def noise_of(values: Sequence[float] | np.ndarray) -> Noise:
-    """The noise of a series from its trials' values (positive; order does not matter)."""
-    return noises_of({0: values})[0]
-
-
-def noises_of(series: Mapping[Any, Sequence[float] | np.ndarray]) -> dict[Any, Noise]:
-    """``noise_of`` of many series at once: the series with the same number of trials are split in one array
-    operation (a comparison over every series judges hundreds)."""
-    found: dict[Any, Noise] = {}
-    by_size: dict[int, list[tuple[Any, np.ndarray]]] = {}
-    for key, values in series.items():
-        logs = np.sort(np.log(np.asarray(values, dtype=float)))
-        n = len(logs)
-        cv = float(logs.std(ddof=1)) if n > 1 else math.nan
-        found[key] = Noise(n, cv, False, None)
-        if n >= BIMODAL_MIN_TRIALS and cv:
-            by_size.setdefault(n, []).append((key, logs))
-    for n, group in by_size.items():
-        logs = np.stack([g for _, g in group])
-        splits, d = _best_split(logs)
-        for (key, row), split, separation in zip(group, splits, d):
-            if separation > bimodal_cutoff(n):
-                modes = (math.exp(row[: int(split)].mean()), math.exp(row[int(split) :].mean()))
-                found[key] = Noise(n, found[key].cv, True, modes)
-    return found
-
-
-def noise_text(noise: Noise | None) -> str:
-    """'CV 4.2%' or 'CV 21.0%, bimodal: 625 / 1,180' for tables; '' when unknown."""
-    if noise is None or math.isnan(noise.cv):
-        return ""
-    text = f"CV {noise.cv:.1%}"
-    if noise.bimodal and noise.modes:
-        text += f", bimodal: {noise.modes[0]:,.4g} / {noise.modes[1]:,.4g}"
-    return text

@@ -11,7 +11,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from stepwatch.collector.analysis import stats
+from stepwatch.collector.analysis import noise, stats
 from stepwatch.collector.analysis.comparison import Comparison, Row
 from stepwatch.collector.analysis.stats import plain
 from stepwatch.collector.metrics import Metric
@@ -70,11 +70,11 @@ def row_cells(row: Row) -> dict[str, str]:
         "q": "" if math.isnan(r.q_value) else f"{r.q_value:.3g}",
         "threshold": f"±{r.threshold:.0%}",
         "can see": can_see(r),
-        "noise": stats.noise_text(row.noise),
+        "noise": noise.noise_text(row.noise),
     }
 
 
-def bimodal_warning(label: str, metric: str, noise: stats.Noise | None) -> str | None:
+def bimodal_warning(label: str, metric: str, noise: noise.Noise | None) -> str | None:
     """One line for a series whose trials fall into two clusters, or None."""
     if not noise or not noise.bimodal or not noise.modes:
         return None
@@ -305,7 +305,7 @@ def to_markdown(
         "(q < 0.05) and beyond the threshold; no change means the whole interval is within the threshold. "
         '"can see" is the minimum detectable effect: the change this many trials with this much noise find '
         "80% of the time, and, where that exceeds the threshold, the trials per side that would see the threshold. "
-        f"Noise is the series' trial-to-trial CV over its last {stats.NOISE_TRIALS} ok trials in the store, and "
+        f"Noise is the series' trial-to-trial CV over its last {noise.NOISE_TRIALS} ok trials in the store, and "
         '"bimodal" where those fall into two separate clusters (processes landing on one of two speeds). '
         "Counters of the compiled step (HLO instructions, fusions, flops, graphs, kernels) are the same in every "
         "process for one program and stack: they are compared exactly, their values shown, any change counted.",

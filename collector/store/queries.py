@@ -250,14 +250,17 @@ def model_code(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str
 
 
 def _machine_counts(con: duckdb.DuckDBPyConnection, alias: str) -> str:
-    """SQL for an aggregate's ``flagged`` and ``unread`` counts of ok trials (0 in a store from before the
-    machine's state was recorded)."""
+    """SQL for an aggregate's ``flagged`` and ``unread`` counts of ok trials: unread where the trial read part of
+    the machine and not what a flag needs (a GPU trial whose NVML read failed); rows from before the machine's
+    state was recorded read none of it, and are neither (0 in a store from then)."""
     if "throttled" not in con.sql("SELECT * FROM runs LIMIT 0").columns:
         return "0 AS flagged, 0 AS unread"
     r = f"{alias}." if alias else ""
     ok = f"{r}status = 'ok'"
+    watched = f"({r}host_other_cpu IS NOT NULL OR {r}cpu_throttled_s IS NOT NULL OR {r}cpu_governor IS NOT NULL)"
+    unread = f"({r}throttled IS NULL OR {r}shared IS NULL) AND {watched}"
     return (f"count(*) FILTER (WHERE {ok} AND ({r}throttled OR {r}shared)) AS flagged, "
-            f"count(*) FILTER (WHERE {ok} AND ({r}throttled IS NULL OR {r}shared IS NULL)) AS unread")  # fmt: skip
+            f"count(*) FILTER (WHERE {ok} AND {unread}) AS unread")  # fmt: skip
 
 
 def machine_state(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, int]:

@@ -201,7 +201,7 @@ def pooled(source: str, by: str, metrics: tuple[str, ...] = SUMMARY_METRICS, car
     )
 
 
-# The last trials of each series, per metric: what its noise is judged on (``stats.NOISE_TRIALS`` of them), kept
+# The last trials of each series, per metric: what its noise is judged on (``noise.NOISE_TRIALS`` of them), kept
 # by each write so that judging every series' noise never reads all of ``runs``.
 RECENCY = "started_at DESC, trial DESC, run_id DESC"  # newest first, as recent_of picks them
 

@@ -174,24 +174,28 @@ def night_variances(
 ) -> list[stats.Between | None]:
     """Per series, the variance of a night's offset its latest night is judged with: its own estimate where it
     rests on ``ENOUGH_DF`` degrees of freedom and is above zero, else pooled (weighted by degrees of freedom) with
-    the estimates of every series of its runner, or with ``prior`` where its runner has none to give."""
-    by_runner: dict[Any, list[stats.Between]] = {}
+    the estimates of the other series of its runner, or with ``prior`` where its runner has none to give."""
+    sums: dict[Any, list[float]] = {}  # runner -> [sum of var x df, sum of df, series]
     for key, estimate in zip(keys, own):
         if estimate is not None:
-            by_runner.setdefault(runners.get(key), []).append(estimate)
-    pooled = {runner: stats.pool_between(found) for runner, found in by_runner.items()}
+            total = sums.setdefault(runners.get(key), [0.0, 0.0, 0])
+            total[0] += estimate.var_log * estimate.df
+            total[1] += estimate.df
+            total[2] += 1
     out = []
     for key, estimate in zip(keys, own):
         if estimate is not None and estimate.df >= ENOUGH_DF and estimate.var_log > 0:
             out.append(dataclasses.replace(estimate, source=f"its own ({estimate.df:.0f} df)"))
             continue
-        runner = pooled.get(runners.get(key))
-        others = len(by_runner.get(runners.get(key), []))
-        floor = runner if runner is not None and runner.df > (estimate.df if estimate else 0) else prior
+        weighted, df, count = sums.get(runners.get(key), [0.0, 0.0, 0])
+        if estimate is not None:  # the others of its runner: this series' own estimate is pooled once, below
+            weighted, df, count = weighted - estimate.var_log * estimate.df, df - estimate.df, count - 1
+        others = stats.Between(weighted / df, df) if count and df > 0 else None
+        floor = others if others is not None else prior
         if floor is None:
             out.append(estimate if estimate is not None and estimate.var_log > 0 else None)
             continue
-        what = f"its runner's {others} series" if floor is runner else (floor.source or "the runner's calibration")
+        what = f"its runner's {count} other series" if floor is others else (floor.source or "the runner's calibration")
         both = stats.pool_between([estimate, floor])
         out.append(dataclasses.replace(both, source=f"pooled with {what} ({both.df:.0f} df)"))
     return out

@@ -145,11 +145,12 @@ def test_what_goes_wrong_in_a_script_is_one_row_naming_it_the_suite_goes_on_and_
     configs += [f'[[configs]]\nmodel = "{BAD}"\nscript_args = "good"\nnproc = {n}\n' for n in (1, 2)]
     configs += [f'[[configs]]\nmodel = "{BAD}"\nscript_args = "{way}"\n' for way in
                 ("marks-each-step", "swallows-the-stop", "marks-in-a-thread")]  # fmt: skip
+    configs.append(f'[[configs]]\nmodel = "{BAD}"\nscript_args = "swallows-and-stays"\ntimeout_s = 3\n')
     configs.append('[[configs]]\nmodel = "tests/data/scripts/jax_ranks.py"\nkeras_backend = "jax"\nnproc = 2\n')
     suite = write_suite(tmp_path / "bad.toml", "[defaults]\nsteps = 20\ntimeout_s = 60\n\n" + "\n".join(configs))
     out = tmp_path / "out"
     done = stepwatch("run", "--suite", str(suite), "--out", str(out))
-    assert done.returncode == 4 and "9 of 15 trials failed" in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 4 and "9 of 16 trials failed" in done.stderr, done.stderr[-3000:]
     rows = rows_of(out)
     found = {(r["script_args"], r["keras_backend"]): r for r in rows}
     for way, (status, error_type, said) in WAYS.items():
@@ -167,11 +168,14 @@ def test_what_goes_wrong_in_a_script_is_one_row_naming_it_the_suite_goes_on_and_
     [each] = [r for r in rows if r["script_args"] == "marks-each-step"]
     assert each["status"] == "ok" and each["measured_steps"] == 20 and each["per_device_batch"] == 4
     # Every measured window closed, whatever the script did after: ok rows, saying what it did.
-    caught, threaded = (found[way, "tensorflow"] for way in ("swallows-the-stop", "marks-in-a-thread"))
-    for row in (caught, threaded):
+    caught, threaded, stays = (found[way, "tensorflow"] for way in ("swallows-the-stop", "marks-in-a-thread",
+                                                                     "swallows-and-stays"))  # fmt: skip
+    for row in (caught, threaded, stays):
         assert row["status"] == "ok" and row["measured_steps"] == 20 and row["examples_per_sec"] > 0, row
     assert "caught stepwatch's stop" in json.loads(caught["extras"])["script_note"]
     assert "marked its steps in thread 'trainer'" in json.loads(threaded["extras"])["script_note"]
+    assert "ran on after its last measured step" in json.loads(stays["extras"])["script_note"]
+    assert "was killed at the timeout of 3 s" in json.loads(stays["extras"])["script_note"]
     [jax_ranks] = [r for r in rows if r["keras_backend"] == "jax"]  # jax.distributed, then a collective
     assert jax_ranks["status"] == "ok" and jax_ranks["replicas"] == 2, jax_ranks["error_message"]
     # Every rank was killed with its trial: the hung ones, and those torch's launcher put in sessions of their own.

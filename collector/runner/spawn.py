@@ -24,6 +24,7 @@ from stepwatch.collector.trial import memory
 from stepwatch.collector.trial.fields import SPAWN_TIME_ENV
 from stepwatch.collector.trial.machine import RUNNER_PID_ENV
 from stepwatch.collector.trial.ranks import die_with_parent, rank0_pid_file, rank_result
+from stepwatch.trainers.workload import Kind
 
 LOG_TAIL_LINES = 40
 
@@ -120,7 +121,12 @@ def run_child(
         return failure("timeout", "Timeout", f"trial ran past its timeout of {config.timeout_s:g} s and was killed")
     if result_path.exists():  # written once measured; a timeout after that only cut the counters short
         child = json.loads(result_path.read_text())
-        if timed_out:  # after what it measured: while reading its counters, or while profiling (after them)
+        if timed_out and config.workload is Kind.SCRIPT:  # a script that ran on after its steps (it caught the stop)
+            child["script_note"] = (
+                f"script {config.model} ran on after its last measured step (every measured window had closed) and "
+                f"was killed at the timeout of {config.timeout_s:g} s"
+            )
+        elif timed_out:  # after what it measured: while reading its counters, or while profiling (after them)
             doing = ("profile_error", "profiling") if "counters_s" in child else ("counters_error", "reading counters")
             child[doing[0]] = f"killed at the timeout of {config.timeout_s:g} s while {doing[1]}"
         child = with_peak(child, sampler)

@@ -60,6 +60,14 @@ elif way == "swallows-the-stop":  # catches everything, stepwatch's stop include
     except BaseException:  # noqa: BLE001 - what such a script does
         pass
     print("the script went on after its loop", flush=True)
+elif way == "swallows-and-stays":  # catches the stop, then never ends: killed at its timeout, measured all the same
+    try:
+        for _ in stepwatch.steps(range(1000), examples_per_step=4):
+            time.sleep(0.001)
+    except BaseException:  # noqa: BLE001 - what such a script does
+        pass
+    while True:
+        time.sleep(0.1)
 elif way == "marks-in-a-thread":  # the training loop runs in a thread of its own; the main thread waits for it
     import threading
 

@@ -71,10 +71,7 @@ def main() -> None:
             frame = points(np.random.default_rng(args.seed), args.series, args.nights, args.trials, night_cv, drop,
                            args.trial_cv)  # fmt: skip
             table = latest.changes(frame, metric, {}, [], {})
-            beyond = latest.past_threshold(table, metric, [])
-            verdicts = zip(table["previous_verdict"], table["baseline_verdict"], table["level_verdict"], beyond)
-            status = [latest.row_verdict(p, b, v if isinstance(v, str) else None, far) for p, b, v, far in verdicts]
-            return table, status
+            return table, latest.statuses(table, metric, [])
 
         frame = points(np.random.default_rng(args.seed), args.series, args.nights, args.trials, night_cv, 1.0,
                        args.trial_cv)  # fmt: skip

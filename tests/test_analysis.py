@@ -343,9 +343,7 @@ def test_the_overview_says_no_change_where_the_history_can_tell_and_keeps_inconc
         hit = frame["back"] <= depth
         frame.loc[hit, "values"] = frame.loc[hit, "values"].map(lambda v: [x * drop for x in v])
         table = latest.changes(frame, metric, {}, [], {})
-        beyond = latest.past_threshold(table, metric, [])
-        rows = [latest.row_verdict(p, b, lv if isinstance(lv, str) else None, far) for p, b, lv, far in
-                zip(table["previous_verdict"], table["baseline_verdict"], table["level_verdict"], beyond)]  # fmt: skip
+        rows = latest.statuses(table, metric, [])
         return {v: rows.count(v) / len(rows) for v in set(rows)}
 
     stable = verdicts(1.0, 0)

@@ -236,7 +236,8 @@ def test_gpu_state_not_read_is_empty_where_a_read_that_found_nothing_is_false() 
     _, throttled, _ = machine.gpu_fields(reading(), reading(limit_mw=500_000, default_limit_mw=700_000), {1}, 1)
     assert throttled == ["GPU 0: power limit 500 W, below the card's default 700 W"]
     # A flag is False only where every part that could raise it was read.
-    assert machine.flag([[], []]) == [] and machine.flag([[], None]) is None and machine.flag([["x"], None]) == ["x"]
+    assert machine.flag_reasons([[], []]) == [] and machine.flag_reasons([[], None]) is None
+    assert machine.flag_reasons([["x"], None]) == ["x"]
 
 
 def test_a_host_without_its_cpu_counters_has_its_flags_unread() -> None:

@@ -247,14 +247,21 @@ def row_verdict(previous: str, baseline: str, level: str | None, beyond: bool = 
     return level
 
 
-def past_threshold(table: pd.DataFrame, metric: Metric, overrides: list[Override]) -> list[bool]:
-    """Per row of a ``changes`` table with its series' fields, whether its latest night's estimate against the
-    baseline is a change past the series' threshold, whatever its interval."""
-    return [
-        bool(abs(math.log(ratio)) >= math.log1p(threshold_for(metric, row, overrides)))
-        if ratio == ratio and ratio > 0 else False
-        for ratio, row in zip(table["baseline_ratio"], table.to_dict("records"))
-    ]  # fmt: skip
+def statuses(table: pd.DataFrame, metric: Metric, overrides: list[Override]) -> list[str]:
+    """Per row of a ``changes`` table (with its series' fields, where it has them), the verdict it is sorted and
+    filtered by (``row_verdict``); a row without a latest comparison is missing."""
+    out = []
+    for row in table.to_dict("records"):
+        previous, level, ratio = row["previous_verdict"], row["level_verdict"], row["baseline_ratio"]
+        if not isinstance(previous, str):
+            out.append(MISSING)
+            continue
+        # the latest night's estimate against the baseline is past the series' threshold, whatever its interval
+        beyond = (
+            ratio == ratio and ratio > 0 and abs(math.log(ratio)) >= math.log1p(threshold_for(metric, row, overrides))
+        )
+        out.append(row_verdict(previous, row["baseline_verdict"], level if isinstance(level, str) else None, beyond))
+    return out
 
 
 def overview(
@@ -284,11 +291,7 @@ def overview(
     unmeasured = table["ok"].gt(0) & table["n"].fillna(0).eq(0)
     for against in AGAINST:
         table.loc[unmeasured, f"{against}_verdict"] = MISSING if against != "level" else None
-    beyond = past_threshold(table, metric, overrides)
-    table["verdict"] = [
-        row_verdict(p, b, v if isinstance(v, str) else None, far) if isinstance(p, str) else MISSING
-        for p, b, v, far in zip(table["previous_verdict"], table["baseline_verdict"], table["level_verdict"], beyond)
-    ]
+    table["verdict"] = statuses(table, metric, overrides)
     # Noise is the series' throughput's (trials on one of two speeds is a property of its processes); another
     # metric's trials would show its own steps as clusters.
     values = queries.trial_values(con, keys, DEFAULT_METRIC, noise.NOISE_TRIALS)

@@ -235,10 +235,15 @@ def side_versions(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[
     return {"runs": [str(row[0])], **{f: list(v or []) for f, v in zip(VERSION_COLUMNS, row[1:])}}
 
 
+def _has_column(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Whether the store's runs have ``name`` (a store of an earlier stepwatch may not, until its next write)."""
+    return name in con.sql("SELECT * FROM runs LIMIT 0").columns
+
+
 def model_code(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, list[str]]:
     """Per user model among the selected runs, the hashes of the source that ran (``model_hash``): more than one,
     or other ones on the other side, and the model's own code changed. Empty for a store written before it."""
-    if "model_hash" not in con.sql("SELECT * FROM runs LIMIT 0").columns:
+    if not _has_column(con, "model_hash"):
         return {}
     where, params = selection.where()
     rows = con.sql(
@@ -253,7 +258,7 @@ def _machine_counts(con: duckdb.DuckDBPyConnection, alias: str) -> str:
     """SQL for an aggregate's ``flagged`` and ``unread`` counts of ok trials: unread where the trial read part of
     the machine and not what a flag needs (a GPU trial whose NVML read failed); rows from before the machine's
     state was recorded read none of it, and are neither (0 in a store from then)."""
-    if "throttled" not in con.sql("SELECT * FROM runs LIMIT 0").columns:
+    if not _has_column(con, "throttled"):
         return "0 AS flagged, 0 AS unread"
     r = f"{alias}." if alias else ""
     ok = f"{r}status = 'ok'"
@@ -266,7 +271,7 @@ def _machine_counts(con: duckdb.DuckDBPyConnection, alias: str) -> str:
 def machine_state(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, int]:
     """Among the selected ok trials: how many there are, how many read the machine's state (both flags: a flag is
     empty where it was not read), and how many ran throttled or shared (collector.trial.machine)."""
-    if "throttled" not in con.sql("SELECT * FROM runs LIMIT 0").columns:
+    if not _has_column(con, "throttled"):
         return {"trials": 0, "read": 0, "throttled": 0, "shared": 0}
     where, params = selection.where()
     row = con.sql(

@@ -395,7 +395,7 @@ def gpu_fields(
     return out, throttled, shared
 
 
-def flag(parts: list[Reasons]) -> Reasons:
+def flag_reasons(parts: list[Reasons]) -> Reasons:
     """One flag's reasons from every part of the machine that can raise it: those found wherever they were found;
     none (an empty list: the flag is False) only where every part was read; else None (not read)."""
     found = [reason for part in parts for reason in part or []]
@@ -442,7 +442,7 @@ class Watch:
             parts.append((None, None) if self.device == "gpu" else ([], []))  # a GPU trial's GPU was not read
             if self.nvml is not None and self.nvml.error:
                 out["gpu_state_missing"] = self.nvml.error  # kept in extras: why a GPU trial has no GPU state
-        throttled, shared = (flag([part[i] for part in parts]) for i in (0, 1))
+        throttled, shared = (flag_reasons([part[i] for part in parts]) for i in (0, 1))
         notes = [f"throttled: {t}" for t in throttled or []] + [f"shared: {s}" for s in shared or []]
         out["throttled"] = None if throttled is None else bool(throttled)
         out["shared"] = None if shared is None else bool(shared)

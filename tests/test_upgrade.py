@@ -18,7 +18,7 @@ import pytest
 
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.environments import virtualenvs
-from tests.conftest import rows_in, stepwatch
+from tests.conftest import REPO, rows_in, stepwatch
 
 PYTZ = f"pytz=={metadata.version('pytz')}"
 PSUTIL = f"psutil=={metadata.version('psutil')}"
@@ -141,16 +141,7 @@ def aa_check(tmp_path: Path, env: dict[str, str], calibration: Path | None) -> s
         r"^(baseline|baseline-aa): (?:using the cached environment|building an environment for \S+ in) (\S+)",
         done.stderr, re.M)}  # fmt: skip
     assert set(paths) == {"baseline", "baseline-aa"} and paths["baseline"] != paths["baseline-aa"], done.stderr
-    payload = json.loads(report.read_text())
-    [row] = payload["rows"]
-    assert (row["n_baseline"], row["n_candidate"], row["failed_baseline"], row["failed_candidate"]) == (2, 2, 0, 0)
-    assert row["verdict"] in ("no change", "inconclusive") and payload["exit_code"] == 0
-
-    [check_dir] = (tmp_path / "results").iterdir()
-    rows = sorted(rows_in(check_dir), key=lambda r: r["started_at"])
-    # Interleaved: each round starts with another side.
-    order = ["baseline", "candidate", "baseline-aa", "candidate", "baseline-aa", "baseline"]
-    assert [r["label"] for r in rows] == order
+    check_dir, rows = quiet_and_interleaved(report, tmp_path / "results")
     assert all(r["status"] == "ok" and r["tf_version"] for r in rows)
     # The user's model ran in all three environments, the same code on every side: the report does not warn.
     assert {(r["model"], r["model_hash"]) for r in rows} == {(MINE, rows[0]["model_hash"])} and rows[0]["model_hash"]
@@ -166,6 +157,20 @@ def aa_check(tmp_path: Path, env: dict[str, str], calibration: Path | None) -> s
     return text
 
 
+def quiet_and_interleaved(report: Path, results: Path) -> tuple[Path, list[dict]]:
+    """An A/A check's one verdict (two ok trials a side) is quiet; its trials ran interleaved, each round starting
+    with another side. The check's folder and its rows, in the order they ran."""
+    payload = json.loads(report.read_text())
+    [row] = payload["rows"]
+    assert (row["n_baseline"], row["n_candidate"], row["failed_baseline"], row["failed_candidate"]) == (2, 2, 0, 0)
+    assert row["verdict"] in ("no change", "inconclusive") and payload["exit_code"] == 0
+    [check_dir] = results.iterdir()
+    rows = sorted(rows_in(check_dir), key=lambda r: r["started_at"])
+    assert [r["label"] for r in rows] == ["baseline", "candidate", "baseline-aa", "candidate", "baseline-aa",
+                                          "baseline"]  # fmt: skip
+    return check_dir, rows
+
+
 # The check's model is a user's own (tests/test_user_models.py): its trials import it in both environments.
 MINE = "tests/data/models/sentiment.py:sentiment"
 
@@ -175,6 +180,43 @@ def common_args(tmp_path: Path) -> tuple[str, ...]:
             str(tmp_path / "check.duckdb"))  # fmt: skip
 
 
+BAD = REPO / "tests" / "data" / "scripts" / "bad.py"  # framework-free scripts: a trial imports no framework
+
+
+def test_an_aa_upgrade_check_of_a_script_runs_each_side_in_its_own_environment_interleaved_and_stays_quiet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check below, of a script that imports no framework: three environments built (the A/A's its own), each
+    side's trials run by its own environment's interpreter, interleaved, the A/A quiet and reported, and the
+    environments cached. The same check of a Keras model (its framework imported in every side, profiled, read back
+    by explain and the dashboard) costs 40 s of both cores: CI's large job."""
+    env = {virtualenvs.CACHE_ENV: str(tmp_path / "envs"), "STEPWATCH_RUNNER_LABEL": "test-runner"}
+    report = tmp_path / "report.json"
+    done = stepwatch(
+        "upgrade-check", "--baseline", PYTZ, "--candidate", PSUTIL, "--aa", "--metric", "peak_memory_bytes",
+        "--reuse-site-packages", "--pip-arg=--no-index", "--script", str(BAD), "--steps", "20", "--warmup", "20",
+        "--trials", "2", "--db", str(tmp_path / "check.duckdb"), "--results", str(tmp_path / "results"), "--format",
+        "json", "--out", str(report), "--", "good", env=env, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    built = dict(re.findall(r"^(baseline|baseline-aa|candidate): building an environment for \S+ in (\S+)",
+                            done.stderr, re.M))  # fmt: skip
+    assert set(built) == {"baseline", "baseline-aa", "candidate"} and len(set(built.values())) == 3, done.stderr
+    check_dir, rows = quiet_and_interleaved(report, tmp_path / "results")
+    assert all(r["status"] == "ok" and r["loop"] == "script" for r in rows)
+    for r in rows:  # each trial ran in its side's environment, by that environment's interpreter
+        assert json.loads(r["extras"])["python_executable"].startswith(built[r["label"]]), (r["label"], built)
+    text = (check_dir / "report.md").read_text()
+    assert text.startswith(f"## stepwatch upgrade check: {PYTZ} -> {PSUTIL}")
+    assert "1 config(s) x 2 trials per side" in text and "A/A (the baseline in a second environment" in text
+    assert "🔴" not in text and "🟢" not in text
+    monkeypatch.setenv(virtualenvs.CACHE_ENV, env[virtualenvs.CACHE_ENV])  # asked again: the same, without pip
+    again = virtualenvs.ensure("baseline", (PYTZ,), reuse_site_packages=True, pip_args=("--no-index",),
+                               log=lambda _: None)  # fmt: skip
+    assert again.cached and str(again.path) == built["baseline"]
+
+
+@pytest.mark.large  # six trials of a Keras model in three environments, 40 s of both cores: CI's `large` job
 def test_an_aa_upgrade_check_runs_interleaved_stays_quiet_and_says_what_it_covers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,20 +16,30 @@ TENSORFLOW ?= tensorflow==2.21.0
 
 .PHONY: run demo demo-gpu dashboard test test-large browser lint setup clean
 
-# uv installs into the environment: it unpacks TensorFlow, JAX and torch in parallel and links them from its
-# cache, and compiles their bytecode on both cores (50 s on a fresh clone, where pip took 2 min 12 s). The bytecode
-# matters: where PYTHONDONTWRITEBYTECODE is set, nothing imported is ever cached, and a trial's imports of TensorFlow
-# took 5 s more each time. stepwatch's own source is compiled too (0.1 s off every command). uv reads no pip
-# configuration, so pip's find-links and extra index (where torch's CPU build lies) are passed on, and every index
-# is searched for the best match, as pip does. pip itself is installed too: `upgrade-check` builds its side
-# environments with this environment's pip.
-UV_ARGS = --quiet --python $(BIN)/python --compile-bytecode --index-strategy unsafe-best-match \
+# uv installs into the environment: it unpacks TensorFlow, JAX and torch in parallel and links them from its cache
+# (7 s on a fresh clone, where pip took 2 min 12 s). uv reads no pip configuration, so pip's find-links and extra index
+# (where torch's CPU build lies) are passed on, and every index is searched for the best match, as pip does. pip itself
+# is installed too: `upgrade-check` builds its side environments with this environment's pip.
+#
+# Bytecode: where PYTHONDONTWRITEBYTECODE is set, nothing imported is ever cached, and a trial's imports of TensorFlow
+# took 5 s more each time. What the frameworks and the dashboard import is compiled once, at setup, by importing it,
+# two imports at a time: 7,100 of the 20,400 files installed (compiling all of them took 76 s of CPU; the whole setup on
+# a fresh clone 34 s, where it took 40 s). The recipes below run with PYTHONDONTWRITEBYTECODE unset, so what a command
+# imports beyond that is cached the first time (8,200 files after `make test`). stepwatch's own source is compiled too
+# (0.1 s off every command).
+unexport PYTHONDONTWRITEBYTECODE
+UV_ARGS = --quiet --python $(BIN)/python --index-strategy unsafe-best-match \
 	$(foreach link,$(PIP_FIND_LINKS),--find-links $(link)) $(foreach url,$(PIP_EXTRA_INDEX_URL),--extra-index-url $(url))
+WARM_TENSORFLOW = TF_CPP_MIN_LOG_LEVEL=3 KERAS_BACKEND=tensorflow $(BIN)/python -c 'import keras, keras_hub'
+WARM_PAGES = $(BIN)/python -c 'import streamlit, duckdb, pandas, pyarrow.parquet, plotly.graph_objects, scipy.stats'
+WARM_BACKENDS = KERAS_BACKEND=torch $(BIN)/python -c 'import keras, torch._dynamo' && \
+	KERAS_BACKEND=jax $(BIN)/python -c 'import keras' &&
 define install
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	[ -x $(BIN)/uv ] || $(BIN)/python -m pip install --quiet uv
 	$(BIN)/uv pip install $(UV_ARGS) pip $(PACKAGES)
 	$(BIN)/python -m compileall -q stepwatch collector trainers dashboard
+	$(WARM_TENSORFLOW) & tensorflow=$$!; $(WARM_MORE) $(WARM_PAGES) && wait $$tensorflow
 endef
 
 $(STAMP): PACKAGES = -e '.[test,tensorflow]' '$(TENSORFLOW)'
@@ -39,6 +49,7 @@ $(STAMP): pyproject.toml
 
 # The test setup installs everything in one run (one dependency resolution).
 $(BACKENDS_STAMP): PACKAGES = -e '.[test,tensorflow,jax]' '$(TENSORFLOW)' '$(TORCH)'
+$(BACKENDS_STAMP): WARM_MORE = $(WARM_BACKENDS)
 $(BACKENDS_STAMP): pyproject.toml
 	$(install)
 	touch $(STAMP) $(BACKENDS_STAMP)

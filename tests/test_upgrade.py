@@ -205,7 +205,7 @@ def test_an_aa_upgrade_check_of_a_script_runs_each_side_in_its_own_environment_i
     check_dir, rows = quiet_and_interleaved(report, tmp_path / "results")
     assert all(r["status"] == "ok" and r["loop"] == "script" for r in rows)
     for r in rows:  # each trial ran in its side's environment, by that environment's interpreter
-        assert json.loads(r["extras"])["python_executable"].startswith(built[r["label"]]), (r["label"], built)
+        assert Path(json.loads(r["extras"])["python_executable"]).is_relative_to(built[r["label"]]), (r, built)
     text = (check_dir / "report.md").read_text()
     assert text.startswith(f"## stepwatch upgrade check: {PYTZ} -> {PSUTIL}")
     assert "1 config(s) x 2 trials per side" in text and "A/A (the baseline in a second environment" in text

@@ -110,7 +110,6 @@ def changes(
             raw = [list(v) if v is not None else [] for v in values]
             spans["previous"].append((stats.Span.of(raw[before[0]] if before else []), stats.Span.of(raw[0])))
             spans["baseline"].append((stats.Span.of([x for i in base for x in raw[i]]), stats.Span.of(raw[0])))
-            spans["level"].append((stats.Span.of([]), stats.Span.of([])))  # a counter has no level: it is exact
         rows.append(
             {
                 "series_key": key,
@@ -130,7 +129,9 @@ def changes(
         unknown = "unknown: too few nights" if mine is None else "unknown: zero, and nothing to pool it with"
         row["night_variance"] = estimate.source if estimate is not None else unknown
     for against in AGAINST:
-        if metric.deterministic:  # a counter exactly, as compare does: "changed" unless a direction is declared
+        if metric.deterministic and against == "level":  # a counter has no level: each night is compared exactly
+            judged = [(stats.Ratio(math.nan, math.nan, math.nan, math.nan), math.nan, None)] * len(rows)
+        elif metric.deterministic:  # a counter exactly, as compare does: "changed" unless a direction is declared
             exact = [stats.exact(*pair, t, d) for pair, t, d in zip(spans[against], thresholds, directions)]
             judged = [(stats.Ratio(v.ratio, v.ci_low, v.ci_high, math.nan), math.nan, v.verdict) for v in exact]
         elif against == "level":  # night means against night means: their spread carries the nights' offsets
@@ -149,7 +150,7 @@ def changes(
                         f"{against}_verdict": FAILED if failed else verdict})  # fmt: skip
         if against == "level":
             for row, (old, recent) in zip(rows, pairs[against]):
-                if old.n < MIN_LEVEL_NIGHTS or recent.n < MIN_LEVEL_NIGHTS or metric.deterministic:
+                if old.n < MIN_LEVEL_NIGHTS or recent.n < MIN_LEVEL_NIGHTS:
                     row["level_verdict"] = None  # too few nights since the last change for a level
     return pd.DataFrame(rows, columns=COLUMNS)
 

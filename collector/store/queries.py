@@ -14,7 +14,7 @@ import pandas as pd
 from stepwatch.collector.config import FIELD_NAMES, FRAMEWORK_VERSION_COLUMNS, SERIES_DIMENSIONS
 from stepwatch.collector.metrics import COUNTERS, METRICS, RECENT_TRIALS
 from stepwatch.collector.schema import VERSION_COLUMNS
-from stepwatch.collector.store.selection import ALIASES, ALL, Selection, SelectionError, as_fields, named
+from stepwatch.collector.store.selection import ALIASES, ALL, FLAGS, Selection, SelectionError, as_fields, named
 from stepwatch.collector.store.tables import (
     RECENCY,
     SPANS,
@@ -263,8 +263,9 @@ def _machine_counts(con: duckdb.DuckDBPyConnection, alias: str) -> str:
     r = f"{alias}." if alias else ""
     ok = f"{r}status = 'ok'"
     watched = f"({r}host_other_cpu IS NOT NULL OR {r}cpu_throttled_s IS NOT NULL OR {r}cpu_governor IS NOT NULL)"
-    unread = f"({r}throttled IS NULL OR {r}shared IS NULL) AND {watched}"
-    return (f"count(*) FILTER (WHERE {ok} AND ({r}throttled OR {r}shared)) AS flagged, "
+    flagged = " OR ".join(f"{r}{flag}" for flag in FLAGS)
+    unread = "(" + " OR ".join(f"{r}{flag} IS NULL" for flag in FLAGS) + f") AND {watched}"
+    return (f"count(*) FILTER (WHERE {ok} AND ({flagged})) AS flagged, "
             f"count(*) FILTER (WHERE {ok} AND {unread}) AS unread")  # fmt: skip
 
 

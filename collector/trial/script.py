@@ -158,39 +158,39 @@ def run(config: BenchmarkConfig, result_path: Path, phases: Phases) -> dict[str,
     argv = [str(path), *shlex.split(config.script_args)]
     sys.argv[:] = argv
     sys.path.insert(0, str(path.parent))
+    # How the script ended other than by stepwatch's stop: what it did, and the row's failure had it not marked every
+    # step. Where it had (every measured window closed), the row is ok and its note says what the script did after.
+    ended: tuple[str, dict[str, Any]] | None = None
     try:
-        initialise_distributed(config)
-        steps.start(session)
-        clock.begin()  # time to the first step: from here, the script's own start-up (imports, build) included
         try:
-            runpy.run_path(str(path), run_name="__main__")
-        except SystemExit as exit:
-            if exit.code not in (0, None):
-                raise ScriptExit(exit.code) from None
-        if session.complete:  # every window closed, and the script went on to its end: say what it did
-            result.update(status="ok", script_note=after_its_steps(config, session, "ran on to its end"))
-        else:
-            result.update(status="crash", **too_few(config, session, total))
-    except steps.StepsDone:
-        result["status"] = "ok"
-    except ScriptExit as exit:
-        if session.complete:
-            result.update(status="ok", script_note=after_its_steps(config, session, f"exited with code {exit.code}"))
-        else:
-            result.update(status="crash", error_type="ScriptExit",
-                          error_message=f"script {config.model} exited with code {exit.code} after marking "
-                          f"{session.done} of {total} steps")  # fmt: skip
-    except Exception as error:  # noqa: BLE001 - whatever the script raises becomes the row, its traceback in the log
-        traceback.print_exc()
-        text = str(error).strip().splitlines()
-        raised = f"raised {type(error).__name__}" + (f": {text[0][:400]}" if text else "")
-        if session.complete:  # what was measured is whole: the row is ok, and says what came after
-            result.update(status="ok", script_note=after_its_steps(config, session, raised))
-        else:
+            initialise_distributed(config)
+            steps.start(session)
+            clock.begin()  # time to the first step: from here, the script's own start-up (imports, build) included
+            try:
+                runpy.run_path(str(path), run_name="__main__")
+            except SystemExit as exit:
+                if exit.code not in (0, None):
+                    raise ScriptExit(exit.code) from None
+            ended = ("ran on to its end", {"status": "crash", **too_few(config, session, total)})
+        except steps.StepsDone:
+            result["status"] = "ok"
+        except ScriptExit as exit:
+            ended = (f"exited with code {exit.code}", {"status": "crash", "error_type": "ScriptExit",
+                     "error_message": f"script {config.model} exited with code {exit.code} after marking "
+                     f"{session.done} of {total} steps"})  # fmt: skip
+        except Exception as error:  # noqa: BLE001 - whatever the script raises becomes the row, its traceback in the log
+            traceback.print_exc()
+            text = str(error).strip().splitlines()
+            raised = f"raised {type(error).__name__}" + (f": {text[0][:400]}" if text else "")
             status = "oom" if is_out_of_memory(error) else "crash"
-            result.update(
-                status=status, error_type=type(error).__name__, error_message=f"script {config.model} {raised}"
-            )
+            ended = (raised, {"status": status, "error_type": type(error).__name__,
+                              "error_message": f"script {config.model} {raised}"})  # fmt: skip
+        if ended is not None:
+            what, failure = ended
+            if session.complete:
+                result.update(status="ok", script_note=after_its_steps(config, session, what))
+            else:
+                result.update(failure)
     finally:
         if result["status"] != "ok":
             result["failed_at"] = time.time()  # which rank failed first, among several

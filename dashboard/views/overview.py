@@ -147,7 +147,10 @@ st.dataframe(
         "machine": st.column_config.TextColumn(
             "machine", help="the latest run's ok trials that ran throttled or shared, or did not read the machine"
         ),
-        "verdict": chips("status", "verdict", "the worse of the two verdicts"),
+        "verdict": chips(
+            "status", "verdict",
+            "a change the latest night shows on its own, else the level's verdict (latest.row_verdict)",
+        ),
     },
 )  # fmt: skip
 bimodal = shown[shown["bimodal"]]

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 import sys
+import uuid
 from importlib import metadata
 from pathlib import Path
 
@@ -149,7 +151,8 @@ def test_what_goes_wrong_in_a_script_is_one_row_naming_it_the_suite_goes_on_and_
     configs.append('[[configs]]\nmodel = "tests/data/scripts/jax_ranks.py"\nkeras_backend = "jax"\nnproc = 2\n')
     suite = write_suite(tmp_path / "bad.toml", "[defaults]\nsteps = 20\ntimeout_s = 60\n\n" + "\n".join(configs))
     out = tmp_path / "out"
-    done = stepwatch("run", "--suite", str(suite), "--out", str(out))
+    mark = {OWN_MARK: uuid.uuid4().hex}  # inherited by every process this run starts, and by no other's
+    done = stepwatch("run", "--suite", str(suite), "--out", str(out), env=mark)
     assert done.returncode == 4 and "9 of 16 trials failed" in done.stderr, done.stderr[-3000:]
     rows = rows_of(out)
     found = {(r["script_args"], r["keras_backend"]): r for r in rows}
@@ -179,8 +182,21 @@ def test_what_goes_wrong_in_a_script_is_one_row_naming_it_the_suite_goes_on_and_
     [jax_ranks] = [r for r in rows if r["keras_backend"] == "jax"]  # jax.distributed, then a collective
     assert jax_ranks["status"] == "ok" and jax_ranks["replicas"] == 2, jax_ranks["error_message"]
     # Every rank was killed with its trial: the hung ones, and those torch's launcher put in sessions of their own.
-    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"]) if BAD in " ".join(p.info["cmdline"] or [])]
-    assert left == [], left
+    # Only this run's processes are looked at: another test may be running the same script beside this one.
+    assert started_by(mark) == [], started_by(mark)
+
+
+OWN_MARK = "STEPWATCH_TEST_RUN"
+
+
+def started_by(mark: dict[str, str]) -> list[list[str]]:
+    """The command lines of the live processes whose environment carries ``mark``: those a run started (the run is
+    started with it; its trials, their ranks and launchers inherit it), wherever they were reparented."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "environ"]):  # unreadable ones (zombies, gone) have None
+        if (process.info["environ"] or {}).get(OWN_MARK) == mark[OWN_MARK] and process.pid != os.getpid():
+            found.append(process.info["cmdline"])
+    return found
 
 
 def run_torch_example(tmp_path: Path, labels: tuple[str, ...], trials: int) -> list[dict]:

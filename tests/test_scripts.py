@@ -11,6 +11,7 @@ import json
 import math
 import os
 import shlex
+import subprocess
 import sys
 import uuid
 from importlib import metadata
@@ -32,6 +33,7 @@ from stepwatch.dashboard.browser_harness import CHROMIUM, serve
 from stepwatch.dashboard.pages import TITLES
 from tests.conftest import stepwatch, write_suite
 from tests.test_dashboard_browser import NEEDS_CHROMIUM, no_errors, settled
+from tests.test_runner import wait_for
 
 BAD = "tests/data/scripts/bad.py"
 TORCH_EXAMPLE = "examples/torch_ddp_train.py"
@@ -197,6 +199,28 @@ def started_by(mark: dict[str, str]) -> list[list[str]]:
         if (process.info["environ"] or {}).get(OWN_MARK) == mark[OWN_MARK] and process.pid != os.getpid():
             found.append(process.info["cmdline"])
     return found
+
+
+def test_only_the_processes_a_run_started_are_its_own(tmp_path: Path) -> None:
+    """The same script run by someone else (another test worker's upgrade check runs bad.py too) is not this run's;
+    a process this run started is, also once its parent is gone."""
+    mark = {OWN_MARK: uuid.uuid4().hex}
+    others = subprocess.Popen([sys.executable, BAD, "hangs"], stdout=subprocess.DEVNULL)
+    ours = subprocess.Popen(["sh", "-c", f"{shlex.quote(sys.executable)} {BAD} hangs & wait"],
+                            env={**os.environ, **mark}, stdout=subprocess.DEVNULL)  # fmt: skip
+    try:
+        found = wait_for(lambda: [c for c in started_by(mark) if BAD in c], what="the marked script")
+        assert found == [[sys.executable, BAD, "hangs"]]
+        ours.kill()  # its child is reparented, and still the run's
+        ours.wait()
+        assert [c for c in started_by(mark) if BAD in c] == found
+    finally:
+        for process in psutil.process_iter(["environ"]):
+            if (process.info["environ"] or {}).get(OWN_MARK) == mark[OWN_MARK]:
+                process.kill()
+        others.kill()
+        others.wait()
+    assert started_by(mark) == []
 
 
 def run_torch_example(tmp_path: Path, labels: tuple[str, ...], trials: int) -> list[dict]:

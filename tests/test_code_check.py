@@ -297,15 +297,26 @@ def test_a_model_the_head_adds_is_new_and_a_model_that_raises_fails_on_its_side_
 
     raising = LAYERS.replace("    x = keras", '    raise ValueError("no")\n    x = keras', 1)
     commit(team, "A block that raises", {"models/layers.py": raising})
-    done = stepwatch("code-check", "--trials", "3", "--budget", "0.01", cwd=team)
+    done = stepwatch("code-check", "--trials", "3", "--budget", "0.01", "--aa", cwd=team)
     assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
     assert "candidate: models/classifier.py:classifier" in done.stderr and "ValueError: no" in done.stderr
     [folder] = (team / "data" / "code-check").iterdir()
     text = (folder / "report.md").read_text()
+    # It says first which side failed, in which workload (its file), and why; the head is built once, not again.
+    failed = text.splitlines()[2]
+    assert failed.startswith(f"**Failed on the candidate: `{CLASSIFIER_NAME}/tiny ") and "ValueError: no" in failed
+    assert "1 of 1 trial(s) failed before its first step" in failed and "Its other 1 trial(s) were not run" in failed
+    assert done.stdout.startswith(failed)  # the terminal's report leads with it too
+    assert "What changed for sure" not in text  # a metric the head could not measure changed nothing
+    assert "(candidate: 1 failed)" in text  # the table's n column, plainly
     assert "The budget of 0.01 minutes stopped the check after 2 of 3 trials per side." in text
+    [aa_line] = [line for line in text.splitlines() if line.startswith("A/A (the merge base in a second checkout")]
+    # The merge base against itself: its counters exact and equal; its timings are this shared runner's (their false
+    # alarm rate is measured where nothing else runs: benchmarks/code_check.py).
+    assert "No false alarm." in aa_line or ("compiled_" not in aa_line and "hlo_" not in aa_line), aa_line
     con = StoreReader(team / "data" / "code-check.duckdb").connection()
     statuses = con.sql("SELECT label, status, count(*) FROM runs GROUP BY ALL ORDER BY 1").fetchall()
-    assert statuses == [("baseline", "ok", 2), ("candidate", "crash", 2)]
+    assert statuses == [("baseline", "ok", 2), ("baseline-aa", "ok", 2), ("candidate", "crash", 1)]
 
 
 def test_refs_a_check_cannot_use_are_one_line(team: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -18,6 +19,8 @@ import pytest
 
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.environments import virtualenvs
+from stepwatch.collector.output.failures import failure_lines
+from stepwatch.collector.runner import execution
 from tests.conftest import REPO, rows_in, stepwatch
 
 PYTZ = f"pytz=={metadata.version('pytz')}"
@@ -76,6 +79,37 @@ def test_package_diff_lists_everything_the_upgrade_changes(tmp_path: Path) -> No
         ("tensorflow", "2.20.0", "2.21.0"),
     ]
     assert virtualenvs.installed(sides["baseline"]) == {"tensorflow": "2.20.0", "keras": "3.15.1"}
+
+
+def test_a_workload_that_breaks_before_its_first_step_runs_no_more_on_its_side_and_leads_the_report(
+    tmp_path: Path,
+) -> None:
+    """A script that ends without marking a step fails the same way every time: after its first trial on a side, its
+    other trials there are not run. A script that raises after its first step may be flaky, so every trial of it
+    runs. Framework-free scripts (tests/data/scripts/bad.py), two sides on this interpreter, really run."""
+    bad = "tests/data/scripts/bad.py"
+    configs = [BenchmarkConfig(model=bad, script_args=way, steps=20, warmup_steps=20, window_steps=10)
+               for way in ("never-marks", "raises")]  # fmt: skip
+    envs = {side: virtualenvs.Environment(side, (), Path(sys.prefix), True, sys.executable, REPO)
+            for side in virtualenvs.SIDES}  # fmt: skip
+    check = virtualenvs.run(configs, 3, "broken", envs, tmp_path, execution.RunOptions())
+    ran = [(o.row["label"], o.config.script_args, o.row["status"], o.broken) for o in check.outcomes]
+    assert ran.count(("baseline", "never-marks", "crash", True)) == 1
+    assert ran.count(("candidate", "never-marks", "crash", True)) == 1
+    assert [r for r in ran if r[1] == "raises"] == [(side, "raises", "crash", False) for side in
+                                                     ("baseline", "candidate", "candidate", "baseline", "baseline",
+                                                      "candidate")]  # fmt: skip
+    assert [(side, config.script_args, trial) for side, config, trial in check.skipped] == [
+        ("candidate", "never-marks", 1), ("baseline", "never-marks", 1),
+        ("baseline", "never-marks", 2), ("candidate", "never-marks", 2)]  # fmt: skip
+    lines = failure_lines(check)
+    assert lines[0].startswith(f"**Failed on the baseline: `{bad} never-marks") and lines[1].startswith(
+        f"**Failed on the baseline: `{bad} raises")  # fmt: skip
+    never, raises = lines[0], lines[1]
+    assert f"1 of 1 trial(s) failed before its first step: NoStepsMarked: script {bad} ran to its end" in never
+    assert never.endswith("Its other 2 trial(s) were not run: the same code fails the same way.")
+    assert f"3 of 3 trial(s) failed: script {bad} raised ValueError: the loss" in raises and "not run" not in raises
+    assert len(lines) == 5 and lines[-1] == ""  # two workloads on two sides, then a blank line
 
 
 # pip fetches scikit-learn from the package index (half a minute on 2 cores): CI's `large` job. Side environments

@@ -25,6 +25,7 @@ from stepwatch.collector.output.comparison import (
     to_markdown,
 )
 from stepwatch.collector.output.explain import report_lines
+from stepwatch.collector.output.failures import failure_lines
 from stepwatch.collector.output.text import write_file
 from stepwatch.collector.workflows import check
 
@@ -69,8 +70,10 @@ def report(
 ) -> int:
     """A check's report, written beside its trials and shown as ``--format`` asks, and its exit code (4 when
     trials failed and nothing worse did). ``aa`` says what its A/A side was, ``alone`` what its intervals cover
-    when no between-environment variation widens them; ``more`` follows its notes; ``first`` leads the report."""
+    when no between-environment variation widens them; ``more`` follows its notes; ``first`` leads the report, after
+    what failed (which side, which workload, why)."""
     ran, result = done.check, done.comparison
+    first = failure_lines(ran) + first  # what failed, before what changed
     notes = aa_lines(result.aa, aa) + between_lines(done.between, alone) + own_results(ran.out_dir, db_path(args))
     notes += more
     appendix = report_lines(*done.explained, done.aa_explained) if done.explained else ()

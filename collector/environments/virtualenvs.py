@@ -343,9 +343,24 @@ class Check:
     outcomes: list[execution.Outcome]
     rounds: int = 0  # rounds of trials run (a round: every config on every side once)
     planned: int = 0  # rounds planned: fewer ran when a budget stopped the check
+    skipped: tuple[tuple[str, BenchmarkConfig, int], ...] = ()  # (side, config, trial) not run: the workload broke
 
     def failed(self) -> list[execution.Outcome]:
         return [o for o in self.outcomes if o.row["status"] != "ok"]
+
+    def failures(self) -> list[tuple[str, BenchmarkConfig, list[execution.Outcome], int]]:
+        """(side, config, its failed trials, its trials not run) for every side and config with a failed trial, in
+        the order the sides ran."""
+        sides = {side: index for index, side in enumerate(self.results)}
+        found: dict[tuple[str, str], tuple[str, BenchmarkConfig, list[execution.Outcome], int]] = {}
+        for outcome in self.failed():
+            side = outcome.row.get("label") or ""
+            key = (side, outcome.config.key)
+            found.setdefault(key, (side, outcome.config, [], 0))[2].append(outcome)
+        for side, config, _ in self.skipped:
+            side_, config_, failed, skipped = found[side, config.key]
+            found[side, config.key] = (side_, config_, failed, skipped + 1)
+        return sorted(found.values(), key=lambda f: sides.get(f[0], len(sides)))
 
     def spent(self) -> tuple[float, float]:
         """What the trials cost: their seconds of this machine, and their dollars where a price is known."""
@@ -386,6 +401,8 @@ def run(
         results[side] = ResultFile(out_dir / f"{suite}-{side}-{run_ids[side][:8]}.parquet")
         side_options[side] = envs[side].options(options)
     outcomes: list[execution.Outcome] = []
+    broken: set[tuple[str, str]] = set()  # (side, config key): crashed before its first step, run no more
+    skipped: list[tuple[str, BenchmarkConfig, int]] = []
     rounds, start = 0, time.monotonic()
     with tempfile.TemporaryDirectory(prefix="stepwatch-upgrade-") as tmp:
         for side, config, trial in plan(configs, trials, sides):
@@ -394,10 +411,15 @@ def run(
                 if budget_s is not None and rounds >= 2 and spent + spent / rounds > budget_s:
                     break
                 rounds += 1
+            if (side, config.key) in broken:
+                skipped.append((side, config, trial))
+                continue
             on_start(side, config, trial)
             outcome = execution.run_one(
                 config, trial, results[side], suite, run_ids[side], side_options[side], Path(tmp)
             )
             outcomes.append(outcome)
             on_done(side, outcome)
-    return Check(out_dir, results, run_ids, outcomes, rounds, trials)
+            if outcome.broken:
+                broken.add((side, config.key))
+    return Check(out_dir, results, run_ids, outcomes, rounds, trials, tuple(skipped))

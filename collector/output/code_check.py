@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from urllib.parse import urlencode
 
 from stepwatch.collector.analysis.comparison import Comparison
-from stepwatch.collector.outcomes import IMPROVEMENT, NO_CHANGE, REGRESSION
+from stepwatch.collector.outcomes import FAILED, IMPROVEMENT, NO_CHANGE, REGRESSION
 from stepwatch.collector.output.comparison import change_text
 from stepwatch.collector.store.selection import LINK_VALUE_MAX
 from stepwatch.collector.workflows.code_check import BUNDLED, CHANGED, GONE, NEW, UNCHANGED, Commits, Workload
@@ -65,10 +65,13 @@ def nothing_to_check(commits: Commits, workloads: Sequence[Workload]) -> str:
 
 def for_sure(comparison: Comparison) -> tuple[str, ...]:
     """What changed for sure, to lead the report: the counters of the compiled step that changed (exact) and the
-    timings the intervals resolve past their threshold (a regression or an improvement), each with its change."""
+    timings the intervals resolve past their threshold (a regression or an improvement), each with its change. A
+    metric a side failed to measure changed nothing: it is what failed (``failures``)."""
     moved = [row for row in comparison.ordered()
-             if (row.metric.deterministic and row.verdict != NO_CHANGE and row.result.spans)
+             if (row.metric.deterministic and row.verdict not in (NO_CHANGE, FAILED) and row.result.spans)
              or row.verdict in (REGRESSION, IMPROVEMENT)]  # fmt: skip
+    if not moved and all(row.verdict == FAILED for row in comparison.rows):
+        return ()  # nothing ran on both sides: what failed leads instead
     if not moved:
         return ("**What changed for sure: nothing** (no counter moved and no timing resolved past its threshold).", "")
     cells = "; ".join(f"{row.metric.name} {change_text(row)} ({row.verdict})" for row in moved[:FOR_SURE_SHOWN])

@@ -54,6 +54,12 @@ def change_text(row: Row) -> str:
     return exact_change(row.metric, r) if r.spans else f"{percent(r.ratio)} {interval(r.ci_low, r.ci_high)}"
 
 
+def failed_text(row: Row) -> str:
+    """The failed trials of a row's sides, plainly: 'candidate: 3 failed'."""
+    sides = (("baseline", row.failed_baseline), ("candidate", row.failed_candidate))
+    return ", ".join(f"{side}: {count} failed" for side, count in sides if count)
+
+
 def row_cells(row: Row) -> dict[str, str]:
     """The row as display text, shared by the terminal table, the markdown report and the dashboard. A counter's
     row shows its values on both sides and says it was compared exactly."""
@@ -65,8 +71,7 @@ def row_cells(row: Row) -> dict[str, str]:
         "metric": row.metric.name,
         "change": exact_change(row.metric, r) if r.spans else percent(r.ratio),
         "95% CI": "exact" if r.spans else interval(r.ci_low, r.ci_high),
-        "n": f"{r.baseline.n}/{r.candidate.n}"
-        + (f" ({row.failed_baseline}/{row.failed_candidate} failed)" if failed else ""),
+        "n": f"{r.baseline.n}/{r.candidate.n}" + (f" ({failed_text(row)})" if failed else ""),
         "q": "" if math.isnan(r.q_value) else f"{r.q_value:.3g}",
         "threshold": f"±{r.threshold:.0%}",
         "can see": can_see(r),

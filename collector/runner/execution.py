@@ -51,6 +51,12 @@ class Outcome:
     trial: int
     row: dict[str, Any]
 
+    @property
+    def broken(self) -> bool:
+        """Crashed before its first step was done (importing or building the workload, a script that raised before
+        it marked a step): the same code fails the same way in every trial, so a check runs no more of them."""
+        return self.row.get("status") == "crash" and self.row.get("startup_s") is None
+
 
 def interleave(configs: list[BenchmarkConfig], trials: int) -> list[tuple[BenchmarkConfig, int]]:
     """Round robin: trial 0 of every config, then trial 1 of every config, ... (ABAB, not AABB)."""

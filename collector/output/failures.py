@@ -1,0 +1,40 @@
+"""What failed in a check, said before anything else: which side, which workload, how many of its trials, and the
+exception's last line. A workload that broke before its first step is run no more on that side
+(``execution.Outcome.broken``), and the report says how many trials that left out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stepwatch.collector.environments.virtualenvs import Check
+
+SHOWN = 300  # characters of an error a lead line keeps
+
+
+def reason(row: dict[str, Any]) -> str:
+    """A failed trial's reason in one line: its status (where not a crash), its error type and the last line of its
+    message (which names the type itself where it already does)."""
+    lines = [line.strip() for line in (row.get("error_message") or "").splitlines() if line.strip()]
+    message = lines[-1] if lines else "no message"
+    kind = row.get("error_type") or ""
+    said = message if not kind or kind in message else f"{kind}: {message}"
+    status = row.get("status")
+    said = said if status == "crash" else f"{status}, {said}"
+    return said if len(said) <= SHOWN else said[: SHOWN - 3] + "..."
+
+
+def failure_lines(check: Check) -> tuple[str, ...]:
+    """One line per side and workload with a failed trial, to lead the report; none when every trial ran."""
+    lines = []
+    for side, config, failed, skipped in check.failures():
+        ran = sum(1 for o in check.outcomes if o.row.get("label") == side and o.config.key == config.key)
+        reasons = list(dict.fromkeys(reason(o.row) for o in failed))
+        when = " before its first step" if all(o.broken for o in failed) else ""
+        text = f"**Failed on the {side}: `{config.label()}`**: {len(failed)} of {ran} trial(s) failed{when}: "
+        text += reasons[0]
+        if len(reasons) > 1:
+            text += f" (and {len(reasons) - 1} other reason(s): see the trials' rows)"
+        if skipped:
+            text += f". Its other {skipped} trial(s) were not run: the same code fails the same way"
+        lines.append(text.rstrip(".") + ".")
+    return (*lines, "") if lines else ()

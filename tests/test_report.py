@@ -9,15 +9,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from stepwatch.collector.analysis import comparison
 from stepwatch.collector.config import resolve
+from stepwatch.collector.output import comparison as said
 from stepwatch.collector.output.text import repro_command
 from stepwatch.collector.runner.suite import load_suite
+from stepwatch.collector.store.database import StoreReader
+from stepwatch.collector.store.selection import Selection
 from tests.conftest import result_rows, stepwatch, write_results
 
 
 def side(version: str, accelerator: str, level: float, noise: float, trials: int, seed: int, **fields) -> list[dict]:
     """``trials`` rows of one series at one version, throughput ``level`` with log-normal ``noise``."""
-    rows = result_rows(trials, str(uuid.uuid4()), tf_version=version, accelerator=accelerator, **fields)
+    run = fields.pop("suite_run_id", None) or str(uuid.uuid4())
+    rows = result_rows(trials, run, tf_version=version, accelerator=accelerator, **fields)
     rates = level * np.exp(noise * np.random.default_rng(seed).standard_normal(trials))
     for row, rate in zip(rows, rates):
         row["examples_per_sec"] = float(rate)
@@ -215,3 +220,40 @@ def test_a_calibration_widens_compare_intervals_by_the_variation_between_environ
     done = compare(db, "--calibration", str(broken), **sides)
     assert done.returncode == 2 and "is not a stepwatch calibration" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_checks_noise_and_what_it_could_see_are_its_own_sides_and_never_contradict_what_it_found(
+    tmp_path: Path,
+) -> None:
+    """A check's store holds its baseline, its A/A, its candidate and earlier checks together: a 47% slowdown there
+    made the series' history look noisy and bimodal, and the report said "can see >= 99%" beside the regression it
+    called. A check's noise is each side's own spread; a change it found was seen; its A/A stays quiet."""
+
+    def trials(label: str, level: float, seed: int, run: str) -> list[dict]:
+        return side("2.21.0", "CPU K", level, 0.03, 4, seed, label=label, suite_run_id=run)
+
+    runs = {name: str(uuid.uuid4()) for name in ("baseline", "baseline-aa", "candidate", "earlier", "earlier-b")}
+    rows = (trials("baseline", 1000, 1, runs["baseline"]) + trials("baseline-aa", 1000, 2, runs["baseline-aa"])
+            + trials("candidate", 530, 3, runs["candidate"]) + trials("baseline", 1000, 4, runs["earlier"])
+            + trials("candidate", 530, 5, runs["earlier-b"]))  # fmt: skip
+    write_results(tmp_path / "results" / "check.parquet", rows)
+    db = tmp_path / "check.duckdb"
+    assert stepwatch("ingest", str(tmp_path / "results"), "--db", str(db)).returncode == 0
+
+    def built(candidate: str, own_noise: bool) -> comparison.Comparison:
+        with StoreReader(db) as reader:
+            return comparison.build(reader.connection(), Selection.of(suite_run_id=runs["baseline"]),
+                                    Selection.of(suite_run_id=runs[candidate]), ["examples_per_sec"], [],
+                                    own_noise=own_noise)  # fmt: skip
+
+    history = built("candidate", own_noise=False).rows[0]
+    assert history.noise.cv > 0.25 and history.noise.bimodal  # the two levels of 20 trials, read as noise
+    found = built("candidate", own_noise=True)
+    [row] = found.rows
+    assert row.verdict == "regression" and row.noise.n == 8 and row.noise.cv < 0.06 and not row.noise.bimodal
+    assert said.row_cells(row)["can see"] == "resolved"
+    text = said.to_markdown(found)
+    assert "cannot resolve" not in text and "bimodal" not in text.split("Ratio of geometric means")[0]
+    assert "Noise is the trial-to-trial CV within each side of this check" in text
+    aa = built("baseline-aa", own_noise=True)
+    assert aa.rows[0].verdict != "regression" and aa.rows[0].noise.cv < 0.06  # the A/A: quiet

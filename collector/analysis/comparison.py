@@ -27,7 +27,7 @@ class Row:
     failed_baseline: int
     failed_candidate: int
     result: stats.Verdict
-    noise: noise.Noise | None = None  # the series' own trial-to-trial noise, from its history in the store
+    noise: noise.Noise | None = None  # the series' trial-to-trial noise: its history's, or a check's own sides'
 
     @property
     def verdict(self) -> str:
@@ -48,6 +48,8 @@ class Comparison:
     aa: Comparison | None = None  # an upgrade check's A/A: the baseline against a second environment of it
     model_code: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # side -> user model -> hashes
     machine: dict[str, dict[str, int]] = field(default_factory=dict)  # side -> its trials flagged (queries)
+    own_noise: bool = False  # each row's noise is its sides' own (a check), not its series' history's
+    own_noise: bool = False  # each row's noise is its sides' own (a check), not its series' history's
 
     def code_changes(self) -> list[tuple[str, list[str], list[str]]]:
         """User models whose source differs between the sides, or within one: (model, baseline's hashes,
@@ -84,10 +86,12 @@ def build(
     metric_names: list[str],
     overrides: list[Override],
     between: Mapping[str, stats.Between] | None = None,
+    own_noise: bool = False,
 ) -> Comparison:
     """Every series on either side, for every metric, with BH across the whole series x metric matrix.
     ``between``: per metric, the between-environment variance its intervals also cover (a calibration's, an
-    A/A's), for sides measured in different environments."""
+    A/A's), for sides measured in different environments. ``own_noise``: each row's noise is its two sides' own
+    spread (a check: its store holds its other sides and earlier checks), not the series' history's."""
     metrics = [get_metric(name) for name in metric_names]
     tables: list[tuple[Metric, pd.DataFrame]] = [
         (m, queries.compare_sides(con, baseline, candidate, m.name)) for m in metrics
@@ -115,11 +119,12 @@ def build(
     ]
     keys = sorted({series["series_key"] for _, series, _, _ in cells})
     noises = {  # a counter has none: values that differ across its history are versions, not noise
-        m.name: noise.noises_of(queries.trial_values(con, keys, m.name, noise.NOISE_TRIALS))
+        m.name: (_sides_noise(con, baseline, candidate, m.name) if own_noise else
+                 noise.noises_of(queries.trial_values(con, keys, m.name, noise.NOISE_TRIALS)))
         if not m.deterministic
         else {}
         for m in metrics
-    }
+    }  # fmt: skip
     rows = [
         Row(series, metric, fb, fc, result, noises[metric.name].get(series["series_key"]))
         for (metric, series, fb, fc), result in zip(cells, results)
@@ -128,7 +133,19 @@ def build(
     versions = {"baseline": queries.side_versions(con, baseline), "candidate": queries.side_versions(con, candidate)}
     code = {"baseline": queries.model_code(con, baseline), "candidate": queries.model_code(con, candidate)}
     machine = {"baseline": queries.machine_state(con, baseline), "candidate": queries.machine_state(con, candidate)}
-    return Comparison(baseline, candidate, metrics, rows, summaries, versions, model_code=code, machine=machine)
+    return Comparison(
+        baseline, candidate, metrics, rows, summaries, versions, model_code=code, machine=machine, own_noise=own_noise
+    )
+
+
+def _sides_noise(
+    con: duckdb.DuckDBPyConnection, baseline: Selection, candidate: Selection, metric: str
+) -> dict[str, noise.Noise]:
+    """Per series, the noise within each side of these two selections, pooled (``noise.within_sides``)."""
+    sides = queries.side_values(con, baseline, metric), queries.side_values(con, candidate, metric)
+    keys = sides[0].keys() | sides[1].keys()
+    found = {key: noise.within_sides([side.get(key, []) for side in sides]) for key in keys}
+    return {key: value for key, value in found.items() if value is not None}
 
 
 def _span(record: dict[str, Any], side: str) -> stats.Span:

@@ -89,6 +89,18 @@ def noises_of(series: Mapping[Any, Sequence[float] | np.ndarray]) -> dict[Any, N
     return found
 
 
+def within_sides(sides: Sequence[Sequence[float]]) -> Noise | None:
+    """The noise of one check's trials, each side on its own: the spread within the sides, pooled (a change between
+    the sides is no noise), and bimodal where one side's own trials fall into two clusters. None without trials."""
+    found = [noise_of(values) for values in sides if len(values)]
+    if not found:
+        return None
+    df = sum(n.n - 1 for n in found)
+    cv = math.sqrt(sum((n.n - 1) * n.cv**2 for n in found if n.n > 1) / df) if df else math.nan
+    split = next((n for n in found if n.bimodal), None)
+    return Noise(sum(n.n for n in found), cv, split is not None, split.modes if split else None)
+
+
 def noise_text(noise: Noise | None) -> str:
     """'CV 4.2%' or 'CV 21.0%, bimodal: 625 / 1,180' for tables; '' when unknown."""
     if noise is None or math.isnan(noise.cv):

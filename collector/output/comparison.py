@@ -79,6 +79,13 @@ def row_cells(row: Row) -> dict[str, str]:
     }
 
 
+def noise_source(comparison: Comparison) -> str:
+    """Where the noise column's figures come from, in words."""
+    if comparison.own_noise:
+        return "Noise is the trial-to-trial CV within each side of this check, pooled over the two (its own trials)"
+    return f"Noise is the series' trial-to-trial CV over its last {noise.NOISE_TRIALS} ok trials in the store"
+
+
 def bimodal_warning(label: str, metric: str, noise: noise.Noise | None) -> str | None:
     """One line for a series whose trials fall into two clusters, or None."""
     if not noise or not noise.bimodal or not noise.modes:
@@ -131,9 +138,12 @@ def flagged(comparison: Comparison) -> bool:
 
 def can_see(r: stats.Verdict) -> str:
     """'≥9.0% (14/side for ±3%)': the minimum detectable effect, and the trials per side that would detect the
-    threshold when this comparison cannot ('out of reach' where no number of trials would)."""
+    threshold when this comparison cannot ('out of reach' where no number of trials would); 'resolved' for a
+    change its interval found (a change can be found where it is found less than 80% of the time)."""
     if r.spans:
         return "any change"
+    if r.verdict in (REGRESSION, IMPROVEMENT):  # its interval found it: what it could have missed is moot
+        return "resolved"
     if math.isnan(r.detectable):
         return "n/a (n < 2)"
     if r.detectable <= r.threshold:
@@ -182,7 +192,8 @@ def resolution_lead(comparison: Comparison) -> list[str]:
     be 'inconclusive' or a change far larger than the threshold."""
     lines = []
     for metric in comparison.metrics:
-        seen = [r.result for r in comparison.rows if r.metric == metric and not math.isnan(r.result.detectable)]
+        seen = [r.result for r in comparison.rows if r.metric == metric and not math.isnan(r.result.detectable)
+                and r.result.verdict not in (REGRESSION, IMPROVEMENT)]  # a change found was seen  # fmt: skip
         if not seen or any(r.detectable <= r.threshold for r in seen):
             continue
         low, high = min(r.detectable for r in seen), max(r.detectable for r in seen)
@@ -310,7 +321,7 @@ def to_markdown(
         "(q < 0.05) and beyond the threshold; no change means the whole interval is within the threshold. "
         '"can see" is the minimum detectable effect: the change this many trials with this much noise find '
         "80% of the time, and, where that exceeds the threshold, the trials per side that would see the threshold. "
-        f"Noise is the series' trial-to-trial CV over its last {noise.NOISE_TRIALS} ok trials in the store, and "
+        f"{noise_source(comparison)}, and "
         '"bimodal" where those fall into two separate clusters (processes landing on one of two speeds). '
         "Counters of the compiled step (HLO instructions, fusions, flops, graphs, kernels) are the same in every "
         "process for one program and stack: they are compared exactly, their values shown, any change counted.",

@@ -221,6 +221,20 @@ def trial_values(
     return {key: values for key, values in rows}
 
 
+def side_values(con: duckdb.DuckDBPyConnection, selection: Selection, metric: str) -> dict[str, list[float]]:
+    """The metric of each series' ok trials among the selected runs (positive values only): a side's own spread,
+    where a series' history would mix the sides of a check."""
+    _known(metric)
+    where, params = selection.where()
+    value = log_value(metric)
+    rows = con.sql(
+        f"SELECT series_key, list(exp(v)) FROM (SELECT series_key, {value} AS v FROM runs WHERE {where}) "
+        "WHERE v IS NOT NULL GROUP BY series_key",
+        params=params,
+    ).fetchall()
+    return {key: values for key, values in rows}
+
+
 def version_key(version: str) -> list[Any]:
     """Sort key for version strings: 2.9.0 before 2.10.0."""
     return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in version.replace("-", ".").split(".")]

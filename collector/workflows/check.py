@@ -80,7 +80,7 @@ def measure(
     of a bisect. ``between``: what is already known of the between-environment variance (a calibration, an
     earlier A/A); with an A/A side in ``envs`` its own estimate is pooled in, unless ``pool_aa`` is false (sides
     that share one interpreter and its packages: a code check's commits, where the A/A only says whether this
-    runner raises false alarms)."""
+    runner raises false alarms). Each row's noise is its two sides' own, from this check's trials."""
     fill_caches(configs, envs, options, hooks)
     check = interleave(configs, trials, suite, envs, results, options, hooks, label, budget_s)
     ingest_into([str(check.out_dir)], db, False, hooks)
@@ -91,14 +91,16 @@ def measure(
         con = reader.connection()
         if virtualenvs.AA in envs:
             aa = comparison.build(
-                con, selections["baseline"], selections[virtualenvs.AA], metric_names, thresholds, known
+                con, selections["baseline"], selections[virtualenvs.AA], metric_names, thresholds, known, own_noise=True
             )
             for name in (m.name for m in aa.metrics if pool_aa and not m.deterministic):  # a counter is exact
                 pairs = [(r.result.baseline, r.result.candidate) for r in aa.rows if r.metric.name == name]
                 pooled = stats.pool_between([known.get(name), calibration.aa_between(pairs)])
                 if pooled is not None:
                     known[name] = pooled
-        result = comparison.build(con, selections["baseline"], selections["candidate"], metric_names, thresholds, known)
+        result = comparison.build(
+            con, selections["baseline"], selections["candidate"], metric_names, thresholds, known, own_noise=True
+        )
         measured = Measured(check, result, known)
         if options.profile:
             measured.explained = ops.between(con, selections["baseline"], selections["candidate"])

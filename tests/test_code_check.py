@@ -140,12 +140,13 @@ WHO = {"GIT_AUTHOR_NAME": "ci", "GIT_AUTHOR_EMAIL": "ci@example.com", "GIT_COMMI
 WORKFLOWS = REPO / ".github" / "workflows"
 
 
-def on_github(team: Path, tmp_path: Path) -> GitHub:
+def on_github(team: Path, tmp_path: Path, **variables: str) -> GitHub:
     """The team's repository on "GitHub" (a bare remote: main and the pull request's branch), its variables as a team
-    sets them (three trials a side), replayed as GitHub documents it runs workflows (``tests/github.py``)."""
+    sets them (three trials a side, and ``variables``), replayed as GitHub documents it runs workflows
+    (``tests/github.py``)."""
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path), **WHO,
            "STEPWATCH_CALIBRATION": "none"}  # fmt: skip
-    gh = GitHub(tmp_path / "github", "o/r", env, variables={"STEPWATCH_TRIALS": "3"})
+    gh = GitHub(tmp_path / "github", "o/r", env, variables={"STEPWATCH_TRIALS": "3", **variables})
     gh.remote.parent.mkdir(parents=True)
     subprocess.run(["git", "clone", "-q", "--bare", str(team), str(gh.remote)], check=True)
     return gh
@@ -286,7 +287,7 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
     posts_one_comment(tmp_path, pr, head, "regression", comment, "code-pr")
 
 
-def test_a_model_the_head_adds_is_new_and_a_model_that_raises_fails_on_its_side_within_the_budget(team: Path) -> None:
+def test_a_model_the_head_adds_is_new_and_runs_nothing(team: Path) -> None:
     extra = CLASSIFIER.replace("def classifier", "def extra")
     commit(team, "Another model", {"models/extra.py": extra,
                                    "stepwatch-suite.toml": SUITE + '\n[[configs]]\nmodel = "models/extra.py:extra"\n'
@@ -295,28 +296,41 @@ def test_a_model_the_head_adds_is_new_and_a_model_that_raises_fails_on_its_side_
     assert done.returncode == 0 and "nothing to check" in done.stdout, done.stderr
     assert "Added by the head, nothing to compare with (not run): `models/extra.py:extra`." in done.stdout
 
+
+def test_a_head_whose_model_raises_is_an_error_that_says_first_where_and_why_after_one_trial_of_it(
+    team: Path, tmp_path: Path
+) -> None:
+    """The pull request's workflow as GitHub runs it, on a head whose block raises while the model is built: the
+    comment, the job's summary and the check run's title say which side, which workload and the exception; the head
+    is built once; the merge base's A/A stays quiet; a budget stops the rounds."""
     raising = LAYERS.replace("    x = keras", '    raise ValueError("no")\n    x = keras', 1)
-    commit(team, "A block that raises", {"models/layers.py": raising})
-    done = stepwatch("code-check", "--trials", "3", "--budget", "0.01", "--aa", cwd=team)
-    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "candidate: models/classifier.py:classifier" in done.stderr and "ValueError: no" in done.stderr
-    [folder] = (team / "data" / "code-check").iterdir()
-    text = (folder / "report.md").read_text()
+    head = commit(team, "A block that raises", {"models/layers.py": raising})
+    gh = on_github(team, tmp_path, STEPWATCH_CODE_ARGS="--budget 0.01")
+    run, run_id = pull_request(gh, team, head)
+    pr = run.workspace / "pr"
+    log = (pr / "check.log").read_text()
+    assert (pr / "verdict").read_text() == "error\n" and run.result == "failure", log[-3000:]
+    assert "candidate: models/classifier.py:classifier" in log and "ValueError: no" in log
+    comment = (pr / "comment.md").read_text()
     # It says first which side failed, in which workload (its file), and why; the head is built once, not again.
-    failed = text.splitlines()[2]
+    failed = comment.splitlines()[3]
     assert failed.startswith(f"**Failed on the candidate: `{CLASSIFIER_NAME}/tiny ") and "ValueError: no" in failed
     assert "1 of 1 trial(s) failed before its first step" in failed and "Its other 1 trial(s) were not run" in failed
-    assert done.stdout.startswith(failed)  # the terminal's report leads with it too
-    assert "What changed for sure" not in text  # a metric the head could not measure changed nothing
-    assert "(candidate: 1 failed)" in text  # the table's n column, plainly
-    assert "The budget of 0.01 minutes stopped the check after 2 of 3 trials per side." in text
-    [aa_line] = [line for line in text.splitlines() if line.startswith("A/A (the merge base in a second checkout")]
+    assert "What changed for sure" not in comment  # a metric the head could not measure changed nothing
+    assert "(candidate: 1 failed)" in comment  # the table's n column, plainly
+    assert "The budget of 0.01 minutes stopped the check after 2 of 3 trials per side." in comment
+    [aa_line] = [line for line in comment.splitlines() if line.startswith("A/A (the merge base in a second checkout")]
     # The merge base against itself: its counters exact and equal; its timings are this shared runner's (their false
     # alarm rate is measured where nothing else runs: benchmarks/code_check.py).
     assert "No false alarm." in aa_line or ("compiled_" not in aa_line and "hlo_" not in aa_line), aa_line
-    con = StoreReader(team / "data" / "code-check.duckdb").connection()
+    con = StoreReader(run.workspace / "data" / "code-check.duckdb").connection()
     statuses = con.sql("SELECT label, status, count(*) FROM runs GROUP BY ALL ORDER BY 1").fetchall()
+    con.close()
     assert statuses == [("baseline", "ok", 2), ("baseline-aa", "ok", 2), ("candidate", "crash", 1)]
+    # The check run: failed, its title saying why.
+    calls = verdict_posted(gh, tmp_path, run_id, head, "failure")
+    title = next(c.split("output[title]=")[1].split(" -f ")[0] for c in calls if "output[title]=" in c)
+    assert title.startswith(f"code check: error (candidate: {CLASSIFIER_NAME}: UserModelError: ") and "no" in title
 
 
 def test_refs_a_check_cannot_use_are_one_line(team: Path) -> None:

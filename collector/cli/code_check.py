@@ -24,6 +24,7 @@ from stepwatch.collector.cli.progress import TerminalHooks
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.output import code_check as said
 from stepwatch.collector.output.comparison import NO_BETWEEN, inconclusive_lines
+from stepwatch.collector.output.failures import reason_line
 from stepwatch.collector.output.text import publish, step_output
 from stepwatch.collector.runner import catalog, execution
 from stepwatch.collector.runner.suite import load_suite, narrow
@@ -58,8 +59,8 @@ def register(commands: Any) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print what differs and the interleaved plan, and exit")
     parser.add_argument(
         "--github-output", metavar="FILE",
-        help="append checked=true or false (false: no workload's code differs, nothing ran) to this file "
-        "($GITHUB_OUTPUT)",
+        help="append checked=true or false (false: no workload's code differs, nothing ran) and, when trials "
+        "failed, reason=the first failure in one line to this file ($GITHUB_OUTPUT)",
     )  # fmt: skip
     add_analysis_arguments(parser, several_metrics=True, default_db=code_check.STORE, calibrated=True)
     parser.set_defaults(handler=run, metric=metric_list(METRICS))
@@ -112,6 +113,9 @@ def _check(args: argparse.Namespace) -> int:
             pool_aa=sides.pins is not None,
         )  # fmt: skip
     minutes = (time.monotonic() - started) / 60
+    why = reason_line(done.check)
+    if why:
+        step_output(args.github_output, f"reason={why}\n")
     return _report(args, commits, found, sides, done, len(measured), minutes, options.profile > 0)
 
 

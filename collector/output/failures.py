@@ -38,3 +38,11 @@ def failure_lines(check: Check) -> tuple[str, ...]:
             text += f". Its other {skipped} trial(s) were not run: the same code fails the same way"
         lines.append(text.rstrip(".") + ".")
     return (*lines, "") if lines else ()
+
+
+def reason_line(check: Check) -> str | None:
+    """The first failure in a few words, for a check run's title: 'candidate: models/net.py:net: NameError: ...'
+    (one line, no markup); None when every trial ran."""
+    for side, config, failed, _ in check.failures():
+        return " ".join(f"{side}: {config.model}: {reason(failed[0].row)}".split())
+    return None

@@ -31,6 +31,21 @@ PYPROJECT = "pyproject.toml"
 PATH_SETTINGS = frozenset({"results", "db", "thresholds", "prices", "calibration", "compile_cache", "suite"})
 
 
+# The stepwatch extra that installs a Keras backend's build on a device (a CPU's is named as the backend; PyPI's torch
+# for Linux is its CUDA build already).
+GPU_EXTRAS = {"tensorflow": "tensorflow-cuda", "jax": "jax-cuda12", "torch": "torch"}
+TPU_EXTRA = "jax-tpu"  # JAX with libtpu: plain jax finds no TPU
+
+
+def extras_for(backends: list[str], devices: list[str]) -> list[str]:
+    """The stepwatch extras that install these Keras backends' builds for these devices, in order, once each."""
+    found = []
+    for device in devices or ["cpu"]:
+        for backend in backends:
+            found.append(TPU_EXTRA if device == "tpu" else GPU_EXTRAS[backend] if device == "gpu" else backend)
+    return list(dict.fromkeys(found))
+
+
 class ProjectError(UsageError):
     """A project settings file that cannot be used, in one line naming it."""
 

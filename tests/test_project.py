@@ -258,3 +258,52 @@ def test_a_pytorch_team_gets_ok_rows_and_shards_that_fit_their_suite(tmp_path: P
     db = publish.workspace / "stepwatch-store" / "stepwatch.duckdb"
     assert query(db, "SELECT loop, status, precision FROM runs ORDER BY precision", publish.workspace) == [
         '"pytorch","ok","fp32"', '"pytorch","ok","mixed_bfloat16"']  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("settings", "suite", "printed"),
+    [
+        ('keras-backend = ["jax"]\n', None, "jax"),  # what `init --keras-backend jax` writes
+        ('keras-backend = ["jax", "torch"]\ndevice = ["gpu"]\n', None, "jax-cuda12,torch"),
+        ('suite = "suite.toml"\n', '[[configs]]\nmodel = "train.py"\nkeras_backend = "torch"\n', "torch"),
+        ('keras-backend = ["jax"]\nextras = "jax-cuda13"\n', None, "jax-cuda13"),  # said outright
+        ("trials = 3\n", None, ""),  # no framework named: the job's own, as before
+    ],
+    ids=["init-jax", "gpu", "suite-only", "extras-setting", "none"],
+)
+def test_the_extras_every_workflow_installs_come_from_the_projects_settings(
+    tmp_path: Path, settings: str, suite: str | None, printed: str
+) -> None:
+    """What stepwatch's action installs where a workflow names no extras (a team that set no STEPWATCH_EXTRAS): the
+    code and upgrade checks of a JAX team then install JAX as its nightly does, instead of failing every trial."""
+    (tmp_path / "stepwatch.toml").write_text(settings)
+    if suite:
+        (tmp_path / "suite.toml").write_text(suite)
+        (tmp_path / "train.py").write_text("import stepwatch\n")
+    done = stepwatch("extras", cwd=tmp_path, env=CLEAN)
+    assert done.returncode == 0 and done.stdout == printed + "\n", done.stderr
+    wrong = stepwatch("extras", "--keras-backend", "jaxx", cwd=tmp_path, env=CLEAN)
+    assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and "--keras-backend jaxx" in wrong.stderr
+
+
+# A fresh environment and two builds of stepwatch's wheel by pip (about 40 s): CI's large job. The step's choice of
+# extras is `stepwatch extras`, tested above.
+@pytest.mark.large
+def test_the_actions_install_step_installs_the_frameworks_the_settings_name(tmp_path: Path) -> None:
+    """The action's install step as the runner runs it (``tests/github.py:action_steps``), no extras given, in a JAX
+    team's repository: stepwatch and its jax extra land in the job's Python (a virtual environment here)."""
+    from tests.github import action_steps
+
+    team, venv = tmp_path / "team", tmp_path / "venv"
+    team.mkdir()
+    (team / "stepwatch.toml").write_text('keras-backend = ["jax"]\n')
+    assert subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)]).returncode == 0
+    [install] = [step for step in action_steps({"command": "install"}) if step["name"] == "Install stepwatch"]
+    env = {**install["env"], "PYTHON": str(venv / "bin" / "python"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run(["bash", "-e", "-c", install["run"]], cwd=team, env=env, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "stepwatch: installing the extras jax" in done.stdout and "stepwatch 0.1.0" in done.stdout
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import stepwatch, jax; print(stepwatch.__file__)"],
+                           cwd=team, capture_output=True, text=True)  # fmt: skip
+    assert where.stdout.startswith(str(venv)), where.stderr  # its own install, not this checkout's

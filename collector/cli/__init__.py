@@ -39,6 +39,7 @@ COMMANDS = {
     "calibrate": "calibrate",
     "dashboard": "dashboard",
     "init": "init",
+    "extras": "extras",
     "publish": "publish",
 }
 

@@ -17,7 +17,7 @@ from stepwatch.collector.config import KERAS_BACKENDS
 from stepwatch.collector.data import bundled
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
-from stepwatch.collector.project import CONFIG_FILE, Project, version
+from stepwatch.collector.project import CONFIG_FILE, GPU_EXTRAS, TPU_EXTRA, Project, version
 from stepwatch.collector.workflows import code_check
 
 WORKFLOWS = Path(".github") / "workflows"
@@ -26,10 +26,6 @@ WORKFLOW_FILES = {"stepwatch-nightly.yml": "nightly.yml", "stepwatch-upgrade-pr.
                   "stepwatch-code-pr.yml": "code-pr.yml",
                   "stepwatch-upgrade-pr-verdict.yml": "upgrade-pr-verdict.yml"}  # fmt: skip
 ACTION_REPOSITORY = "stepwatch/stepwatch"
-# The extra a GPU job installs for a Keras backend (a CPU job's extra is named as the backend; PyPI's torch for
-# Linux is its CUDA build already).
-GPU_EXTRAS = {"tensorflow": "tensorflow-cuda", "jax": "jax-cuda12", "torch": "torch"}
-TPU_EXTRA = "jax-tpu"  # JAX with libtpu: plain jax finds no TPU
 # What stays out of git: the results and stores stepwatch's commands write in the repository.
 IGNORED = ("stepwatch-results/", "stepwatch-nightly/", f"{virtualenvs.RESULTS_DIR}/", f"{virtualenvs.STORE}*",
            f"{code_check.RESULTS_DIR}/", f"{code_check.STORE}*")  # fmt: skip

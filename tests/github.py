@@ -180,6 +180,15 @@ UPLOAD_RULE = (
     "the first wildcard; 'include-hidden-files' (default false): 'If false, hidden files will be excluded from the "
     "artifact.' 'if-no-files-found': warn: no artifact is made."
 )
+CONFLICT_RULE = (
+    "actions/upload-artifact (v4 README, 'Overwriting an Artifact'): an artifact's name is unique in its workflow run, "
+    "over all its attempts; uploading one of a name already there fails ('Failed to CreateArtifact: Received "
+    "non-retryable error: Failed request: (409) Conflict: an artifact with this name already exists on the workflow "
+    "run') unless 'overwrite: true' deletes it first. actions/upload-pages-artifact (v3) uploads one named by its "
+    "'name' input (default github-pages) and has no such input; actions/deploy-pages (v4) deploys the one its "
+    "'artifact_name' input names (default github-pages), and fails where there is none ('No uploaded artifact was "
+    "found!')."
+)
 DOWNLOAD_RULE = (
     "actions/download-artifact (v4 README): 'merge-multiple: When multiple artifacts are matched, this changes the "
     "behavior of the destination directories. If true, the downloaded artifacts will be in the same directory "
@@ -223,6 +232,14 @@ def upload(workspace: Path, path_input: str, include_hidden: bool = False) -> di
                 continue
             files[str(relative)] = path.read_bytes()
     return files
+
+
+def conflict(artifacts: dict[str, dict[str, bytes]], name: str, overwrite: bool) -> str | None:
+    """Why an upload of ``name`` fails in a run that holds ``artifacts`` (``CONFLICT_RULE``), or None."""
+    if name in artifacts and not overwrite:
+        return ("Failed to CreateArtifact: Received non-retryable error: Failed request: (409) Conflict: an artifact "
+                "with this name already exists on the workflow run")  # fmt: skip
+    return None
 
 
 def download(workspace: Path, artifacts: dict[str, dict[str, bytes]], inputs: dict[str, str]) -> None:
@@ -308,6 +325,7 @@ class GitHub:
     runs: int = 0
     artifacts: dict[str, dict[str, dict[str, bytes]]] = field(default_factory=dict)  # run id -> its artifacts
     variables: dict[str, str] = field(default_factory=dict)  # the repository's variables (the ``vars`` context)
+    attempts: dict[str, tuple[dict, str, dict, dict, dict[str, list[JobRun]], int]] = field(default_factory=dict)
 
     @property
     def server(self) -> Path:
@@ -329,15 +347,38 @@ class GitHub:
         Its artifacts are kept under its run id (``github.run_id``), where another run's download-artifact with
         ``run-id`` finds them."""
         self.runs += 1
-        artifacts: dict[str, dict[str, bytes]] = {}
-        self.artifacts[self._github(event)["run_id"]] = artifacts
-        self.payload = payload or {}
+        run_id = str(1000 + self.runs)
+        self.artifacts[run_id] = {}
+        return self._attempt(workflow, event, inputs or {}, payload or {}, run_id, 1, {})
+
+    def rerun(self, run_id: str, failed_only: bool = False) -> dict[str, list[JobRun]]:
+        """Another attempt of run ``run_id`` (GitHub's "Re-run all jobs", or with ``failed_only`` "Re-run failed
+        jobs": the failed jobs and the jobs that depend on them run again; the others keep their results and outputs).
+        The run keeps its id and its artifacts; ``github.run_attempt`` counts up."""
+        workflow, event, inputs, payload, done, attempt = self.attempts[run_id]
+        kept = {job: runs for job, runs in done.items() if failed_only and _result(runs) != "failure"}
+        for job_id, job in workflow["jobs"].items():  # a job that needs one run again runs again
+            needs = job.get("needs", [])
+            if any(n not in kept for n in ([needs] if isinstance(needs, str) else needs)):
+                kept.pop(job_id, None)
+        return self._attempt(workflow, event, inputs, payload, run_id, attempt + 1, kept)
+
+    def _attempt(
+        self, workflow: dict, event: str, inputs: dict, payload: dict, run_id: str, attempt: int,
+        kept: dict[str, list[JobRun]],
+    ) -> dict[str, list[JobRun]]:  # fmt: skip
+        artifacts = self.artifacts[run_id]
+        self.payload = payload
+        self.run = (run_id, str(attempt))
         done: dict[str, list[JobRun]] = {}
         for job_id, job in workflow["jobs"].items():
+            if job_id in kept:
+                done[job_id] = kept[job_id]
+                continue
             needs = job.get("needs", [])
             needs = [needs] if isinstance(needs, str) else needs
             needs_ctx = {n: {"result": _result(done[n]), "outputs": _outputs(done[n])} for n in needs}
-            base = {"inputs": inputs or {}, "needs": needs_ctx, "github": self._github(event)}
+            base = {"inputs": inputs, "needs": needs_ctx, "github": self._github(event)}
             condition = job.get("if", "success()")
             failed_needs = any(v["result"] != "success" for v in needs_ctx.values())
             includes = job.get("strategy", {}).get("matrix", {}).get("include") or [None]
@@ -350,10 +391,12 @@ class GitHub:
                     continue
                 runs.append(self._job(job_id, job, ctx, artifacts))
             done[job_id] = runs
+        self.attempts[run_id] = (workflow, event, inputs, payload, done, attempt)
         return done
 
     def _github(self, event: str) -> dict[str, Any]:
-        return {"run_id": str(1000 + self.runs), "run_attempt": "1", "repository": self.repository,
+        run_id, attempt = getattr(self, "run", (str(1000 + self.runs), "1"))
+        return {"run_id": run_id, "run_attempt": attempt, "repository": self.repository,
                 "server_url": self.server.as_uri(), "token": "replayed-token", "event_name": event,
                 "event": getattr(self, "payload", {})}  # fmt: skip
 
@@ -378,7 +421,8 @@ class GitHub:
                       str(value))  # fmt: skip
 
     def _job(self, job_id: str, job: dict, ctx: dict, artifacts: dict[str, dict[str, bytes]]) -> JobRun:
-        workspace = self.root / f"run{self.runs}-{job_id}-{ctx['strategy']['job-index']}"
+        attempt = "" if ctx["github"]["run_attempt"] == "1" else f"-attempt{ctx['github']['run_attempt']}"
+        workspace = self.root / f"run{self.runs}-{job_id}-{ctx['strategy']['job-index']}{attempt}"
         shutil.rmtree(workspace, ignore_errors=True)
         workspace.mkdir(parents=True)  # the runner's workspace exists before any step (a job may check nothing out)
         summary = workspace.parent / f"{workspace.name}.summary.md"
@@ -447,9 +491,13 @@ class GitHub:
         if uses.startswith(STEPWATCH_ACTION) or uses == "./":
             return self._stepwatch_action(with_, env, workspace, name)
         if uses.startswith("actions/upload-artifact@"):
-            files = upload(workspace, with_["path"], with_.get("include-hidden-files", "false") == "true")
+            files = upload(workspace, with_["path"], with_.get("include-hidden-files", "false").lower() == "true")
+            called = with_.get("name", "artifact")
+            refused = conflict(artifacts, called, with_.get("overwrite", "false").lower() == "true") if files else None
+            if refused:
+                return Step(name, "failure", {}, "", refused)
             if files:
-                artifacts[with_.get("name", "artifact")] = files
+                artifacts[called] = files
             return Step(name, "success", {})
         if uses.startswith("actions/download-artifact@"):  # with run-id: another run's (a workflow_run's)
             download(workspace, self.artifacts[with_["run-id"]] if with_.get("run-id") else artifacts, with_)
@@ -463,15 +511,19 @@ class GitHub:
             self.caches.save(workspace, with_["key"], paths)
             return Step(name, "success", {})
         if uses.startswith("actions/upload-pages-artifact@"):
+            called = with_.get("name") or "github-pages"
+            refused = conflict(artifacts, called, overwrite=False)
+            if refused:
+                return Step(name, "failure", {}, "", refused)
             site = workspace / with_.get("path", "_site")
             with tarfile.open(workspace.parent / f"{workspace.name}.pages.tar", "w") as tar:
                 tar.add(site, arcname=".")
-            artifacts["github-pages"] = {
-                "artifact.tar": (workspace.parent / f"{workspace.name}.pages.tar").read_bytes()
-            }
+            artifacts[called] = {"artifact.tar": (workspace.parent / f"{workspace.name}.pages.tar").read_bytes()}
             return Step(name, "success", {})
-        if uses.startswith("actions/deploy-pages@"):
-            return Step(name, "success", {"page_url": "https://pages.invalid/"})  # GitHub's (see the docstring)
+        if uses.startswith("actions/deploy-pages@"):  # the deployment is GitHub's (see the docstring)
+            if (with_.get("artifact_name") or "github-pages") not in artifacts:
+                return Step(name, "failure", {}, "", "Error: No uploaded artifact was found!")
+            return Step(name, "success", {"page_url": "https://pages.invalid/"})
         raise AssertionError(f"step {name}: {uses} is not replayed")
 
     def _variables(self, ctx: dict, workspace: Path, summary: Path) -> dict[str, str]:

@@ -18,7 +18,7 @@ from playwright.sync_api import sync_playwright
 
 from stepwatch.dashboard.browser_harness import CHROMIUM, served
 from tests.conftest import stepwatch
-from tests.github import GitHub
+from tests.github import GitHub, conflict
 
 ACTION = "stepwatch/stepwatch@" + "c" * 40
 WHO = {"GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@u", "GIT_COMMITTER_NAME": "u", "GIT_COMMITTER_EMAIL": "u@u"}
@@ -290,3 +290,49 @@ def test_triage_by_hand_skips_collection_and_an_unknown_alert_is_one_line(
         triage.stderr.strip().splitlines()[-1] == "stepwatch: error: no alert with id 999 (see `stepwatch alerts list`)"
     )
     assert branch_files(gh, "results") == before
+
+
+FLAKY = (
+    MODEL
+    + """
+
+import os
+
+if os.environ.get("STEPWATCH_TEST_FLAKY_RUNNER"):  # a runner that lost its device this once
+    raise RuntimeError("the runner lost its device")
+"""
+)
+
+
+def test_every_job_of_a_night_can_be_run_again_and_no_night_is_lost_or_doubled(tmp_path: Path) -> None:
+    """A night whose collect job failed on a flaky runner, then "Re-run failed jobs" (collect, and the publish and
+    pages jobs that need it), then "Re-run all jobs", as GitHub runs attempts of one run (its id and artifacts kept):
+    each attempt's results reach the history, none is archived twice, and the page of the latest attempt deploys.
+    Before, the re-run's upload failed with 409 Conflict (the artifact's name was the first attempt's) and its results
+    were lost, and a re-run of publish failed on the page's artifact."""
+    gh = team_repository(tmp_path, {"model.py": FLAKY}, ["--models", "model.py:mlp", "--keras-backend", "jax"],
+                         'xla = ["off"]\ntrials = 1\npages = true\n' + FAST)  # fmt: skip
+    steady = dict(gh.env)
+    gh.env = {**steady, "STEPWATCH_TEST_FLAKY_RUNNER": "1"}
+    first = gh.run_workflow(nightly(gh))
+    run_id = gh.run[0]
+    # Every collect job failed: publish archives the night (its crash rows) and fails saying so; the page deploys.
+    assert [first[job][0].result for job in ("collect", "publish", "pages")] == ["failure", "failure", "success"]
+    gh.env = steady
+    again = gh.rerun(run_id, failed_only=True)
+    everything = gh.rerun(run_id)
+    for attempt in (again, everything):
+        for job in ("collect", "publish", "pages"):
+            [ran] = attempt[job]
+            assert ran.result == "success", (job, [(s.name, s.outcome, s.stderr[-1500:]) for s in ran.steps])
+    # Each attempt of publish uploaded its page under a name of its own, and the pages job deployed that one.
+    assert {"github-pages-1", "github-pages-2", "github-pages-3"} <= set(gh.artifacts[run_id])
+    # The branch: one results file an attempt of collect (the failed one's rows kept: they are what happened).
+    assert len([n for n in branch_files(gh, "results") if n.endswith(".parquet")]) == 3
+    last = everything["publish"][0]
+    db = last.workspace / "stepwatch-store" / "stepwatch.duckdb"
+    assert query(db, "SELECT status, count(*), count(DISTINCT run_id) FROM runs GROUP BY ALL ORDER BY 1",
+                 last.workspace) == ['"crash",1,1', '"ok",2,2']  # fmt: skip
+    # The rule the re-run needed: a second upload of a name fails unless it overwrites.
+    assert "(409) Conflict" in (conflict({"results-cpu-0": {}}, "results-cpu-0", overwrite=False) or "")
+    assert conflict({"results-cpu-0": {}}, "results-cpu-0", overwrite=True) is None

@@ -444,3 +444,26 @@ def test_a_model_named_by_its_module_in_a_trainers_package_of_the_teams_is_follo
     done = stepwatch("code-check", "--dry-run", "--trials", "2", cwd=team)
     assert done.returncode == 0, done.stderr
     assert "Code that differs: `trainers.tabular:classifier` (`trainers/blocks.py`)." in done.stdout, done.stdout
+
+
+def test_a_models_setting_beside_a_suite_keeps_each_model_as_the_suite_configures_it_and_names_what_it_leaves_out(
+    team: Path,
+) -> None:
+    """A team that kept init's ``models`` setting and added a suite naming that model and its training script: the
+    model runs as the suite configures it (XLA on, 256 a step), not at the suite's defaults, and the script the
+    setting leaves out is named, never dropped without a word (a head that slowed it got "nothing to check")."""
+    git(team, "checkout", "-q", "main")
+    commit(team, "init's models setting kept", {
+        "stepwatch.toml": f'suite = "stepwatch-suite.toml"\ntrials = 3\nmodels = ["{CLASSIFIER_NAME}"]\n',
+    })  # fmt: skip
+    git(team, "checkout", "-q", "-B", "pr")
+    commit(team, "A slower loop", {"train.py": TRAIN.replace("(256, 64)", "(1024, 64)")})
+    done = stepwatch("code-check", cwd=team)
+    assert done.returncode == 0 and "nothing to check" in done.stdout, done.stderr
+    assert "In the suite but left out by --models (the `models` setting), not checked: `train.py`." in done.stdout
+    commit(team, "Wider blocks", {"models/layers.py": LAYERS.replace("WIDTH = 128", "WIDTH = 256")})
+    done = stepwatch("code-check", "--dry-run", "--trials", "2", cwd=team)
+    assert done.returncode == 0, done.stderr
+    planned = {line.split(" trial ")[0].split(" ", 1)[1] for line in done.stdout.splitlines() if " trial " in line}
+    assert planned == {f"{CLASSIFIER_NAME}/tiny cpu xla fp32 b256 fit keras_backend=jax"}, planned  # the suite's
+    assert "left out by --models (the `models` setting), not checked: `train.py`." in done.stdout

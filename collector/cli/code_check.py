@@ -89,6 +89,7 @@ def _check(args: argparse.Namespace) -> int:
     hooks = TerminalHooks()
     with code_check.checked_out(commits, args.aa) as folders:
         found = code_check.workloads(configs, folders["baseline"], folders["candidate"])
+        found += code_check.left_out(suite.configs, configs)
         packages = code_check.pins_changed(commits)
         runs = {CHANGED, UNCHANGED, BUNDLED} if packages else {CHANGED}
         measured = [w.config for w in found if w.state in runs]

@@ -12,7 +12,16 @@ from stepwatch.collector.analysis.comparison import Comparison
 from stepwatch.collector.outcomes import FAILED, IMPROVEMENT, NO_CHANGE, REGRESSION
 from stepwatch.collector.output.comparison import change_text
 from stepwatch.collector.store.selection import LINK_VALUE_MAX
-from stepwatch.collector.workflows.code_check import BUNDLED, CHANGED, GONE, NEW, UNCHANGED, Commits, Workload
+from stepwatch.collector.workflows.code_check import (
+    BUNDLED,
+    CHANGED,
+    GONE,
+    LEFT_OUT,
+    NEW,
+    UNCHANGED,
+    Commits,
+    Workload,
+)
 
 DASHBOARD = "http://127.0.0.1:8501"  # `stepwatch dashboard`'s default address
 FOR_SURE_SHOWN = 12  # changes named in the report's first line; the rest are in its table
@@ -44,6 +53,10 @@ def workload_lines(commits: Commits, workloads: Sequence[Workload], packages: bo
     gone = _names(workloads, GONE)
     if gone:
         lines += [f"Removed by the head (not run): {', '.join(gone)}.", ""]
+    dropped = _names(workloads, LEFT_OUT)
+    if dropped:
+        lines += [f"In the suite but left out by --models (the `models` setting), not checked: {', '.join(dropped)}.",
+                  ""]  # fmt: skip
     bundled = _names(workloads, BUNDLED)
     if bundled and not packages:
         lines += [f"stepwatch's own models, the same code on both commits (not run): {', '.join(bundled)}.", ""]

@@ -164,13 +164,14 @@ def narrow(
 ) -> tuple[BenchmarkConfig, ...]:
     """Apply the matrix flags (field -> listed values): a field whose flag keeps (``--models``) keeps the
     configs with one of its values; every other field is set to each of its values (lists are crossed). A model
-    of yours named in ``--models`` (``path/file.py:function``) is not in the suite: it runs with the suite's
-    ``defaults``, crossed with the other flags like the rest. Host dependent settings (``threads = "auto"``) are
-    resolved for this host."""
+    of yours named in ``--models`` (``path/file.py:function``) that the suite does not name runs with the suite's
+    ``defaults``, crossed with the other flags like the rest; one the suite names keeps the suite's own
+    configuration of it. Host dependent settings (``threads = "auto"``) are resolved for this host."""
     configs = list(configs)
     given = {name: values for name, values in flags.items() if values}
     script_args = (given.pop("script_args", None) or [""])[0]  # a script's arguments go to the scripts only
-    yours = [name for name in given.get("model") or () if kind_of(name).yours]
+    named = {config.model for config in configs}
+    yours = [name for name in given.get("model") or () if kind_of(name).yours and name not in named]
     if yours:
         given["model"] = [name for name in given["model"] if name not in yours]
         kept = list(narrow(configs, {"model": given["model"]})) if given["model"] else []

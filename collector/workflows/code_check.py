@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,8 +31,8 @@ from stepwatch.trainers.workload import code_of, source_of
 
 RESULTS_DIR = Path("data/code-check")  # one folder per check: its sides' parquet and the report
 STORE = Path("data/code-check.duckdb")  # checks are ingested here, never into the nightly history
-# What a workload is between the two commits.
-CHANGED, UNCHANGED, NEW, GONE, BUNDLED = "changed", "unchanged", "new", "gone", "bundled"
+# What a workload is between the two commits (or, LEFT_OUT, one of the suite's that --models left out).
+CHANGED, UNCHANGED, NEW, GONE, BUNDLED, LEFT_OUT = "changed", "unchanged", "new", "gone", "bundled", "left out"
 
 
 @dataclass(frozen=True)
@@ -85,9 +85,12 @@ class Workload:
     base: str | None
     head: str | None
     files: tuple[str, ...] = ()
+    left_out: bool = False  # in the suite, but not among the models the check was narrowed to
 
     @property
     def state(self) -> str:
+        if self.left_out:
+            return LEFT_OUT
         if source_of(self.config.model) is None:
             return BUNDLED
         if self.base is None:
@@ -126,6 +129,14 @@ def workloads(configs: list[BenchmarkConfig], base: Path, head: Path) -> list[Wo
     """Each config's workload in the two checkouts (folders of the project in each)."""
     compared = {model: _compared(model, base, head) for model in dict.fromkeys(c.model for c in configs)}
     return [Workload(config, *compared[config.model]) for config in configs]
+
+
+def left_out(suite: Sequence[BenchmarkConfig], configs: Sequence[BenchmarkConfig]) -> list[Workload]:
+    """The team's own models and scripts the suite names that the narrowing (``--models``, the ``models``
+    setting) left out: never checked, so said, one per model."""
+    kept = {config.model for config in configs}
+    dropped = {c.model: c for c in suite if c.model not in kept and source_of(c.model) is not None}
+    return [Workload(config, None, None, left_out=True) for config in dropped.values()]
 
 
 def pins_changed(commits: Commits) -> bool:

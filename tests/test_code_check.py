@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
@@ -16,6 +17,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 import yaml
 
+from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.store.database import StoreReader
 from tests.conftest import REPO, commit, git, stepwatch
 from tests.github import GitHub, JobRun
@@ -372,16 +374,23 @@ def test_a_stopped_check_leaves_no_checkout_behind(team: Path, sig: signal.Signa
         time.sleep(0.2)
     made = worktrees_of(team)[1:]
     assert len(made) == 3, proc.stderr.read() if proc.poll() is not None else made
-    time.sleep(1)  # into its first trial
+    # Into its trials: its results folder and its temporary folder made (named for this check's process).
+    temporary = lambda: list(Path(tempfile.gettempdir()).glob(f"{virtualenvs.TEMP_PREFIX}{proc.pid}-*"))  # noqa: E731
+    results = team / "data" / "code-check"
+    while not (temporary() and results.is_dir() and any(results.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    [partial] = results.iterdir()
     os.killpg(proc.pid, sig)
     proc.wait(timeout=60)
     if sig == signal.SIGTERM:
         assert worktrees_of(team) == [str(team)] and not any(Path(p).exists() for p in made)
+        assert not temporary()
         return
-    assert worktrees_of(team)[1:] == made  # nothing ran to remove them
+    assert worktrees_of(team)[1:] == made and temporary() and partial.is_dir()  # nothing ran to remove them
     done = stepwatch("code-check", "--dry-run", cwd=team)
     assert done.returncode == 0, done.stderr
     assert worktrees_of(team) == [str(team)] and not any(Path(p).exists() for p in made)
+    assert not temporary() and not partial.exists()  # the next check removed what the killed one left
 
 
 def pins_and_code(team: Path) -> None:
@@ -467,3 +476,16 @@ def test_a_models_setting_beside_a_suite_keeps_each_model_as_the_suite_configure
     planned = {line.split(" trial ")[0].split(" ", 1)[1] for line in done.stdout.splitlines() if " trial " in line}
     assert planned == {f"{CLASSIFIER_NAME}/tiny cpu xla fp32 b256 fit keras_backend=jax"}, planned  # the suite's
     assert "left out by --models (the `models` setting), not checked: `train.py`." in done.stdout
+
+
+def test_a_check_of_the_working_tree_leaves_it_byte_for_byte_as_it_found_it(team: Path) -> None:
+    """``--head .`` runs the candidate's trials in the team's own folder: they import its modules, and Python
+    caches their bytecode beside them (``models/__pycache__/``) unless told not to, as a check's trials are."""
+    (team / "models" / "layers.py").write_text(LAYERS.replace("WIDTH = 128", "WIDTH = 256"))
+    before = git(team, "status", "--porcelain", "--untracked-files=all", "--ignored")
+    done = stepwatch("code-check", "--head", ".", "--trials", "2", "--models", CLASSIFIER_NAME, cwd=team,
+                     env={"PYTHONDONTWRITEBYTECODE": ""})  # as on most machines: bytecode is written  # fmt: skip
+    assert done.returncode in (0, 1, 3), done.stderr[-3000:]
+    after = git(team, "status", "--porcelain", "--untracked-files=all", "--ignored")
+    assert [line for line in after.splitlines() if not line.startswith("!! data/")] == before.splitlines()
+    assert not list(team.rglob("__pycache__")), list(team.rglob("__pycache__"))

@@ -86,6 +86,7 @@ def _check(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite)
     configs = list(narrow(suite.configs, matrix_values(args), suite.defaults))
     commits = code_check.commits(Path.cwd(), args.base, args.head)
+    virtualenvs.remove_left_behind(args.results)  # a killed check's (its worktrees: when checking out)
     hooks = TerminalHooks()
     with code_check.checked_out(commits, args.aa) as folders:
         found = code_check.workloads(configs, folders["baseline"], folders["candidate"])

@@ -37,6 +37,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.environments import owners
 from stepwatch.collector.errors import Failure
 from stepwatch.collector.runner import execution
 from stepwatch.collector.runner.results import ResultFile
@@ -377,6 +378,15 @@ class Check:
         return (rows[0].get("accelerator") or rows[0].get("host")) if rows else None
 
 
+TEMP_PREFIX = "stepwatch-upgrade-"  # a check's temporary folder (its trials' work), named with its pid
+
+
+def remove_left_behind(results_dir: str | Path) -> list[Path]:
+    """What killed checks left (their worktrees aside: ``worktrees``): a partial results folder under
+    ``results_dir`` and a temporary folder; removed, and returned."""
+    return owners.remove_partial(Path(results_dir)) + owners.remove_orphans(Path(tempfile.gettempdir()), TEMP_PREFIX)
+
+
 def run(
     configs: list[BenchmarkConfig],
     trials: int,
@@ -393,7 +403,9 @@ def run(
     ``budget_s``: no round starts that would end past it (at the pace of the rounds before it; the first two always
     run, the least an interval needs)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    remove_left_behind(results_dir)
     out_dir = Path(results_dir) / f"{stamp}-{uuid.uuid4().hex[:8]}"
+    marker = owners.mark(out_dir)
     results, side_options, run_ids = {}, {}, {}
     sides = tuple(envs)
     for side in sides:
@@ -404,7 +416,7 @@ def run(
     broken: set[tuple[str, str]] = set()  # (side, config key): crashed before its first step, run no more
     skipped: list[tuple[str, BenchmarkConfig, int]] = []
     rounds, start = 0, time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="stepwatch-upgrade-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=owners.prefix(TEMP_PREFIX)) as tmp:
         for side, config, trial in plan(configs, trials, sides):
             if trial == rounds:  # a round starts
                 spent = time.monotonic() - start
@@ -422,4 +434,5 @@ def run(
             on_done(side, outcome)
             if outcome.broken:
                 broken.add((side, config.key))
+    marker.unlink()  # done: the folder is whole (a check killed before this leaves it marked, for the next)
     return Check(out_dir, results, run_ids, outcomes, rounds, trials, tuple(skipped))

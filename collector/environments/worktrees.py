@@ -8,13 +8,13 @@ in the repository removes those whose process is gone (``git worktree remove --f
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from stepwatch.collector.environments import owners
 from stepwatch.collector.errors import UsageError
 
 PREFIX = "stepwatch-worktree-"
@@ -81,20 +81,6 @@ def edited(repo: Path) -> list[str]:
     return [line for line in git(repo, "diff", "--name-only", "HEAD").splitlines() if line]
 
 
-def _owner_alive(path: Path) -> bool:
-    """Whether the check that made the worktree at ``path`` still runs (its pid is in the folder's name)."""
-    pid = path.name[len(PREFIX) :].split("-")[0]
-    if not pid.isdigit():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def listed(repo: Path) -> list[Path]:
     """The worktrees of ``repo`` made by checks."""
     out = git(repo, "worktree", "list", "--porcelain")
@@ -104,7 +90,7 @@ def listed(repo: Path) -> list[Path]:
 
 def remove_stale(repo: Path) -> list[Path]:
     """Remove the worktrees of checks that were killed before they could; returns them."""
-    stale = [path for path in listed(repo) if not _owner_alive(path)]
+    stale = [path for path in listed(repo) if not owners.owner_alive(path, PREFIX)]
     for path in stale:
         git(repo, "worktree", "remove", "--force", str(path), check=False)
         shutil.rmtree(path, ignore_errors=True)
@@ -124,7 +110,7 @@ def checked_out(repo: Path, commits: dict[str, str]) -> Iterator[dict[str, Path]
             if commit == WORKING_TREE:
                 folders[side] = repo
                 continue
-            folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-{side}-"))
+            folder = Path(tempfile.mkdtemp(prefix=f"{owners.prefix(PREFIX)}{side}-"))
             made.append(folder)
             git(repo, "worktree", "add", "--detach", "--force", str(folder), commit)
             folders[side] = folder

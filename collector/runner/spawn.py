@@ -80,6 +80,8 @@ def run_child(
     env = {**os.environ, SPAWN_TIME_ENV: repr(time.time()), "PYTHONUNBUFFERED": "1", **(env_extra or {})}
     env[RUNNER_PID_ENV] = str(os.getpid())  # this process's tree is the trial's own (collector.trial.machine)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    if cwd is not None:  # a checkout of the team's (a code check's side, its working tree): no __pycache__ left
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     start = time.perf_counter()
     with open(log_path, "wb") as log:
         trial = ["-m", TRIAL_MODULE, "--config", config.to_json(), "--result", str(result_path)]

@@ -38,8 +38,25 @@ def _cell(text: str, verdict: object) -> str:
     return f'<td><span class="chip"{style}>{html.escape(text)}</span></td>'
 
 
-def render(db: Path, metric_name: str = DEFAULT_METRIC, report: str | None = None) -> tuple[str, int]:
-    """The page's HTML, and how many series it names."""
+def night_line(started: str, commit: str | None, run_url: str | None, jobs: str | None) -> str:
+    """What names the night at the page's top: its date, the commit and the workflow run (linked), and how many of
+    its collect jobs ran no trial ok."""
+    parts = [f"The night of {html.escape(started[:10])}"]
+    if commit:
+        parts.append(f"commit <code>{html.escape(commit[:12])}</code>")
+    if run_url and run_url.split(":", 1)[0] in ("https", "http", "file"):
+        parts.append(f'<a href="{html.escape(run_url, quote=True)}">the workflow run</a>')
+    if jobs:
+        failed, total = jobs.split("/")
+        parts.append(f"{failed} of {total} collect job(s) ran no trial ok" if failed != "0" else
+                     f"all {total} collect job(s) ran")  # fmt: skip
+    return "<p><b>" + "; ".join(parts) + ".</b></p>"
+
+
+def render(
+    db: Path, metric_name: str = DEFAULT_METRIC, report: str | None = None, night: dict[str, str | None] | None = None
+) -> tuple[str, int]:
+    """The page's HTML, and how many series it names; ``night``: its commit, run_url and jobs (``night_line``)."""
     metric = METRICS[metric_name]
     with database.open_store(db) as reader:
         con = reader.connection()
@@ -47,8 +64,10 @@ def render(db: Path, metric_name: str = DEFAULT_METRIC, report: str | None = Non
         points = queries.history_points(con, ALL, metric_name, False)
         alerts = records.list_alerts(con, records.STATUSES, metric_name)
     rows = table.to_dict("records")
+    started = max((str(row["started_at"]) for row in rows), default="")
     body = [
         f"<h1>stepwatch: the latest night, {html.escape(metric.label.lower())}</h1>",
+        night_line(started, **(night or {"commit": None, "run_url": None, "jobs": None})),
         f"<p>{len(rows)} series; {int(latest.regressed(table).sum())} regressed. Each change is the latest suite run "
         f"against the run before it and against its baseline (up to {latest.BASELINE_NIGHTS} nights), and the level "
         f"of the last {latest.LEVEL_NIGHTS} nights against the nights before them, a ratio of geometric means with "
@@ -63,7 +82,7 @@ def render(db: Path, metric_name: str = DEFAULT_METRIC, report: str | None = Non
         body.append(
             "<tr>" + _cell(labels.CHANGE_WORDS.get(row["verdict"], row["verdict"]), row["verdict"])
             + f"<td>{html.escape(series_label(row))}</td>"
-            + f"<td>{'' if value != value else f'{value * metric.scale:.4g}'}</td>"
+            + f"<td>{'' if value != value else html.escape(metric.shown(value, row.get('unit')))}</td>"
             + _cell(labels.change_text(row, "previous"), row["previous_verdict"])
             + _cell(labels.change_text(row, "baseline"), row["baseline_verdict"])
             + _cell(labels.change_text(row, "level"), row["level_verdict"])
@@ -80,12 +99,17 @@ def render(db: Path, metric_name: str = DEFAULT_METRIC, report: str | None = Non
             f"<p>None: against the run before it and its baseline, every series is {NO_CHANGE}, "
             "inconclusive or new tonight.</p>"
         )
-    for row in changed:
+    # Every series' history, those that changed first, each titled with the night's verdict on it.
+    unchanged = [r for r in rows if r not in changed]
+    for index, row in enumerate(changed + unchanged):
+        if index == len(changed) and unchanged:
+            body.append(f"<h2>The other series ({len(unchanged)})</h2>")
         key = row["series_key"]
         mine = points[points["series_key"] == key].dropna(subset=["value"])
         found = alerts[alerts["series_key"] == key] if len(alerts) else alerts
         figure = charts.history(mine, metric, "night", "model", None, False, None, found)
-        figure.update_layout(height=360, title=series_label(row))
+        verdict = labels.CHANGE_WORDS.get(row["verdict"], row["verdict"])
+        figure.update_layout(height=320, title=f"{series_label(row)}: {verdict}")
         body.append(pio.to_html(figure, include_plotlyjs=False, full_html=False, default_width="100%"))
     if report and Path(report).is_file():
         body.append(f"<h2>Change points</h2><pre>{html.escape(Path(report).read_text())}</pre>")
@@ -94,9 +118,12 @@ def render(db: Path, metric_name: str = DEFAULT_METRIC, report: str | None = Non
     return f"<!DOCTYPE html><html><head>{head}</head><body>{''.join(body)}</body></html>\n", len(rows)
 
 
-def write(db: Path, out: Path, metric_name: str = DEFAULT_METRIC, report: str | None = None) -> int:
+def write(
+    db: Path, out: Path, metric_name: str = DEFAULT_METRIC, report: str | None = None,
+    night: dict[str, str | None] | None = None,
+) -> int:  # fmt: skip
     """Write the page and plotly.js beside it, each whole or not at all; how many series it names."""
-    text, count = render(db, metric_name, report)
+    text, count = render(db, metric_name, report, night)
     out.parent.mkdir(parents=True, exist_ok=True)
     for path, content in ((out.parent / PLOTLY_JS, get_plotlyjs()), (out, text)):
         if path.name == PLOTLY_JS and path.exists() and path.read_text() == content:
@@ -113,9 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--metric", default=DEFAULT_METRIC, choices=tuple(METRICS))
     parser.add_argument("--report", help="the detection's markdown, shown under the charts")
+    parser.add_argument("--commit", help="the commit the night ran")
+    parser.add_argument("--run-url", help="the workflow run's address")
+    parser.add_argument("--jobs", help="FAILED/TOTAL: the collect jobs that ran no trial ok, of all")
     args = parser.parse_args(argv)
+    night = {"commit": args.commit, "run_url": args.run_url, "jobs": args.jobs}
     try:
-        count = write(args.db, args.out, args.metric, args.report)
+        count = write(args.db, args.out, args.metric, args.report, night)
     except (database.StoreError, OSError) as error:
         print(f"stepwatch page: {error}", file=sys.stderr)
         return 1

@@ -177,6 +177,13 @@ def test_the_team_opens_the_history_branch_in_the_dashboard_and_the_page_in_a_br
         body = page.inner_text("body")
         assert "model.py:mlp" in body and "1 series" in body, body[:500]
         assert page.evaluate("typeof Plotly") == "object" and errors == []
+        # It names its night (its date, commit and workflow run, linked; its jobs), draws every series' history,
+        # the unchanged one too, and writes its numbers as people read them.
+        night = next(line for line in body.splitlines() if line.startswith("The night of 20"))
+        assert "; commit " in night and "; the workflow run; all 1 collect job(s) ran." in night, night
+        assert page.get_by_role("link", name="the workflow run").get_attribute("href").endswith("/actions/runs/1002")
+        assert page.locator(".js-plotly-plot").count() == 1 and "The other series (1)" in body
+        assert " examples/s" in body and "e+0" not in body
         browser.close()
 
 

@@ -76,10 +76,24 @@ def _triage(db: Path, action: str, alert: str, note: str | None) -> None:
     run_set(build_parser(argv).parse_args(argv))
 
 
-def write_page(db: Path, target: Path, report: str | None) -> None:
+def night_of(jobs: list[publish.Job]) -> list[str]:
+    """What names the night on its page: the commit and the workflow run (GitHub's variables, where it runs) and
+    how many collect jobs ran no trial ok, as the page's flags."""
+    flags = []
+    if os.environ.get("GITHUB_SHA"):
+        flags += ["--commit", os.environ["GITHUB_SHA"]]
+    server, repository, run = (os.environ.get(f"GITHUB_{name}") for name in ("SERVER_URL", "REPOSITORY", "RUN_ID"))
+    if server and repository and run:
+        flags += ["--run-url", f"{server}/{repository}/actions/runs/{run}"]
+    if jobs:
+        flags += ["--jobs", f"{sum(1 for job in jobs if not job.ok)}/{len(jobs)}"]
+    return flags
+
+
+def write_page(db: Path, target: Path, report: str | None, night: list[str] = ()) -> None:
     """The night's static page, drawn by the dashboard's own figures (in a process of its own: the dashboard is a
-    layer of its own, beside the CLI)."""
-    command = [sys.executable, "-m", "stepwatch.dashboard.page", "--db", str(db), "--out", str(target)]
+    layer of its own, beside the CLI); ``night``: what names it (``night_of``)."""
+    command = [sys.executable, "-m", "stepwatch.dashboard.page", "--db", str(db), "--out", str(target), *night]
     if report and Path(report).is_file():
         command += ["--report", report]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -114,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         code = _detect(db, args.report)
     if db.exists():
         history.save_alerts(db, str(tree / publish.ALERTS_FILE))
-        write_page(db, tree / PAGE, None if args.alert else args.report)
+        write_page(db, tree / PAGE, None if args.alert else args.report, night_of(night.jobs))
     message = (
         f"stepwatch history: alert {args.alert[1]} {args.alert[0]}" if args.alert else "stepwatch history: a night"
     )

@@ -15,7 +15,7 @@ import yaml
 from stepwatch.collector.cli.dashboard import branch_folder
 from stepwatch.collector.project import Project, identity
 from tests.conftest import stepwatch
-from tests.test_publish import FAST, NET, nightly, query, team_repository
+from tests.test_publish import FAST, MODEL, NET, nightly, query, team_repository
 
 BIN = Path(sys.executable).parent
 WHO = {"GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@u", "GIT_COMMITTER_NAME": "u", "GIT_COMMITTER_EMAIL": "u@u"}
@@ -307,3 +307,16 @@ def test_the_actions_install_step_installs_the_frameworks_the_settings_name(tmp_
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import stepwatch, jax; print(stepwatch.__file__)"],
                            cwd=team, capture_output=True, text=True)  # fmt: skip
     assert where.stdout.startswith(str(venv)), where.stderr  # its own install, not this checkout's
+
+
+def test_init_names_a_training_script_as_it_names_a_model(tmp_path: Path) -> None:
+    """``init --models model.py:mlp,train.py``: the script is a workload of the nightly and of the code checks."""
+    (tmp_path / "model.py").write_text(MODEL)
+    loop = "import stepwatch\n\nfor _ in stepwatch.steps(range(100), examples_per_step=4):\n    pass\n"
+    (tmp_path / "train.py").write_text(loop)
+    git(tmp_path, "init", "-q")
+    done = stepwatch("init", "--models", "model.py:mlp,train.py", "--keras-backend", "jax", cwd=tmp_path, env=CLEAN)
+    assert done.returncode == 0, done.stderr
+    assert 'models = ["model.py:mlp", "train.py"]' in (tmp_path / "stepwatch.toml").read_text()
+    planned = {line.split()[0] for line in configs(tmp_path, "--xla", "off")[:-1]}
+    assert planned == {"model.py:mlp/tiny", "train.py"}, planned

@@ -34,7 +34,10 @@ LOOPS = ("fit", "pytorch")  # the loops a model of yours trains in (a script is 
 
 def register(commands: Any) -> None:
     parser = commands.add_parser("init", help="write stepwatch.toml and the nightly and upgrade workflows here")
-    parser.add_argument("--models", default="", help="your models, comma-separated (path/file.py:function)")
+    parser.add_argument(
+        "--models", default="",
+        help="your models and training scripts, comma-separated (path/file.py:function, train.py)",
+    )  # fmt: skip
     parser.add_argument("--keras-backend", default="tensorflow", choices=KERAS_BACKENDS,
                         help="the framework your models train on (the workflows install its build)")  # fmt: skip
     parser.add_argument(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import shutil
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -130,3 +132,50 @@ def test_alert_commands_reject_unknown_ids_and_a_missing_note(tmp_path: Path) ->
     assert done.returncode == 2 and "--note" in done.stderr
     done = stepwatch("detect", "--db", str(tmp_path / "none.duckdb"))
     assert done.returncode == 2 and "run `stepwatch ingest` first" in done.stderr
+
+
+def test_a_newly_confirmed_regression_is_posted_once_to_a_webhook_and_a_webhook_that_is_down_fails_nothing(
+    tmp_path: Path,
+) -> None:
+    """A chat tool's incoming webhook on 127.0.0.1: the confirmed step of series A is posted once (Slack's JSON),
+    series B (flat, an A/A) is not named, a second detect posts nothing new; a webhook that refuses the connection
+    is one note and the verdict stands; an address that is not http(s) is one line and exit 2."""
+    posted: list[dict] = []
+
+    class Chat(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Chat)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/hooks/team"
+    rng = np.random.default_rng(11)
+    results, db = tmp_path / "results", tmp_path / "store.duckdb"
+    add_nights(results, range(40), lambda i: 1000.0 if i < 30 else 940.0, rng)
+    ingest(results, db)
+    try:
+        done = stepwatch("detect", "--db", str(db), "--webhook", url)
+        assert done.returncode == 1 and "posted 1 confirmed regression(s) to the webhook" in done.stderr, done.stderr
+        [message] = posted
+        assert message["text"].startswith("stepwatch: 1 confirmed training-speed regression(s) in throughput")
+        assert "on CPU A: -6" in message["text"] and "tf_version 2.20.0 -> 2.21.0" in message["text"]
+        assert "CPU B" not in message["text"]
+        again = stepwatch("detect", "--db", str(db), "--webhook", url)
+        assert again.returncode == 1 and len(posted) == 1  # still open, said once
+    finally:
+        server.shutdown()
+        server.server_close()
+    # A new step tonight, and the chat tool down: one note, the verdict stands.
+    shutil.rmtree(results)
+    add_nights(results, range(40, 45), lambda i: 800.0, rng)
+    ingest(results, db)
+    down = stepwatch("detect", "--db", str(db), "--webhook", url)
+    assert down.returncode == 1 and "note: the webhook did not take the regression:" in down.stderr, down.stderr
+    wrong = stepwatch("detect", "--db", str(db), "--webhook", "file:///etc/passwd")
+    assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and "not an http(s) address" in wrong.stderr

@@ -4,6 +4,8 @@ moving an alert along its lifecycle."""
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +26,7 @@ from stepwatch.collector.cli.arguments import (
 )
 from stepwatch.collector.cli.exits import EXIT_OK, EXIT_REGRESSION
 from stepwatch.collector.errors import UsageError
+from stepwatch.collector.output import webhook
 from stepwatch.collector.output.comparison import bimodal_warning
 from stepwatch.collector.output.runs import show_alerts
 from stepwatch.collector.output.text import plain_rows, series_label
@@ -34,6 +37,10 @@ def register(commands: Any) -> None:
     detect = commands.add_parser("detect", help="find change points in nightly history and record alerts")
     detect.add_argument("--where", help="which runs make up the history (default: all in the store)")
     detect.add_argument("--nights", type=int, default=alerts.DEFAULT_NIGHTS, help="nights per series to look at")
+    detect.add_argument(
+        "--webhook", default=os.environ.get(webhook.ENV) or None,
+        help=f"post a newly confirmed regression to this chat webhook (Slack-compatible JSON; default ${webhook.ENV})",
+    )  # fmt: skip
     add_analysis_arguments(detect, several_metrics=False, stored=True)
     detect.set_defaults(handler=run_detect)
 
@@ -65,6 +72,8 @@ def register(commands: Any) -> None:
 def run_detect(args: argparse.Namespace) -> int:
     """Change points over each series' nightly history, recorded as alerts; exit 1 on an open confirmed regression."""
     picked = selection(args, args.where)
+    if args.webhook:
+        webhook.check(args.webhook)  # before anything is recorded
     metric = metrics.get_metric(args.metric)
     thresholds = overrides(args)
     if args.nights < 2 * changepoints.MIN_SIZE:
@@ -88,10 +97,26 @@ def run_detect(args: argparse.Namespace) -> int:
             console.print(f"[yellow]{escape(warning)}[/yellow]")
     regressions = [a for a in open_alerts if a["status"] == records.CONFIRMED
                    and worse(metric, scanned.fields.get(a["series_key"], {}), thresholds, a["ratio"])]  # fmt: skip
+    if regressions and args.webhook and counts["created"] + counts["confirmed"]:  # new tonight: said once
+        why = webhook.post(args.webhook, regression_text(regressions, scanned.fields, metric))
+        console.print(f"note: the webhook did not take the regression: {escape(why)}" if why else
+                      f"posted {len(regressions)} confirmed regression(s) to the webhook")  # fmt: skip
     if regressions:
         console.print(f"[red]{len(regressions)} confirmed regression(s)[/red]: triage with `stepwatch alerts ack ID`")
         return EXIT_REGRESSION
     return EXIT_OK
+
+
+def regression_text(regressions: list[dict[str, Any]], fields: dict[str, dict], metric: metrics.Metric) -> str:
+    """The webhook's message: one line per confirmed regression, its series, its change, when and what moved."""
+    lines = [f"stepwatch: {len(regressions)} confirmed training-speed regression(s) in {metric.label.lower()}"]
+    for alert in regressions:
+        moved = alert.get("versions_changed")
+        versions = ", ".join(f"{k} {' -> '.join(v)}" for k, v in json.loads(moved).items()) if moved else ""
+        label = series_label(fields.get(alert["series_key"], {})) or alert["series_key"]
+        lines.append(f"- {label}: {alert['ratio'] - 1:+.1%} from {str(alert['change_at'])[:10]}"
+                     + (f" ({versions})" if versions else "") + f", alert {alert['id']}")  # fmt: skip
+    return "\n".join(lines)
 
 
 def run_list(args: argparse.Namespace) -> int:

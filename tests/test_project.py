@@ -14,7 +14,7 @@ import yaml
 
 from stepwatch.collector.cli.dashboard import branch_folder
 from stepwatch.collector.project import Project, identity
-from tests.conftest import stepwatch
+from tests.conftest import REPO, stepwatch
 from tests.test_publish import FAST, MODEL, NET, nightly, query, team_repository
 
 BIN = Path(sys.executable).parent
@@ -294,12 +294,16 @@ def test_the_actions_install_step_installs_the_frameworks_the_settings_name(tmp_
     team's repository: stepwatch and its jax extra land in the job's Python (a virtual environment here)."""
     from tests.github import action_steps
 
-    team, venv = tmp_path / "team", tmp_path / "venv"
+    team, venv, action = tmp_path / "team", tmp_path / "venv", tmp_path / "action"
     team.mkdir()
+    action.mkdir()  # the action's files as a runner fetches them (pip builds in the folder it is given)
+    archive = subprocess.run(f"git -C {REPO} archive HEAD | tar -x -C {action}", shell=True, capture_output=True)
+    assert archive.returncode == 0, archive.stderr
     (team / "stepwatch.toml").write_text('keras-backend = ["jax"]\n')
     assert subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)]).returncode == 0
     [install] = [step for step in action_steps({"command": "install"}) if step["name"] == "Install stepwatch"]
-    env = {**install["env"], "PYTHON": str(venv / "bin" / "python"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = {**install["env"], "ACTION_PATH": str(action), "PYTHON": str(venv / "bin" / "python"),
+           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # fmt: skip
     done = subprocess.run(["bash", "-e", "-c", install["run"]], cwd=team, env=env, capture_output=True, text=True,
                           timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -26,6 +27,7 @@ WORKFLOW_FILES = {"stepwatch-nightly.yml": "nightly.yml", "stepwatch-upgrade-pr.
                   "stepwatch-code-pr.yml": "code-pr.yml",
                   "stepwatch-upgrade-pr-verdict.yml": "upgrade-pr-verdict.yml"}  # fmt: skip
 ACTION_REPOSITORY = "stepwatch/stepwatch"
+COMMIT_FILE = "source-commit"  # the commit a wheel was built from (setup.py writes it)
 # What stays out of git: the results and stores stepwatch's commands write in the repository.
 IGNORED = ("stepwatch-results/", "stepwatch-nightly/", f"{virtualenvs.RESULTS_DIR}/", f"{virtualenvs.STORE}*",
            f"{code_check.RESULTS_DIR}/", f"{code_check.STORE}*")  # fmt: skip
@@ -65,19 +67,36 @@ def register(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def action_reference() -> str:
-    """stepwatch's action at the commit this stepwatch was installed from (pip records it for an install from git;
-    a checkout knows its own), else at this version's tag, which GitHub resolves but a pin check will flag."""
+def source_commit() -> str | None:
+    """The commit this stepwatch was installed from: pip records it for an install from git, a checkout knows its
+    own, and a wheel built from a clean checkout carries it (``setup.py``); None where none is known."""
     try:
         direct = json.loads(metadata.distribution("stepwatch").read_text("direct_url.json") or "{}")
     except (metadata.PackageNotFoundError, ValueError):
         direct = {}
     commit = direct.get("vcs_info", {}).get("commit_id")
-    if not commit and direct.get("url", "").startswith("file://"):
+    if not commit and direct.get("url", "").startswith("file://") and Path(direct["url"][len("file://") :]).is_dir():
         done = subprocess.run(["git", "-C", direct["url"][len("file://") :], "rev-parse", "HEAD"],
                               capture_output=True, text=True)  # fmt: skip
         commit = done.stdout.strip() if done.returncode == 0 else None
+    recorded = bundled(COMMIT_FILE)
+    if not commit and recorded.is_file():
+        commit = recorded.read_text().strip()
+    return commit if commit and re.fullmatch(r"[0-9a-f]{40}", commit) else None
+
+
+def action_reference() -> str:
+    """stepwatch's action pinned to the commit this stepwatch was installed from, else at this version's tag, which
+    GitHub resolves but a pin check flags (init then says how to pin it)."""
+    commit = source_commit()
     return f"{ACTION_REPOSITORY}@{commit} # v{version()}" if commit else f"{ACTION_REPOSITORY}@v{version()}"
+
+
+UNPINNED = (
+    "note: the workflows name stepwatch's action by its tag v{version} (this stepwatch knows no commit of its own): "
+    "pin it to the tag's commit (`git ls-remote https://github.com/{repository} refs/tags/v{version}`), as a pin "
+    "check asks, or run init with --action {repository}@COMMIT"
+)
 
 
 # actionlint (the workflow linter) knows GitHub's hosted runners; the labels of a team's own runners are said here.
@@ -217,6 +236,8 @@ def run(args: argparse.Namespace) -> int:
     ignored = ignore_results(root)
     if ignored:
         print(ignored)
+    if not args.action and source_commit() is None:
+        print(UNPINNED.format(version=version(), repository=ACTION_REPOSITORY))
     print("next: edit stepwatch.toml, then `stepwatch run` here; commit the workflows to run it nightly and on "
           "pull requests")  # fmt: skip
     return EXIT_OK

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -324,3 +325,42 @@ def test_init_names_a_training_script_as_it_names_a_model(tmp_path: Path) -> Non
     assert 'models = ["model.py:mlp", "train.py"]' in (tmp_path / "stepwatch.toml").read_text()
     planned = {line.split()[0] for line in configs(tmp_path, "--xla", "off")[:-1]}
     assert planned == {"model.py:mlp/tiny", "train.py"}, planned
+
+
+def test_a_wheel_built_from_a_checkout_pins_the_action_to_its_commit_and_one_that_cannot_says_how(
+    tmp_path: Path,
+) -> None:
+    """A wheel built from a clean checkout carries its commit (``setup.py``), and ``init`` from that wheel pins
+    stepwatch's action to it (a tag is what zizmor reports as an unpinned use); where no commit is known, init names
+    the tag and says how to pin it."""
+    source, target, team = tmp_path / "source", tmp_path / "target", tmp_path / "team"
+    git(tmp_path, "clone", "-q", str(REPO), str(source))
+    head = git(source, "rev-parse", "HEAD")
+    uv = Path(sys.executable).parent / "uv"
+    built = subprocess.run([str(uv), "build", "--wheel", "--out-dir", str(tmp_path / "dist"), str(source)],
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert built.returncode == 0, built.stderr[-2000:]
+    [wheel] = (tmp_path / "dist").glob("stepwatch-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        assert archive.read("stepwatch/collector/data/source-commit").decode().strip() == head
+    # Installed from the wheel (its files first on the path, this environment's packages beneath them).
+    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
+                                str(wheel)], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    team.mkdir()
+    git(team, "init", "-q")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(target)}
+    python = sys.executable
+    done = subprocess.run([python, "-m", "stepwatch", "init"], cwd=team, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    nightly = (team / ".github" / "workflows" / "stepwatch-nightly.yml").read_text()
+    assert f"uses: stepwatch/stepwatch@{head} # v0.1.0" in nightly and "note: the workflows name" not in done.stdout
+    # The same wheel without its commit (built from an export, not a checkout): the tag, and how to pin it.
+    (target / "stepwatch" / "collector" / "data" / "source-commit").unlink()
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    done = subprocess.run([python, "-m", "stepwatch", "init"], cwd=other, capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and "uses: stepwatch/stepwatch@v0.1.0" in (
+        other / ".github" / "workflows" / "stepwatch-nightly.yml").read_text()  # fmt: skip
+    assert "git ls-remote https://github.com/stepwatch/stepwatch refs/tags/v0.1.0" in done.stdout, done.stdout

@@ -44,6 +44,8 @@ def change_text(row: dict, against: str) -> str:
     there is no ratio."""
     verdict = row[f"{against}_verdict"]
     if not isinstance(verdict, str):
+        if against == "level" and isinstance(row.get("baseline_verdict"), str):  # a young history, or a change since
+            return f"not yet: {latest.MIN_LEVEL_NIGHTS} nights before the last {latest.LEVEL_NIGHTS} needed"
         return ""
     if verdict in (outcomes.MISSING, outcomes.FAILED):
         return CHANGE_WORDS.get(verdict, verdict)
@@ -57,7 +59,8 @@ def seen_text(row: dict) -> str:
     for against, what in (("level", f"over {latest.LEVEL_NIGHTS} nights"), ("baseline", "a night")):
         seen = row.get(f"{against}_seen")
         if isinstance(row.get(f"{against}_verdict"), str) and seen is not None and seen == seen:
-            parts.append(f"±{seen:.1%} {what}")
+            # Past doubling, a figure says only that too few nights are known (it read "±7442.3% a night").
+            parts.append(f"±{seen:.1%} {what}" if seen <= 1 else f"more than ±100% {what} (too few nights yet)")
     return ", ".join(parts)
 
 

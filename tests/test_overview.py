@@ -120,3 +120,16 @@ def test_the_change_cells_are_coloured_by_their_verdict(planted: Path, monkeypat
     assert [colour[c][v] for c, v in zip(colour, step)] == [fills["regression"]] * 3
     assert [colour[c][v] for c, v in zip(colour, flat)] == [labels.NO_FILL] * 3
     assert not at.dataframe[0].proto.arrow_data.styler.styles
+
+
+def test_a_young_history_says_what_its_level_and_its_reach_wait_for() -> None:
+    """On a series' first nights the level has too few nights to compare, and a night's reach is past any change a
+    team cares about: the cells say so (they were empty, and read "±7442.3% a night")."""
+    young = {"previous_verdict": None, "baseline_verdict": "inconclusive", "baseline_ratio": 0.9,
+             "baseline_ci_low": 0.1, "baseline_ci_high": 9.0, "baseline_seen": 74.423, "level_verdict": None,
+             "level_seen": None}  # fmt: skip
+    assert labels.change_text(young, "level") == "not yet: 3 nights before the last 7 needed"
+    assert labels.seen_text(young) == "more than ±100% a night (too few nights yet)"
+    grown = {**young, "baseline_seen": 0.042}
+    assert labels.seen_text(grown) == "±4.2% a night"
+    assert labels.change_text({**young, "baseline_verdict": None}, "level") == ""  # nothing measured at all

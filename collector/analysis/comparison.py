@@ -49,7 +49,6 @@ class Comparison:
     model_code: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # side -> user model -> hashes
     machine: dict[str, dict[str, int]] = field(default_factory=dict)  # side -> its trials flagged (queries)
     own_noise: bool = False  # each row's noise is its sides' own (a check), not its series' history's
-    own_noise: bool = False  # each row's noise is its sides' own (a check), not its series' history's
 
     def code_changes(self) -> list[tuple[str, list[str], list[str]]]:
         """User models whose source differs between the sides, or within one: (model, baseline's hashes,

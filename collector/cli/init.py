@@ -6,6 +6,7 @@ Action; never changes a file that exists."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import subprocess
@@ -67,6 +68,7 @@ def register(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+@functools.cache  # one install per process: read once, for the four workflows and the note
 def source_commit() -> str | None:
     """The commit this stepwatch was installed from: pip records it for an install from git, a checkout knows its
     own, and a wheel built from a clean checkout carries it (``setup.py``); None where none is known."""

@@ -45,7 +45,7 @@ def remove_orphans(parent: Path, name: str) -> list[Path]:
 
 
 def mark(folder: Path) -> Path:
-    """Mark ``folder`` as being written by this process (``unmark`` when it is done)."""
+    """Mark ``folder`` as being written by this process; the marker, which the writer unlinks when it is done."""
     folder.mkdir(parents=True, exist_ok=True)
     marker = folder / f"{MARK}{os.getpid()}"
     marker.touch()

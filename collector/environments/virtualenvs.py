@@ -334,6 +334,17 @@ def ensure_all(
     return envs
 
 
+@dataclass
+class Failed:
+    """A side's config with failed trials: those trials, how many ran, and how many were not run (it broke)."""
+
+    side: str
+    config: BenchmarkConfig
+    trials: list[execution.Outcome] = dataclasses.field(default_factory=list)
+    ran: int = 0
+    skipped: int = 0
+
+
 @dataclass(frozen=True)
 class Check:
     """One upgrade check's trials: where its files are, each side's suite run id and every outcome."""
@@ -349,19 +360,19 @@ class Check:
     def failed(self) -> list[execution.Outcome]:
         return [o for o in self.outcomes if o.row["status"] != "ok"]
 
-    def failures(self) -> list[tuple[str, BenchmarkConfig, list[execution.Outcome], int]]:
-        """(side, config, its failed trials, its trials not run) for every side and config with a failed trial, in
-        the order the sides ran."""
-        sides = {side: index for index, side in enumerate(self.results)}
-        found: dict[tuple[str, str], tuple[str, BenchmarkConfig, list[execution.Outcome], int]] = {}
-        for outcome in self.failed():
-            side = outcome.row.get("label") or ""
-            key = (side, outcome.config.key)
-            found.setdefault(key, (side, outcome.config, [], 0))[2].append(outcome)
+    def failures(self) -> list[Failed]:
+        """Every side and config with a failed trial, in the order the sides ran (a trial's row names its side)."""
+        found: dict[tuple[str, str], Failed] = {}
+        for outcome in self.outcomes:
+            key = (outcome.row.get("label") or "", outcome.config.key)
+            failed = found.setdefault(key, Failed(key[0], outcome.config))
+            failed.ran += 1
+            if outcome.row["status"] != "ok":
+                failed.trials.append(outcome)
         for side, config, _ in self.skipped:
-            side_, config_, failed, skipped = found[side, config.key]
-            found[side, config.key] = (side_, config_, failed, skipped + 1)
-        return sorted(found.values(), key=lambda f: sides.get(f[0], len(sides)))
+            found[side, config.key].skipped += 1
+        order = list(self.results)
+        return sorted((f for f in found.values() if f.trials), key=lambda f: order.index(f.side))
 
     def spent(self) -> tuple[float, float]:
         """What the trials cost: their seconds of this machine, and their dollars where a price is known."""

@@ -26,16 +26,15 @@ def reason(row: dict[str, Any]) -> str:
 def failure_lines(check: Check) -> tuple[str, ...]:
     """One line per side and workload with a failed trial, to lead the report; none when every trial ran."""
     lines = []
-    for side, config, failed, skipped in check.failures():
-        ran = sum(1 for o in check.outcomes if o.row.get("label") == side and o.config.key == config.key)
-        reasons = list(dict.fromkeys(reason(o.row) for o in failed))
-        when = " before its first step" if all(o.broken for o in failed) else ""
-        text = f"**Failed on the {side}: `{config.label()}`**: {len(failed)} of {ran} trial(s) failed{when}: "
-        text += reasons[0]
+    for failed in check.failures():
+        reasons = list(dict.fromkeys(reason(o.row) for o in failed.trials))
+        when = " before its first step" if all(o.broken for o in failed.trials) else ""
+        text = (f"**Failed on the {failed.side}: `{failed.config.label()}`**: {len(failed.trials)} of {failed.ran} "
+                f"trial(s) failed{when}: {reasons[0]}")  # fmt: skip
         if len(reasons) > 1:
             text += f" (and {len(reasons) - 1} other reason(s): see the trials' rows)"
-        if skipped:
-            text += f". Its other {skipped} trial(s) were not run: the same code fails the same way"
+        if failed.skipped:
+            text += f". Its other {failed.skipped} trial(s) were not run: the same code fails the same way"
         lines.append(text.rstrip(".") + ".")
     return (*lines, "") if lines else ()
 
@@ -43,6 +42,6 @@ def failure_lines(check: Check) -> tuple[str, ...]:
 def reason_line(check: Check) -> str | None:
     """The first failure in a few words, for a check run's title: 'candidate: models/net.py:net: NameError: ...'
     (one line, no markup); None when every trial ran."""
-    for side, config, failed, _ in check.failures():
-        return " ".join(f"{side}: {config.model}: {reason(failed[0].row)}".split())
+    for failed in check.failures():
+        return " ".join(f"{failed.side}: {failed.config.model}: {reason(failed.trials[0].row)}".split())
     return None

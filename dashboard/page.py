@@ -26,7 +26,7 @@ from stepwatch.dashboard import charts, labels
 
 PLOTLY_JS = "plotly.min.js"
 DRAWN = {REGRESSION, IMPROVEMENT, CHANGED}  # a series that moved against either reference gets its chart
-DIG_IN = "stepwatch dashboard git:stepwatch-history"
+HISTORY = "git:stepwatch-history"  # where the nightly keeps the history (another repository: git:URL#BRANCH)
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#262730}table{border-collapse:collapse;font-size:14px}
 td,th{padding:4px 8px;border-bottom:1px solid #eee;text-align:left}th{background:#f6f6f8}code{background:#f6f6f8;
 padding:1px 4px}.chip{padding:2px 6px;border-radius:4px;white-space:nowrap}"""
@@ -67,12 +67,13 @@ def render(
     started = max((str(row["started_at"]) for row in rows), default="")
     body = [
         f"<h1>stepwatch: the latest night, {html.escape(metric.label.lower())}</h1>",
-        night_line(started, **(night or {"commit": None, "run_url": None, "jobs": None})),
+        night_line(started, **{key: (night or {}).get(key) for key in ("commit", "run_url", "jobs")}),
         f"<p>{len(rows)} series; {int(latest.regressed(table).sum())} regressed. Each change is the latest suite run "
         f"against the run before it and against its baseline (up to {latest.BASELINE_NIGHTS} nights), and the level "
         f"of the last {latest.LEVEL_NIGHTS} nights against the nights before them, a ratio of geometric means with "
         f"its 95% interval, judged against the metric's threshold ({metric.threshold:.0%}). To "
-        f"dig in: <code>{html.escape(DIG_IN)}</code> in a clone of this repository.</p>",
+        f"dig in: <code>{html.escape('stepwatch dashboard ' + ((night or {}).get('history') or HISTORY))}</code> in "
+        "a clone of this repository.</p>",
         "<table><tr><th>status</th><th>series</th><th>latest</th><th>vs previous run</th><th>vs baseline</th>"
         f"<th>last {latest.LEVEL_NIGHTS} nights</th><th>could see</th><th>passing</th><th>alerts</th>"
         "<th>started</th></tr>",
@@ -143,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit", help="the commit the night ran")
     parser.add_argument("--run-url", help="the workflow run's address")
     parser.add_argument("--jobs", help="FAILED/TOTAL: the collect jobs that ran no trial ok, of all")
+    parser.add_argument("--history", help=f"where the history is, as stepwatch dashboard reads it (default {HISTORY})")
     args = parser.parse_args(argv)
-    night = {"commit": args.commit, "run_url": args.run_url, "jobs": args.jobs}
+    night = {"commit": args.commit, "run_url": args.run_url, "jobs": args.jobs, "history": args.history}
     try:
         count = write(args.db, args.out, args.metric, args.report, night)
     except (database.StoreError, OSError) as error:

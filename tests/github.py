@@ -258,17 +258,32 @@ def download(workspace: Path, artifacts: dict[str, dict[str, bytes]], inputs: di
             (folder / relative).write_bytes(data)
 
 
+CACHE_RULE = (
+    "GitHub's docs, 'Restrictions for accessing a cache': 'Workflow runs can restore caches created in either the "
+    "current branch or the default branch (usually main).' A cache a pull_request run saves is scoped to its "
+    "refs/pull/N/merge ref, so another pull request never restores it. actions/cache (README, 'Cache matching'): the "
+    "key exactly, else the newest entry a restore key prefixes, in the current branch first, then in the default "
+    "branch; a key that exists is not saved again."
+)
+DEFAULT_BRANCH = "refs/heads/main"
+
+
 @dataclass
 class Caches:
-    """actions/cache: an entry per key (its paths' files); restore by the exact key, else the newest entry whose key
-    starts with a restore key; a key that exists is not saved again. Evicting drops every entry."""
+    """actions/cache (``CACHE_RULE``): an entry per key (its paths' files), scoped to the ref of the run that saved
+    it. Evicting drops every entry."""
 
-    entries: list[tuple[str, dict[str, bytes]]] = field(default_factory=list)
+    entries: list[tuple[str, dict[str, bytes], str]] = field(default_factory=list)
 
-    def restore(self, workspace: Path, key: str, restore_keys: list[str]) -> str | None:
-        found = next((e for e in self.entries if e[0] == key), None)
-        for prefix in restore_keys:
-            found = found or next((e for e in reversed(self.entries) if e[0].startswith(prefix)), None)
+    def restore(self, workspace: Path, key: str, restore_keys: list[str], ref: str) -> str | None:
+        found = None
+        for scope in dict.fromkeys([ref, DEFAULT_BRANCH]):
+            mine = [e for e in self.entries if e[2] == scope]
+            found = next((e for e in mine if e[0] == key), None)
+            for prefix in restore_keys:
+                found = found or next((e for e in reversed(mine) if e[0].startswith(prefix)), None)
+            if found is not None:
+                break
         if found is None:
             return None
         for relative, data in found[1].items():
@@ -276,7 +291,7 @@ class Caches:
             (workspace / relative).write_bytes(data)
         return found[0]
 
-    def save(self, workspace: Path, key: str, paths: list[str]) -> None:
+    def save(self, workspace: Path, key: str, paths: list[str], ref: str) -> None:
         if any(e[0] == key for e in self.entries):
             return
         files = {}
@@ -284,7 +299,7 @@ class Caches:
             target = workspace / path
             members = [p for p in target.rglob("*") if p.is_file()] if target.is_dir() else [target]
             files |= {str(p.relative_to(workspace)): p.read_bytes() for p in members if p.is_file()}
-        self.entries.append((key, files))
+        self.entries.append((key, files, ref))
 
     def evict(self) -> None:
         self.entries.clear()
@@ -396,9 +411,14 @@ class GitHub:
 
     def _github(self, event: str) -> dict[str, Any]:
         run_id, attempt = getattr(self, "run", (str(1000 + self.runs), "1"))
-        return {"run_id": run_id, "run_attempt": attempt, "repository": self.repository,
+        payload = getattr(self, "payload", {})
+        # GITHUB_REF (docs, "Events that trigger workflows"): a pull request's merge ref; a schedule's, a
+        # workflow_dispatch's and a workflow_run's, the default branch.
+        pull = payload.get("pull_request", {}).get("number")
+        ref = f"refs/pull/{pull}/merge" if event == "pull_request" and pull else DEFAULT_BRANCH
+        return {"run_id": run_id, "run_attempt": attempt, "repository": self.repository, "ref": ref,
                 "server_url": self.server.as_uri(), "token": "replayed-token", "event_name": event,
-                "event": getattr(self, "payload", {})}  # fmt: skip
+                "event": payload}  # fmt: skip
 
     def _eval(self, text: str, ctx: dict, status: dict[str, bool], workspace: Path) -> Any:
         text = str(text).strip()
@@ -504,11 +524,11 @@ class GitHub:
             return Step(name, "success", {})
         if uses.startswith("actions/cache/restore@"):
             keys = [k.strip() for k in with_.get("restore-keys", "").splitlines() if k.strip()]
-            hit = self.caches.restore(workspace, with_["key"], keys)
+            hit = self.caches.restore(workspace, with_["key"], keys, ctx["github"]["ref"])
             return Step(name, "success", {"cache-hit": text_of(hit == with_["key"]), "cache-matched-key": hit or ""})
         if uses.startswith("actions/cache/save@"):
             paths = [p.strip() for p in with_["path"].splitlines() if p.strip()]
-            self.caches.save(workspace, with_["key"], paths)
+            self.caches.save(workspace, with_["key"], paths, ctx["github"]["ref"])
             return Step(name, "success", {})
         if uses.startswith("actions/upload-pages-artifact@"):
             called = with_.get("name") or "github-pages"
@@ -533,6 +553,7 @@ class GitHub:
                 "GITHUB_REPOSITORY": github["repository"], "GITHUB_SERVER_URL": github["server_url"],
                 "GITHUB_RUN_ID": github["run_id"], "GITHUB_RUN_ATTEMPT": github["run_attempt"],
                 "GITHUB_SHA": github.get("sha") or self._head(), "GITHUB_EVENT_NAME": github["event_name"],
+                "GITHUB_REF": github["ref"],
                 "GITHUB_STEP_SUMMARY": str(summary), "RUNNER_TEMP": str(workspace.parent)}  # fmt: skip
 
     def _merge_ref(self, workspace: Path, github: dict[str, Any], env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -213,6 +213,13 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
     base = git(team, "rev-parse", "HEAD")
     head = commit(team, "Wider blocks", {"models/layers.py": LAYERS.replace("WIDTH = 128", "WIDTH = 512")})
     gh = on_github(team, tmp_path)
+    # The nightly's compile-cache job, on the default branch (a schedule's run): the cache pull requests start from.
+    nightly = yaml.safe_load((WORKFLOWS / "stepwatch-nightly.yml").read_text())
+    [warm] = gh.run_workflow({"jobs": {"compile-cache": nightly["jobs"]["compile-cache"]}})["compile-cache"]
+    assert warm.result == "success", [(step.name, step.stdout[-1000:], step.stderr[-2000:]) for step in warm.steps]
+    [(main_key, main_files, main_ref)] = gh.caches.entries
+    assert main_ref == "refs/heads/main"
+    assert any(name.startswith(".stepwatch-compile-cache/jax/") for name in main_files)
     run, run_id = pull_request(gh, team, head)
     workspace = run.workspace  # a clone of the remote, the pull request's merge commit checked out
     pr = workspace / "pr"
@@ -250,8 +257,14 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
     assert worktrees_of(workspace) == [str(workspace)]
     # The compile cache, kept for the next check although the job failed; the artifact, laid out from the workspace's
     # root (the two paths' common ancestor): the verdict workflow reads artifact/pr/.
-    [(key, kept)] = gh.caches.entries
-    assert key.startswith("stepwatch-compile-Linux-X64-") and kept
+    # The merge base found its step compiled in the default branch's cache; the head compiled its own. What the check
+    # kept is scoped to this pull request (another restores the default branch's, tests/github.py CACHE_RULE).
+    assert outputs_of(run, "Restore the compile cache")["cache-matched-key"] == main_key
+    log = (pr / "check.log").read_text()
+    assert f"baseline: compile cache for {CLASSIFIER_NAME}" in log and ": held already (ok" in log, log[-3000:]
+    assert f"candidate: compile cache for {CLASSIFIER_NAME}" in log and ": compiled (ok" in log, log[-3000:]
+    [_, (key, kept, ref)] = gh.caches.entries
+    assert key.startswith("stepwatch-compile-Linux-X64-") and kept and ref == "refs/pull/12/merge"
     uploaded = gh.artifacts[run_id]["code-pr"]
     assert {"pr/verdict", "pr/comment.md", "pr/number"} <= set(uploaded) and any(
         name.startswith("data/code-check/") and name.endswith("report.md") for name in uploaded)  # fmt: skip

@@ -9,15 +9,18 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
 from playwright.sync_api import sync_playwright
 
+from stepwatch.collector.cli.dashboard import branch_folder
 from stepwatch.dashboard.browser_harness import CHROMIUM, served
-from tests.conftest import stepwatch
+from tests.conftest import REPO, stepwatch
 from tests.github import GitHub, conflict
 
 ACTION = "stepwatch/stepwatch@" + "c" * 40
@@ -128,7 +131,12 @@ def test_two_nights_reach_the_history_branch_and_the_store_survives_its_cache(
     # Both nights' parquet are on the history branch, with the alerts and the page.
     assert len([n for n in branch_files(gh, "results") if n.endswith(".parquet")]) == 2
     assert branch_files(gh, "state") == ["alerts.parquet"]
-    assert len(branch_files(gh, "profiles")) == 2  # the nightly profiles a trial of each config: one a night
+    # The nightly profiles a trial of each config: one a night, in the folder of the night's date (both ran today).
+    [today] = branch_files(gh, "profiles")
+    assert len(branch_files(gh, f"profiles/{today}")) == 2
+    # The branch is one commit (stepwatch publish squashes it): a clone fetches what the history holds now.
+    assert subprocess.run(["git", "--git-dir", str(gh.remote), "rev-list", "--count", "stepwatch-history"],
+                          capture_output=True, text=True).stdout.strip() == "1"  # fmt: skip
     assert sorted(branch_files(gh, "site")) == ["index.html", "plotly.min.js"]
     # The second night found no store (its cache evicted): rebuilt from the branch, then the night added.
     second = nights[1]["publish"][0]
@@ -281,6 +289,34 @@ def test_two_publishes_racing_lose_no_night(two_nights: tuple[GitHub, list[dict]
     assert {"scheduled.parquet", "manual.parquet"} <= set(listed.split())
 
 
+def test_the_history_can_live_in_another_repository(
+    two_nights: tuple[GitHub, list[dict]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the repository variable STEPWATCH_HISTORY_REPOSITORY, the night goes to that repository's history branch
+    (a clone of the team's repository never fetches it); the page says how to read it, and that reads it."""
+    gh, _ = two_nights
+    before = branch_files(gh, "results")
+    other = gh.server / "their-org" / "perf-history"
+    sh("git", "init", "-q", "--bare", str(other), cwd=tmp_path)
+    gh.variables = {**gh.variables, "STEPWATCH_HISTORY_REPOSITORY": "their-org/perf-history"}
+    try:
+        run = gh.run_workflow(nightly(gh))
+    finally:
+        gh.variables.pop("STEPWATCH_HISTORY_REPOSITORY")
+    [publish] = run["publish"]
+    assert publish.result == "success", [(s.name, s.outcome, s.stderr[-1500:]) for s in publish.steps]
+    assert branch_files(gh, "results") == before  # the team's own repository: as it was
+    results = sh("git", "--git-dir", str(other), "ls-tree", "--name-only", "stepwatch-history:results", cwd=tmp_path)
+    assert len(results.split()) == 1
+    page = sh("git", "--git-dir", str(other), "show", "stepwatch-history:site/index.html", cwd=tmp_path)
+    source = f"git:{other.as_uri()}#stepwatch-history"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert f"stepwatch dashboard {source}</code>" in page
+    done = stepwatch("ingest", str(branch_folder(source[4:], tmp_path) / "results"), "--db", "read.duckdb",
+                     cwd=tmp_path, env=environment(tmp_path))  # fmt: skip
+    assert done.returncode == 0 and query(tmp_path / "read.duckdb", "SELECT count(*) FROM runs", tmp_path) == ["1"]
+
+
 def test_triage_by_hand_skips_collection_and_an_unknown_alert_is_one_line(
     two_nights: tuple[GitHub, list[dict]],
 ) -> None:
@@ -343,3 +379,61 @@ def test_every_job_of_a_night_can_be_run_again_and_no_night_is_lost_or_doubled(t
     # The rule the re-run needed: a second upload of a name fails unless it overwrites.
     assert "(409) Conflict" in (conflict({"results-cpu-0": {}}, "results-cpu-0", overwrite=False) or "")
     assert conflict({"results-cpu-0": {}}, "results-cpu-0", overwrite=True) is None
+
+
+def a_night(folder: Path, night: str, source: Path) -> list[str]:
+    """A night's artifact as a collect job leaves it: real rows (the reference history's) given run ids and start
+    times of that night, and a raw profile folder per row; the run ids."""
+    table = pq.read_table(source)
+    ids = [f"{night}-{i}" for i in range(table.num_rows)]
+    started = pa.array([datetime.fromisoformat(f"{night}T02:30:00+00:00")] * table.num_rows, table["started_at"].type)
+    table = table.set_column(table.column_names.index("run_id"), "run_id", pa.array(ids))
+    table = table.set_column(table.column_names.index("started_at"), "started_at", started)
+    (folder / "results-cpu-0").mkdir(parents=True)
+    pq.write_table(table, folder / "results-cpu-0" / f"smoke-{night}.parquet")
+    for run_id in ids[:2]:
+        (folder / "results-cpu-0" / "profiles" / run_id).mkdir(parents=True)
+        (folder / "results-cpu-0" / "profiles" / run_id / "trace.json.gz").write_bytes(os.urandom(4096))
+    return ids
+
+
+def test_the_history_keeps_its_last_nights_profiles_a_file_a_month_and_one_commit(tmp_path: Path) -> None:
+    """A history with a bound: three nights across a month's end published with --keep-profiles 2. The raw profiles
+    of the oldest night leave the branch, October's results are one file once November starts, and the branch is one
+    commit, so a clone fetches what it holds now; a store rebuilt from that clone has every row once."""
+    env = environment(tmp_path)
+    remote = tmp_path / "github.git"
+    sh("git", "init", "-q", "--bare", str(remote), cwd=tmp_path, env=env)
+    sources = sorted((REPO / "data" / "reference" / "cpu-tf-history").glob("*.parquet"))
+    ran, said = [], []
+    for number, night in enumerate(("2026-10-31", "2026-11-01", "2026-11-02")):
+        work = tmp_path / night
+        history = work / "history"
+        done = subprocess.run(["git", "clone", "-q", "--depth", "1", "--branch", "stepwatch-history", str(remote),
+                               str(history)], capture_output=True, text=True, env=env)  # fmt: skip
+        if done.returncode:  # the first night: no branch yet (as the nightly's fetch step does)
+            sh("git", "init", "-q", "-b", "stepwatch-history", str(history), cwd=tmp_path, env=env)
+            sh("git", "-C", str(history), "remote", "add", "origin", str(remote), cwd=tmp_path, env=env)
+        ran += a_night(work / "night", night, sources[number])
+        done = stepwatch("publish", "night", "--history", "history", "--push", "stepwatch-history", "--db",
+                         "store.duckdb", "--night", night, "--keep-profiles", "2", cwd=work, env=env)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        said.append(done.stdout)
+    assert "1 result file(s) of past months compacted into one file a month" in said[1], said[1]
+    assert "1 older night(s) of raw profiles left the history branch" in said[2], said[2]
+    gh = GitHub(tmp_path, "o/r", env)
+    gh.remote.parent.mkdir(parents=True)
+    shutil.move(remote, gh.remote)
+    assert branch_files(gh, "profiles") == ["2026-11-01", "2026-11-02"]
+    assert len(branch_files(gh, "profiles/2026-11-02")) == 2
+    assert branch_files(gh, "results") == ["2026-10.parquet", "smoke-2026-11-01.parquet", "smoke-2026-11-02.parquet"]
+    count = sh("git", "--git-dir", str(gh.remote), "rev-list", "--count", "stepwatch-history", cwd=tmp_path)
+    assert count == "1"
+    # A fresh clone rebuilds the store: every night's rows, each once.
+    clone = tmp_path / "clone"
+    sh("git", "clone", "-q", "--branch", "stepwatch-history", str(gh.remote), str(clone), cwd=tmp_path, env=env)
+    done = stepwatch("ingest", str(clone / "results"), "--db", str(tmp_path / "rebuilt.duckdb"), cwd=tmp_path,
+                     env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    counted = query(tmp_path / "rebuilt.duckdb", "SELECT count(*), count(DISTINCT run_id) FROM runs", tmp_path)
+    assert counted == [f"{len(ran)},{len(ran)}"]

@@ -169,3 +169,19 @@ def test_the_tests_marked_large_run_in_a_ci_job_of_their_own() -> None:
     assert ("ci.yml", ["make", "test-large"]) in commands("make ")
     done = subprocess.run(["make", "-n", "test-large"], cwd=REPO, capture_output=True, text=True)
     assert "--run-large -m large" in done.stdout
+
+
+def test_a_pull_request_restores_the_default_branchs_cache_never_another_pull_requests(tmp_path: Path) -> None:
+    """The replay's cache scoping (tests/github.py CACHE_RULE), on which the compile cache's path from the nightly to
+    every pull request rests: a pull request's own entry first, else the default branch's; never a sibling's."""
+    from tests.github import Caches
+
+    caches, prefix = Caches(), ["stepwatch-compile-Linux-X64-"]
+    (tmp_path / "c").mkdir()
+    for run, ref in (("1", "refs/heads/main"), ("2", "refs/pull/12/merge")):
+        (tmp_path / "c" / "f").write_text(run)
+        caches.save(tmp_path, f"stepwatch-compile-Linux-X64-{run}", ["c"], ref)
+    assert caches.restore(tmp_path, "stepwatch-compile-Linux-X64-9", prefix, "refs/pull/13/merge").endswith("-1")
+    assert (tmp_path / "c" / "f").read_text() == "1"  # the default branch's files, not pull request 12's
+    assert caches.restore(tmp_path, "stepwatch-compile-Linux-X64-9", prefix, "refs/pull/12/merge").endswith("-2")
+    assert caches.restore(tmp_path, "other-9", ["other-"], "refs/pull/12/merge") is None

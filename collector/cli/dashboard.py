@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from stepwatch.collector.errors import Failure, UsageError
 from stepwatch.collector.store import objectstore
 from stepwatch.collector.store.files import DB_ENV
 
-BRANCH = "git:"  # a source that names a branch of the repository the command runs in
+BRANCH = "git:"  # a source that names a branch of the repository the command runs in, or another's (URL#BRANCH)
 
 
 def register(commands: Any) -> None:
@@ -34,7 +35,8 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "sources", nargs="*",
         help="results to ingest first and every --refresh seconds: folders, files, s3:// or gs:// prefixes, or "
-        f"{BRANCH}BRANCH (a history branch of this repository's origin, e.g. {BRANCH}stepwatch-history)",
+        f"{BRANCH}BRANCH (a history branch of this repository's origin, e.g. {BRANCH}stepwatch-history; another "
+        f"repository's: {BRANCH}URL#BRANCH)",
     )  # fmt: skip
     add_db_argument(parser)
     parser.add_argument("--address", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this host)")
@@ -47,21 +49,31 @@ def register(commands: Any) -> None:
 
 
 def branch_folder(branch: str, repository: Path) -> Path:
-    """The branch's tree as it is on ``origin`` now (else the local branch), unpacked into a cache folder."""
-    if not branch or branch.startswith("-"):
-        raise UsageError(f"{BRANCH}{branch}: name a branch, e.g. {BRANCH}stepwatch-history")
-    git = ["git", "-C", str(repository)]
-    fetched = subprocess.run([*git, "fetch", "--quiet", "origin", branch], capture_output=True, text=True)
-    ref = "FETCH_HEAD" if fetched.returncode == 0 else branch
-    key = hashlib.sha256(f"{repository.resolve()}:{branch}".encode()).hexdigest()[:16]
+    """The branch's tree as it is on ``origin`` now (else the local branch), unpacked into a cache folder; with
+    ``URL#BRANCH``, that repository's branch, fetched into a cache of its own."""
+    url, _, name = branch.rpartition("#") if "#" in branch else ("origin", "", branch)
+    if not name or name.startswith("-") or url.startswith("-") or not url:
+        raise UsageError(f"{BRANCH}{branch}: name a branch, e.g. {BRANCH}stepwatch-history or {BRANCH}URL#BRANCH")
+    key = hashlib.sha256(f"{repository.resolve() if url == 'origin' else url}:{name}".encode()).hexdigest()[:16]
     folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "stepwatch" / "branches" / key
-    archive = folder.with_suffix(".tar")
     folder.parent.mkdir(parents=True, exist_ok=True)
+    if url != "origin":  # another repository's history: fetched into a bare repository of the cache's
+        repository = folder.with_suffix(".git")
+        subprocess.run(["git", "init", "--quiet", "--bare", str(repository)], capture_output=True, check=True)
+    git = ["git", "-C", str(repository)]
+    shallow = ["--depth", "1"] if url != "origin" else []  # the team's own clone is never made shallow
+    fetched = subprocess.run([*git, "fetch", "--quiet", *shallow, "--", url, name], capture_output=True, text=True)
+    if fetched.returncode != 0 and url != "origin":
+        reason = fetched.stderr.strip().splitlines()
+        raise UsageError(f"cannot read the branch {name!r} of {url}: {reason[-1] if reason else 'git fetch failed'}")
+    ref = "FETCH_HEAD" if fetched.returncode == 0 else name
+    archive = folder.with_suffix(".tar")
     with open(archive, "wb") as out:
         done = subprocess.run([*git, "archive", "--format=tar", ref], stdout=out, stderr=subprocess.PIPE, text=False)
     if done.returncode != 0:
         reason = done.stderr.decode(errors="replace").strip().splitlines()
-        raise UsageError(f"cannot read the branch {branch!r}: {reason[-1] if reason else 'git archive failed'}")
+        raise UsageError(f"cannot read the branch {name!r}: {reason[-1] if reason else 'git archive failed'}")
+    shutil.rmtree(folder, ignore_errors=True)  # the branch as it is now: files it no longer holds (compacted) go
     with tarfile.open(archive) as tar:
         tar.extractall(folder, filter="data")
     archive.unlink()

@@ -10,6 +10,7 @@ import argparse
 import os
 import subprocess
 import sys
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,23 @@ def register(commands: Any) -> None:
     parser.add_argument("--github-output", help="write page= and pages= here (GitHub's step outputs)")
     parser.add_argument("--pages", action="store_true", help="say that the page is to be published to GitHub Pages")
     parser.add_argument(
-        "--profiles-budget", type=float, default=25, metavar="MB",
-        help="raw profiles kept on the history branch a night, in MB (default 25; 0: none); the rest stay in the "
-        "run's artifacts, and every profile's op table is in its row",
+        "--profiles-budget", type=float, default=publish.PROFILES_BUDGET / 2**20, metavar="MB",
+        help=f"raw profiles kept on the history branch a night, in MB (default {publish.PROFILES_BUDGET // 2**20}; "
+        "0: none); the rest stay in the run's artifacts, and every profile's op table is in its row",
+    )  # fmt: skip
+    parser.add_argument(
+        "--keep-profiles", type=int, default=publish.KEEP_NIGHTS, metavar="NIGHTS",
+        help=f"raw profiles stay on the history branch for the last NIGHTS nights (default {publish.KEEP_NIGHTS}); "
+        "a month's results are compacted into one file once it is over",
+    )  # fmt: skip
+    parser.add_argument(
+        "--keep-commits", action="store_true",
+        help="push the night as a commit on the branch's history (default: the branch is one commit, replaced each "
+        "night, so that a clone fetches only what the history holds now)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--night", type=_night, default=None, metavar="YYYY-MM-DD",
+        help="the night's date, for its profiles' folder and the month's compaction (default: today, UTC)",
     )  # fmt: skip
     parser.add_argument(
         "--alert", nargs=2, metavar=("ACTION", "ID"),
@@ -52,6 +67,13 @@ def register(commands: Any) -> None:
     parser.add_argument("--note", help="why (with --alert; required for ack)")
     add_db_argument(parser)
     parser.set_defaults(handler=run)
+
+
+def _night(text: str) -> str:
+    try:
+        return date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)") from None
 
 
 def _detect(db: Path, report: str) -> int:
@@ -76,15 +98,19 @@ def _triage(db: Path, action: str, alert: str, note: str | None) -> None:
     run_set(build_parser(argv).parse_args(argv))
 
 
-def night_of(jobs: list[publish.Job]) -> list[str]:
-    """What names the night on its page: the commit and the workflow run (GitHub's variables, where it runs) and
-    how many collect jobs ran no trial ok, as the page's flags."""
+def night_of(jobs: list[publish.Job], tree: Path, branch: str | None) -> list[str]:
+    """What names the night on its page: the commit and the workflow run (GitHub's variables, where it runs), how
+    many collect jobs ran no trial ok, and where the history is when it is another repository's (``--history``'s
+    origin), as the page's flags."""
     flags = []
     if os.environ.get("GITHUB_SHA"):
         flags += ["--commit", os.environ["GITHUB_SHA"]]
     server, repository, run = (os.environ.get(f"GITHUB_{name}") for name in ("SERVER_URL", "REPOSITORY", "RUN_ID"))
     if server and repository and run:
         flags += ["--run-url", f"{server}/{repository}/actions/runs/{run}"]
+    origin = publish.origin(tree)
+    if branch and origin and server and repository and origin.removesuffix(".git") != f"{server}/{repository}":
+        flags += ["--history", f"git:{origin}#{branch}"]
     if jobs:
         flags += ["--jobs", f"{sum(1 for job in jobs if not job.ok)}/{len(jobs)}"]
     return flags
@@ -116,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
     remote = [s for s in args.sources if objectstore.is_remote(s)]
     hooks = TerminalHooks()
     with hooks.ingesting(db) as (on_file, _):
-        night = publish.collect(nights, remote, db, tree, on_file, int(args.profiles_budget * 2**20))
+        night = publish.collect(nights, remote, db, tree, on_file, args.night or datetime.now(UTC).date().isoformat(),
+                                int(args.profiles_budget * 2**20), args.keep_profiles)  # fmt: skip
     if night.rebuilt is not None:
         console.print(f"the store was gone: rebuilt from {tree / publish.RESULTS} ({night.rebuilt.rows_added} rows)")
     for report in night.ingested:
@@ -128,14 +155,14 @@ def run(args: argparse.Namespace) -> int:
         code = _detect(db, args.report)
     if db.exists():
         history.save_alerts(db, str(tree / publish.ALERTS_FILE))
-        write_page(db, tree / PAGE, None if args.alert else args.report, night_of(night.jobs))
+        write_page(db, tree / PAGE, None if args.alert else args.report, night_of(night.jobs, tree, args.push))
     message = (
         f"stepwatch history: alert {args.alert[1]} {args.alert[0]}" if args.alert else "stepwatch history: a night"
     )
     run_id = os.environ.get("GITHUB_RUN_ID")  # named in the commit, where there is one
     committed = publish.commit(tree, f"{message}{f' (run {run_id})' if run_id else ''}")
     if args.push and committed:
-        night.pushed = publish.push(tree, args.push, console.print)
+        night.pushed = publish.push(tree, args.push, console.print, squash=not args.keep_commits)
     lines = publish.summary(night, args.collect_result)
     print("\n".join(lines[2:]))
     if args.summary:

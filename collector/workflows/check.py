@@ -125,12 +125,16 @@ def fill_caches(
     for side, env in envs.items():
         for config in compiled:
             short = config.with_changes(steps=config.window_steps, warmup_steps=2 * config.window_steps)
+            kept = options.compile_cache / execution.COMPILE_CACHE_DIRS[config.keras_backend]
+            before = execution.cache_entries(kept)
             with tempfile.TemporaryDirectory(prefix="stepwatch-cache-") as tmp:
                 child, wall_s, _ = spawn.run_child(
                     short, env.python, Path(tmp), execution.cache_env(options.compile_cache), env.folder
                 )
             why = "" if child["status"] == "ok" else f": {child.get('error_message')}"
-            hooks.say(f"{side}: filled the compile cache for {config.label()} ({child['status']}, {wall_s:.0f} s{why})")
+            # Whether the cache held this side's programs already (restored from an earlier run: warm) or not.
+            held = "compiled" if execution.cache_entries(kept) > before else "held already"
+            hooks.say(f"{side}: compile cache for {config.label()}: {held} ({child['status']}, {wall_s:.0f} s{why})")
 
 
 def values_by_environment(check: virtualenvs.Check, metrics: list[str]) -> dict[str, dict[str, list[list[float]]]]:

@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import filecmp
 import hashlib
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from stepwatch.collector import schema
 from stepwatch.collector.errors import Failure
 from stepwatch.collector.store import history, objectstore
 from stepwatch.collector.store.ingest import IngestReport, ingest
@@ -30,6 +36,12 @@ STATE = "state"  # on the history branch: the alerts' triage
 ALERTS_FILE = f"{STATE}/alerts.parquet"
 JOB_FILE = "job.txt"
 PUSH_ATTEMPTS = 5
+# The history's bound (docs/reference.md, "History with a bound"): raw profiles of the last 14 nights at up to 10 MB a
+# night, the results of a month in one file, the branch one commit. A synthetic year of 100 series at that budget
+# is benchmarks/history_size.py.
+PROFILES_BUDGET = 10 * 2**20
+KEEP_NIGHTS = 14
+SQUASHED = "(the branch keeps one commit: stepwatch publish squashes it each night)"
 
 
 class PublishError(Failure):
@@ -56,6 +68,8 @@ class Night:
     archived: list[str] = field(default_factory=list)  # file names added to the history's results
     profiles: int = 0
     profiles_left: int = 0  # raw profiles past the night's budget: in the run's artifacts only
+    pruned: int = 0  # nights whose raw profiles left the history (past the last N)
+    compacted: int = 0  # result files merged into their month's
     rebuilt: IngestReport | None = None  # the store, rebuilt from the history (its cache was gone)
     pushed: str | None = None  # the commit pushed, if any
 
@@ -120,11 +134,12 @@ def _size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def archive(jobs: list[Job], nights: list[Path], tree: Path, budget: int) -> tuple[list[str], int, int]:
-    """Copy the jobs' result files into the history's results/ and raw profile folders (``profiles/RUN_ID``) into
-    its profiles/ while they fit in ``budget`` bytes a night (a git branch grows by what it is given; their op
-    tables are in the rows anyway); returns the names added, how many profiles were kept and how many were not."""
-    results, profiles = tree / RESULTS, tree / PROFILES
+def archive(jobs: list[Job], nights: list[Path], tree: Path, budget: int, night: str) -> tuple[list[str], int, int]:
+    """Copy the jobs' result files into the history's results/ and raw profile folders into its profiles/NIGHT/
+    (``profiles/2026-11-27/RUN_ID``) while they fit in ``budget`` bytes a night (a git branch grows by what it is
+    given; their op tables are in the rows anyway); returns the names added, how many profiles were kept and how
+    many were not."""
+    results, profiles = tree / RESULTS, tree / PROFILES / night
     results.mkdir(parents=True, exist_ok=True)
     added = []
     for job in jobs:
@@ -138,7 +153,7 @@ def archive(jobs: list[Job], nights: list[Path], tree: Path, budget: int) -> tup
     for night in nights:
         for kept in sorted(night.rglob(f"{PROFILES}/*")) if night.is_dir() else []:
             target = profiles / kept.name
-            if not kept.is_dir() or target.exists():
+            if not kept.is_dir() or any((tree / PROFILES).glob(f"*/{kept.name}")):  # kept on an earlier night
                 continue
             size = _size(kept)
             if spent + size > budget:
@@ -148,6 +163,72 @@ def archive(jobs: list[Job], nights: list[Path], tree: Path, budget: int) -> tup
             spent += size
             copied += 1
     return added, copied, left
+
+
+NIGHT = re.compile(r"\d{4}-\d{2}-\d{2}")  # a night's folder under profiles/
+MONTH = re.compile(r"\d{4}-\d{2}\.parquet")  # a month's results, compacted
+
+
+def prune_profiles(tree: Path, keep: int) -> int:
+    """Keep the raw profiles of the last ``keep`` nights on the history (``profiles/NIGHT/``); older nights leave it,
+    as do the folders of a history written before profiles were kept by night (older than any night). Their op
+    tables stay in the rows. Returns how many nights' folders were removed."""
+    folder = tree / PROFILES
+    if not folder.is_dir():
+        return 0
+    nights = sorted(p.name for p in folder.iterdir() if p.is_dir() and NIGHT.fullmatch(p.name))
+    old = [folder / name for name in nights[: max(0, len(nights) - keep)]]
+    if len(nights) >= keep:  # the history's first kept nights are its last ``keep``: what came before them goes too
+        old += [p for p in folder.iterdir() if not NIGHT.fullmatch(p.name)]
+    for path in old:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return len(old)
+
+
+def _month(started: Any) -> str:
+    return f"{started.year:04d}-{started.month:02d}"
+
+
+def compact_results(tree: Path, night: str) -> int:
+    """The history's results of every month before ``night``'s in one file a month (``results/2026-10.parquet``),
+    rows of a run_id once: a month's files are merged once it is over (a file that arrives late for it is merged
+    into its month on the next night). A file that does not read as results is left as it is. Returns how many
+    files were merged away."""
+    folder = tree / RESULTS
+    if not folder.is_dir():
+        return 0
+    current = night[:7]
+    by_month: dict[str, list[pa.Table]] = {}
+    merged: list[Path] = []
+    for path in sorted(folder.rglob("*.parquet")):
+        if MONTH.fullmatch(path.name) and path.parent == folder:
+            continue
+        try:
+            table = schema.conform(pq.read_table(path))
+        except Exception:  # noqa: BLE001 - ingest reads what it can of it; compaction leaves it alone
+            continue
+        months = {_month(s) for s in table.column("started_at").to_pylist()}
+        if not months or max(months) >= current:
+            continue
+        for month in months:
+            mask = pc.equal(pc.strftime(table.column("started_at"), "%Y-%m"), month)
+            by_month.setdefault(month, []).append(table.filter(mask))
+        merged.append(path)
+    for month, tables in sorted(by_month.items()):
+        target = folder / f"{month}.parquet"
+        if target.exists():
+            tables.insert(0, schema.conform(pq.read_table(target)))
+        rows = pa.concat_tables(tables)
+        first: dict[str, int] = {}
+        for index, run_id in enumerate(rows.column("run_id").to_pylist()):
+            first.setdefault(run_id, index)
+        rows = rows.take(pa.array(sorted(first.values()))).sort_by("started_at")
+        temporary = target.with_name(f".{target.name}.tmp")
+        schema.write_parquet(rows, temporary)
+        temporary.replace(target)
+    for path in merged:
+        path.unlink()
+    return len(merged)
 
 
 def restore(db: Path, tree: Path, on_file: Callable[[str, str], None]) -> IngestReport | None:
@@ -168,10 +249,13 @@ def collect(
     db: Path,
     tree: Path,
     on_file: Callable[[str, str], None],
-    profiles_budget: int = 25 * 2**20,
+    date: str,
+    profiles_budget: int = PROFILES_BUDGET,
+    keep_nights: int = KEEP_NIGHTS,
 ) -> Night:
     """Restore the store if it is gone, ingest the night (its local folders and any bucket prefixes), archive the
-    local files that were not quarantined on the history's work tree."""
+    local files that were not quarantined on the history's work tree as the night of ``date`` (YYYY-MM-DD), and keep
+    the history bounded: raw profiles of the last ``keep_nights`` nights, a month's results in one file."""
     night = Night(jobs=find_jobs(nights))
     night.rebuilt = restore(db, tree, on_file)
     folders = [n for n in nights if n.is_dir()]
@@ -182,7 +266,9 @@ def collect(
         night.from_bucket = night.ingested[-1].rows_added
     for job in night.jobs:
         _count(job)
-    night.archived, night.profiles, night.profiles_left = archive(night.jobs, folders, tree, profiles_budget)
+    night.archived, night.profiles, night.profiles_left = archive(night.jobs, folders, tree, profiles_budget, date)
+    night.pruned = prune_profiles(tree, keep_nights)
+    night.compacted = compact_results(tree, date)
     return night
 
 
@@ -200,6 +286,17 @@ def _git(tree: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
     return done
 
 
+def origin(tree: Path) -> str | None:
+    """The address of the history's ``origin`` (where it is pushed), if it has one, without any credentials in it."""
+    done = _git(tree, "remote", "get-url", "origin", check=False) if (tree / ".git").exists() else None
+    if done is None or done.returncode != 0:
+        return None
+    parts = urlsplit(done.stdout.strip())
+    if parts.username or parts.password:
+        return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    return parts.geturl()
+
+
 def commit(tree: Path, message: str) -> bool:
     """Commit everything the history's work tree holds now; whether there was anything to commit."""
     if not (tree / ".git").exists():
@@ -211,26 +308,41 @@ def commit(tree: Path, message: str) -> bool:
     return True
 
 
-def push(tree: Path, branch: str, say: Callable[[str], None]) -> str:
-    """Push the history's commits to ``origin``'s ``branch``. Rejected because another publish pushed first (a
-    manual run beside the schedule) or the branch was rewritten, this publish's commits are replayed on what is
-    there now, its own files winning where both wrote the same (the alerts, the page), and pushed again: no night
-    is lost. Returns the commit pushed."""
+def push(tree: Path, branch: str, say: Callable[[str], None], squash: bool = True) -> str:
+    """Push the history's last commit to ``origin``'s ``branch``. Squashed (the default), the branch is one commit
+    holding the history's files, replaced each night with a lease on the commit this publish started from, as GitHub
+    Pages branches are: a clone fetches what the history holds now, never what it once held. Rejected because another
+    publish pushed first (a manual run beside the schedule), this night's commit is replayed on what is there now,
+    its own files winning where both wrote the same (the alerts, the page), and pushed again: no night is lost.
+    Returns the commit pushed."""
     if _git(tree, "remote", "get-url", "origin", check=False).returncode != 0:
         raise PublishError(f"cannot push the history to {branch}: {tree} has no remote 'origin' (clone the branch)")
+    parent = _git(tree, "rev-parse", "--verify", "--quiet", "HEAD~1", check=False).stdout.strip()
     for attempt in range(1, PUSH_ATTEMPTS + 1):
-        done = _git(tree, "push", "--quiet", "origin", f"HEAD:refs/heads/{branch}", check=False)
+        if squash:
+            message = _git(tree, "log", "-1", "--format=%B").stdout.strip()
+            sent = _git(tree, "commit-tree", "HEAD^{tree}", "-m", f"{message}\n\n{SQUASHED}").stdout.strip()
+            lease = f"--force-with-lease=refs/heads/{branch}:{parent}"  # empty: the branch must not exist yet
+            done = _git(tree, "push", "--quiet", lease, "origin", f"{sent}:refs/heads/{branch}", check=False)
+        else:
+            sent = _git(tree, "rev-parse", "HEAD").stdout.strip()
+            done = _git(tree, "push", "--quiet", "origin", f"HEAD:refs/heads/{branch}", check=False)
         if done.returncode == 0:
-            return _git(tree, "rev-parse", "HEAD").stdout.strip()
+            if squash:
+                _git(tree, "reset", "--quiet", "--soft", sent)
+            return sent
         fetched = _git(tree, "fetch", "--quiet", "origin", branch, check=False)
         if fetched.returncode != 0:
             raise PublishError(f"cannot push the history to {branch}: {_reason(done.stderr)}")
         say(f"the history branch {branch} moved meanwhile: replaying this night on it (attempt {attempt})")
-        # In a rebase, "theirs" is the commit being replayed: this publish's.
-        rebased = _git(tree, "rebase", "--quiet", "-X", "theirs", "FETCH_HEAD", check=False)
+        # Only this night's commit is replayed (a squashed branch shares no history with the one it replaced); in a
+        # rebase, "theirs" is the commit being replayed: this publish's.
+        upstream = ["--onto", "FETCH_HEAD", parent] if parent else ["--root", "--onto", "FETCH_HEAD"]
+        rebased = _git(tree, "rebase", "--quiet", "-X", "theirs", *upstream, check=False)
         if rebased.returncode != 0:
             _git(tree, "rebase", "--abort", check=False)
             raise PublishError(f"cannot replay this night on {branch}: {rebased.stderr.strip()[-200:]}")
+        parent = _git(tree, "rev-parse", "HEAD~1").stdout.strip()
     raise PublishError(f"cannot push the history to {branch}: rejected {PUSH_ATTEMPTS} times")
 
 
@@ -262,6 +374,11 @@ def summary(night: Night, collect_result: str | None) -> list[str]:
     if night.profiles_left:
         lines.append(f"- {night.profiles_left} raw profile(s) past the night's budget for the branch: in the run's "
                      "artifacts only (their op tables are in the rows)")  # fmt: skip
+    if night.pruned:
+        lines.append(f"- {night.pruned} older night(s) of raw profiles left the history branch (it keeps the last "
+                     "nights'; their op tables are in the rows)")  # fmt: skip
+    if night.compacted:
+        lines.append(f"- {night.compacted} result file(s) of past months compacted into one file a month")
     if night.pushed:
         lines.append(f"- pushed: {night.pushed[:12]}")
     return lines

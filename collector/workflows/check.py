@@ -133,7 +133,8 @@ def fill_caches(
                 )
             why = "" if child["status"] == "ok" else f": {child.get('error_message')}"
             # Whether the cache held this side's programs already (restored from an earlier run: warm) or not.
-            held = "compiled" if execution.cache_entries(kept) > before else "held already"
+            grew = execution.cache_entries(kept) > before
+            held = "compiled" if grew else "held already" if child["status"] == "ok" else "nothing compiled"
             hooks.say(f"{side}: compile cache for {config.label()}: {held} ({child['status']}, {wall_s:.0f} s{why})")
 
 

@@ -41,6 +41,9 @@ PUSH_ATTEMPTS = 5
 # is benchmarks/history_size.py.
 PROFILES_BUDGET = 10 * 2**20
 KEEP_NIGHTS = 14
+# A push sends raw profiles (MBs of compressed binary) as they are: searching deltas for them against every profile the
+# branch keeps (all named alike) took a push from 0.8 s to 11 s as the kept nights grew (benchmarks/history_size.py).
+BINARY = ("-c", "core.bigFileThreshold=1m")
 SQUASHED = "(the branch keeps one commit: stepwatch publish squashes it each night)"
 
 
@@ -311,7 +314,9 @@ def commit(tree: Path, message: str) -> bool:
 def push(tree: Path, branch: str, say: Callable[[str], None], squash: bool = True) -> str:
     """Push the history's last commit to ``origin``'s ``branch``. Squashed (the default), the branch is one commit
     holding the history's files, replaced each night with a lease on the commit this publish started from, as GitHub
-    Pages branches are: a clone fetches what the history holds now, never what it once held. Rejected because another
+    Pages branches are: a clone fetches what the history holds now, never what it once held. From a shallow clone
+    (the nightly's, ``--depth 1``) git sends only the objects the branch lacks; from a full one, the whole tree.
+    Rejected because another
     publish pushed first (a manual run beside the schedule), this night's commit is replayed on what is there now,
     its own files winning where both wrote the same (the alerts, the page), and pushed again: no night is lost.
     Returns the commit pushed."""
@@ -323,10 +328,10 @@ def push(tree: Path, branch: str, say: Callable[[str], None], squash: bool = Tru
             message = _git(tree, "log", "-1", "--format=%B").stdout.strip()
             sent = _git(tree, "commit-tree", "HEAD^{tree}", "-m", f"{message}\n\n{SQUASHED}").stdout.strip()
             lease = f"--force-with-lease=refs/heads/{branch}:{parent}"  # empty: the branch must not exist yet
-            done = _git(tree, "push", "--quiet", lease, "origin", f"{sent}:refs/heads/{branch}", check=False)
+            done = _git(tree, *BINARY, "push", "--quiet", lease, "origin", f"{sent}:refs/heads/{branch}", check=False)
         else:
             sent = _git(tree, "rev-parse", "HEAD").stdout.strip()
-            done = _git(tree, "push", "--quiet", "origin", f"HEAD:refs/heads/{branch}", check=False)
+            done = _git(tree, *BINARY, "push", "--quiet", "origin", f"HEAD:refs/heads/{branch}", check=False)
         if done.returncode == 0:
             if squash:
                 _git(tree, "reset", "--quiet", "--soft", sent)

@@ -7,8 +7,9 @@ stands for the repository on GitHub (``GITHUB_SERVER_URL`` is its ``file://`` pa
 
 What it does not replay, said where it is skipped: installing Python (setup-python: this machine's is used), the
 team's own requirements (``NOT_REPLAYED``), and
-stepwatch's own install step of the action (stepwatch is installed in the environment the steps run in; the
-adoption test installs it from a wheel as the action does). GitHub Pages' deployment is GitHub's: the page is
+stepwatch's own install step of the action unless ``GitHub.action`` names the action's files (stepwatch is then
+installed in the environment the steps run in; a stranger's first pull request in the adoption test has the install
+step replayed, into a fresh environment, from the package index). GitHub Pages' deployment is GitHub's: the page is
 checked as the artifact that would be deployed.
 """
 
@@ -340,6 +341,9 @@ class GitHub:
     runs: int = 0
     artifacts: dict[str, dict[str, dict[str, bytes]]] = field(default_factory=dict)  # run id -> its artifacts
     variables: dict[str, str] = field(default_factory=dict)  # the repository's variables (the ``vars`` context)
+    # The action's files as a runner checks them out (``action_files``): its install step is then replayed too,
+    # into the Python the steps find first on their PATH; None: that step is skipped (see the module's docstring).
+    action: Path | None = None
     attempts: dict[str, tuple[dict, str, dict, dict, dict[str, list[JobRun]], int]] = field(default_factory=dict)
 
     @property
@@ -579,26 +583,42 @@ class GitHub:
         """stepwatch's composite action: its steps, their ``${{ inputs.X }}`` from ``with`` (else the input's
         default), its install step aside (see the module's docstring)."""
         outputs: dict[str, str] = {}
-        last = Step(name, "success", {})
-        for inner in action_steps(with_):
-            if inner["name"] == "Install stepwatch":
+        last, stdout, stderr = Step(name, "success", {}), [], []
+        for inner in action_steps(with_, self.action or REPO):
+            if inner["name"] == "Install stepwatch" and self.action is None:
                 continue
             last = self._shell(inner["run"], {**env, **inner["env"]}, workspace, name)
             outputs |= last.outputs
+            stdout.append(last.stdout)
+            stderr.append(last.stderr)
             if last.outcome == "failure":
                 break
-        return Step(name, last.outcome, outputs, last.stdout, last.stderr)
+        return Step(name, last.outcome, outputs, "".join(stdout), "".join(stderr))
 
 
-def action_steps(with_: dict[str, str]) -> list[dict]:
+def action_files(target: Path) -> Path:
+    """stepwatch's action as a runner checks it out for ``uses:``: the repository's files (those git tracks, and
+    those it would), without its build outputs or environments."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True,
+                            check=True).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, listed):
+        source, copy = REPO / name, target / name
+        if source.is_symlink() or source.is_file():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.symlink_to(os.readlink(source)) if source.is_symlink() else shutil.copy2(source, copy)
+    return target
+
+
+def action_steps(with_: dict[str, str], path: Path = REPO) -> list[dict]:
     """stepwatch's action (a composite) as the runner runs it for a step's ``with``: its steps, their
-    ``${{ inputs.X }}`` taken from ``with`` (else the input's default), ``${{ github.action_path }}`` its folder."""
-    action = yaml.safe_load((REPO / "action.yml").read_text())
+    ``${{ inputs.X }}`` taken from ``with`` (else the input's default), ``${{ github.action_path }}`` its folder
+    (``path``)."""
+    action = yaml.safe_load((path / "action.yml").read_text())
     given = {name: str(with_.get(name, spec.get("default", ""))) for name, spec in action["inputs"].items()}
 
     def value(text: str) -> str:
         text = re.sub(r"\$\{\{\s*inputs\.([\w-]+)\s*\}\}", lambda m: given[m.group(1)], text)
-        return text.replace("${{ github.action_path }}", str(REPO))
+        return text.replace("${{ github.action_path }}", str(path))
 
     return [{**step, "env": {k: value(str(v)) for k, v in step.get("env", {}).items()}} for step in
             action["runs"]["steps"]]  # fmt: skip

@@ -276,3 +276,59 @@ def test_the_written_nightly_runs_through_the_action_and_an_aa_upgrade_check_sta
     # as it was, the check's parquet where its report says.
     after = nightly_store.stat().st_mtime_ns if nightly_store.exists() else None
     assert after == before and list((user.repo / "data" / "upgrade-check").rglob("*.parquet"))
+
+
+@pytest.mark.large
+def test_a_strangers_first_code_pull_request_installs_its_framework_and_gets_the_right_verdict(tmp_path: Path) -> None:
+    """A stranger's repository: a Keras model on JAX and the helper it imports, `stepwatch init` run once (its
+    settings edited as a team edits them: XLA on, batch 256), no requirements.txt and no repository variable. Their
+    first pull request widens the helper's blocks 4x. The code-pr workflow, replayed with the action's install step
+    run for real into a fresh environment (from the package index): it installs stepwatch and the framework the
+    settings name (before, every trial failed "No module named 'jax'" and the verdict was error), and the check finds
+    the regression with its A/A quiet."""
+    from tests.github import GitHub, action_files
+    from tests.test_code_check import CLASSIFIER, LAYERS, WHO, outputs_of
+
+    venv, repo = tmp_path / "venv", tmp_path / "stranger"
+    assert sh(str(UV), "venv", "--quiet", "--seed", "--python", sys.executable, str(venv), cwd=tmp_path).returncode == 0
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "STEPWATCH_CALIBRATION": "none", **WHO,
+           **{k: v for k, v in os.environ.items() if k.startswith(("PIP_", "UV_"))}}  # fmt: skip
+    (repo / "models").mkdir(parents=True)
+    (repo / "models" / "layers.py").write_text(LAYERS)
+    (repo / "models" / "classifier.py").write_text(CLASSIFIER)
+    (repo / ".gitignore").write_text("data/\nstepwatch-results/\n")
+    git = ["git", "-C", str(repo)]
+    assert sh(*git, "init", "-q", "-b", "main", cwd=tmp_path, env=env).returncode == 0
+    done = sh(sys.executable, "-m", "stepwatch", "init", "--models", "models/classifier.py:classifier",
+              "--keras-backend", "jax", "--action", "stepwatch/stepwatch@" + "c" * 40, cwd=repo,
+              env={**env, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    config = (repo / "stepwatch.toml").read_text()
+    (repo / "stepwatch.toml").write_text(config.replace('xla = ["off", "on"]', 'xla = ["on"]').replace(
+        "# batch = [32]", "batch = [256]"))  # fmt: skip
+    sh(*git, "add", ".", cwd=tmp_path, env=env)
+    sh(*git, "commit", "-q", "-m", "our model", cwd=tmp_path, env=env)
+    base = sh(*git, "rev-parse", "HEAD", cwd=tmp_path, env=env).stdout.strip()
+    sh(*git, "checkout", "-q", "-b", "pr", cwd=tmp_path, env=env)
+    (repo / "models" / "layers.py").write_text(LAYERS.replace("WIDTH = 128", "WIDTH = 512"))
+    sh(*git, "commit", "-q", "-am", "Wider blocks", cwd=tmp_path, env=env)
+    head = sh(*git, "rev-parse", "HEAD", cwd=tmp_path, env=env).stdout.strip()
+
+    gh = GitHub(tmp_path / "github", "stranger/project", env, action=action_files(tmp_path / "action"))
+    gh.remote.parent.mkdir(parents=True)
+    sh("git", "clone", "-q", "--bare", str(repo), str(gh.remote), cwd=tmp_path, env=env)
+    payload = {"pull_request": {"number": 1, "base": {"sha": base}, "head": {"sha": head}}}
+    code_pr = yaml.safe_load((repo / ".github" / "workflows" / "stepwatch-code-pr.yml").read_text())
+    [run] = gh.run_workflow(code_pr, "pull_request", payload=payload)["check"]
+    setup = next(step for step in run.steps if step.name == "Set up")
+    assert setup.outcome == "success" and "stepwatch: installing the extras jax" in setup.stdout, setup.stderr[-3000:]
+    assert versions(venv / "bin" / "python", "jax", "keras").keys() == {"jax", "keras"}
+    pr = run.workspace / "pr"
+    log = (pr / "check.log").read_text() if (pr / "check.log").exists() else ""
+    assert outputs_of(run, "Code check") == {"checked": "true"}, log[-3000:]
+    assert (pr / "verdict").read_text() == "regression\n", log[-3000:]
+    comment = (pr / "comment.md").read_text()
+    lead = comment.splitlines()[3]
+    assert lead.startswith("**What changed for sure** (1 series): examples_per_sec -") and "(regression)" in lead
+    [aa_line] = [line for line in comment.splitlines() if line.startswith("A/A (the merge base in a second checkout")]
+    assert "No false alarm." in aa_line, aa_line

@@ -333,6 +333,9 @@ def test_a_head_whose_model_raises_is_an_error_that_says_first_where_and_why_aft
     assert "1 of 1 trial(s) failed before its first step" in failed and "Its other 1 trial(s) were not run" in failed
     assert "What changed for sure" not in comment  # a metric the head could not measure changed nothing
     assert "(candidate: 1 failed)" in comment  # the table's n column, plainly
+    # The verdicts' count says metrics, not trials ("14 failed" read as fourteen failed trials).
+    assert any(line.startswith("**") and "metrics not compared (trials failed)**" in line for line in
+               comment.splitlines()), comment[:1500]  # fmt: skip
     assert "The budget of 0.01 minutes stopped the check after 2 of 3 trials per side." in comment
     [aa_line] = [line for line in comment.splitlines() if line.startswith("A/A (the merge base in a second checkout")]
     # The merge base against itself: its counters exact and equal; its timings are this shared runner's (their false

@@ -262,8 +262,12 @@ def headline(comparison: Comparison) -> str:
     counts = {v: len(comparison.by_verdict(v)) for v in (REGRESSION, IMPROVEMENT, CHANGED, NO_CHANGE, INCONCLUSIVE,
                                                           FAILED)}  # fmt: skip
     parts = [
-        f"{n} {name}" + ("s" if n != 1 and name in (REGRESSION, IMPROVEMENT) else "") for name, n in counts.items() if n
+        f"{n} {name}" + ("s" if n != 1 and name in (REGRESSION, IMPROVEMENT) else "")
+        for name, n in counts.items()
+        if n and name != FAILED
     ]
+    if counts[FAILED]:  # metrics, not trials: what a side's failed trials left with nothing to compare
+        parts.append(f"{counts[FAILED]} metric{'s' if counts[FAILED] != 1 else ''} not compared (trials failed)")
     return ", ".join(parts) or "nothing to compare"
 
 

@@ -43,10 +43,11 @@ def loaded(*args: str) -> dict:
     [
         (("run", "--suite", "smoke", "--models", "bilstm", "--dry-run"), 0, ["pyarrow"]),
         (("run", "--suite", "smok"), 2, ["pyarrow"]),  # a usage error: one line, before any store is opened
+        (("run", "--suite", "smoke", "--fill-compile-cache"), 2, ["pyarrow"]),  # and without --compile-cache DIR
         (("ingest", "/nonexistent/results"), 2, ["duckdb", "pyarrow"]),
         (("trial",), 0, []),  # the trial process, before it imports its framework
     ],
-    ids=["run", "run-usage-error", "ingest", "trial"],
+    ids=["run", "run-usage-error", "run-fill-without-cache", "ingest", "trial"],
 )
 def test_a_command_loads_only_the_libraries_it_needs(args: tuple[str, ...], code: int, libraries: list[str]) -> None:
     assert loaded(*args) == {"code": code, "loaded": libraries}

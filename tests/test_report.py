@@ -103,7 +103,7 @@ def test_markdown_report_leads_with_regressions_and_names_missing_series(db: Pat
         ("accelerator=CPU B", (), 0, "no change"),
         ("accelerator=CPU C", (), 0, "inconclusive"),
         ("accelerator=CPU C", ("--fail-on-inconclusive",), 3, "inconclusive"),
-        ("accelerator=CPU E", (), 4, "failed"),
+        ("accelerator=CPU E", (), 4, "metric not compared (trials failed)"),
     ],
 )
 def test_exit_codes_follow_the_verdicts(db: Path, narrow: str, extra: tuple[str, ...], code: int, verdict: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,36 @@ def register(commands: Any) -> None:
     add_profile_argument(parser)
     parser.add_argument("--find-max-batch", action="store_true", help="binary-search the largest per-device batch")
     parser.add_argument("--dry-run", action="store_true", help="list the configs and exit")
+    parser.add_argument(
+        "--fill-compile-cache", action="store_true",
+        help="with --compile-cache: compile each compiled config's step into the cache, as a code check fills it "
+        "before its trials (one short trial each, recorded nowhere), and exit; the nightly keeps this cache on the "
+        "default branch for pull requests",
+    )  # fmt: skip
     parser.set_defaults(handler=run)
+
+
+def fill_compile_cache(configs: list[Any], args: argparse.Namespace) -> int:
+    """``--fill-compile-cache``: the code check's own fill (``workflows.check.fill_caches``) in this interpreter, so
+    that a check's side finds exactly these programs; the exit code says whether every config compiled."""
+    if args.compile_cache is None:
+        raise UsageError("--fill-compile-cache needs --compile-cache DIR (where to keep the compiled steps)")
+    from stepwatch.collector.workflows import check  # the checks' analysis: loaded by this flag only
+    from stepwatch.collector.workflows.hooks import Hooks
+
+    compiled = [config for config in configs if config.xla]
+    if not compiled:
+        print("no config compiles its step (XLA or torch.compile off in every one): nothing to keep")
+        return EXIT_OK
+
+    class Say(Hooks):
+        def say(self, text: str) -> None:
+            console.print(text)
+
+    here = virtualenvs.Environment("this environment", (), Path(sys.prefix), True, interpreter=sys.executable)
+    statuses = check.fill_caches(compiled, {"this environment": here}, execution.RunOptions(**trial_options(args)),
+                                 Say())  # fmt: skip
+    return EXIT_OK if all(status == "ok" for status in statuses) else EXIT_FAILED
 
 
 def shard(text: str) -> tuple[int, int]:
@@ -98,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
             print(config.label())
         print(f"{len(configs)} configs x {trials} trials")
         return EXIT_OK
+    if args.fill_compile_cache:
+        return fill_compile_cache(configs, args)
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     options = execution.RunOptions(

@@ -115,13 +115,14 @@ def fill_caches(
     envs: dict[str, virtualenvs.Environment],
     options: execution.RunOptions,
     hooks: Hooks,
-) -> None:
+) -> list[str]:
     """With a compile cache: one short trial of every config on every side before the measured ones, recorded
     nowhere, so that every measured trial finds its programs compiled. A cold trial is not like a warm one in what
-    is compared: its peak memory holds the compiler's, and its compile time is a compile."""
+    is compared: its peak memory holds the compiler's, and its compile time is a compile. Returns the short
+    trials' statuses."""
     if options.compile_cache is None:
-        return
-    compiled = [config for config in configs if config.xla]
+        return []
+    compiled, statuses = [config for config in configs if config.xla], []
     for side, env in envs.items():
         for config in compiled:
             short = config.with_changes(steps=config.window_steps, warmup_steps=2 * config.window_steps)
@@ -136,6 +137,8 @@ def fill_caches(
             grew = execution.cache_entries(kept) > before
             held = "compiled" if grew else "held already" if child["status"] == "ok" else "nothing compiled"
             hooks.say(f"{side}: compile cache for {config.label()}: {held} ({child['status']}, {wall_s:.0f} s{why})")
+            statuses.append(child["status"])
+    return statuses
 
 
 def values_by_environment(check: virtualenvs.Check, metrics: list[str]) -> dict[str, dict[str, list[list[float]]]]:

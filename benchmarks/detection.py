@@ -25,6 +25,12 @@ and t-test of Hunter) runs on the nights' medians, at its defaults (window 50, p
     .venv/bin/pip install --no-deps apache-otava==0.8.0   # its analysis needs only numpy and scipy
     .venv/bin/python benchmarks/detection.py [--series 1000] [--nights 90] [--seed 0] [--shapes ...]
     .venv/bin/python benchmarks/detection.py --grid bimodal-hosts [--series 300] [--rules "stepwatch detect" otava]
+    .venv/bin/python benchmarks/detection.py --young [--series 200]
+
+``--young`` runs young histories instead, 3 to 30 nights, as every new installation and every new series starts:
+per shape and length, how often a 10% step and a model made 4x slower (-75%), 3 nights before the end and 2 or
+more after the start, are confirmed (and seen at all: suspected or confirmed), and how often a quiet young series
+confirms a change that is not there.
 """
 
 from __future__ import annotations
@@ -217,6 +223,65 @@ def grid(args: argparse.Namespace) -> None:
           f"Cells that miss it: {', '.join(misses) or 'none'}.")  # fmt: skip
 
 
+YOUNG_LENGTHS = range(3, 31)
+YOUNG_STEPS = (0.10, -0.75)  # a 10% step either way, and a model made 4x slower
+BEFORE, AFTER = 2, 3  # a young step: two nights before it, confirmed after three
+
+
+def young_history(rng: np.random.Generator, shape: str, nights: int, step: float) -> tuple[np.ndarray, int | None]:
+    """A young series (``nights`` in all) of the shape, its step ``AFTER`` nights before its end (so that it can be
+    confirmed) and at least ``BEFORE`` nights after its start; None: quiet. No outlier nights are planted: what a
+    young history's false alarms are is what its own noise makes of it."""
+    trials = np.exp(SHAPES[shape](rng, nights)) * 1000
+    if not step:
+        return trials, None
+    at = nights - AFTER
+    trials[at:] *= 1 + (step if step < 0 else step * rng.choice([-1, 1]))
+    return trials, at
+
+
+def young_score(job: tuple[str, int, int, int]) -> tuple[str, int, dict[float, tuple[float, float]], float]:
+    """One shape at one length: per step (confirmed, suspected or confirmed) recall, and the quiet series' false
+    alarms (anything confirmed)."""
+    shape, nights, series, seed = job
+    rng = np.random.default_rng([seed, nights, list(SHAPES).index(shape)])
+    found = {}
+    for step in YOUNG_STEPS if nights >= BEFORE + AFTER else ():
+        confirmed = seen = 0
+        for _ in range(series):
+            trials, at = young_history(rng, shape, nights, step)
+            changes = detect_changes(np.median(trials, axis=1), THRESHOLD, True, trials=trials).changes
+            near = [c for c in changes if abs(c.index - at) <= TOLERANCE]
+            confirmed += any(c.status == "confirmed" for c in near)
+            seen += bool(near)
+        found[step] = (confirmed / series, seen / series)
+    alarms = 0
+    for _ in range(series):
+        trials, _ = young_history(rng, shape, nights, 0.0)
+        changes = detect_changes(np.median(trials, axis=1), THRESHOLD, True, trials=trials).changes
+        alarms += any(c.status == "confirmed" for c in changes)
+    return shape, nights, found, alarms / series
+
+
+def young(args: argparse.Namespace) -> None:
+    """A young history, 3 to 30 nights: recall of a step 3 nights before the end and the false alarms of quiet
+    series, per shape and length."""
+    jobs = [(shape, nights, args.series, args.seed) for shape in args.shapes for nights in YOUNG_LENGTHS]
+    print(f"young histories: {args.series} series per shape, length and condition, {TRIALS} trials a night, the step "
+          f"{AFTER} nights before the end (at least {BEFORE} before it); no outlier nights planted\n")  # fmt: skip
+    header = f"{'shape':<19}{'nights':>7}" + "".join(f"{f'{s:+.0%} confirmed':>17}{'(seen)':>8}" for s in YOUNG_STEPS)
+    print(header + f"{'false alarms':>14}\n" + "-" * (len(header) + 14))
+    worst: dict[str, float] = {}
+    with multiprocessing.Pool() as pool:
+        for shape, nights, found, alarms in pool.imap(young_score, jobs):
+            cells = "".join(f"{found[s][0]:>17.1%}{found[s][1]:>8.1%}" if s in found else f"{'-':>17}{'':>8}"
+                            for s in YOUNG_STEPS)  # fmt: skip
+            print(f"{shape:<19}{nights:>7}{cells}{alarms:>14.1%}", flush=True)
+            worst[shape] = max(worst.get(shape, 0.0), alarms)
+    print("\nThe largest false-alarm rate of a quiet young history, per shape: "
+          + ", ".join(f"{shape} {rate:.1%}" for shape, rate in worst.items()))  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series", type=int, default=1000, help="series per shape and condition")
@@ -225,9 +290,13 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES), metavar="SHAPE")
     parser.add_argument("--rules", nargs="+", default=list(RULES), choices=list(RULES), metavar="RULE")
     parser.add_argument("--grid", choices=["bimodal-hosts"], help="run the grid of bimodal hosts instead")
+    parser.add_argument("--young", action="store_true", help="young histories of 3 to 30 nights instead")
     args = parser.parse_args()
     if args.grid:
         grid(args)
+        return
+    if args.young:
+        young(args)
         return
 
     rng = np.random.default_rng(args.seed)

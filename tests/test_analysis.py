@@ -363,3 +363,34 @@ def test_a_counters_step_is_a_change_but_a_regression_only_in_a_declared_directi
     declared = changepoints.detect_changes(values, 0.0, False).changes
     assert [(c.index, c.regression) for c in undirected] == [(20, False)]
     assert [(c.index, c.regression) for c in declared] == [(20, True)]
+
+
+@pytest.mark.parametrize("slower", [0.11, 0.03])  # the two series of the case: 89% and 97% slower
+def test_a_young_history_suspects_a_step_after_two_slow_nights_and_confirms_it_after_three(slower: float) -> None:
+    """Two quiet nights, then a helper made 4x wider: before, both quiet nights were set aside as outliers (their
+    neighbourhood was mostly the slow nights) and no change was left to find for five nights."""
+    rng = np.random.default_rng(7)
+    nights = [1000 * np.exp(0.02 * rng.standard_normal(3)) for _ in range(2)]
+    nights += [1000 * slower * np.exp(0.02 * rng.standard_normal(3)) for _ in range(4)]
+    seen = {}
+    for slow in (1, 2, 3, 4):
+        trials = nights[: 2 + slow]
+        found = changepoints.detect_changes([np.median(t) for t in trials], 0.03, True, trials=trials)
+        assert found.outliers == []
+        seen[slow] = [(c.index, c.status, c.regression) for c in found.changes]
+    assert seen == {1: [], 2: [(2, "suspected", True)], 3: [(2, "confirmed", True)], 4: [(2, "confirmed", True)]}
+
+
+def test_at_every_young_length_a_slower_model_is_confirmed_and_quiet_nights_raise_nothing() -> None:
+    """From 5 to 30 nights, a model 4x slower 3 nights before the end is confirmed at its night; quiet series of 3
+    to 30 nights confirm nothing (benchmarks/detection.py --young measures the rates on every noise shape)."""
+    rng = np.random.default_rng(3)
+    for length in range(3, 31):
+        for _ in range(5):
+            trials = 1000 * np.exp(0.02 * rng.standard_normal((length, 3)))
+            quiet = changepoints.detect_changes(np.median(trials, axis=1), 0.03, True, trials=trials)
+            assert [c for c in quiet.changes if c.status == "confirmed"] == [], length
+            if length >= 5:
+                trials[length - 3 :] *= 0.25
+                found = changepoints.detect_changes(np.median(trials, axis=1), 0.03, True, trials=trials)
+                assert [(c.index, c.status) for c in found.changes] == [(length - 3, "confirmed")], length

@@ -51,10 +51,16 @@ def robust_sigma(logs: np.ndarray) -> float:
 
 def outlier_nights(logs: np.ndarray, threshold: float, sigma: float) -> np.ndarray:
     """Nights far from the median of their neighbours (a one- or two-night dip that recovers). The last
-    nights are never outliers: there is no later night yet to say they recovered."""
+    nights are never outliers: there is no later night yet to say they recovered. A night near the start is
+    judged by as many nights before it as after it (the first by none: never an outlier), so that the first nights
+    of a young history are not measured against the level that follows a step: two quiet nights then a slower
+    model were both set aside, and no change was left to find."""
     n = len(logs)
     padded = np.concatenate([np.full(HAMPEL_HALF, np.nan), logs, np.full(HAMPEL_HALF, np.nan)])
-    medians = np.nanmedian(sliding_window_view(padded, 2 * HAMPEL_HALF + 1), axis=1)
+    windows = sliding_window_view(padded, 2 * HAMPEL_HALF + 1).copy()
+    for night in range(min(HAMPEL_HALF, n)):  # as many after it as there are before it
+        windows[night, HAMPEL_HALF + night + 1 :] = np.nan
+    medians = np.nanmedian(windows, axis=1)
     mask = np.abs(logs - medians) > max(HAMPEL_K * sigma, math.log1p(threshold))
     mask[max(0, n - HAMPEL_HALF) :] = False
     return mask

@@ -119,6 +119,9 @@ COUNTERS = tuple(m.name for m in METRICS.values() if m.deterministic)
 # (collector.trial.memory), or, on rows before schema 4, ru_maxrss (which the migration moves to peak_rss_bytes);
 # on an accelerator the framework allocator's peak ("device").
 ANON_KIND, RSS_KIND = "host_anon", "host_rss"
+# A profiled trial's op table in its row: per op, its type, name, where it ran, time and count per step (typed in
+# ``collector.schema``; named here, where a trial process reads them without pyarrow).
+OP_COLUMNS = ("op_types", "op_names", "op_where", "op_time_s", "op_counts")
 
 
 class MetricError(UsageError):

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stepwatch.collector.config import ADDED_DIMENSIONS
-from stepwatch.collector.metrics import METRICS, RSS_KIND, STARTUP_PHASES, startup_column
+from stepwatch.collector.metrics import METRICS, OP_COLUMNS, RSS_KIND, STARTUP_PHASES, startup_column
 
 SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, which never mix with real ones
 
@@ -49,8 +49,7 @@ _TS = pa.timestamp("us", tz="UTC")
 
 # A profiled trial's op table, one list each with one entry per op (collector.trial.profiles): its type, name,
 # where it ran (host or device), self time per step and occurrences per step.
-OP_LISTS = (("op_types", _STR), ("op_names", _STR), ("op_where", _STR), ("op_time_s", _F64), ("op_counts", _F64))
-OP_COLUMNS = tuple(name for name, _ in OP_LISTS)
+OP_LISTS = tuple(zip(OP_COLUMNS, (_STR, _STR, _STR, _F64, _F64), strict=True))
 
 # (column, type, group). Groups: identity, status, config, metrics, profile, cost, software, hardware, machine,
 # extras.

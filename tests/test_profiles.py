@@ -7,16 +7,18 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from stepwatch.collector.analysis import ops
 from stepwatch.collector.schema import OP_COLUMNS
 from stepwatch.collector.trial import counters, profiles
 from stepwatch.collector.trial.profiles import Event, Span
-from tests.conftest import result_rows, stepwatch, write_results
+from tests.conftest import BILSTM, REPO, result_rows, stepwatch, write_results
 
 MS = 1e6  # nanoseconds
 
@@ -362,3 +364,48 @@ def test_torch_compiles_regions_are_not_ops_and_their_kernels_are_typed_by_name(
         ("aten::mm", "sm90_xmma_gemm_bf16", "device"),
     }
     assert totals[("aten::mm", "sm90_xmma_gemm_bf16", "device")] == pytest.approx((20e-6, 1))
+
+
+# A trial process that cannot import pyarrow, as in an upgrade check's side environment (its packages are the side's
+# and stepwatch's trial dependencies: numpy, psutil, nvidia-ml-py): the parent, which writes the parquet, keeps it.
+NO_PYARROW = '''import os, sys
+if "STEPWATCH_SPAWN_TIME" in os.environ:  # set for a trial process by the parent that starts it
+    class NoPyarrow:
+        def find_spec(self, name, path=None, target=None):
+            if name == "pyarrow" or name.startswith("pyarrow."):
+                raise ModuleNotFoundError("No module named 'pyarrow'", name=name)
+    sys.meta_path.insert(0, NoPyarrow())
+'''
+
+
+def test_a_trial_profiles_where_pyarrow_is_not_installed(tmp_path: Path) -> None:
+    """An upgrade check's sides recorded `profile_error: ModuleNotFoundError: No module named 'pyarrow'` in every
+    trial: the op table imported the store's schema for its column names. A trial now profiles with what a side has."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(NO_PYARROW)
+    flags = ("--keras-backend", "jax", "--xla", "on", "--precision", "fp32", "--trials", "1", "--profile", "1")
+    done = stepwatch("run", *BILSTM, *flags, "--out", str(tmp_path / "out"),
+                     env={"PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{REPO}"})  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [path] = (tmp_path / "out").glob("*.parquet")
+    [row] = pq.read_table(path).to_pylist()
+    assert "profile_error" not in json.loads(row["extras"]), row["extras"]
+    assert "dot" in set(row["op_types"]) and len(row["op_time_s"]) == len(row["op_types"])
+
+
+def test_explain_says_why_there_is_no_op_table_when_the_profiles_failed(tmp_path: Path) -> None:
+    """Trials asked to profile whose profiles failed: explain (and a check's report, which prints it) names the
+    error per side, where it said to run with --profile."""
+    failed = json.dumps({"profile_error": "ModuleNotFoundError: No module named 'pyarrow'"})
+    rows = result_rows(3, label="before", extras=failed) + result_rows(3, label="after", start=3, extras=failed)
+    write_results(tmp_path / "results" / "rows.parquet", rows)
+    db = str(tmp_path / "store.duckdb")
+    assert stepwatch("ingest", str(tmp_path / "results"), "--db", db).returncode == 0
+    done = stepwatch("explain", "--baseline", "label=before", "--candidate", "label=after", "--db", db)
+    assert done.stdout == ("no op table on either side: the profiles failed (baseline: ModuleNotFoundError: No module "
+                           "named 'pyarrow'; candidate: ModuleNotFoundError: No module named 'pyarrow')\n")  # fmt: skip
+    plain = result_rows(2, label="plain", start=6)
+    write_results(tmp_path / "results" / "plain.parquet", plain)
+    assert stepwatch("ingest", str(tmp_path / "results"), "--db", db).returncode == 0
+    asked = stepwatch("explain", "--baseline", "label=plain", "--candidate", "label=plain", "--db", db)
+    assert "run with --profile" in asked.stdout  # none asked for: the hint stays

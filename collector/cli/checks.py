@@ -76,7 +76,7 @@ def report(
     first = failure_lines(ran) + first  # what failed, before what changed
     notes = aa_lines(result.aa, aa) + between_lines(done.between, alone) + own_results(ran.out_dir, db_path(args))
     notes += more
-    appendix = report_lines(*done.explained, done.aa_explained) if done.explained else ()
+    appendix = report_lines(*done.explained, done.aa_explained, done.profile_errors) if done.explained else ()
     write_file(to_markdown(result, title, preface + notes, appendix, first), ran.out_dir / "report.md")
     show_comparison(result, args.format, args.out, title, exits.of_comparison, preface, notes, appendix, first)
     console.print(f"report: {ran.out_dir / 'report.md'}")

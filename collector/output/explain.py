@@ -88,9 +88,18 @@ def _share(pair: Explained) -> float:
     return pair.remainder_s / pair.delta_s if pair.delta_s else math.nan
 
 
-def explain_text(pairs: list[Explained], unpaired: dict[str, list[dict[str, Any]]], top: int = TOP) -> str:
-    """Every pair, then the series profiled on one side only."""
+def explain_text(
+    pairs: list[Explained],
+    unpaired: dict[str, list[dict[str, Any]]],
+    top: int = TOP,
+    errors: dict[str, list[str]] | None = None,
+) -> str:
+    """Every pair, then the series profiled on one side only; with no op table at all, why: the profiles' errors
+    (``errors``, per side) where they failed, else that none was asked for."""
     if not pairs and not any(unpaired.values()):
+        if errors:
+            said = "; ".join(f"{side}: {', '.join(reasons)}" for side, reasons in errors.items())
+            return f"no op table on either side: the profiles failed ({said})\n"
         return "no profiled trials on either side: run with --profile (run, upgrade-check, bisect)\n"
     lines = []
     for pair in pairs:
@@ -131,12 +140,15 @@ REPORT_TOP = 3  # ops per series in an upgrade-check or bisect report
 
 
 def report_lines(
-    pairs: list[Explained], unpaired: dict[str, list[dict[str, Any]]], aa: list[Explained] | None = None
+    pairs: list[Explained],
+    unpaired: dict[str, list[dict[str, Any]]],
+    aa: list[Explained] | None = None,
+    errors: dict[str, list[str]] | None = None,
 ) -> tuple[str, ...]:
     """The top lines of ``explain`` for an upgrade-check or bisect report, with the A/A's where one ran (the same
-    environment on both sides: no op should move)."""
+    environment on both sides: no op should move); ``errors``: why profiles failed, per side."""
     lines = ["Where the time went (stepwatch explain, from the profiled trials):", ""]
-    lines += explain_text(pairs, unpaired, REPORT_TOP).rstrip("\n").splitlines()
+    lines += explain_text(pairs, unpaired, REPORT_TOP, errors).rstrip("\n").splitlines()
     if aa is not None:
         moved = [op for pair in aa for op in pair.moved()]
         lines += ["", f"A/A explain (baseline against its second environment): {len(moved)} op(s) moved in "

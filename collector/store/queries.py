@@ -511,6 +511,21 @@ def bisect_steps(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 OP_KEYS = ("op_type", "op_name")  # what ``stepwatch explain`` aligns the two sides' ops by
 
 
+def profile_errors(con: duckdb.DuckDBPyConnection, baseline: Selection, candidate: Selection) -> dict[str, list[str]]:
+    """Per side, the distinct reasons its trials' profiles failed (``profile_error`` in a row's extras)."""
+    found: dict[str, list[str]] = {}
+    for side, selection in (("baseline", baseline), ("candidate", candidate)):
+        where, params = selection.where()
+        rows = con.execute(
+            f"""SELECT DISTINCT json_extract_string(extras, '$.profile_error') AS error FROM runs
+                WHERE ({where}) AND json_extract_string(extras, '$.profile_error') IS NOT NULL ORDER BY 1""",
+            params,
+        ).fetchall()
+        if rows:
+            found[side] = [row[0] for row in rows]
+    return found
+
+
 def profiled_ops(
     con: duckdb.DuckDBPyConnection, baseline: Selection, candidate: Selection, by: str = "op_type"
 ) -> pd.DataFrame:

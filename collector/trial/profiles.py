@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stepwatch.collector.metrics import OP_COLUMNS
+
 PROFILE_ENV = "STEPWATCH_PROFILE_DIR"  # set by the parent for a trial it profiles: where the raw profile goes
 PROFILE_STEPS = 5  # training steps recorded, after the timed ones
 TORCH_TRACE = "trace.json.gz"  # where torch's profiler writes its trace in a trial's profile folder
@@ -260,12 +262,8 @@ def self_times(spans: Iterable[Span]) -> dict[tuple[str, str, str], tuple[float,
 
 
 def op_table(totals: dict[tuple[str, str, str], tuple[float, int]], steps: int) -> dict[str, list[Any]]:
-    """The result row's op columns (``collector.schema.OP_COLUMNS``) from per-op totals over ``steps`` steps: type,
+    """The result row's op columns (``collector.metrics.OP_COLUMNS``) from per-op totals over ``steps`` steps: type,
     name, where, time and count per step; the slowest op first."""
-    from stepwatch.collector.schema import (
-        OP_COLUMNS,  # pyarrow's types: a trial imports this module before its framework
-    )
-
     rows = sorted(totals.items(), key=lambda item: (-item[1][0], item[0]))
     columns = (
         [key[0] for key, _ in rows],

@@ -16,7 +16,7 @@ from stepwatch.collector.analysis.thresholds import Override
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.runner import execution, spawn
-from stepwatch.collector.store import database
+from stepwatch.collector.store import database, queries
 from stepwatch.collector.store.selection import Selection
 from stepwatch.collector.workflows.hooks import Hooks, ingest_into
 
@@ -58,6 +58,7 @@ class Measured:
     between: dict[str, stats.Between]
     explained: tuple[list[ops.Explained], dict[str, list[dict]]] | None = None  # with --profile: op by op
     aa_explained: list[ops.Explained] | None = None  # the A/A's, op by op
+    profile_errors: dict[str, list[str]] | None = None  # with --profile: why a side's profiles failed
 
 
 def measure(
@@ -104,6 +105,7 @@ def measure(
         measured = Measured(check, result, known)
         if options.profile:
             measured.explained = ops.between(con, selections["baseline"], selections["candidate"])
+            measured.profile_errors = queries.profile_errors(con, selections["baseline"], selections["candidate"])
             if virtualenvs.AA in envs:
                 measured.aa_explained = ops.between(con, selections["baseline"], selections[virtualenvs.AA])[0]
     result.aa = aa

@@ -164,7 +164,8 @@ class KerasBackend(TrialBackend):
 
     def profile(self, model: Any, data: Any, config: BenchmarkConfig, logdir: Path) -> dict[str, Any]:
         """``profiles.PROFILE_STEPS`` more steps of ``fit`` under the framework's profiler, which writes its raw
-        profile into ``logdir``: the op table (``collector.schema.OP_COLUMNS``) and the wall time of a profiled step."""
+        profile into ``logdir``: the op table (``collector.metrics.OP_COLUMNS``) and the wall time of a profiled
+        step."""
         if config.loop != "fit":
             raise NotImplementedError(f"the {config.loop} loop is not profiled (only fit)")
 

@@ -11,6 +11,7 @@ import argparse
 import html
 import sys
 from pathlib import Path
+from typing import Any
 
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
@@ -38,23 +39,26 @@ def _cell(text: str, verdict: object) -> str:
     return f'<td><span class="chip"{style}>{html.escape(text)}</span></td>'
 
 
-def night_line(started: str, commit: str | None, run_url: str | None, jobs: str | None) -> str:
-    """What names the night at the page's top: its date, the commit and the workflow run (linked), and how many of
-    its collect jobs ran no trial ok."""
+def night_line(
+    started: str, commit: str | None, run_url: str | None, jobs: str | None, failed: list[str] | None = None
+) -> str:
+    """What names the night at the page's top: its date, the commit and the workflow run (linked), how many of
+    its collect jobs ran no trial ok, and each of those with why (``failed``: "JOB: reason")."""
     parts = [f"The night of {html.escape(started[:10])}"]
     if commit:
         parts.append(f"commit <code>{html.escape(commit[:12])}</code>")
     if run_url and run_url.split(":", 1)[0] in ("https", "http", "file"):
         parts.append(f'<a href="{html.escape(run_url, quote=True)}">the workflow run</a>')
     if jobs:
-        failed, total = jobs.split("/")
-        parts.append(f"{failed} of {total} collect job(s) ran no trial ok" if failed != "0" else
+        none_ok, total = jobs.split("/")
+        parts.append(f"{none_ok} of {total} collect job(s) ran no trial ok" if none_ok != "0" else
                      f"all {total} collect job(s) ran")  # fmt: skip
-    return "<p><b>" + "; ".join(parts) + ".</b></p>"
+    listed = "".join(f"<li>{html.escape(line)}</li>" for line in failed or ())
+    return "<p><b>" + "; ".join(parts) + ".</b></p>" + (f"<ul class=failed>{listed}</ul>" if listed else "")
 
 
 def render(
-    db: Path, metric_name: str = DEFAULT_METRIC, report: str | None = None, night: dict[str, str | None] | None = None
+    db: Path, metric_name: str = DEFAULT_METRIC, report: str | None = None, night: dict[str, Any] | None = None
 ) -> tuple[str, int]:
     """The page's HTML, and how many series it names; ``night``: its commit, run_url and jobs (``night_line``)."""
     metric = METRICS[metric_name]
@@ -67,7 +71,7 @@ def render(
     started = max((str(row["started_at"]) for row in rows), default="")
     body = [
         f"<h1>stepwatch: the latest night, {html.escape(metric.label.lower())}</h1>",
-        night_line(started, **{key: (night or {}).get(key) for key in ("commit", "run_url", "jobs")}),
+        night_line(started, **{key: (night or {}).get(key) for key in ("commit", "run_url", "jobs", "failed")}),
         f"<p>{len(rows)} series; {int(latest.regressed(table).sum())} regressed. Each change is the latest suite run "
         f"against the run before it and against its baseline (up to {latest.BASELINE_NIGHTS} nights), and the level "
         f"of the last {latest.LEVEL_NIGHTS} nights against the nights before them, a ratio of geometric means with "
@@ -121,7 +125,7 @@ def render(
 
 def write(
     db: Path, out: Path, metric_name: str = DEFAULT_METRIC, report: str | None = None,
-    night: dict[str, str | None] | None = None,
+    night: dict[str, Any] | None = None,
 ) -> int:  # fmt: skip
     """Write the page and plotly.js beside it, each whole or not at all; how many series it names."""
     text, count = render(db, metric_name, report, night)
@@ -145,8 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-url", help="the workflow run's address")
     parser.add_argument("--jobs", help="FAILED/TOTAL: the collect jobs that ran no trial ok, of all")
     parser.add_argument("--history", help=f"where the history is, as stepwatch dashboard reads it (default {HISTORY})")
+    parser.add_argument("--failed-job", action="append", dest="failed", metavar="'JOB: REASON'",
+                        help="a collect job that ran no trial ok, and why (repeated)")  # fmt: skip
     args = parser.parse_args(argv)
-    night = {"commit": args.commit, "run_url": args.run_url, "jobs": args.jobs, "history": args.history}
+    night = {"commit": args.commit, "run_url": args.run_url, "jobs": args.jobs, "history": args.history,
+             "failed": args.failed}  # fmt: skip
     try:
         count = write(args.db, args.out, args.metric, args.report, night)
     except (database.StoreError, OSError) as error:

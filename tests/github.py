@@ -137,6 +137,25 @@ def lookup(contexts: dict[str, Any], name: str) -> Any:
     return value
 
 
+STATUS_RULE = (
+    "GitHub's docs, 'Status check functions': 'A default status check of success() is applied unless you include one "
+    "of these functions' (success(), always(), cancelled(), failure()) in an if conditional."
+)
+
+
+def status_checked(condition: Any) -> str:
+    """A job's or step's ``if:`` as GitHub evaluates it (``STATUS_RULE``): ``success() && (...)`` unless it calls a
+    status check function itself; ``success()`` where there is none."""
+    if condition is None:
+        return "success()"
+    text = str(condition).strip()
+    if text.startswith("${{") and text.endswith("}}"):
+        text = text[3:-2].strip()
+    if re.search(r"\b(success|always|cancelled|failure)\(\)", text):
+        return text
+    return f"success() && ({text})"
+
+
 def truthy(value: Any) -> bool:
     return value not in (None, False, 0, 0.0, "")
 
@@ -398,7 +417,7 @@ class GitHub:
             needs = [needs] if isinstance(needs, str) else needs
             needs_ctx = {n: {"result": _result(done[n]), "outputs": _outputs(done[n])} for n in needs}
             base = {"inputs": inputs, "needs": needs_ctx, "github": self._github(event)}
-            condition = job.get("if", "success()")
+            condition = status_checked(job.get("if"))
             failed_needs = any(v["result"] != "success" for v in needs_ctx.values())
             includes = job.get("strategy", {}).get("matrix", {}).get("include") or [None]
             runs = []
@@ -467,7 +486,7 @@ class GitHub:
         steps = []
         for number, step in enumerate(job["steps"]):
             sid = step.get("id", f"__{number}")
-            condition = step.get("if", "success()")
+            condition = status_checked(step.get("if"))
             if not truthy(self._eval(condition, ctx, status, workspace)):
                 steps.append(Step(step.get("name", sid), "skipped", {}))
                 steps_ctx[sid] = {"outcome": "skipped", "conclusion": "skipped", "outputs": {}}

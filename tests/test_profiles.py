@@ -368,14 +368,14 @@ def test_torch_compiles_regions_are_not_ops_and_their_kernels_are_typed_by_name(
 
 # A trial process that cannot import pyarrow, as in an upgrade check's side environment (its packages are the side's
 # and stepwatch's trial dependencies: numpy, psutil, nvidia-ml-py): the parent, which writes the parquet, keeps it.
-NO_PYARROW = '''import os, sys
+NO_PYARROW = """import os, sys
 if "STEPWATCH_SPAWN_TIME" in os.environ:  # set for a trial process by the parent that starts it
     class NoPyarrow:
         def find_spec(self, name, path=None, target=None):
             if name == "pyarrow" or name.startswith("pyarrow."):
                 raise ModuleNotFoundError("No module named 'pyarrow'", name=name)
     sys.meta_path.insert(0, NoPyarrow())
-'''
+"""
 
 
 def test_a_trial_profiles_where_pyarrow_is_not_installed(tmp_path: Path) -> None:

@@ -5,10 +5,12 @@ arrive in, on bad input: a corrupt file, a history branch with foreign files, tw
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from datetime import datetime
 from pathlib import Path
 
@@ -359,8 +361,13 @@ def test_every_job_of_a_night_can_be_run_again_and_no_night_is_lost_or_doubled(t
     gh.env = {**steady, "STEPWATCH_TEST_FLAKY_RUNNER": "1"}
     first = gh.run_workflow(nightly(gh))
     run_id = gh.run[0]
-    # Every collect job failed: publish archives the night (its crash rows) and fails saying so; the page deploys.
+    # Every collect job failed: publish archives the night (its crash rows) and fails saying so; the page deploys,
+    # naming the job and why it failed (before, its upload ran only on success: the pages job found no artifact).
     assert [first[job][0].result for job in ("collect", "publish", "pages")] == ["failure", "failure", "success"]
+    with tarfile.open(fileobj=io.BytesIO(gh.artifacts[run_id]["github-pages-1"]["artifact.tar"])) as tar:
+        page = tar.extractfile("./index.html").read().decode()
+    assert "1 of 1 collect job(s) ran no trial ok" in page
+    assert "<li>cpu 1/1: " in page and "the runner lost its device" in page, page[:3000]
     gh.env = steady
     again = gh.rerun(run_id, failed_only=True)
     everything = gh.rerun(run_id)

@@ -113,6 +113,9 @@ def night_of(jobs: list[publish.Job], tree: Path, branch: str | None) -> list[st
         flags += ["--history", f"git:{origin}#{branch}"]
     if jobs:
         flags += ["--jobs", f"{sum(1 for job in jobs if not job.ok)}/{len(jobs)}"]
+        for job in jobs:  # a job that ran no trial ok: its name, and why its first trial failed
+            if not job.ok:
+                flags += ["--failed-job", f"{job.name}: {job.error or 'it wrote no row'}"]
     return flags
 
 

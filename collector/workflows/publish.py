@@ -59,6 +59,7 @@ class Job:
     files: list[Path] = field(default_factory=list)
     rows: int = 0
     ok: int = 0
+    error: str | None = None  # the first failed trial's reason (its error type and message), where one failed
 
 
 @dataclass
@@ -113,11 +114,16 @@ def _count(job: Job) -> None:
     job.rows = job.ok = 0
     for path in job.files:
         try:
-            statuses = pq.read_table(path, columns=["status"]).column("status").to_pylist()
+            table = pq.read_table(path, columns=["status", "error_type", "error_message"]).to_pylist()
         except Exception:  # noqa: BLE001 - refused by ingest, kept as it is: counted as no rows
             continue
+        statuses = [row["status"] for row in table]
         job.rows += len(statuses)
         job.ok += statuses.count("ok")
+        failed = next((row for row in table if row["status"] != "ok"), None)
+        if failed and job.error is None:
+            reason = ": ".join(filter(None, (failed["error_type"], failed["error_message"]))) or failed["status"]
+            job.error = " ".join(reason.split())[:300]
 
 
 def _archive_name(source: Path, folder: Path) -> Path | None:

@@ -30,7 +30,7 @@ from stepwatch.collector.output import webhook
 from stepwatch.collector.output.comparison import bimodal_warning
 from stepwatch.collector.output.runs import show_alerts
 from stepwatch.collector.output.text import plain_rows, series_label
-from stepwatch.collector.store import database, history, records
+from stepwatch.collector.store import database, history, queries, records
 
 
 def register(commands: Any) -> None:
@@ -84,13 +84,15 @@ def run_detect(args: argparse.Namespace) -> int:
     with database.update(db) as con:
         counts = alerts.record(con, scanned, metric.name, datetime.now(UTC))
         open_alerts = plain_rows(records.list_alerts(con, records.OPEN, metric.name))
-    open_alerts = [a for a in open_alerts if a["series_key"] in scanned.nights]
+        open_alerts = [a for a in open_alerts if a["series_key"] in scanned.nights]
+        for alert in open_alerts:  # the commits either side of each change, for its range
+            alert["commits"] = queries.change_commits(con, alert["series_key"], alert["suite_run_id"])
     console.print(
         f"{len(scanned.nights)} series, {len(scanned.found)} change(s) found, {scanned.outliers} outlier night(s) "
         f"set aside; alerts: {counts['created']} new, {counts['confirmed']} confirmed, {counts['updated']} updated, "
         f"{counts['withdrawn']} withdrawn"
     )
-    show_alerts(open_alerts, args.format, args.out, f"stepwatch: open {metric.name} alerts")
+    show_alerts(open_alerts, args.format, args.out, f"stepwatch: open {metric.name} alerts", compare_url())
     for key, noise in scanned.noise.items():
         warning = bimodal_warning(series_label(scanned.fields[key]), metric.name, noise)
         if warning:
@@ -105,6 +107,12 @@ def run_detect(args: argparse.Namespace) -> int:
         console.print(f"[red]{len(regressions)} confirmed regression(s)[/red]: triage with `stepwatch alerts ack ID`")
         return EXIT_REGRESSION
     return EXIT_OK
+
+
+def compare_url() -> str | None:
+    """Where GitHub compares two commits of the repository a workflow runs in (its variables), else None."""
+    server, repository = os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_REPOSITORY")
+    return f"{server}/{repository}/compare" if server and repository else None
 
 
 def regression_text(regressions: list[dict[str, Any]], fields: dict[str, dict], metric: metrics.Metric) -> str:

@@ -152,8 +152,9 @@ def run(args: argparse.Namespace) -> int:
     for report in night.ingested:
         hooks.ingested(report, db)
     code = EXIT_OK
-    if args.alert:
+    if args.alert:  # then detection again: its exit code and report say what is left open
         _triage(db, args.alert[0], args.alert[1], args.note)
+        code = _detect(db, args.report)
     elif db.exists():
         code = _detect(db, args.report)
     if db.exists():

@@ -33,29 +33,53 @@ if TYPE_CHECKING:  # `run` imports this module, and needs no DuckDB
     from stepwatch.collector.store.ingest import IngestReport
 
 
-def alerts_markdown(alerts: list[dict[str, Any]], title: str = "stepwatch alerts") -> str:
-    """Alerts (rows of ``collector.store.records.list_alerts``) as a markdown table, e.g. for an issue body."""
+def _commits(alert: dict[str, Any], compare_url: str | None) -> str:
+    """The commit range of a change (``commits``: before, after), linked to ``compare_url`` (GitHub's
+    ``.../compare``) where given."""
+    before, after = alert.get("commits") or (None, None)
+    if not after:
+        return ""
+    if not before or before == after:
+        return f"`{after[:12]}`"
+    text = f"`{before[:12]}..{after[:12]}`"
+    return f"[{text}]({compare_url}/{before}...{after})" if compare_url else text
+
+
+def _number(value: Any) -> str:
+    return f"{value:,.1f}" if isinstance(value, int | float) and value == value else "?"
+
+
+def alerts_markdown(
+    alerts: list[dict[str, Any]], title: str = "stepwatch alerts", compare_url: str | None = None
+) -> str:
+    """Alerts (rows of ``collector.store.records.list_alerts``) as a markdown table, e.g. for an issue body: each
+    with its level before and after, its interval and the commits either side of it (``commits``, where known;
+    linked to ``compare_url``)."""
     lines = [f"## {title}", ""]
     if not alerts:
         return "\n".join([*lines, "No alerts.", ""])
-    lines += ["| id | status | series | metric | change at | change | 95% CI | versions changed | note |"]
-    lines += ["|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| id | status | series | metric | change at | before -> after | change | 95% CI | commits | versions "
+              "changed | note |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for a in alerts:
         when = a["change_at"].strftime("%Y-%m-%d %H:%M") if a.get("change_at") is not None else "?"
+        values = f"{_number(a.get('before_value'))} -> {_number(a.get('after_value'))}"
         lines.append(
-            f"| {a['id']} | {a['status']} | {series_label(a)} | {a['metric']} | {when} | {percent(a['ratio'])} | "
-            f"{interval(a['ci_low'], a['ci_high'])} | {versions_text(a['versions_changed'])} | {a.get('note') or ''} |"
+            f"| {a['id']} | {a['status']} | {series_label(a)} | {a['metric']} | {when} | {values} | "
+            f"{percent(a['ratio'])} | {interval(a['ci_low'], a['ci_high'])} | {_commits(a, compare_url)} | "
+            f"{versions_text(a['versions_changed'])} | {a.get('note') or ''} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def show_alerts(rows: list[dict[str, Any]], fmt: str, out: str | None, title: str) -> None:
+def show_alerts(
+    rows: list[dict[str, Any]], fmt: str, out: str | None, title: str, compare_url: str | None = None
+) -> None:
     """Print alerts as a table, markdown or JSON; with ``out`` also write them (markdown, or JSON)."""
     if fmt == "json":
         publish(json.dumps(rows, indent=2, default=str), out)
         return
     if fmt == "markdown":
-        publish(alerts_markdown(rows, title), out)
+        publish(alerts_markdown(rows, title, compare_url), out)
         return
     table = Table(title=title)
     for name in ("id", "status", "series", "metric", "change at", "change", "95% CI", "versions changed", "note"):
@@ -69,7 +93,7 @@ def show_alerts(rows: list[dict[str, Any]], fmt: str, out: str | None, title: st
         )  # fmt: skip
     stdout_console().print(table)
     if out:
-        write_file(alerts_markdown(rows, title), out)
+        write_file(alerts_markdown(rows, title, compare_url), out)
 
 
 def run_summary(rows: Sequence[dict[str, Any]]) -> Table:

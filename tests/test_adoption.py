@@ -332,3 +332,23 @@ def test_a_strangers_first_code_pull_request_installs_its_framework_and_gets_the
     assert lead.startswith("**What changed for sure** (1 series): examples_per_sec -") and "(regression)" in lead
     [aa_line] = [line for line in comment.splitlines() if line.startswith("A/A (the merge base in a second checkout")]
     assert "No false alarm." in aa_line, aa_line
+
+
+@pytest.mark.large
+def test_an_upgrade_checks_sides_built_from_nothing_profile_and_explain_reads_them(user: User, tmp_path: Path) -> None:
+    """Side environments of their own packages only (no --reuse-site-packages: the side's pins and stepwatch's trial
+    dependencies, nothing the dashboard needs): every trial asked to profile records its op table (before, each
+    recorded "No module named 'pyarrow'", and the report asked for --profile), and `stepwatch explain` reads them."""
+    initialised(user)
+    pins = f"{KERAS} jax=={versions(user.python, 'jax')['jax']} jaxlib=={versions(user.python, 'jaxlib')['jaxlib']}"
+    report = tmp_path / "report.md"
+    check = user.stepwatch("upgrade-check", "--baseline", pins, "--candidate", pins, "--trials", "2", "--profile", "1",
+                           "--xla", "on", *FAST, "--format", "markdown", "--out", str(report))  # fmt: skip
+    assert check.returncode in (0, 3), check.stdout[-3000:] + check.stderr[-3000:]
+    text = report.read_text()
+    assert "profile_error" not in text and "no op table" not in text and "run with --profile" not in text, text
+    assert "1 + 1 profiled trials" in text, text[-3000:]
+    [db] = (user.repo / "data").glob("upgrade-check*.duckdb")
+    explained = user.stepwatch("explain", "--baseline", "label=baseline", "--candidate", "label=candidate", "--db",
+                               str(db))  # fmt: skip
+    assert explained.returncode == 0 and "1 + 1 profiled trials" in explained.stdout, explained.stdout

@@ -371,6 +371,8 @@ def summary(night: Night, collect_result: str | None) -> list[str]:
         lines.append(f"- {night.from_bucket} new row(s) from the bucket")
     if not night.rows and not night.from_bucket:
         lines.append("- **no job wrote a row tonight**")
+    elif every_job_failed(night, collect_result):
+        lines.append("- **every collect job failed tonight**: no trial ran ok (each job's reason is on the page)")
     if collect_result not in (None, "", "success"):
         lines.append(f"- the collect jobs' result: {collect_result} (a job that wrote nothing has no artifact: "
                      "see the run's jobs)")  # fmt: skip

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from stepwatch.collector.analysis import stats
-from stepwatch.collector.store import queries
+from stepwatch.collector.store import profiled
 from stepwatch.collector.store.selection import Selection
 
 MOVED = 0.05  # an op that changed by less than this of its own time has not moved, whatever its interval
@@ -147,7 +147,7 @@ def diff(
 
 
 def explain(frame: pd.DataFrame) -> tuple[list[Explained], dict[str, list[dict[str, Any]]]]:
-    """Per pair of series with profiled trials on both sides (``queries.profiled_ops``), what changed op by op;
+    """Per pair of series with profiled trials on both sides (``profiled.profiled_ops``), what changed op by op;
     and, by side, the series profiled on that side only."""
     explained: list[Explained] = []
     unpaired: dict[str, list[dict[str, Any]]] = {"baseline": [], "candidate": []}
@@ -195,4 +195,4 @@ def between(
     con: duckdb.DuckDBPyConnection, baseline: Selection, candidate: Selection, by: str = "op_type"
 ) -> tuple[list[Explained], dict[str, list[dict[str, Any]]]]:
     """What changed op by op between two selections' profiled trials, and the series profiled on one side only."""
-    return explain(queries.profiled_ops(con, baseline, candidate, by))
+    return explain(profiled.profiled_ops(con, baseline, candidate, by))

@@ -30,7 +30,7 @@ from stepwatch.collector.output import webhook
 from stepwatch.collector.output.comparison import bimodal_warning
 from stepwatch.collector.output.runs import show_alerts
 from stepwatch.collector.output.text import plain_rows, series_label
-from stepwatch.collector.store import database, history, queries, records
+from stepwatch.collector.store import database, history, records
 
 
 def register(commands: Any) -> None:
@@ -86,7 +86,7 @@ def run_detect(args: argparse.Namespace) -> int:
         open_alerts = plain_rows(records.list_alerts(con, records.OPEN, metric.name))
         open_alerts = [a for a in open_alerts if a["series_key"] in scanned.nights]
         for alert in open_alerts:  # the commits either side of each change, for its range
-            alert["commits"] = queries.change_commits(con, alert["series_key"], alert["suite_run_id"])
+            alert["commits"] = records.change_commits(con, alert["series_key"], alert["suite_run_id"])
     console.print(
         f"{len(scanned.nights)} series, {len(scanned.found)} change(s) found, {scanned.outliers} outlier night(s) "
         f"set aside; alerts: {counts['created']} new, {counts['confirmed']} confirmed, {counts['updated']} updated, "

@@ -12,8 +12,8 @@ from stepwatch.collector.cli.exits import EXIT_OK
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.explain import TOP, explain_json, explain_text
 from stepwatch.collector.output.text import publish
-from stepwatch.collector.store import database, queries
-from stepwatch.collector.store.queries import OP_KEYS
+from stepwatch.collector.store import database, profiled
+from stepwatch.collector.store.profiled import OP_KEYS
 from stepwatch.collector.store.selection import Selection
 
 
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     baseline, candidate = Selection.parse(args.baseline), Selection.parse(args.candidate)
     with database.open_store(db_path(args)) as reader:
         pairs, unpaired = ops.between(reader.connection(), baseline, candidate, args.by)
-        errors = queries.profile_errors(reader.connection(), baseline, candidate) if not pairs else None
+        errors = profiled.profile_errors(reader.connection(), baseline, candidate) if not pairs else None
     shown = explain_json(pairs) if args.format == "json" else explain_text(pairs, unpaired, args.top, errors)
     publish(shown, args.out)
     return EXIT_OK

@@ -155,3 +155,18 @@ def add_bisect_steps(con: duckdb.DuckDBPyConnection, steps: list[BisectStep]) ->
     ]  # fmt: skip
     marks = ", ".join("?" for _ in columns)
     con.executemany(f"INSERT INTO bisect_steps ({', '.join(columns)}) VALUES ({marks})", rows)
+
+
+def change_commits(con: duckdb.DuckDBPyConnection, series_key: str, suite_run_id: str) -> tuple[str | None, ...]:
+    """The commits either side of a change: the one the series' last suite run before ``suite_run_id`` ran, and the
+    one that suite run ran (None where a row names none)."""
+    found = con.execute(
+        """WITH nights AS (SELECT suite_run_id, min(started_at) AS night_at, any_value(project_commit) AS sha
+                           FROM runs WHERE series_key = ? GROUP BY suite_run_id),
+                changed AS (SELECT night_at, sha FROM nights WHERE suite_run_id = ?)
+           SELECT (SELECT sha FROM nights WHERE night_at < (SELECT night_at FROM changed)
+                   ORDER BY night_at DESC LIMIT 1) AS before_sha,
+                  (SELECT sha FROM changed) AS after_sha""",
+        [series_key, suite_run_id],
+    ).fetchone()
+    return tuple(found) if found else (None, None)

@@ -16,7 +16,7 @@ from stepwatch.collector.analysis.thresholds import Override
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.runner import execution, spawn
-from stepwatch.collector.store import database, queries
+from stepwatch.collector.store import database, profiled
 from stepwatch.collector.store.selection import Selection
 from stepwatch.collector.workflows.hooks import Hooks, ingest_into
 
@@ -105,7 +105,7 @@ def measure(
         measured = Measured(check, result, known)
         if options.profile:
             measured.explained = ops.between(con, selections["baseline"], selections["candidate"])
-            measured.profile_errors = queries.profile_errors(con, selections["baseline"], selections["candidate"])
+            measured.profile_errors = profiled.profile_errors(con, selections["baseline"], selections["candidate"])
             if virtualenvs.AA in envs:
                 measured.aa_explained = ops.between(con, selections["baseline"], selections[virtualenvs.AA])[0]
     result.aa = aa

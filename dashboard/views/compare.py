@@ -25,7 +25,8 @@ from stepwatch.collector.output.comparison import (
 )
 from stepwatch.collector.output.explain import header_line, pair_lines
 from stepwatch.collector.output.text import interval, percent, plain_rows, repro_command, series_label
-from stepwatch.collector.store.queries import OP_KEYS, version_key
+from stepwatch.collector.store.profiled import OP_KEYS
+from stepwatch.collector.store.queries import version_key
 from stepwatch.collector.store.selection import ALL, Selection, SelectionError
 from stepwatch.collector.trial.profiles import raw_profile
 from stepwatch.dashboard import charts, data, state

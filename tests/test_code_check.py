@@ -234,6 +234,10 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
     assert lead.startswith("**What changed for sure** (1 series): examples_per_sec -") and "(regression)" in lead
     assert "compiled_flops " in lead and "(changed)" in lead, lead
     assert f"Code that differs: `{CLASSIFIER_NAME}` (`models/layers.py`)." in comment
+    # Where the trials' time went, as shares that add up: what more steps a trial would buy against more trials.
+    [split] = [line for line in comment.splitlines() if line.startswith("Where the trials' ")]
+    shares = dict(part.rsplit(" ", 1) for part in split.split("went: ")[1].rstrip(".").split(", "))
+    assert {"start-up", "measured steps"} <= set(shares) and 97 <= sum(int(s.rstrip("%")) for s in shares.values())
     assert "Same code on both commits, not run: `train.py`." in comment
     # The A/A's line: its counters are exact (below); its timings are this runner's, shared with the other tests here,
     # so their false alarm rate is measured where nothing else runs (benchmarks/code_check.py: 0 in 100 verdicts).

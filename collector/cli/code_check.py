@@ -25,7 +25,7 @@ from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.output import code_check as said
 from stepwatch.collector.output.comparison import NO_BETWEEN, inconclusive_lines
 from stepwatch.collector.output.failures import reason_line
-from stepwatch.collector.output.text import publish, step_output
+from stepwatch.collector.output.text import publish, step_output, time_split_lines
 from stepwatch.collector.runner import catalog, execution
 from stepwatch.collector.runner.suite import load_suite, narrow
 from stepwatch.collector.workflows import check, code_check
@@ -142,6 +142,7 @@ def _report(
         configs, ran.rounds, ran.planned, ran.host(), len(ran.failed()), len(ran.outcomes), ran.spent(), minutes,
         args.budget, inconclusive_lines(result),
     )  # fmt: skip
+    preface += time_split_lines(ran.time_split())
     title = f"stepwatch code check: {commits.base_name} -> {commits.head_name}"
     more = said.where_next(ran.suite_run_ids, str(db_path(args)), profiled, said.moved_metrics(result))
     alone = said.SAME_INTERPRETER if sides.pins is None else NO_BETWEEN

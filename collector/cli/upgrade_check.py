@@ -21,6 +21,7 @@ from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.comparison import (
     upgrade_preface,
 )
+from stepwatch.collector.output.text import time_split_lines
 from stepwatch.collector.runner import catalog, execution
 from stepwatch.collector.runner.suite import load_suite, narrow
 from stepwatch.collector.workflows import check
@@ -71,6 +72,6 @@ def run(args: argparse.Namespace) -> int:
         sides["baseline"], sides["candidate"], len(configs), args.trials, suite.name, ran.host(),
         len(failed), len(ran.outcomes), virtualenvs.package_diff(envs["baseline"], envs["candidate"]),
         ran.compile_caches(), ran.spent(),
-    )  # fmt: skip
+    ) + time_split_lines(ran.time_split())  # fmt: skip
     title = f"stepwatch upgrade check: {' '.join(sides['baseline'])} -> {' '.join(sides['candidate'])}"
     return report(args, done, title, preface)

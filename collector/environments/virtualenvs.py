@@ -379,6 +379,22 @@ class Check:
         rows = [o.row for o in self.outcomes]
         return sum(r.get("wall_s") or 0 for r in rows), sum(r.get("cost_usd") or 0 for r in rows)
 
+    def time_split(self) -> dict[str, float]:
+        """Where the trials' seconds went, summed over every trial that reached its first step: start-up (to the first
+        step), the first step (compiling), warm-up, measured steps, profile, and the rest of the process's wall time
+        (reading counters, writing the result, exiting)."""
+        split = dict.fromkeys(("start-up", "first step", "warm-up", "measured steps", "profile", "the rest"), 0.0)
+        for row in (o.row for o in self.outcomes if o.row.get("startup_s") is not None):
+            extras = row.get("extras") or {}
+            extras = json.loads(extras) if isinstance(extras, str) else extras
+            parts = {"start-up": row["startup_s"] - (row.get("compile_s") or 0.0), "first step": row.get("compile_s"),
+                     "warm-up": row.get("warmup_s"), "measured steps": row.get("measured_s"),
+                     "profile": extras.get("profile_s")}  # fmt: skip
+            for name, seconds in parts.items():
+                split[name] += max(seconds or 0.0, 0.0)
+            split["the rest"] += max((row.get("wall_s") or 0.0) - sum(max(s or 0.0, 0.0) for s in parts.values()), 0.0)
+        return split
+
     def compile_caches(self) -> list[str | None]:
         """Each trial's ``compile_cache``: cold, warm, or None where no compile cache was used or kept anything."""
         return [o.row.get("compile_cache") for o in self.outcomes]

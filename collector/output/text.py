@@ -92,3 +92,13 @@ def write_file(text: str, out: str | Path) -> None:
             handle.write(text)
     except OSError as error:
         raise ReportError(f"cannot write {out}: {error.strerror or error}") from None
+
+
+def time_split_lines(split: dict[str, float]) -> tuple[str, ...]:
+    """Where a check's trial time went, as shares (``Check.time_split``): what more steps a trial would buy against
+    more trials. Nothing where no trial reached its first step."""
+    total = sum(split.values())
+    if total <= 0:
+        return ()
+    shares = ", ".join(f"{name} {seconds / total:.0%}" for name, seconds in split.items() if seconds > 0)
+    return (f"Where the trials' {total / 60:.1f} minutes went: {shares}.", "")

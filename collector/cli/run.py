@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,21 +71,15 @@ def fill_compile_cache(configs: list[Any], args: argparse.Namespace) -> int:
     that a check's side finds exactly these programs; the exit code says whether every config compiled."""
     if args.compile_cache is None:
         raise UsageError("--fill-compile-cache needs --compile-cache DIR (where to keep the compiled steps)")
+    from stepwatch.collector.cli.progress import TerminalHooks
     from stepwatch.collector.workflows import check  # the checks' analysis: loaded by this flag only
-    from stepwatch.collector.workflows.hooks import Hooks
 
     compiled = [config for config in configs if config.xla]
     if not compiled:
         print("no config compiles its step (XLA or torch.compile off in every one): nothing to keep")
         return EXIT_OK
-
-    class Say(Hooks):
-        def say(self, text: str) -> None:
-            console.print(text)
-
-    here = virtualenvs.Environment("this environment", (), Path(sys.prefix), True, interpreter=sys.executable)
-    statuses = check.fill_caches(compiled, {"this environment": here}, execution.RunOptions(**trial_options(args)),
-                                 Say())  # fmt: skip
+    here = {"this environment": virtualenvs.Environment.here("this environment")}
+    statuses = check.fill_caches(compiled, here, execution.RunOptions(**trial_options(args)), TerminalHooks())
     return EXIT_OK if all(status == "ok" for status in statuses) else EXIT_FAILED
 
 

@@ -131,6 +131,11 @@ class Environment:
     folder: Path | None = None
     project: dict[str, Any] | None = None
 
+    @staticmethod
+    def here(side: str, folder: Path | None = None, project: dict[str, Any] | None = None) -> Environment:
+        """This interpreter and its packages as a side (a code check's sides, a compile cache filled by ``run``)."""
+        return Environment(side, (), Path(sys.prefix), True, sys.executable, folder, project)
+
     @property
     def python(self) -> str:
         return self.interpreter or str(self.path / "bin" / "python")

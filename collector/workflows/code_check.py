@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,10 +197,7 @@ def sides(
     projects = {side: _commit_identity(commits, commits.head if side == "candidate" else commits.base)
                 for side in folders}  # fmt: skip
     if not packages:
-        envs = {
-            side: virtualenvs.Environment(side, (), Path(sys.prefix), True, sys.executable, folder, projects[side])
-            for side, folder in folders.items()
-        }
+        envs = {side: virtualenvs.Environment.here(side, folder, projects[side]) for side, folder in folders.items()}
         return Sides(envs)
     base = pinfiles.at_commit(commits.repo, commits.base, pinfiles.PIN_FILES, "merge base")
     pins = package_sets.derive_both(base, _head_source(commits), reuse, pip_args, hooks.say)

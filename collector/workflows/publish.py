@@ -18,7 +18,6 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
@@ -194,10 +193,6 @@ def prune_profiles(tree: Path, keep: int) -> int:
     return len(old)
 
 
-def _month(started: Any) -> str:
-    return f"{started.year:04d}-{started.month:02d}"
-
-
 def compact_results(tree: Path, night: str) -> int:
     """The history's results of every month before ``night``'s in one file a month (``results/2026-10.parquet``),
     rows of a run_id once: a month's files are merged once it is over (a file that arrives late for it is merged
@@ -212,16 +207,16 @@ def compact_results(tree: Path, night: str) -> int:
     for path in sorted(folder.rglob("*.parquet")):
         if MONTH.fullmatch(path.name) and path.parent == folder:
             continue
-        try:
+        try:  # the months first, from one column: a file of this month is not read whole every night
+            months = set(pc.unique(pc.strftime(pq.read_table(path, columns=["started_at"])[0], "%Y-%m")).to_pylist())
+            if not months or max(months) >= current:
+                continue
             table = schema.conform(pq.read_table(path))
         except Exception:  # noqa: BLE001 - ingest reads what it can of it; compaction leaves it alone
             continue
-        months = {_month(s) for s in table.column("started_at").to_pylist()}
-        if not months or max(months) >= current:
-            continue
+        of_month = pc.strftime(table.column("started_at"), "%Y-%m")
         for month in months:
-            mask = pc.equal(pc.strftime(table.column("started_at"), "%Y-%m"), month)
-            by_month.setdefault(month, []).append(table.filter(mask))
+            by_month.setdefault(month, []).append(table.filter(pc.equal(of_month, month)))
         merged.append(path)
     for month, tables in sorted(by_month.items()):
         target = folder / f"{month}.parquet"

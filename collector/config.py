@@ -36,6 +36,9 @@ THREADS_DEFAULT, THREADS_AUTO = "default", "auto"
 _THREADS = re.compile(r"^([1-9][0-9]*)/([1-9][0-9]*)$")
 
 ACCELERATOR_MIN_WARMUP = 10
+# The one default trial count: trials per config of a suite that names none (the nightly), a check's first look
+# (``collector.analysis.sequential``) and a calibration's trials per environment.
+TRIALS = 3
 DEFAULT_LOOP = "fit"
 
 # The one set of words for a boolean, in suite files, on the command line, in selections and in the URL.

@@ -264,7 +264,7 @@ def test_the_written_nightly_runs_through_the_action_and_an_aa_upgrade_check_sta
 
     # An A/A upgrade check of the user's Keras, its environments built from the installed stepwatch.
     check = user.stepwatch("upgrade-check", "--baseline", KERAS, "--candidate", KERAS, "--aa", *FAST,
-                           "--reuse-site-packages", "--format", "json")  # fmt: skip
+                           "--max-trials", "3", "--reuse-site-packages", "--format", "json")  # fmt: skip
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
     sides = {p.parent for p in (user.root / "envs").glob("*/lib/python*/site-packages/stepwatch/__init__.py")}
     assert len(sides) == 2  # the baseline's (and candidate's: the same packages) and the A/A copy's
@@ -342,8 +342,9 @@ def test_an_upgrade_checks_sides_built_from_nothing_profile_and_explain_reads_th
     initialised(user)
     pins = f"{KERAS} jax=={versions(user.python, 'jax')['jax']} jaxlib=={versions(user.python, 'jaxlib')['jaxlib']}"
     report = tmp_path / "report.md"
-    check = user.stepwatch("upgrade-check", "--baseline", pins, "--candidate", pins, "--trials", "2", "--profile", "1",
-                           "--xla", "on", *FAST, "--format", "markdown", "--out", str(report))  # fmt: skip
+    check = user.stepwatch("upgrade-check", "--baseline", pins, "--candidate", pins, "--trials", "2", "--max-trials",
+                           "2", "--profile", "1", "--xla", "on", *FAST, "--format", "markdown", "--out",
+                           str(report))  # fmt: skip
     assert check.returncode in (0, 3), check.stdout[-3000:] + check.stderr[-3000:]
     text = report.read_text()
     assert "profile_error" not in text and "no op table" not in text and "run with --profile" not in text, text

@@ -394,3 +394,17 @@ def test_at_every_young_length_a_slower_model_is_confirmed_and_quiet_nights_rais
                 trials[length - 3 :] *= 0.25
                 found = changepoints.detect_changes(np.median(trials, axis=1), 0.03, True, trials=trials)
                 assert [(c.index, c.status) for c in found.changes] == [(length - 3, "confirmed")], length
+
+
+def test_a_change_says_how_many_nights_its_verdict_rests_on() -> None:
+    """detect's verdict of the latest nights says how many nights it needed: a step 6 nights back is confirmed on 6,
+    one 2 nights back suspected on 2, with 1 more to confirm or withdraw it."""
+    rng = np.random.default_rng(3)
+    for back, status, text in (
+        (6, "confirmed", "confirmed on 6 nights since it"),
+        (2, "suspected", "suspected on 2 nights since it: 1 more night confirm or withdraw it"),
+    ):
+        nights = 100.0 * np.exp(rng.normal(0, 0.005, 40))
+        nights[-back:] *= 0.8
+        [change] = changepoints.detect_changes(nights, 0.03, True).changes
+        assert (change.status, change.nights, change.nights_text()) == (status, back, text)

@@ -158,8 +158,8 @@ def test_bisect_finds_the_planted_package_among_several(tmp_path: Path) -> None:
     cache, results, db, out = tmp_path / "envs", tmp_path / "results", tmp_path / "check.duckdb", tmp_path / "b.json"
     done = stepwatch(
         "bisect", "--good", GOOD, "--bad", BAD, "--reuse-site-packages", "--pip-arg=--no-index",
-        f"--pip-arg=--find-links={wheels}", *SMALL, "--trials", "2", "--metric", "peak_memory_bytes",
-        "--results", str(results), "--db", str(db), "--format", "json", "--out", str(out),
+        f"--pip-arg=--find-links={wheels}", *SMALL, "--trials", "2", "--max-trials", "2", "--metric",
+        "peak_memory_bytes", "--results", str(results), "--db", str(db), "--format", "json", "--out", str(out),
         env={virtualenvs.CACHE_ENV: str(cache)}, timeout=900,
     )  # fmt: skip
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
@@ -195,7 +195,7 @@ def test_an_upgrade_without_a_regression_is_not_bisected(tmp_path: Path) -> None
     wheels = build_wheels(tmp_path / "wheels")
     done = stepwatch(
         "bisect", "--good", "swt-alpha==1.0", "--bad", "swt-alpha==2.0", "--reuse-site-packages", "--aa",
-        "--pip-arg=--no-index", f"--pip-arg=--find-links={wheels}", *SMALL, "--trials", "2",
+        "--pip-arg=--no-index", f"--pip-arg=--find-links={wheels}", *SMALL, "--trials", "2", "--max-trials", "2",
         "--metric", "peak_memory_bytes", "--results", str(tmp_path / "results"), "--db", str(tmp_path / "check.duckdb"),
         env={virtualenvs.CACHE_ENV: str(tmp_path / "envs")}, timeout=600,
     )  # fmt: skip

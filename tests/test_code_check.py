@@ -104,7 +104,7 @@ def team(tmp_path: Path) -> Path:
     git(repo, "config", "user.name", "ci")
     commit(repo, "the model and the loop", {
         "models/layers.py": LAYERS, "models/classifier.py": CLASSIFIER, "train.py": TRAIN,
-        "stepwatch-suite.toml": SUITE, "stepwatch.toml": 'suite = "stepwatch-suite.toml"\ntrials = 3\n',
+        "stepwatch-suite.toml": SUITE, "stepwatch.toml": 'suite = "stepwatch-suite.toml"\ntrials = 3\nmax-trials = 5\n',
         ".gitignore": "data/\nstepwatch-results/\n",
     })  # fmt: skip
     git(repo, "checkout", "-q", "-b", "pr")
@@ -256,8 +256,12 @@ def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_
     ran = con.sql("SELECT label, project_repository, project_commit, project_dirty, count(*) FROM runs GROUP BY ALL "
                   "ORDER BY 1").fetchall()  # fmt: skip
     con.close()
-    assert ran == [("baseline", "o/r", base, False, 3), ("baseline-aa", "o/r", base, False, 3),
-                   ("candidate", "o/r", head, False, 3)]  # fmt: skip
+    # As many trials on every side as its last look had (3, or more where a verdict needed more rounds).
+    n = ran[0][-1]
+    assert ran == [("baseline", "o/r", base, False, n), ("baseline-aa", "o/r", base, False, n),
+                   ("candidate", "o/r", head, False, n)]  # fmt: skip
+    [rounds] = [line for line in comment.splitlines() if line.startswith("**Rounds**: ")]
+    assert n in (3, 5, 8, 12) and rounds.split(" trials per side")[0].endswith(f" {n}"), rounds
     assert worktrees_of(workspace) == [str(workspace)]
     # The compile cache, kept for the next check although the job failed; the artifact, laid out from the workspace's
     # root (the two paths' common ancestor): the verdict workflow reads artifact/pr/.
@@ -340,7 +344,7 @@ def test_a_head_whose_model_raises_is_an_error_that_says_first_where_and_why_aft
     # The verdicts' count says metrics, not trials ("14 failed" read as fourteen failed trials).
     assert any(line.startswith("**") and "metrics not compared (trials failed)**" in line for line in
                comment.splitlines()), comment[:1500]  # fmt: skip
-    assert "The budget of 0.01 minutes stopped the check after 2 of 3 trials per side." in comment
+    assert "**Rounds**: 1 look(s), at 2 trials per side; stopped because its budget of 0.01 minutes ran out" in comment
     [aa_line] = [line for line in comment.splitlines() if line.startswith("A/A (the merge base in a second checkout")]
     # The merge base against itself: its counters exact and equal; its timings are this shared runner's (their false
     # alarm rate is measured where nothing else runs: benchmarks/code_check.py).

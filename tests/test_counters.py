@@ -288,7 +288,7 @@ def test_a_tensorflow_profile_names_the_same_ops_with_and_without_onednn(tmp_pat
     def run(onednn: str) -> None:
         out = tmp_path / onednn
         flags = ("--xla", "off", "--precision", "fp32", "--steps", "10", "--warmup", "10", "--window", "5")
-        done = stepwatch("run", "--models", "resnet50", *flags, "--profile", "1", "--out", str(out),
+        done = stepwatch("run", "--models", "resnet50", *flags, "--trials", "1", "--profile", "1", "--out", str(out),
                          env={"TF_ENABLE_ONEDNN_OPTS": onednn})  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
         [row] = rows_in(out)

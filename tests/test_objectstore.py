@@ -56,7 +56,7 @@ def test_run_uploads_to_s3_and_ingest_reads_it_back(tmp_path: Path, s3: dict[str
     """A real (tiny) benchmark trial goes to S3, is ingested from S3, and a bad object there is quarantined."""
     uri = f"s3://{s3['BUCKET']}/nightly/cpu"
     run = stepwatch(
-        *("run", "--suite", "smoke", "--models", "bilstm", "--xla", "off", "--precision", "fp32"),
+        *("run", "--suite", "smoke", "--models", "bilstm", "--xla", "off", "--precision", "fp32", "--trials", "1"),
         *("--steps", "20", "--out", uri, "--profile"),
         cwd=tmp_path,
         env=s3,
@@ -135,7 +135,7 @@ def test_unreachable_storage_is_retried_then_one_error_and_local_results_are_kep
     start = time.monotonic()
     run = stepwatch(  # the framework-free script: what is tested is the upload, not what was trained
         *("run", "--script", str(REPO / "tests" / "data" / "scripts" / "bad.py"), "--steps", "20", "--warmup", "20"),
-        *("--window", "10", "--out", uri, "--", "good"),
+        *("--trials", "1", "--window", "10", "--out", uri, "--", "good"),
         cwd=tmp_path,
         env=env,
         timeout=300,

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from stepwatch.collector.cli.dashboard import branch_folder
+from stepwatch.collector.config import TRIALS
 from stepwatch.collector.project import Project, identity
 from tests.conftest import REPO, stepwatch
 from tests.test_publish import FAST, MODEL, NET, nightly, query, team_repository
@@ -38,18 +39,19 @@ def configs(cwd: Path, *args: str) -> list[str]:
 def test_settings_are_the_defaults_of_every_command_below_the_project_and_a_flag_wins(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         '[project]\nname = "theirs"\n\n[tool.stepwatch]\nmodels = ["bilstm"]\nxla = false\nprecision = ["fp32"]\n'
-        'trials = 3\nresults = "bench/results"\n'
+        'trials = 4\nresults = "bench/results"\n'
     )
     below = tmp_path / "src" / "deep"
     below.mkdir(parents=True)
     for where in (tmp_path, below):  # found from the project's directory and below it
-        assert configs(where) == ["bilstm/tiny cpu noxla fp32 b8 fit threads=1/2", "1 configs x 3 trials"]
+        assert configs(where) == ["bilstm/tiny cpu noxla fp32 b8 fit threads=1/2", "1 configs x 4 trials"]
     assert configs(below, "--xla", "on,off", "--trials", "2")[-1] == "2 configs x 2 trials"  # flags win
     project = Project.find(below)
     assert project.root == tmp_path and project.resolved("results", "bench/results") == str(tmp_path / "bench/results")
-    # a stepwatch.toml is the project's settings in place of the table: two models, the suite's matrix and trials
+    # a stepwatch.toml is the project's settings in place of the table: two models, the suite's matrix, and the one
+    # default trial count (the smoke suite names none)
     (tmp_path / "stepwatch.toml").write_text('models = "resnet50,bilstm"\n')
-    assert configs(below)[-1] == "8 configs x 1 trials"
+    assert configs(below)[-1] == f"8 configs x {TRIALS} trials"
 
 
 @pytest.mark.parametrize(

@@ -148,7 +148,7 @@ def test_the_plain_pytorch_loop_trains_data_parallel_on_several_devices_one_rank
     row, with the world size, the per-device and the global batch."""
     out = tmp_path / "out"
     done = stepwatch("run", "--models", "resnet50", "--keras-backend", "torch", "--loop", "pytorch", "--devices", "2",
-                     "--precision", "fp32", "--xla", "off", *SHORT, "--out", str(out))  # fmt: skip
+                     "--precision", "fp32", "--xla", "off", *SHORT, "--trials", "1", "--out", str(out))  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     [row] = rows_in(out)
     assert row["status"] == "ok" and row["loss_finite"] and row["num_devices"] == 2 and row["replicas"] == 2

@@ -23,7 +23,7 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 import stepwatch as api
-from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.config import TRIALS, BenchmarkConfig
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.output.text import repro_command
 from stepwatch.collector.trial import script as script_trial
@@ -120,7 +120,7 @@ def test_a_script_runs_with_the_suites_measurement_and_its_own_arguments() -> No
     assert done.stdout.splitlines() == [
         f"{BAD} good 'x y' cpu tensorflow",
         f"{BAD} good 'x y' cpu tensorflow nproc=2",
-        "2 configs x 1 trials",
+        f"2 configs x {TRIALS} trials",  # a suite that names no trial count: stepwatch's one default
     ]
 
 
@@ -242,8 +242,9 @@ def examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Both examples run once (the PyTorch one data-parallel), into one folder; the folder."""
     root = tmp_path_factory.mktemp("examples")
     run_torch_example(root, ("torch",), trials=1)
-    done = stepwatch("run", "--script", KERAS_EXAMPLE, *FAST, "--label", "keras", "--out", str(root / "out"), "--",
-                     "--batch", "16", "--records", str(root / "examples.tfrecord"))  # fmt: skip
+    done = stepwatch("run", "--script", KERAS_EXAMPLE, *FAST, "--trials", "1", "--label", "keras", "--out",
+                     str(root / "out"), "--", "--batch", "16", "--records",
+                     str(root / "examples.tfrecord"))  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return root
 
@@ -294,8 +295,8 @@ def test_an_aa_upgrade_check_of_both_examples_runs_each_script_in_every_side_env
         done = stepwatch(
             "upgrade-check", "--baseline", pins, "--candidate", pins, "--aa", "--reuse-site-packages",
             "--pip-arg=--no-index", "--script", script, "--keras-backend", backend, *args, *FAST, "--trials", "2",
-            "--results", str(folder / "results"), "--db", str(folder / "check.duckdb"), "--format", "json",
-            "--", "--batch", "16", env={virtualenvs.CACHE_ENV: str(tmp_path / "envs")}, timeout=900,
+            "--max-trials", "2", "--results", str(folder / "results"), "--db", str(folder / "check.duckdb"),
+            "--format", "json", "--", "--batch", "16", env={virtualenvs.CACHE_ENV: str(tmp_path / "envs")}, timeout=900,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         rows = rows_of(folder / "results")

@@ -12,7 +12,7 @@ from tests.conftest import stepwatch
 
 @pytest.mark.large
 def test_smoke_suite_runs_every_config(tmp_path: Path) -> None:
-    result = stepwatch("run", "--suite", "smoke", "--out", str(tmp_path), timeout=900)
+    result = stepwatch("run", "--suite", "smoke", "--trials", "1", "--out", str(tmp_path), timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     [path] = tmp_path.glob("smoke-*.parquet")
     assert f"results: {path}" in result.stdout

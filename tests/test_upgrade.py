@@ -210,8 +210,8 @@ MINE = "tests/data/models/sentiment.py:sentiment"
 
 
 def common_args(tmp_path: Path) -> tuple[str, ...]:
-    return ("--reuse-site-packages", "--pip-arg=--no-index", "--models", MINE, *SMALL[2:], "--trials", "2", "--db",
-            str(tmp_path / "check.duckdb"))  # fmt: skip
+    return ("--reuse-site-packages", "--pip-arg=--no-index", "--models", MINE, *SMALL[2:], "--trials", "2",
+            "--max-trials", "2", "--db", str(tmp_path / "check.duckdb"))  # fmt: skip
 
 
 BAD = REPO / "tests" / "data" / "scripts" / "bad.py"  # framework-free scripts: a trial imports no framework

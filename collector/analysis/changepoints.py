@@ -141,6 +141,16 @@ class Change:
     status: str  # "confirmed" or "suspected"
     regression: bool
     versions_changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    nights: int = 0  # the nights of the new level it rests on (outliers set aside): a confirmation needs CONFIRM_NIGHTS
+
+    def nights_text(self) -> str:
+        """How many nights this verdict needed: 'confirmed on 4 nights since it', 'suspected on 1 night since it: 2
+        more nights confirm or withdraw it'."""
+        since = f"{self.nights} night{'s' if self.nights != 1 else ''} since it"
+        if self.status == "confirmed":
+            return f"confirmed on {since}"
+        more = max(CONFIRM_NIGHTS - self.nights, 1)
+        return f"suspected on {since}: {more} more night{'s' if more != 1 else ''} confirm or withdraw it"
 
 
 @dataclass(frozen=True)
@@ -287,6 +297,7 @@ def detect_changes(
                 status="suspected" if recent else "confirmed",
                 regression=is_worse(test.ratio, higher_is_better),
                 versions_changed=changed,
+                nights=len(logs) - start,
             )
         )
     return Detection(changes, [int(i) for i in valid[outliers]], sigma)

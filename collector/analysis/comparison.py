@@ -49,6 +49,8 @@ class Comparison:
     model_code: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # side -> user model -> hashes
     machine: dict[str, dict[str, int]] = field(default_factory=dict)  # side -> its trials flagged (queries)
     own_noise: bool = False  # each row's noise is its sides' own (a check), not its series' history's
+    alpha: float = stats.ALPHA  # the level of its tests; its intervals are 1 - alpha (a sequential check's look)
+    looks: dict[str, Any] | None = None  # a sequential check's looks (``sequential.Sequential.payload``)
 
     def code_changes(self) -> list[tuple[str, list[str], list[str]]]:
         """User models whose source differs between the sides, or within one: (model, baseline's hashes,
@@ -86,11 +88,13 @@ def build(
     overrides: list[Override],
     between: Mapping[str, stats.Between] | None = None,
     own_noise: bool = False,
+    alpha: float = stats.ALPHA,
 ) -> Comparison:
     """Every series on either side, for every metric, with BH across the whole series x metric matrix.
     ``between``: per metric, the between-environment variance its intervals also cover (a calibration's, an
     A/A's), for sides measured in different environments. ``own_noise``: each row's noise is its two sides' own
-    spread (a check: its store holds its other sides and earlier checks), not the series' history's."""
+    spread (a check: its store holds its other sides and earlier checks), not the series' history's. ``alpha``: the
+    level of the tests and one minus the intervals' confidence (``collector.analysis.sequential``: a look's share)."""
     metrics = [get_metric(name) for name in metric_names]
     tables: list[tuple[Metric, pd.DataFrame]] = [
         (m, queries.compare_sides(con, baseline, candidate, m.name)) for m in metrics
@@ -111,7 +115,7 @@ def build(
     # Timed metrics through the tests (Benjamini-Hochberg across all of them); counters exactly.
     tested = [i for i, span in enumerate(spans) if span is None]
     columns = (pairs, thresholds, directions, offsets)
-    compared = iter(stats.compare(*([values[i] for i in tested] for values in columns)))
+    compared = iter(stats.compare(*([values[i] for i in tested] for values in columns), alpha=alpha))
     results = [
         next(compared) if span is None else stats.exact(*span, threshold, higher)
         for span, threshold, higher in zip(spans, thresholds, directions)
@@ -128,12 +132,21 @@ def build(
         Row(series, metric, fb, fc, result, noises[metric.name].get(series["series_key"]))
         for (metric, series, fb, fc), result in zip(cells, results)
     ]
-    summaries = {m.name: stats.geomean_summary([r.result for r in rows if r.metric == m]) for m in metrics}
+    summaries = {m.name: stats.geomean_summary([r.result for r in rows if r.metric == m], 1 - alpha) for m in metrics}
     versions = {"baseline": queries.side_versions(con, baseline), "candidate": queries.side_versions(con, candidate)}
     code = {"baseline": queries.model_code(con, baseline), "candidate": queries.model_code(con, candidate)}
     machine = {"baseline": queries.machine_state(con, baseline), "candidate": queries.machine_state(con, candidate)}
     return Comparison(
-        baseline, candidate, metrics, rows, summaries, versions, model_code=code, machine=machine, own_noise=own_noise
+        baseline,
+        candidate,
+        metrics,
+        rows,
+        summaries,
+        versions,
+        model_code=code,
+        machine=machine,
+        own_noise=own_noise,
+        alpha=alpha,
     )
 
 

@@ -405,15 +405,17 @@ def judge(
     thresholds: Sequence[float],
     higher_is_better: Sequence[bool],
     between: Sequence[Between | None] | None = None,
+    alpha: float = ALPHA,
 ) -> list[tuple[Ratio, float, str]]:
     """Per (baseline, candidate) pair its ratio, its q-value (Benjamini-Hochberg across all the pairs) and its
     verdict: what ``compare`` gives, without what each comparison could have seen (cheaper, for a glance).
-    ``between``: per pair, the between-environment variance its interval also covers."""
+    ``between``: per pair, the between-environment variance its interval also covers; ``alpha``: the level of the
+    tests, and one minus its intervals' confidence (a sequential check's look spends less than 0.05)."""
     between = list(between) if between is not None else [None] * len(pairs)
-    ratios = [welch_ratio(a, b, CONFIDENCE, e) for (a, b), e in zip(pairs, between)]
+    ratios = [welch_ratio(a, b, 1 - alpha, e) for (a, b), e in zip(pairs, between)]
     q_values = benjamini_hochberg([r.p_value for r in ratios])
     return [
-        (r, float(q), verdict(r, float(q), threshold, higher))
+        (r, float(q), verdict(r, float(q), threshold, higher, alpha))
         for r, q, threshold, higher in zip(ratios, q_values, thresholds, higher_is_better)
     ]
 
@@ -423,16 +425,18 @@ def compare(
     thresholds: Sequence[float],
     higher_is_better: Sequence[bool],
     between: Sequence[Between | None] | None = None,
+    alpha: float = ALPHA,
 ) -> list[Verdict]:
     """One verdict per (baseline, candidate) pair, with Benjamini-Hochberg across all of them, and what each
     could have seen (its minimum detectable effect, the trials that would resolve its threshold). ``between``:
-    per pair, the between-environment variance its interval, its detectable effect and its trials also cover."""
+    per pair, the between-environment variance its interval, its detectable effect and its trials also cover;
+    ``alpha``: the level of every test, interval and detectable effect (``judge``)."""
     between = list(between) if between is not None else [None] * len(pairs)
     out = []
-    judged = judge(pairs, thresholds, higher_is_better, between)
+    judged = judge(pairs, thresholds, higher_is_better, between, alpha)
     for (a, b), (r, q, call), threshold, higher, env in zip(pairs, judged, thresholds, higher_is_better, between):
-        mde = detectable_change(a, b, between=env)
-        needed = trials_to_detect(a, b, threshold, between=env)
+        mde = detectable_change(a, b, alpha, between=env)
+        needed = trials_to_detect(a, b, threshold, alpha, between=env)
         out.append(Verdict(a, b, threshold, higher, r.ratio, r.ci_low, r.ci_high, r.p_value, q, call, mde, needed, env))
     return out
 

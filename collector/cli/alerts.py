@@ -92,6 +92,10 @@ def run_detect(args: argparse.Namespace) -> int:
         f"set aside; alerts: {counts['created']} new, {counts['confirmed']} confirmed, {counts['updated']} updated, "
         f"{counts['withdrawn']} withdrawn"
     )
+    for item in scanned.found:  # how many nights each verdict needed
+        label = series_label(scanned.fields.get(item.series_key, {})) or item.series_key
+        console.print(f"{escape(label)}: {item.change.ratio - 1:+.1%} from {str(item.change_at)[:10]}, "
+                      f"{item.change.nights_text()}")  # fmt: skip
     show_alerts(open_alerts, args.format, args.out, f"stepwatch: open {metric.name} alerts", compare_url())
     for key, noise in scanned.noise.items():
         warning = bimodal_warning(series_label(scanned.fields[key]), metric.name, noise)

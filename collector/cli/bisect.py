@@ -21,7 +21,7 @@ from stepwatch.collector.cli.arguments import (
     overrides,
     trial_options,
 )
-from stepwatch.collector.cli.checks import add_check_arguments, check_trials
+from stepwatch.collector.cli.checks import add_check_arguments, budget_of, design_of
 from stepwatch.collector.cli.progress import TerminalHooks
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
@@ -51,15 +51,15 @@ def plan(args: argparse.Namespace) -> bisect.Plan:
         bad = virtualenvs.parse_side(args.bad, "bad")
     except ValueError as error:
         raise UsageError(str(error)) from None
-    check_trials(args.trials)
+    design = design_of(args)
     suite = load_suite(args.suite)
     return bisect.Plan(
-        good, bad, suite.name, list(narrow(suite.configs, matrix_values(args), suite.defaults)), args.trials,
+        good, bad, suite.name, list(narrow(suite.configs, matrix_values(args), suite.defaults)), design,
         args.metric, overrides(args), Path(args.results), db_path(args),
         execution.RunOptions(
             price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices), **trial_options(args)
         ),
-        args.reuse_site_packages, tuple(args.pip_arg), args.aa, calibrated_between(args),
+        args.reuse_site_packages, tuple(args.pip_arg), args.aa, calibrated_between(args), budget_of(args),
     )  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from stepwatch.collector.cli.arguments import (
 )
 from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
 from stepwatch.collector.cli.progress import TerminalHooks
+from stepwatch.collector.config import TRIALS
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.metrics import METRICS
@@ -53,7 +54,9 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--environments", type=int, default=4, help="separately built environments of them (default 4, at least 2)"
     )
-    parser.add_argument("--trials", type=int, default=5, help="trials per config and environment (default 5)")
+    parser.add_argument(
+        "--trials", type=int, default=TRIALS, help=f"trials per config and environment (default {TRIALS})"
+    )
     parser.add_argument(
         "--metric", type=comma_list(choices=tuple(METRICS)), default=DEFAULT_METRICS,
         help=f"comma-separated metrics (default {','.join(DEFAULT_METRICS)})",

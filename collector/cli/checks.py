@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from stepwatch.collector.analysis import calibration, sequential
 from stepwatch.collector.cli import exits
 from stepwatch.collector.cli.arguments import (
     add_environment_arguments,
@@ -15,7 +16,9 @@ from stepwatch.collector.cli.arguments import (
     db_path,
 )
 from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
+from stepwatch.collector.config import TRIALS
 from stepwatch.collector.errors import UsageError
+from stepwatch.collector.metrics import get_metric
 from stepwatch.collector.output.comparison import (
     AA_ENVIRONMENT,
     NO_BETWEEN,
@@ -26,6 +29,7 @@ from stepwatch.collector.output.comparison import (
 )
 from stepwatch.collector.output.explain import report_lines
 from stepwatch.collector.output.failures import failure_lines
+from stepwatch.collector.output.sequential import sequential_lines
 from stepwatch.collector.output.text import write_file
 from stepwatch.collector.workflows import check
 
@@ -40,7 +44,21 @@ def add_check_arguments(parser: argparse.ArgumentParser, results: Path, aa: str 
     narrowing flags, trials per side, the results folder, ``--aa`` (``aa``: what it runs) and how environments are
     built."""
     add_matrix_arguments(parser)
-    parser.add_argument("--trials", type=int, default=5, help="trials per config and side (default 5)")
+    parser.add_argument(
+        "--trials", type=int, default=TRIALS,
+        help=f"trials per config and side at the first look (default {TRIALS}); more rounds follow while "
+        "a verdict is inconclusive",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-trials", type=int, default=sequential.MAX_TRIALS, metavar="N",
+        help=f"trials per config and side at the last look (default {sequential.MAX_TRIALS}; --trials: one look, a "
+        "fixed design)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--budget", type=float, default=sequential.BUDGET_MINUTES, metavar="MINUTES",
+        help=f"start no round of trials that would end past this many minutes from the check's start (default "
+        f"{sequential.BUDGET_MINUTES:g}; 0: none); two rounds always run",
+    )  # fmt: skip
     parser.add_argument("--results", default=str(results), help=f"folder for the parquet (default {results})")
     parser.add_argument("--aa", action="store_true", help=aa)
     add_environment_arguments(parser)
@@ -58,6 +76,33 @@ def check_trials(trials: int) -> None:
         raise UsageError("--trials must be at least 2: a side needs two trials for a confidence interval")
 
 
+def design_of(args: argparse.Namespace) -> sequential.Design:
+    """The check's looks: from --trials to --max-trials; where the runner has a calibration, the first look is as
+    large as its noise needs for the first metric's threshold (``sequential.first_look``)."""
+    check_trials(args.trials)
+    if args.max_trials < args.trials:
+        raise UsageError(f"--max-trials ({args.max_trials}) must be at least --trials ({args.trials})")
+    design = sequential.Design.of(args.trials, args.max_trials)
+    found = calibration.find(args.calibration)
+    known = [name for name in args.metric if found and name in found.metrics]
+    if not known:
+        return design
+    metric = found.metrics[known[0]]
+    first = sequential.first_look(metric.within_cv, metric.between, get_metric(known[0]).threshold, design)
+    return sequential.Design.of(first, args.max_trials) if first > args.trials else design
+
+
+def deadline_of(args: argparse.Namespace, started: float) -> float | None:
+    """When the check's budget (--budget minutes from ``started``, ``time.monotonic()``) runs out; None for none."""
+    if args.budget < 0:
+        raise UsageError(f"--budget must be 0 (none) or more minutes, not {args.budget:g}")
+    return started + args.budget * 60 if args.budget else None
+
+
+def budget_of(args: argparse.Namespace) -> float | None:
+    return args.budget or None
+
+
 def report(
     args: argparse.Namespace,
     done: check.Measured,
@@ -73,8 +118,10 @@ def report(
     when no between-environment variation widens them; ``more`` follows its notes; ``first`` leads the report, after
     what failed (which side, which workload, why)."""
     ran, result = done.check, done.comparison
+    result.looks = done.sequential.payload() if done.sequential else None
     first = failure_lines(ran) + first  # what failed, before what changed
-    notes = aa_lines(result.aa, aa) + between_lines(done.between, alone) + own_results(ran.out_dir, db_path(args))
+    notes = sequential_lines(done.sequential, result) + aa_lines(result.aa, aa) + between_lines(done.between, alone)
+    notes += own_results(ran.out_dir, db_path(args))
     notes += more
     appendix = report_lines(*done.explained, done.aa_explained, done.profile_errors) if done.explained else ()
     write_file(to_markdown(result, title, preface + notes, appendix, first), ran.out_dir / "report.md")

@@ -18,12 +18,12 @@ from stepwatch.collector.cli.arguments import (
     overrides,
     trial_options,
 )
-from stepwatch.collector.cli.checks import add_check_arguments, check_trials, report
+from stepwatch.collector.cli.checks import add_check_arguments, budget_of, deadline_of, design_of, report
 from stepwatch.collector.cli.exits import EXIT_OK
 from stepwatch.collector.cli.progress import TerminalHooks
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.output import code_check as said
-from stepwatch.collector.output.comparison import NO_BETWEEN, inconclusive_lines
+from stepwatch.collector.output.comparison import NO_BETWEEN
 from stepwatch.collector.output.failures import reason_line
 from stepwatch.collector.output.text import publish, step_output, time_split_lines
 from stepwatch.collector.runner import catalog, execution
@@ -50,11 +50,6 @@ def register(commands: Any) -> None:
     )  # fmt: skip
     parser.add_argument("--head", help="the commit to check (default HEAD; '.': the working tree, edits included)")
     add_check_arguments(parser, code_check.RESULTS_DIR, AA_HELP)
-    parser.add_argument(
-        "--budget", type=float, metavar="MINUTES",
-        help="start no round of trials that would end past this many minutes (two per side always run); the "
-        "report says which verdicts stayed inconclusive for it",
-    )  # fmt: skip
     parser.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when any verdict is inconclusive")
     parser.add_argument("--dry-run", action="store_true", help="print what differs and the interleaved plan, and exit")
     parser.add_argument(
@@ -82,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    check_trials(args.trials)
+    design, deadline = design_of(args), deadline_of(args, started)
     suite = load_suite(args.suite)
     configs = list(narrow(suite.configs, matrix_values(args), suite.defaults))
     commits = code_check.commits(Path.cwd(), args.base, args.head)
@@ -101,18 +96,17 @@ def _check(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.dry_run:
             print("\n".join(said.workload_lines(commits, found, packages)).rstrip())
-            for side, config, trial in virtualenvs.plan(measured, args.trials, tuple(folders)):
+            for side, config, trial in virtualenvs.plan(measured, design.looks[0], tuple(folders)):
                 print(f"{side} {config.label()} trial {trial + 1}")
             return EXIT_OK
         sides = code_check.sides(commits, folders, packages, args.reuse_site_packages, tuple(args.pip_arg), hooks)
         options = execution.RunOptions(
             price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices), **trial_options(args)
         )
-        budget_s = None if args.budget is None else args.budget * 60 - (time.monotonic() - started)
+        asked = check.Asked(args.metric, overrides(args), calibrated_between(args), pool_aa=sides.pins is not None)
         done = check.measure(
-            measured, args.trials, suite.name, sides.envs, args.results, options, db_path(args), args.metric,
-            overrides(args), hooks, between=calibrated_between(args), budget_s=budget_s,
-            pool_aa=sides.pins is not None,
+            measured, design, suite.name, sides.envs, args.results, options, db_path(args), asked, hooks,
+            deadline=deadline, budget_minutes=budget_of(args),
         )  # fmt: skip
     minutes = (time.monotonic() - started) / 60
     why = reason_line(done.check)
@@ -138,10 +132,8 @@ def _report(
     if sides.pins is not None:
         moved = ", ".join(change.text() for change in sides.pins.changes)
         preface += (f"Packages that differ between the two environments: {moved or 'none'}.", "")
-    preface += said.run_lines(
-        configs, ran.rounds, ran.planned, ran.host(), len(ran.failed()), len(ran.outcomes), ran.spent(), minutes,
-        args.budget, inconclusive_lines(result),
-    )  # fmt: skip
+    preface += said.run_lines(configs, ran.rounds, ran.host(), len(ran.failed()), len(ran.outcomes), ran.spent(),
+                              minutes)  # fmt: skip
     preface += time_split_lines(ran.time_split())
     title = f"stepwatch code check: {commits.base_name} -> {commits.head_name}"
     more = said.where_next(ran.suite_run_ids, str(db_path(args)), profiled, said.moved_metrics(result))

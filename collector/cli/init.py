@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from stepwatch.collector.cli.exits import EXIT_OK
-from stepwatch.collector.config import KERAS_BACKENDS
+from stepwatch.collector.config import KERAS_BACKENDS, TRIALS
 from stepwatch.collector.data import bundled
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
@@ -63,6 +63,11 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--action", help=f"the action the workflows use, pinned to a commit (default {ACTION_REPOSITORY} at the "
         "commit this stepwatch was installed from, where it knows it)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--trials", type=int, metavar="N",
+        help=f"write a trial count into stepwatch.toml (default: none, so every command takes stepwatch's own, "
+        f"{TRIALS}: the nightly's trials per config, a check's first look)",
     )  # fmt: skip
     parser.add_argument("--dir", type=Path, default=Path("."), help="the repository (default: here)")
     parser.set_defaults(handler=run)
@@ -179,7 +184,10 @@ def starter_config(args: argparse.Namespace) -> str:
     text = bundled(f"init/{CONFIG_FILE}").read_text()
     text = text.replace("@@MODELS@@", json.dumps(models)).replace("@@BACKENDS@@", json.dumps([args.keras_backend]))
     loop = f"loop = {json.dumps([args.loop])}" if args.loop else '# loop = ["fit"]'
-    return text.replace("@@LOOP@@", loop)
+    if args.trials is not None and args.trials < 2:
+        raise UsageError(f"--trials must be at least 2 (two a side, the least a check compares), not {args.trials}")
+    trials = f"trials = {args.trials}" if args.trials else f"# trials = {TRIALS}"
+    return text.replace("@@LOOP@@", loop).replace("@@TRIALS@@", trials)
 
 
 def ignore_results(root: Path) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 from stepwatch.collector.cli.arguments import (
@@ -13,7 +14,7 @@ from stepwatch.collector.cli.arguments import (
     overrides,
     trial_options,
 )
-from stepwatch.collector.cli.checks import add_check_arguments, check_trials, report
+from stepwatch.collector.cli.checks import add_check_arguments, budget_of, deadline_of, design_of, report
 from stepwatch.collector.cli.exits import EXIT_OK
 from stepwatch.collector.cli.progress import TerminalHooks
 from stepwatch.collector.environments import virtualenvs
@@ -42,34 +43,32 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build (or reuse) an environment per side, run the suite interleaved, ingest, compare, report."""
+    """Build (or reuse) an environment per side, run the suite interleaved, look by look, ingest, compare, report."""
+    started = time.monotonic()
     try:
         sides = {side: virtualenvs.parse_side(getattr(args, side), side) for side in virtualenvs.SIDES}
     except ValueError as error:
         raise UsageError(str(error)) from None
     suite = load_suite(args.suite)
     configs = list(narrow(suite.configs, matrix_values(args), suite.defaults))
-    check_trials(args.trials)
+    design, deadline = design_of(args), deadline_of(args, started)
     order = (*virtualenvs.SIDES, virtualenvs.AA) if args.aa else virtualenvs.SIDES
     if args.dry_run:
-        for side, config, trial in virtualenvs.plan(configs, args.trials, order):
+        for side, config, trial in virtualenvs.plan(configs, design.looks[0], order):
             print(f"{side} {config.label()} trial {trial + 1}")
         return EXIT_OK
-    thresholds = overrides(args)
-    known = calibrated_between(args)
+    asked = check.Asked(args.metric, overrides(args), calibrated_between(args))
     hooks = TerminalHooks()
     envs = check.environments(sides, args.reuse_site_packages, tuple(args.pip_arg), args.aa, hooks)
     options = execution.RunOptions(
         price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices), **trial_options(args)
     )
-    done = check.measure(
-        configs, args.trials, suite.name, envs, args.results, options, db_path(args), args.metric, thresholds,
-        hooks, between=known,
-    )  # fmt: skip
+    done = check.measure(configs, design, suite.name, envs, args.results, options, db_path(args), asked, hooks,
+                         deadline=deadline, budget_minutes=budget_of(args))  # fmt: skip
     ran = done.check
     failed = ran.failed()
     preface = upgrade_preface(
-        sides["baseline"], sides["candidate"], len(configs), args.trials, suite.name, ran.host(),
+        sides["baseline"], sides["candidate"], len(configs), ran.rounds, suite.name, ran.host(),
         len(failed), len(ran.outcomes), virtualenvs.package_diff(envs["baseline"], envs["candidate"]),
         ran.compile_caches(), ran.spent(),
     ) + time_split_lines(ran.time_split())  # fmt: skip

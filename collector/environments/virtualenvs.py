@@ -311,12 +311,13 @@ def package_diff(baseline: Environment, candidate: Environment) -> list[tuple[st
 
 
 def plan(
-    configs: list[BenchmarkConfig], trials: int, sides: tuple[str, ...] = SIDES
+    configs: list[BenchmarkConfig], trials: int, sides: tuple[str, ...] = SIDES, first: int = 0
 ) -> list[tuple[str, BenchmarkConfig, int]]:
-    """(side, config, trial) in running order: per round and config every side, the order rotating each round
-    (two sides alternate, ABBA...; three rotate, ABC BCA CAB) so a steady drift of the machine favours none."""
+    """(side, config, trial) in running order, from round ``first``: per round and config every side, the order
+    rotating each round (two sides alternate, ABBA...; three rotate, ABC BCA CAB) so a steady drift of the machine
+    favours none."""
     order = []
-    for trial in range(trials):
+    for trial in range(first, trials):
         shift = trial % len(sides)
         rotated = sides[shift:] + sides[:shift]
         for config in configs:
@@ -428,43 +429,84 @@ def run(
     options: execution.RunOptions,
     on_start: Callable[[str, BenchmarkConfig, int], None] = lambda side, config, trial: None,
     on_done: Callable[[str, execution.Outcome], None] = lambda side, outcome: None,
-    budget_s: float | None = None,
+    deadline: float | None = None,
 ) -> Check:
-    """Run the interleaved plan into a new folder under ``results_dir``; one parquet file (and suite run id)
-    per side of ``envs`` (baseline, candidate and, for an A/A, baseline-aa), each row labelled with its side.
-    ``budget_s``: no round starts that would end past it (at the pace of the rounds before it; the first two always
-    run, the least an interval needs)."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    remove_left_behind(results_dir)
-    out_dir = Path(results_dir) / f"{stamp}-{uuid.uuid4().hex[:8]}"
-    marker = owners.mark(out_dir)
-    results, side_options, run_ids = {}, {}, {}
-    sides = tuple(envs)
-    for side in sides:
-        run_ids[side] = str(uuid.uuid4())
-        results[side] = ResultFile(out_dir / f"{suite}-{side}-{run_ids[side][:8]}.parquet")
-        side_options[side] = envs[side].options(options)
-    outcomes: list[execution.Outcome] = []
-    broken: set[tuple[str, str]] = set()  # (side, config key): crashed before its first step, run no more
-    skipped: list[tuple[str, BenchmarkConfig, int]] = []
-    rounds, start = 0, time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=owners.prefix(TEMP_PREFIX)) as tmp:
-        for side, config, trial in plan(configs, trials, sides):
-            if trial == rounds:  # a round starts
-                spent = time.monotonic() - start
-                if budget_s is not None and rounds >= 2 and spent + spent / rounds > budget_s:
-                    break
-                rounds += 1
-            if (side, config.key) in broken:
-                skipped.append((side, config, trial))
-                continue
-            on_start(side, config, trial)
-            outcome = execution.run_one(
-                config, trial, results[side], suite, run_ids[side], side_options[side], Path(tmp)
-            )
-            outcomes.append(outcome)
-            on_done(side, outcome)
-            if outcome.broken:
-                broken.add((side, config.key))
-    marker.unlink()  # done: the folder is whole (a check killed before this leaves it marked, for the next)
-    return Check(out_dir, results, run_ids, outcomes, rounds, trials, tuple(skipped))
+    """Run the interleaved plan of ``trials`` rounds into a new folder under ``results_dir`` (``Interleaving``)."""
+    running = Interleaving(configs, suite, envs, results_dir, options)
+    running.more(trials, on_start, on_done, deadline)
+    return running.close()
+
+
+class Interleaving:
+    """An interleaved check's trials, run round by round into a new folder under ``results_dir``: one parquet file
+    (and suite run id) per side of ``envs`` (baseline, candidate and, for an A/A, baseline-aa), each row labelled
+    with its side. A sequential check asks for more rounds after each look (``more``); ``configs`` may change
+    between them (more steps a trial: the same series); ``close`` marks the folder whole."""
+
+    def __init__(
+        self,
+        configs: list[BenchmarkConfig],
+        suite: str,
+        envs: dict[str, Environment],
+        results_dir: str | Path,
+        options: execution.RunOptions,
+    ) -> None:
+        remove_left_behind(results_dir)
+        self.out_dir = Path(results_dir) / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+        self.marker = owners.mark(self.out_dir)
+        self.configs, self.suite, self.sides = list(configs), suite, tuple(envs)
+        self.run_ids = {side: str(uuid.uuid4()) for side in self.sides}
+        self.results = {side: ResultFile(self.out_dir / f"{suite}-{side}-{self.run_ids[side][:8]}.parquet")
+                        for side in self.sides}  # fmt: skip
+        self.side_options = {side: envs[side].options(options) for side in self.sides}
+        self.outcomes: list[execution.Outcome] = []
+        self.broken: set[tuple[str, str]] = set()  # (side, config key): crashed before its first step, run no more
+        self.skipped: list[tuple[str, BenchmarkConfig, int]] = []
+        self.rounds = self.planned = 0
+        self.last_round_s = 0.0  # how long the last whole round took
+
+    def more(
+        self,
+        trials: int,
+        on_start: Callable[[str, BenchmarkConfig, int], None],
+        on_done: Callable[[str, execution.Outcome], None],
+        deadline: float | None = None,
+    ) -> None:
+        """Rounds until ``trials`` per side. ``deadline`` (``time.monotonic()``): no round starts that would end past
+        it at the pace of the last one (the first two always run, the least an interval needs)."""
+        self.planned = trials
+        round_started: float | None = None
+        with tempfile.TemporaryDirectory(prefix=owners.prefix(TEMP_PREFIX)) as tmp:
+            for side, config, trial in plan(self.configs, trials, self.sides, first=self.rounds):
+                if trial == self.rounds:  # a round starts
+                    now = time.monotonic()
+                    if round_started is not None:
+                        self.last_round_s = now - round_started
+                    if deadline is not None and self.rounds >= 2 and now + self.last_round_s > deadline:
+                        round_started = None
+                        break
+                    self.rounds, round_started = self.rounds + 1, now
+                if (side, config.key) in self.broken:
+                    self.skipped.append((side, config, trial))
+                    continue
+                on_start(side, config, trial)
+                outcome = execution.run_one(
+                    config, trial, self.results[side], self.suite, self.run_ids[side], self.side_options[side],
+                    Path(tmp),
+                )  # fmt: skip
+                self.outcomes.append(outcome)
+                on_done(side, outcome)
+                if outcome.broken:
+                    self.broken.add((side, config.key))
+        if round_started is not None:
+            self.last_round_s = time.monotonic() - round_started
+
+    def check(self) -> Check:
+        """The trials so far."""
+        return Check(self.out_dir, self.results, self.run_ids, list(self.outcomes), self.rounds, self.planned,
+                     tuple(self.skipped))  # fmt: skip
+
+    def close(self) -> Check:
+        """Done: the folder is whole (a check killed before this leaves it marked, for the next to remove)."""
+        self.marker.unlink(missing_ok=True)
+        return self.check()

@@ -76,8 +76,9 @@ def bisect_markdown(state: Bisection, all_changes: Sequence[Change], search: Sea
     minutes, plan = (time.monotonic() - state.started) / 60, state.plan
     measured = sum(1 for s in state.steps if s.outcome != SKIPPED)
     lines += [
-        f"Suite `{plan.suite}`, {len(plan.configs)} config(s) x {plan.trials} trials per side at each step, "
-        f"interleaved on {state.host}; metric(s) {', '.join(plan.metrics)}. {len(state.steps)} step(s), "
+        f"Suite `{plan.suite}`, {len(plan.configs)} config(s), each step sequential ({plan.design.text()}, "
+        f"budget {plan.budget_minutes or 'none'} min), interleaved on {state.host}; metric(s) "
+        f"{', '.join(plan.metrics)}. {len(state.steps)} step(s), "
         f"{measured} measured; {state.built} environment(s) built, the others from the cache; "
         f"{state.resolver_runs} resolver run(s); {minutes:.1f} min.",
         "",

@@ -1,5 +1,5 @@
 """What a code check's report says beside its comparison: which workloads' code differs and which were not run,
-what ran where and what it cost, what a budget left inconclusive, and where to look next (explain, the dashboard's
+what ran where and what it cost, and where to look next (explain, the dashboard's
 Compare page on the check's two commits)."""
 
 from __future__ import annotations
@@ -100,23 +100,17 @@ def nothing_json(workloads: Sequence[Workload]) -> str:
 
 
 def run_lines(
-    configs: int, rounds: int, planned: int, host: str | None, failed: int, total: int, spent: tuple[float, float],
-    minutes: float, budget: float | None, inconclusive: Sequence[str],
-) -> tuple[str, ...]:  # fmt: skip
-    """What ran where, what it cost, and what a budget cut short."""
+    configs: int, rounds: int, host: str | None, failed: int, total: int, spent: tuple[float, float], minutes: float
+) -> tuple[str, ...]:
+    """What ran where and what it cost."""
     seconds, usd = spent
     price = f", {usd:.2f} USD at the price the catalog gives this machine" if usd else ""
-    lines = [
+    return (
         f"{configs} config(s) x {rounds} trials per side, interleaved on {host}; {failed} of {total} trials failed.",
         "",
         f"What the check cost: {minutes:.1f} minutes, {seconds / 60:.1f} of them in trials{price}.",
         "",
-    ]
-    if budget is not None and rounds < planned:
-        stayed = "; ".join(inconclusive) if inconclusive else "none"
-        lines += [f"The budget of {budget:g} minutes stopped the check after {rounds} of {planned} trials per side. "
-                  f"Inconclusive for it: {stayed}.", ""]  # fmt: skip
-    return tuple(lines)
+    )
 
 
 def moved_metrics(comparison: Comparison) -> list[str]:

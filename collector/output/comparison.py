@@ -13,6 +13,7 @@ from rich.table import Table
 
 from stepwatch.collector.analysis import noise, stats
 from stepwatch.collector.analysis.comparison import Comparison, Row
+from stepwatch.collector.analysis.sequential import confidence_text
 from stepwatch.collector.analysis.stats import plain
 from stepwatch.collector.metrics import Metric
 from stepwatch.collector.outcomes import CHANGED, FAILED, IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
@@ -58,6 +59,11 @@ def failed_text(row: Row) -> str:
     """The failed trials of a row's sides, plainly: 'candidate: 3 failed'."""
     sides = (("baseline", row.failed_baseline), ("candidate", row.failed_candidate))
     return ", ".join(f"{side}: {count} failed" for side, count in sides if count)
+
+
+def interval_name(comparison: Comparison) -> str:
+    """The interval column's name: '95% CI', or a sequential check's look's '98.75% CI'."""
+    return f"{confidence_text(comparison.alpha)} CI"
 
 
 def row_cells(row: Row) -> dict[str, str]:
@@ -301,7 +307,8 @@ def to_markdown(
             lines.append(f"**{metric.label}**: {text}")
     lines += [
         "",
-        "| | series | metric | change | 95% CI | n (base/cand) | q | threshold | can see | noise |",
+        f"| | series | metric | change | {interval_name(comparison)} | n (base/cand) | q | threshold | can see "
+        "| noise |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in comparison.ordered():
@@ -320,9 +327,10 @@ def to_markdown(
             lines += ["", f"Only in the {side} ({len(only)}): " + "; ".join(series_label(row.series) for row in only)]
     lines += [
         "",
-        "Ratio of geometric means (candidate / baseline) with a 95% Welch interval on log values; q is the "
-        "Benjamini-Hochberg adjusted p-value across the table. A regression or improvement is significant "
-        "(q < 0.05) and beyond the threshold; no change means the whole interval is within the threshold. "
+        f"Ratio of geometric means (candidate / baseline) with a {confidence_text(comparison.alpha)} Welch interval "
+        "on log values; q is the Benjamini-Hochberg adjusted p-value across the table. A regression or improvement "
+        f"is significant (q < {comparison.alpha:.3g}) and beyond the threshold; no change means the whole interval "
+        "is within the threshold. "
         '"can see" is the minimum detectable effect: the change this many trials with this much noise find '
         "80% of the time, and, where that exceeds the threshold, the trials per side that would see the threshold. "
         f"{noise_source(comparison)}, and "
@@ -401,6 +409,8 @@ def json_payload(comparison: Comparison, code_of: CodeOf) -> dict[str, Any]:
         "machine": comparison.machine,
         "summaries": summaries,
         "rows": rows,
+        "alpha": comparison.alpha,
+        "sequential": comparison.looks,
     }
     if comparison.aa is not None:
         payload["aa"] = json_payload(comparison.aa, code_of)
@@ -412,7 +422,8 @@ VERDICT_STYLES = {REGRESSION: "red", IMPROVEMENT: "green", INCONCLUSIVE: "yellow
 
 def comparison_table(comparison: Comparison) -> Table:
     table = Table(title=f"{escape(comparison.baseline.describe())}  ->  {escape(comparison.candidate.describe())}")
-    for name in ("verdict", "series", "metric", "change", "95% CI", "n", "q", "threshold", "can see", "noise"):
+    for name in ("verdict", "series", "metric", "change", interval_name(comparison), "n", "q", "threshold", "can see",
+                 "noise"):  # fmt: skip
         table.add_column(name, justify="left" if name in ("verdict", "series", "metric") else "right")
     for row in comparison.ordered():
         cells = row_cells(row)

@@ -22,6 +22,7 @@ from stepwatch.collector.config import (
     FORMER_NAMES,
     ROLES,
     SCRIPT_OWNS,
+    TRIALS,
     TYPES,
     BenchmarkConfig,
     ConfigError,
@@ -116,7 +117,7 @@ def load_suite(name_or_path: str) -> Suite:
     if not points:
         raise SuiteError(f"{path}: no configs (add a [[matrix]] or [[configs]] table)")
     configs = build_configs(points, str(path))
-    trials = doc.get("trials", 1)
+    trials = doc.get("trials", TRIALS)
     if not isinstance(trials, int) or trials < 1:
         raise SuiteError(f"{path}: trials must be a positive integer, got {trials!r}")
     return Suite(doc.get("name", path.stem), doc.get("description", ""), trials, configs, path, defaults)

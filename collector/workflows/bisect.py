@@ -13,7 +13,7 @@ from dataclasses import replace as dataclass_replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from stepwatch.collector.analysis import stats
+from stepwatch.collector.analysis import sequential, stats
 from stepwatch.collector.analysis.comparison import Comparison, Row
 from stepwatch.collector.analysis.ops import Explained
 from stepwatch.collector.analysis.thresholds import Override
@@ -33,7 +33,7 @@ from stepwatch.collector.outcomes import (
 from stepwatch.collector.runner import execution
 from stepwatch.collector.store import database, records
 from stepwatch.collector.workflows import search as searching
-from stepwatch.collector.workflows.check import measure
+from stepwatch.collector.workflows.check import Asked, measure
 from stepwatch.collector.workflows.hooks import Hooks
 
 
@@ -65,7 +65,7 @@ class Plan:
     bad: tuple[str, ...]
     suite: str
     configs: list[BenchmarkConfig]
-    trials: int
+    design: sequential.Design  # each step's looks
     metrics: list[str]
     thresholds: list[Override]
     results: Path
@@ -75,6 +75,7 @@ class Plan:
     pip_args: tuple[str, ...] = ()
     aa: bool = False
     between: dict[str, stats.Between] = field(default_factory=dict)  # a calibration's, per metric
+    budget_minutes: float | None = None  # each step's budget
 
 
 def classify(comparison: Comparison, targets: set[tuple[str, str]]) -> tuple[str, list[Row]]:
@@ -134,9 +135,11 @@ class Bisection:
             envs = {"baseline": self.good_env, "candidate": env}
             if number == 0 and plan.aa:  # the first step's A/A: its variation covers every later step too
                 envs[virtualenvs.AA] = self.environment(virtualenvs.AA, self.good, None, copy=1)
+            deadline = time.monotonic() + plan.budget_minutes * 60 if plan.budget_minutes else None
             measured = measure(
-                plan.configs, plan.trials, plan.suite, envs, self.folder, plan.options, plan.db, plan.metrics,
-                plan.thresholds, self.hooks, f"step {number}: ", self.between,
+                plan.configs, plan.design, plan.suite, envs, self.folder, plan.options, plan.db,
+                Asked(plan.metrics, plan.thresholds, self.between), self.hooks, f"step {number}: ", deadline,
+                plan.budget_minutes,
             )  # fmt: skip
             check, comparison = measured.check, measured.comparison
             self.between, self.aa = measured.between, self.aa or comparison.aa

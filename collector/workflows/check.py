@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import math
 import tempfile
+import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from stepwatch.collector.analysis import calibration, comparison, ops, stats
+from stepwatch.collector.analysis import calibration, comparison, ops, sequential, stats
 from stepwatch.collector.analysis.thresholds import Override
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.environments import virtualenvs
@@ -30,12 +31,10 @@ def interleave(
     options: execution.RunOptions,
     hooks: Hooks,
     label: str = "",
-    budget_s: float | None = None,
 ) -> virtualenvs.Check:
-    """Every environment's trials, interleaved (``label`` names them in the hooks' progress; ``budget_s`` stops
-    starting rounds: ``virtualenvs.run``)."""
+    """Every environment's trials, interleaved, ``trials`` rounds (``label`` names them in the hooks' progress)."""
     with hooks.trials(len(configs) * trials * len(envs), label, trials) as (on_start, on_done):
-        return virtualenvs.run(configs, trials, suite, envs, results, options, on_start, on_done, budget_s)
+        return virtualenvs.run(configs, trials, suite, envs, results, options, on_start, on_done)
 
 
 def environments(
@@ -51,7 +50,8 @@ def environments(
 @dataclass
 class Measured:
     """One interleaved check, ingested and compared: the trials, baseline vs candidate (with its A/A, when one
-    ran, as ``comparison.aa``), and the between-environment variance per metric that its intervals cover."""
+    ran, as ``comparison.aa``), the between-environment variance per metric that its intervals cover, and its
+    looks (``sequential``)."""
 
     check: virtualenvs.Check
     comparison: comparison.Comparison
@@ -59,51 +59,133 @@ class Measured:
     explained: tuple[list[ops.Explained], dict[str, list[dict]]] | None = None  # with --profile: op by op
     aa_explained: list[ops.Explained] | None = None  # the A/A's, op by op
     profile_errors: dict[str, list[str]] | None = None  # with --profile: why a side's profiles failed
+    sequential: sequential.Sequential | None = None
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a check compares and against what: its metrics, its thresholds, what is known of the
+    between-environment variance (a calibration, an earlier A/A), and whether an A/A side's own estimate is pooled
+    in (not for sides that share one interpreter and its packages: a code check's commits, where the A/A only says
+    whether this runner raises false alarms)."""
+
+    metric_names: list[str]
+    thresholds: list[Override]
+    between: dict[str, stats.Between] = field(default_factory=dict)
+    pool_aa: bool = True
 
 
 def measure(
     configs: list[BenchmarkConfig],
-    trials: int,
+    design: sequential.Design,
     suite: str,
     envs: dict[str, virtualenvs.Environment],
     results: str | Path,
     options: execution.RunOptions,
     db: Path,
-    metric_names: list[str],
-    thresholds: list[Override],
+    asked: Asked,
     hooks: Hooks,
     label: str = "",
-    between: dict[str, stats.Between] | None = None,
-    budget_s: float | None = None,
-    pool_aa: bool = True,
+    deadline: float | None = None,
+    budget_minutes: float | None = None,
 ) -> Measured:
-    """Run the environments' trials interleaved, ingest them and compare them: an upgrade check, and each step
-    of a bisect. ``between``: what is already known of the between-environment variance (a calibration, an
-    earlier A/A); with an A/A side in ``envs`` its own estimate is pooled in, unless ``pool_aa`` is false (sides
-    that share one interpreter and its packages: a code check's commits, where the A/A only says whether this
-    runner raises false alarms). Each row's noise is its two sides' own, from this check's trials."""
+    """Run the environments' trials interleaved, look by look (``design``), ingest and compare at each look, and
+    stop once no verdict asked for is inconclusive, at the design's last look, or when no round fits before
+    ``deadline`` (``time.monotonic()``; ``budget_minutes`` is what the report calls it). After the first look, a
+    config whose start-up outweighs its measured steps measures more steps a trial (``sequential.steps_for``).
+    Each row's noise is its two sides' own, from this check's trials."""
     fill_caches(configs, envs, options, hooks)
-    check = interleave(configs, trials, suite, envs, results, options, hooks, label, budget_s)
-    ingest_into([str(check.out_dir)], db, False, hooks)
-    selections = {side: Selection.of(suite_run_id=run_id) for side, run_id in check.suite_run_ids.items()}
-    known = dict(between or {})
+    running = virtualenvs.Interleaving(configs, suite, envs, results, options)
+    plan = sequential.Sequential(design, budget_minutes)
+    began = time.monotonic()
+    hooks.say(f"{label}sequential: {design.text()}; "
+              + (f"budget {budget_minutes:g} minutes" if budget_minutes is not None else "no budget"))  # fmt: skip
+    scale: dict[str, float] = {}
+    for number, trials in enumerate(design.looks):
+        added = len(running.configs) * (trials - running.rounds) * len(envs)
+        with hooks.trials(added, label, trials) as (on_start, on_done):
+            running.more(trials, on_start, on_done, deadline)
+        measured = _compare(running.check(), envs, db, asked, hooks, design.level)
+        rows = measured.comparison.rows
+        left = sequential.undecided([(row.verdict, row.result.spans is not None) for row in rows])
+        plan.looks.append(sequential.Look(running.rounds, left, round(time.monotonic() - began, 1)))
+        hooks.say(f"{label}look {number + 1}: {running.rounds} trials per side, {left} verdict(s) inconclusive")
+        if running.rounds < trials:  # the deadline cut this look short
+            plan.reason = sequential.BUDGET
+        elif not left:
+            plan.reason = sequential.DECIDED
+        elif number == len(design.looks) - 1:
+            plan.reason = sequential.MAXIMUM
+        else:
+            if number == 0:
+                scale = _more_steps(running, plan)
+            by_config = _rows_by_config(running.check(), trials - (design.looks[number - 1] if number else 0))
+            if deadline is not None and time.monotonic() + sequential.round_seconds(by_config, scale) > deadline:
+                plan.reason = sequential.BUDGET
+        if plan.reason:
+            break
+    done = running.close()
+    if options.profile:  # op by op, from the profiles, once
+        measured = _compare(done, envs, db, asked, hooks, design.level, explain=True)
+    measured.check, measured.sequential = done, plan
+    return measured
+
+
+def _more_steps(running: virtualenvs.Interleaving, plan: sequential.Sequential) -> dict[str, float]:
+    """After the first look: the configs whose trials measure more steps from now on (``sequential.steps_for``),
+    recorded in ``plan``; per config key, how many times its measured time a trial will take."""
+    rows = _rows_by_config(running.check(), running.rounds)
+    scale, changed = {}, []
+    for config in running.configs:
+        steps = sequential.steps_for(config.steps, config.window_steps, rows.get(config.key, []))
+        if steps != config.steps:
+            plan.steps[config.label()] = (config.steps, steps)
+            scale[config.key] = steps / config.steps
+            config = config.with_changes(steps=steps)
+        changed.append(config)
+    running.configs = changed
+    return scale
+
+
+def _rows_by_config(ran: virtualenvs.Check, last: int) -> dict[str, list[dict]]:
+    """Per config key, the rows of its last ``last`` rounds' trials (every side)."""
+    found: dict[str, list[dict]] = defaultdict(list)
+    for outcome in ran.outcomes:
+        if outcome.trial >= ran.rounds - last:
+            found[outcome.config.key].append(outcome.row)
+    return dict(found)
+
+
+def _compare(
+    ran: virtualenvs.Check,
+    envs: dict[str, virtualenvs.Environment],
+    db: Path,
+    asked: Asked,
+    hooks: Hooks,
+    alpha: float,
+    explain: bool = False,
+) -> Measured:
+    """The trials so far, ingested and compared at ``alpha`` (with their A/A, when one ran), and with ``explain``
+    op by op from their profiles."""
+    ingest_into([str(ran.out_dir)], db, False, hooks)
+    selections = {side: Selection.of(suite_run_id=run_id) for side, run_id in ran.suite_run_ids.items()}
+    known = dict(asked.between)
     aa = None
+    names, thresholds = asked.metric_names, asked.thresholds
     with database.open_store(db) as reader:
         con = reader.connection()
         if virtualenvs.AA in envs:
-            aa = comparison.build(
-                con, selections["baseline"], selections[virtualenvs.AA], metric_names, thresholds, known, own_noise=True
-            )
-            for name in (m.name for m in aa.metrics if pool_aa and not m.deterministic):  # a counter is exact
+            aa = comparison.build(con, selections["baseline"], selections[virtualenvs.AA], names, thresholds, known,
+                                  own_noise=True, alpha=alpha)  # fmt: skip
+            for name in (m.name for m in aa.metrics if asked.pool_aa and not m.deterministic):  # a counter is exact
                 pairs = [(r.result.baseline, r.result.candidate) for r in aa.rows if r.metric.name == name]
                 pooled = stats.pool_between([known.get(name), calibration.aa_between(pairs)])
                 if pooled is not None:
                     known[name] = pooled
-        result = comparison.build(
-            con, selections["baseline"], selections["candidate"], metric_names, thresholds, known, own_noise=True
-        )
-        measured = Measured(check, result, known)
-        if options.profile:
+        result = comparison.build(con, selections["baseline"], selections["candidate"], names, thresholds, known,
+                                  own_noise=True, alpha=alpha)  # fmt: skip
+        measured = Measured(ran, result, known)
+        if explain:
             measured.explained = ops.between(con, selections["baseline"], selections["candidate"])
             measured.profile_errors = profiled.profile_errors(con, selections["baseline"], selections["candidate"])
             if virtualenvs.AA in envs:

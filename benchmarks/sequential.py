@@ -2,10 +2,12 @@
 often an A/A raises an alarm, and what each costs.
 
 A repository is made on the spot with two workloads of the team's own: a numpy training script (``train.py``:
-``WORK`` matrix products a step) and a Keras model on JAX with XLA (``models/net.py:net``: two dense layers of
-``WIDTH``). A branch per planted change makes one of them do 8/7, 1.25x or 1.43x the work a step (10%, 20% and 30%
-slower): the script more products a step, the model wider layers (as many more flops). Every check is the real
-``stepwatch code-check --aa --format json``, each in its own process, one after another:
+``WORK`` matrix products a step, its BLAS on one thread: with OpenBLAS's two threads on this 2-core machine a quarter
+of the processes ran at 30k examples/s instead of 53k, bimodal, and 12 trials a side could not decide a 10% change)
+and a Keras model on JAX with XLA (``models/net.py:net``: two dense layers of ``WIDTH``). A branch per planted change
+makes one of them do 8/7, 1.25x or 1.43x the work a step (10%, 20% and 30% slower): the script more products a step,
+the model wider layers (as many more flops). Every check is the real
+``stepwatch code-check --aa --format json --metric examples_per_sec``, each in its own process, one after another:
 
 - **sequential**: the defaults (``init`` writes no trial count): a first look of 3 trials a side, more rounds while
   a verdict is inconclusive, up to 12, within 20 minutes;
@@ -16,7 +18,9 @@ any regression, improvement or change there is a false alarm. ``--load`` runs th
 spinning one core all along (``yes > /dev/null``), where every trial should be flagged shared.
 
     .venv/bin/python benchmarks/sequential.py [--checks 20] [--fixed-checks 10] [--sizes 10,20,30]
-        [--workloads script,model] [--designs sequential,3,5] [--load] [--json results.json]
+        [--workloads script,model] [--designs sequential,3,5] [--load] [--json results.jsonl]
+    # on a GPU: the torch script (2048x2048 products), a 2% and a 5% change, a 1% threshold
+    python3 benchmarks/sequential.py --workloads torch --device gpu --sizes 2,5 --threshold 0.01 --designs sequential
 """
 
 from __future__ import annotations
@@ -36,13 +40,17 @@ ROOT = Path(__file__).resolve().parents[1]
 PATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # this checkout, then what was set
 
 WORK = 28  # the script's matrix products a step
-WIDTH = 512  # the model's dense layers
-FEATURES = 256
-GPU_WORK = 50  # the torch script's matrix products a step, on a GPU
+WIDTH = 1024  # the model's dense layers
+FEATURES = 1024
+GPU_WORK = 100  # the torch script's matrix products a step, on a GPU
 SIZES = {2: 1.02, 5: 1.05, 10: 8 / 7, 20: 1.25, 30: 1.43}  # planted slowdown (%) -> the work a step, times the base's
-SCRIPT = '''"""The team's numpy training loop: WORK matrix products a step."""
+SCRIPT = '''"""The team's numpy training loop: WORK matrix products a step, its BLAS on one thread (two threads on two
+cores put a quarter of the processes at 44% less speed)."""
 
-import numpy as np
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
 
 import stepwatch
 
@@ -87,15 +95,15 @@ import stepwatch
 
 WORK = {work}
 device = "cuda" if torch.cuda.is_available() else "cpu"
-weights = torch.randn(2048, 2048, device=device) * 0.02
+weights = torch.randn({size}, {size}, device=device) * 0.02
 
 
 def batches():
     while True:
-        yield torch.randn(2048, 2048, device=device)
+        yield torch.randn({size}, {size}, device=device)
 
 
-for x in stepwatch.steps(batches(), examples_per_step=2048):
+for x in stepwatch.steps(batches(), examples_per_step={size}):
     for _ in range(WORK):
         x = torch.tanh(x @ weights)
 '''
@@ -111,10 +119,11 @@ window_steps = 10
 model = "models/net.py:net"
 keras_backend = "jax"
 xla = "on"
-per_device_batch = 256
-steps = 200
-warmup_steps = 40
-window_steps = 20
+per_device_batch = 128
+threads = "auto"
+steps = 60
+warmup_steps = 20
+window_steps = 10
 """,
     "torch": """[[configs]]
 model = "gpu_train.py"
@@ -150,12 +159,15 @@ def commit(repo: Path, message: str, files: dict[str, str]) -> None:
     git(repo, "commit", "-q", "-m", message)
 
 
+GPU_SIZE = int(os.environ.get("STEPWATCH_BENCH_GPU_SIZE", "2048"))  # the torch script's matrices (small: a CPU's try)
+
+
 def planted(workload: str, factor: float) -> dict[str, str]:
     """A workload's files doing ``factor`` times the baseline's work a step."""
     if workload == "script":
         return {"train.py": SCRIPT.format(work=round(WORK * factor))}
     if workload == "torch":
-        return {"gpu_train.py": TORCH.format(work=round(GPU_WORK * factor))}
+        return {"gpu_train.py": TORCH.format(work=round(GPU_WORK * factor), size=GPU_SIZE)}
     return {"models/net.py": MODEL.format(width=wider(factor), features=FEATURES)}
 
 
@@ -186,12 +198,12 @@ def repository(folder: Path, workloads: list[str], sizes: list[int], device: str
     return repo
 
 
-def check(repo: Path, head: str, design: str) -> dict:
+def check(repo: Path, head: str, design: str, metric: str) -> dict:
     """One code check of ``head`` against main: its throughput verdict, looks, stop, minutes, flags and A/A."""
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "stepwatch", "code-check", "--base", "main", "--head", head, "--aa", "--format",
-         "json", *DESIGNS[design]],
+         "json", "--metric", metric, *DESIGNS[design]],
         cwd=repo, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": PATH},
     )  # fmt: skip
     minutes = (time.perf_counter() - start) / 60
@@ -240,6 +252,11 @@ def main() -> None:
     parser.add_argument("--workloads", default="script,model")
     parser.add_argument("--designs", default="sequential,3,5")
     parser.add_argument("--load", action="store_true", help="another process spins one core all along")
+    parser.add_argument(
+        "--metric", default="examples_per_sec",
+        help="what the checks judge (default examples_per_sec: a check asked for peak memory too waits on its 1%% "
+        "threshold as well)",
+    )  # fmt: skip
     parser.add_argument("--device", default="cpu", help="cpu, or gpu (with --workloads torch)")
     parser.add_argument("--threshold", type=float, help="the throughput threshold (default: the metric's, 3%%)")
     parser.add_argument("--json", type=Path, help="append every check's result here, one JSON a line")
@@ -256,7 +273,7 @@ def main() -> None:
                 for workload in workloads for size in sizes for design in args.designs.split(",")
                 if i < (args.checks if design == "sequential" else args.fixed_checks)]  # fmt: skip
         for number, (workload, size, design, _) in enumerate(plan, 1):
-            found = check(repo, f"{workload}-{size}", design)
+            found = check(repo, f"{workload}-{size}", design, args.metric)
             results.append(found)
             if args.json:
                 with args.json.open("a") as out:

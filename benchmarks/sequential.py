@@ -2,8 +2,9 @@
 often an A/A raises an alarm, and what each costs.
 
 A repository is made on the spot with two workloads of the team's own: a numpy training script (``train.py``:
-``WORK`` matrix products a step, its BLAS on one thread: with OpenBLAS's two threads on this 2-core machine a quarter
-of the processes ran at 30k examples/s instead of 53k, bimodal, and 12 trials a side could not decide a 10% change)
+``WORK`` matrix products a step; the checks run with ``OPENBLAS_NUM_THREADS=1``, as a team sets on a 2-core runner:
+with OpenBLAS's two threads here a quarter of the processes ran at 30k examples/s instead of 53k, bimodal, and 12
+trials a side could not decide some 10% and 20% changes; ``--blas-threads 2`` runs that)
 and a Keras model on JAX with XLA (``models/net.py:net``: two dense layers of ``WIDTH``). A branch per planted change
 makes one of them do 8/7, 1.25x or 1.43x the work a step (10%, 20% and 30% slower): the script more products a step,
 the model wider layers (as many more flops). Every check is the real
@@ -44,13 +45,9 @@ WIDTH = 1024  # the model's dense layers
 FEATURES = 1024
 GPU_WORK = 100  # the torch script's matrix products a step, on a GPU
 SIZES = {2: 1.02, 5: 1.05, 10: 8 / 7, 20: 1.25, 30: 1.43}  # planted slowdown (%) -> the work a step, times the base's
-SCRIPT = '''"""The team's numpy training loop: WORK matrix products a step, its BLAS on one thread (two threads on two
-cores put a quarter of the processes at 44% less speed)."""
+SCRIPT = '''"""The team's numpy training loop: WORK matrix products a step."""
 
-import os
-
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-import numpy as np  # noqa: E402
+import numpy as np
 
 import stepwatch
 
@@ -198,13 +195,13 @@ def repository(folder: Path, workloads: list[str], sizes: list[int], device: str
     return repo
 
 
-def check(repo: Path, head: str, design: str, metric: str) -> dict:
+def check(repo: Path, head: str, design: str, metric: str, blas: str) -> dict:
     """One code check of ``head`` against main: its throughput verdict, looks, stop, minutes, flags and A/A."""
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "stepwatch", "code-check", "--base", "main", "--head", head, "--aa", "--format",
          "json", "--metric", metric, *DESIGNS[design]],
-        cwd=repo, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": PATH},
+        cwd=repo, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": PATH, "OPENBLAS_NUM_THREADS": blas},
     )  # fmt: skip
     minutes = (time.perf_counter() - start) / 60
     if done.returncode not in (0, 1, 3):
@@ -218,6 +215,28 @@ def check(repo: Path, head: str, design: str, metric: str) -> dict:
     return {"head": head, "design": design, "verdict": row["verdict"], "ratio": row["ratio"],
             "ci": [row["ci_low"], row["ci_high"]], "n": row["n_baseline"], "stopped": looks.get("stopped"),
             "steps": looks.get("steps"), "minutes": minutes, "shared": shared, "trials": trials, "aa": aa}  # fmt: skip
+
+
+def first_looks(repo: Path, threshold: float) -> list[str]:
+    """Every sequential check of ``repo`` read again as the fixed design of 3 trials a side would have read it: its
+    first look's trials (run at the config's own steps, as a fixed design's are) at 0.05, beside its own verdict."""
+    import pyarrow.parquet as pq
+
+    from stepwatch.collector.analysis import sequential
+
+    lines = []
+    for folder in sorted((repo / "data" / "code-check").iterdir()):
+        values = {}
+        for path in folder.glob("*.parquet"):
+            rows = sorted(pq.read_table(path).to_pylist(), key=lambda r: r["trial"])
+            values[rows[0]["label"]] = [r["examples_per_sec"] for r in rows if r["status"] == "ok"]
+        if len(values.get("baseline", [])) <= 3:  # a fixed design's own check, or one that stopped at its first look
+            continue
+        fixed, _ = sequential.replay(values["baseline"][:3], values["candidate"][:3], sequential.Design.of(3, 3),
+                                     threshold)  # fmt: skip
+        ran, n = sequential.replay(values["baseline"], values["candidate"], sequential.Design.of(3, 12), threshold)
+        lines.append(f"{folder.name}: fixed 3 on the first look {fixed}; sequential {ran} at {n}")
+    return lines
 
 
 def summary(results: list[dict]) -> list[str]:
@@ -257,10 +276,21 @@ def main() -> None:
         help="what the checks judge (default examples_per_sec: a check asked for peak memory too waits on its 1%% "
         "threshold as well)",
     )  # fmt: skip
+    parser.add_argument(
+        "--first-looks", type=Path, metavar="REPO",
+        help="read the sequential checks a run left in REPO (its temporary repository) as a fixed 3-trial design "
+        "would have, and exit",
+    )  # fmt: skip
+    parser.add_argument("--blas-threads", default="1", help="OPENBLAS_NUM_THREADS of the checks (default 1)")
     parser.add_argument("--device", default="cpu", help="cpu, or gpu (with --workloads torch)")
     parser.add_argument("--threshold", type=float, help="the throughput threshold (default: the metric's, 3%%)")
     parser.add_argument("--json", type=Path, help="append every check's result here, one JSON a line")
     args = parser.parse_args()
+    if args.first_looks:
+        found = first_looks(args.first_looks, args.threshold or 0.03)
+        print("\n".join(found) + f"\n{sum('fixed 3 on the first look regression' in f for f in found)} of "
+              f"{len(found)} checks that went past their first look: regression at 3 trials a side")  # fmt: skip
+        return
     sizes = [int(s) for s in args.sizes.split(",")]
     workloads = args.workloads.split(",")
     repo = repository(Path(tempfile.mkdtemp(prefix="stepwatch-sequential-")), workloads, sizes, args.device,
@@ -273,7 +303,7 @@ def main() -> None:
                 for workload in workloads for size in sizes for design in args.designs.split(",")
                 if i < (args.checks if design == "sequential" else args.fixed_checks)]  # fmt: skip
         for number, (workload, size, design, _) in enumerate(plan, 1):
-            found = check(repo, f"{workload}-{size}", design, args.metric)
+            found = check(repo, f"{workload}-{size}", design, args.metric, args.blas_threads)
             results.append(found)
             if args.json:
                 with args.json.open("a") as out:

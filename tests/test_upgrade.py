@@ -165,7 +165,7 @@ def aa_check(tmp_path: Path, env: dict[str, str], calibration: Path | None) -> s
     done = stepwatch(
         "upgrade-check", "--baseline", PYTZ, "--candidate", PSUTIL, "--aa", "--metric", "peak_memory_bytes",
         *calibrated, "--results", str(tmp_path / "results"), "--format", "json", "--out", str(report), "--profile",
-        "1", *common_args(tmp_path), env=env, timeout=600,
+        "1", "--max-trials", "2", *common_args(tmp_path), env=env, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "candidate: building an environment for " + PSUTIL in done.stderr
@@ -210,8 +210,8 @@ MINE = "tests/data/models/sentiment.py:sentiment"
 
 
 def common_args(tmp_path: Path) -> tuple[str, ...]:
-    return ("--reuse-site-packages", "--pip-arg=--no-index", "--models", MINE, *SMALL[2:], "--trials", "2",
-            "--max-trials", "2", "--db", str(tmp_path / "check.duckdb"))  # fmt: skip
+    return ("--reuse-site-packages", "--pip-arg=--no-index", "--models", MINE, *SMALL[2:], "--trials", "2", "--db",
+            str(tmp_path / "check.duckdb"))  # fmt: skip
 
 
 BAD = REPO / "tests" / "data" / "scripts" / "bad.py"  # framework-free scripts: a trial imports no framework
@@ -229,8 +229,8 @@ def test_an_aa_upgrade_check_of_a_script_runs_each_side_in_its_own_environment_i
     done = stepwatch(
         "upgrade-check", "--baseline", PYTZ, "--candidate", PSUTIL, "--aa", "--metric", "peak_memory_bytes",
         "--reuse-site-packages", "--pip-arg=--no-index", "--script", str(BAD), "--steps", "20", "--warmup", "20",
-        "--trials", "2", "--db", str(tmp_path / "check.duckdb"), "--results", str(tmp_path / "results"), "--format",
-        "json", "--out", str(report), "--", "good", env=env, timeout=300,
+        "--trials", "2", "--max-trials", "2", "--db", str(tmp_path / "check.duckdb"), "--results",
+        str(tmp_path / "results"), "--format", "json", "--out", str(report), "--", "good", env=env, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     built = dict(re.findall(r"^(baseline|baseline-aa|candidate): building an environment for \S+ in (\S+)",

@@ -89,7 +89,11 @@ def design_of(args: argparse.Namespace) -> sequential.Design:
         return design
     metric = found.metrics[known[0]]
     first = sequential.first_look(metric.within_cv, metric.between, get_metric(known[0]).threshold, design)
-    return sequential.Design.of(first, args.max_trials) if first > args.trials else design
+    if first <= args.trials:
+        return design
+    console.print(f"the runner's calibration ({found.runner}) puts the first look at {first} trials per side: the "
+                  f"fewest at which its noise lets {known[0]} see ±{get_metric(known[0]).threshold:.0%}")  # fmt: skip
+    return sequential.Design.of(first, args.max_trials)
 
 
 def deadline_of(args: argparse.Namespace, started: float) -> float | None:

@@ -100,7 +100,6 @@ def measure(
     began = time.monotonic()
     hooks.say(f"{label}sequential: {design.text()}; "
               + (f"budget {budget_minutes:g} minutes" if budget_minutes is not None else "no budget"))  # fmt: skip
-    scale: dict[str, float] = {}
     for number, trials in enumerate(design.looks):
         added = len(running.configs) * (trials - running.rounds) * len(envs)
         with hooks.trials(added, label, trials) as (on_start, on_done):
@@ -117,8 +116,7 @@ def measure(
         elif number == len(design.looks) - 1:
             plan.reason = sequential.MAXIMUM
         else:
-            if number == 0:
-                scale = _more_steps(running, plan)
+            scale = _more_steps(running, plan) if number == 0 else {}  # later rows ran at the new steps already
             by_config = _rows_by_config(running.check(), trials - (design.looks[number - 1] if number else 0))
             if deadline is not None and time.monotonic() + sequential.round_seconds(by_config, scale) > deadline:
                 plan.reason = sequential.BUDGET

@@ -10,7 +10,10 @@ give the same value in every process, so two sides are compared exactly (``stats
 from __future__ import annotations
 
 import difflib
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from stepwatch.collector.errors import UsageError
 
@@ -110,6 +113,26 @@ STARTUP_PHASES = {
 
 def startup_column(phase: str) -> str:
     return f"startup_{phase}_s"
+
+
+# Where a trial's wall time went, in order (``trial_time``): what a check's report sums, and what sets how many steps
+# its later trials measure (``collector.analysis.sequential``).
+TIME_PARTS = ("start-up", "first step", "warm-up", "measured steps", "profile", "the rest")
+
+
+def trial_time(row: Mapping[str, Any]) -> dict[str, float]:
+    """A trial row's wall time in ``TIME_PARTS``: start-up to its first step, the first step (compiling), warm-up,
+    measured steps, profile (``extras.profile_s``), and the rest of the process's wall time (reading counters,
+    writing the result, exiting). A part the row lacks is 0; none is negative."""
+    extras = row.get("extras") or {}
+    extras = json.loads(extras) if isinstance(extras, str) else extras
+    compile_s = row.get("compile_s") or 0.0
+    parts = {"start-up": (row.get("startup_s") or 0.0) - compile_s, "first step": compile_s,
+             "warm-up": row.get("warmup_s"), "measured steps": row.get("measured_s"),
+             "profile": extras.get("profile_s")}  # fmt: skip
+    found = {name: max(seconds or 0.0, 0.0) for name, seconds in parts.items()}
+    found["the rest"] = max((row.get("wall_s") or 0.0) - sum(found.values()), 0.0)
+    return found
 
 
 DEFAULT_METRIC = "examples_per_sec"

@@ -88,8 +88,8 @@ def test_a_trial_whose_start_up_dominates_measures_more_steps_within_the_bound()
     assert sequential.steps_for(20, 10, [row(1.0, 2.0, profile=10.0)]) == 20  # a profile is not start-up
     assert sequential.steps_for(20, 10, [{"status": "crash"}]) == 20
     # what one more round would then take: per config, its sides' mean rest plus its measured part scaled
-    assert sequential.round_seconds({"k": [{**row(1.0, 6.0), "label": s} for s in ("baseline", "candidate")]},
-                                    {"k": 4.0}) == pytest.approx(2 * (5.0 + 4.0))  # fmt: skip
+    rows = {"k": [row(1.0, 6.0), row(1.0, 6.0)]}
+    assert sequential.round_seconds(rows, {"k": 4.0}, 2) == pytest.approx(2 * (5.0 + 4.0))
 
 
 def test_a_calibrated_runner_starts_with_as_many_trials_as_its_noise_needs() -> None:

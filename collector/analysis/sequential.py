@@ -18,7 +18,6 @@ Pure functions: the workflow (``collector.workflows.check``) runs the trials and
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stepwatch.collector.analysis import stats
+from stepwatch.collector.metrics import trial_time
 from stepwatch.collector.outcomes import INCONCLUSIVE
 
 MAX_TRIALS = 12  # a check's last look, trials per side
@@ -145,26 +145,23 @@ def steps_for(steps: int, window: int, rows: Sequence[Mapping[str, Any]]) -> int
 
 def split(row: Mapping[str, Any]) -> tuple[float, float]:
     """A trial's measured seconds, and the rest of its wall time but its profile (a later trial is not profiled)."""
-    extras = row.get("extras") or {}
-    extras = json.loads(extras) if isinstance(extras, str) else extras
-    measured = float(row.get("measured_s") or 0.0)
-    rest = float(row.get("wall_s") or 0.0) - measured - float(extras.get("profile_s") or 0.0)
-    return measured, max(rest, 0.0)
+    parts = trial_time(row)
+    measured = parts.pop("measured steps")
+    parts.pop("profile")
+    return measured, sum(parts.values())
 
 
-def round_seconds(rows_by_config: Mapping[str, Sequence[Mapping[str, Any]]], scale: Mapping[str, float]) -> float:
+def round_seconds(
+    rows_by_config: Mapping[str, Sequence[Mapping[str, Any]]], scale: Mapping[str, float], sides: int
+) -> float:
     """What one more round would take: per config, the mean of its trials' rest and measured time (the measured
-    part times ``scale``, the config's steps from now on over its steps then), summed over configs and sides."""
+    part times ``scale``, the config's steps from now on over its steps then), times its ``sides``, summed."""
     total = 0.0
     for key, rows in rows_by_config.items():
         parts = [split(row) for row in rows]
         if parts:
-            total += sum(rest + measured * scale.get(key, 1.0) for measured, rest in parts) / len(parts) * _sides(rows)
+            total += sum(rest + measured * scale.get(key, 1.0) for measured, rest in parts) / len(parts) * sides
     return total
-
-
-def _sides(rows: Sequence[Mapping[str, Any]]) -> int:
-    return len({row.get("label") for row in rows}) or 1
 
 
 def replay(

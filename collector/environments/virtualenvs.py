@@ -39,6 +39,7 @@ from packaging.utils import canonicalize_name
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.environments import owners
 from stepwatch.collector.errors import Failure
+from stepwatch.collector.metrics import TIME_PARTS, trial_time
 from stepwatch.collector.runner import execution
 from stepwatch.collector.runner.results import ResultFile
 from stepwatch.collector.trial.host import distribution_version
@@ -360,7 +361,6 @@ class Check:
     suite_run_ids: dict[str, str]
     outcomes: list[execution.Outcome]
     rounds: int = 0  # rounds of trials run (a round: every config on every side once)
-    planned: int = 0  # rounds planned: fewer ran when a budget stopped the check
     skipped: tuple[tuple[str, BenchmarkConfig, int], ...] = ()  # (side, config, trial) not run: the workload broke
 
     def failed(self) -> list[execution.Outcome]:
@@ -389,16 +389,10 @@ class Check:
         """Where the trials' seconds went, summed over every trial that reached its first step: start-up (to the first
         step), the first step (compiling), warm-up, measured steps, profile, and the rest of the process's wall time
         (reading counters, writing the result, exiting)."""
-        split = dict.fromkeys(("start-up", "first step", "warm-up", "measured steps", "profile", "the rest"), 0.0)
+        split = dict.fromkeys(TIME_PARTS, 0.0)
         for row in (o.row for o in self.outcomes if o.row.get("startup_s") is not None):
-            extras = row.get("extras") or {}
-            extras = json.loads(extras) if isinstance(extras, str) else extras
-            parts = {"start-up": row["startup_s"] - (row.get("compile_s") or 0.0), "first step": row.get("compile_s"),
-                     "warm-up": row.get("warmup_s"), "measured steps": row.get("measured_s"),
-                     "profile": extras.get("profile_s")}  # fmt: skip
-            for name, seconds in parts.items():
-                split[name] += max(seconds or 0.0, 0.0)
-            split["the rest"] += max((row.get("wall_s") or 0.0) - sum(max(s or 0.0, 0.0) for s in parts.values()), 0.0)
+            for name, seconds in trial_time(row).items():
+                split[name] += seconds
         return split
 
     def compile_caches(self) -> list[str | None]:
@@ -462,7 +456,7 @@ class Interleaving:
         self.outcomes: list[execution.Outcome] = []
         self.broken: set[tuple[str, str]] = set()  # (side, config key): crashed before its first step, run no more
         self.skipped: list[tuple[str, BenchmarkConfig, int]] = []
-        self.rounds = self.planned = 0
+        self.rounds = 0
         self.last_round_s = 0.0  # how long the last whole round took
 
     def more(
@@ -474,7 +468,6 @@ class Interleaving:
     ) -> None:
         """Rounds until ``trials`` per side. ``deadline`` (``time.monotonic()``): no round starts that would end past
         it at the pace of the last one (the first two always run, the least an interval needs)."""
-        self.planned = trials
         round_started: float | None = None
         with tempfile.TemporaryDirectory(prefix=owners.prefix(TEMP_PREFIX)) as tmp:
             for side, config, trial in plan(self.configs, trials, self.sides, first=self.rounds):
@@ -503,8 +496,7 @@ class Interleaving:
 
     def check(self) -> Check:
         """The trials so far."""
-        return Check(self.out_dir, self.results, self.run_ids, list(self.outcomes), self.rounds, self.planned,
-                     tuple(self.skipped))  # fmt: skip
+        return Check(self.out_dir, self.results, self.run_ids, list(self.outcomes), self.rounds, tuple(self.skipped))
 
     def close(self) -> Check:
         """Done: the folder is whole (a check killed before this leaves it marked, for the next to remove)."""

@@ -118,7 +118,8 @@ def measure(
         else:
             scale = _more_steps(running, plan) if number == 0 else {}  # later rows ran at the new steps already
             by_config = _rows_by_config(running.check(), trials - (design.looks[number - 1] if number else 0))
-            if deadline is not None and time.monotonic() + sequential.round_seconds(by_config, scale) > deadline:
+            next_round = sequential.round_seconds(by_config, scale, len(envs))
+            if deadline is not None and time.monotonic() + next_round > deadline:
                 plan.reason = sequential.BUDGET
         if plan.reason:
             break

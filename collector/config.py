@@ -105,12 +105,17 @@ class BenchmarkConfig:
         help="processes a script trial runs as, data-parallel (torch's elastic launcher for keras_backend torch, "
         "TF_CONFIG for tensorflow, jax.distributed for jax)",
     )  # fmt: skip
+    deterministic: bool = _field(
+        False, series=True, flag="--deterministic", added=True,
+        help="off,on: the framework's deterministic kernels (TensorFlow's op determinism, torch's deterministic "
+        "algorithms, XLA's deterministic GPU ops), which can be slower; numerics verdicts are then bitwise",
+    )  # fmt: skip
     steps: int = _field(100, flag="--steps", help="measured steps after warm-up")
     warmup_steps: int = _field(20, flag="--warmup", help="warm-up steps, excluded (>= 2 windows)")
     window_steps: int = _field(10, flag="--window", help="steps between two device syncs")
     learning_rate: float | None = _field(None, flag="--learning-rate", repro=False, help="default: the model's")
     timeout_s: float = _field(600.0, flag="--timeout", repro=False, help="seconds before a trial is killed")
-    seed: int = _field(0)
+    seed: int = _field(0)  # a trial's seed: the suite's plus the trial's number (both sides of a check pair on it)
 
     def __post_init__(self) -> None:
         if self.workload is Kind.SCRIPT and self.loop == DEFAULT_LOOP:  # a script is its own loop: named by its path

@@ -42,7 +42,10 @@ SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, wh
 # were not read. Earlier script rows move compile_s to startup_script_s; earlier rows whose GPU state was not read
 # (extras.gpu_state_missing) or whose host load was not (no host_other_cpu) have the flags they could not have set
 # emptied, unless their note says they were set.
-SCHEMA_VERSION = 8
+# 9: numerics beside speed: the deterministic dimension (every earlier row ran the frameworks' default kernels:
+# off; series keys are unchanged), and time to a target quality (steps_to_target, time_to_target_s, target_loss)
+# with the quality a script reports (quality, quality_name); earlier rows have none.
+SCHEMA_VERSION = 9
 
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 _TS = pa.timestamp("us", tz="UTC")
@@ -88,6 +91,7 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("loss_scaling", _BOOL, "config"),
     ("script_args", _STR, "config"),
     ("nproc", _I64, "config"),
+    ("deterministic", _BOOL, "config"),
     ("per_device_batch", _I64, "config"),
     ("global_batch", _I64, "config"),
     ("replicas", _I64, "config"),
@@ -125,6 +129,14 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("first_loss", _F64, "metrics"),
     ("final_loss", _F64, "metrics"),
     ("loss_finite", _BOOL, "metrics"),
+    # Time to a target quality (collector.trial.measure.to_target): the training loss of a model with a target, or
+    # the quality a script reports (stepwatch.quality): its name, values in order, the last, and the target.
+    ("quality_name", _STR, "metrics"),
+    ("quality_values", pa.list_(_F64), "metrics"),
+    ("quality", _F64, "metrics"),
+    ("target", _F64, "metrics"),
+    ("steps_to_target", _I64, "metrics"),
+    ("time_to_target_s", _F64, "metrics"),
     ("peak_memory_bytes", _I64, "metrics"),
     ("peak_memory_kind", _STR, "metrics"),
     ("peak_rss_bytes", _I64, "metrics"),
@@ -358,6 +370,7 @@ MIGRATIONS: dict[int, Callable[[pa.Table], pa.Table]] = {
     5: lambda table: table,  # script_args and nproc are filled with their defaults (config.ADDED_DIMENSIONS)
     6: lambda table: table,  # the machine's state is added empty: it was not read
     7: _script_startup_and_unread_flags,
+    8: lambda table: table,  # deterministic is filled with its default; the target's columns are added empty
 }
 
 

@@ -6,9 +6,10 @@ the ``stepwatch`` command), ``stepwatch.dashboard`` and ``stepwatch.trainers``, 
 the folders of those names at its top (the repository's layout); the wheel carries them as files.
 """
 
-# What a training script of yours calls to mark its steps (collector.trial.steps); each does nothing when the script
-# runs on its own. Loaded on first use, so that ``import stepwatch`` stays cheap.
-API = ("steps", "step", "keras_callback")
+# What a training script of yours calls to mark its steps, report its quality and read its trial's seed
+# (collector.trial.steps); each does nothing when the script runs on its own (``seed`` gives its default). Loaded on
+# first use, so that ``import stepwatch`` stays cheap.
+API = ("steps", "step", "keras_callback", "quality", "seed")
 __all__ = list(API)
 
 

@@ -4,12 +4,13 @@ of yours (``script.py``) is run, not built; ``workload.py`` tells the three apar
 
 from __future__ import annotations
 
-from stepwatch.trainers import bert, bilstm, resnet50, transformer, user
+from stepwatch.trainers import bert, bilstm, resnet50, teacher, transformer, user
 from stepwatch.trainers.spec import ModelSpec
 from stepwatch.trainers.workload import Kind, kind_of
 
 MODELS: dict[str, ModelSpec] = {
-    spec.name: spec for spec in (resnet50.SPEC, resnet50.SPEC_V15, bert.SPEC, transformer.SPEC, bilstm.SPEC)
+    spec.name: spec
+    for spec in (resnet50.SPEC, resnet50.SPEC_V15, bert.SPEC, transformer.SPEC, bilstm.SPEC, teacher.SPEC)
 }
 
 

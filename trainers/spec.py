@@ -14,15 +14,17 @@ from typing import Any
 
 import numpy as np
 
-# One synthetic batch: model inputs (an array or a dict of arrays) and integer labels.
+# One synthetic batch: model inputs (an array or a dict of arrays) and labels (integer classes, or the teacher's
+# outputs for a regression).
 Batch = tuple[Any, np.ndarray]
 
 
-def sparse_ce_loss() -> Any:
-    """Mean sparse categorical cross-entropy on logits, the loss of every trainer here."""
+def sparse_ce_loss(**options: Any) -> Any:
+    """Mean sparse categorical cross-entropy on logits, the loss of the classifiers here (``options``: the loss's
+    own, e.g. ``reduction=None`` for a custom loop's per-example losses)."""
     import keras
 
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, **options)
 
 
 def torch_ce_loss() -> Any:
@@ -56,7 +58,9 @@ class ModelSpec:
     optimizer: Callable[[float], Any]  # learning rate -> keras optimizer
     default_learning_rate: float
     description: str = ""
-    loss: Callable[[], Any] = sparse_ce_loss  # () -> the Keras loss ``fit`` trains with
+    loss: Callable[..., Any] = sparse_ce_loss  # (**options) -> the Keras loss ``fit`` trains with
+    # preset -> the training loss a run's steps should reach (time to target); None: the model has no target.
+    target_loss: Callable[[Any], float | None] = lambda preset: None
     torch: TorchParts | None = None  # the same model in plain PyTorch (loop "pytorch"), where there is one
 
     def learning_rate(self, override: float | None) -> float:
@@ -69,6 +73,18 @@ class ModelSpec:
             known = ", ".join(sorted(self.presets))
             raise KeyError(f"model {self.name!r} has no preset {name!r} (known: {known})")
         return self.presets[name]
+
+
+# The synthetic batches a trial trains on in turn, all placed on the device before the first step: enough distinct
+# examples that a loss still moves after a few hundred steps (one batch repeated is learned away within them), and
+# none copied during the timed steps.
+POOL = 8
+
+
+def batch_pool(spec: ModelSpec, preset: Any, batch: int, seed: int) -> list[Batch]:
+    """The ``POOL`` batches of a trial whose seed is ``seed``: each seed its own, so trials differ in their data as in
+    their initial weights, and trial i of one side of a check trains on what trial i of the other does."""
+    return [spec.synthetic_batch(preset, batch, seed * POOL + i) for i in range(POOL)]
 
 
 def training_flops(forward_macs: float) -> float:

@@ -11,7 +11,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from stepwatch.collector.analysis import noise, stats
+from stepwatch.collector.analysis import noise, numerics, stats
 from stepwatch.collector.analysis.stats import plain
 from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for
 from stepwatch.collector.metrics import Metric, get_metric
@@ -51,6 +51,10 @@ class Comparison:
     own_noise: bool = False  # each row's noise is its sides' own (a check), not its series' history's
     alpha: float = stats.ALPHA  # the level of its tests; its intervals are 1 - alpha (a sequential check's look)
     looks: dict[str, Any] | None = None  # a sequential check's looks (``sequential.Sequential.payload``)
+    numerics: dict[str, numerics.Numerics] = field(default_factory=dict)  # series_key -> its numerics verdict
+
+    def series_of(self, key: str) -> dict[str, Any]:
+        return next(row.series for row in self.rows if row.series["series_key"] == key)
 
     def code_changes(self) -> list[tuple[str, list[str], list[str]]]:
         """User models whose source differs between the sides, or within one: (model, baseline's hashes,
@@ -147,7 +151,24 @@ def build(
         machine=machine,
         own_noise=own_noise,
         alpha=alpha,
+        numerics=numerics_of(con, baseline, candidate, alpha),
     )
+
+
+def numerics_of(
+    con: duckdb.DuckDBPyConnection, baseline: Selection, candidate: Selection, alpha: float
+) -> dict[str, numerics.Numerics]:
+    """Per series on both sides with a loss trajectory (the candidate's key, as the rows show it, where the sides
+    differ in a dimension), its numerics verdict (``collector.analysis.numerics``)."""
+    differ = queries.contrast(baseline, candidate)
+    sides = queries.side_trajectories(con, baseline, differ), queries.side_trajectories(con, candidate, differ)
+    found = {
+        sides[1][pair][0]: numerics.judge(
+            numerics.trials_of(sides[0][pair][1]), numerics.trials_of(sides[1][pair][1]), alpha
+        )
+        for pair in sides[0].keys() & sides[1].keys()
+    }
+    return {key: verdict for key, verdict in sorted(found.items()) if verdict is not None}
 
 
 def _sides_noise(

@@ -225,3 +225,12 @@ def calibrated_between(args: argparse.Namespace) -> dict[str, stats.Between]:
 
 def overrides(args: argparse.Namespace) -> list[Override]:
     return load_overrides(args.thresholds)
+
+
+def add_numerics_argument(parser: argparse.ArgumentParser, default: str = "show") -> None:
+    """--numerics: what a series whose training changed (``collector.analysis.numerics``) does to the exit code."""
+    parser.add_argument(
+        "--numerics", choices=("show", "fail"), default=default,
+        help=f"a series whose training changed (its numerics verdict beside its speed verdict): show it first in "
+        f"the report, or also exit 1 (default {default})",
+    )  # fmt: skip

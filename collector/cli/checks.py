@@ -7,10 +7,12 @@ import argparse
 from pathlib import Path
 
 from stepwatch.collector.analysis import calibration, sequential
+from stepwatch.collector.analysis.comparison import Comparison
 from stepwatch.collector.cli import exits
 from stepwatch.collector.cli.arguments import (
     add_environment_arguments,
     add_matrix_arguments,
+    add_numerics_argument,
     add_profile_argument,
     console,
     db_path,
@@ -39,11 +41,14 @@ AA_HELP = (
 )
 
 
-def add_check_arguments(parser: argparse.ArgumentParser, results: Path, aa: str = AA_HELP) -> None:
+def add_check_arguments(
+    parser: argparse.ArgumentParser, results: Path, aa: str = AA_HELP, numerics: str = "show"
+) -> None:
     """What an interleaved check takes (upgrade-check, code-check, and each step of a bisect): the suite and its
-    narrowing flags, trials per side, the results folder, ``--aa`` (``aa``: what it runs) and how environments are
-    built."""
+    narrowing flags, trials per side, the results folder, ``--aa`` (``aa``: what it runs), how environments are
+    built, and whether a changed training fails it (``numerics``: the command's default)."""
     add_matrix_arguments(parser)
+    add_numerics_argument(parser, numerics)
     parser.add_argument(
         "--trials", type=int, default=TRIALS,
         help=f"trials per config and side at the first look (default {TRIALS}); more rounds follow while "
@@ -129,9 +134,14 @@ def report(
     notes += more
     appendix = report_lines(*done.explained, done.aa_explained, done.profile_errors) if done.explained else ()
     write_file(to_markdown(result, title, preface + notes, appendix, first), ran.out_dir / "report.md")
-    show_comparison(result, args.format, args.out, title, exits.of_comparison, preface, notes, appendix, first)
+    numerics = getattr(args, "numerics", "show")
+
+    def code_of(comparison: Comparison) -> int:
+        return exits.of_comparison(comparison, args.fail_on_inconclusive, numerics)
+
+    show_comparison(result, args.format, args.out, title, code_of, preface, notes, appendix, first)
     console.print(f"report: {ran.out_dir / 'report.md'}")
-    code = exits.of_comparison(result, args.fail_on_inconclusive)
+    code = code_of(result)
     failed = ran.failed()
     if code == EXIT_OK and failed:
         console.print(f"[red]{len(failed)} of {len(ran.outcomes)} trials failed[/red]")

@@ -6,9 +6,11 @@ import argparse
 from typing import Any
 
 from stepwatch.collector.analysis import comparison
+from stepwatch.collector.analysis.comparison import Comparison
 from stepwatch.collector.cli import exits
 from stepwatch.collector.cli.arguments import (
     add_analysis_arguments,
+    add_numerics_argument,
     calibrated_between,
     db_path,
     overrides,
@@ -25,6 +27,7 @@ def register(commands: Any) -> None:
     parser.add_argument("--candidate", required=True, help="selection, e.g. tf_version=2.21.0 or suite_run_id=...")
     add_analysis_arguments(parser, several_metrics=True, calibrated=True, stored=True)
     parser.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when any verdict is inconclusive")
+    add_numerics_argument(parser)
     parser.set_defaults(handler=run)
 
 
@@ -39,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
     for side, picked in (("baseline", baseline), ("candidate", candidate)):
         if result.versions[side]["runs"] == ["0"]:
             raise UsageError(f"the {side} selection {picked.describe()!r} matches no runs in {db}")
-    show_comparison(result, args.format, args.out, "stepwatch comparison", exits.of_comparison,
-                    notes=between_lines(offsets))  # fmt: skip
-    return exits.of_comparison(result, args.fail_on_inconclusive)
+
+    def code_of(comparison: Comparison) -> int:
+        return exits.of_comparison(comparison, args.fail_on_inconclusive, args.numerics)
+
+    show_comparison(result, args.format, args.out, "stepwatch comparison", code_of, notes=between_lines(offsets))
+    return code_of(result)

@@ -1,7 +1,8 @@
 """What ``stepwatch`` exits with, and what each code means. The outcomes themselves are named in
 ``collector.outcomes``; only the command line turns them into codes.
 
-0 no problem (no regression), 1 regression, 2 usage error (bad flags, suite, catalog, selection or metric),
+0 no problem (no regression), 1 regression (or a training whose numerics changed, with --numerics fail), 2 usage
+error (bad flags, suite, catalog, selection or metric),
 3 inconclusive (with --fail-on-inconclusive; a bisect the noise could not decide), 4 benchmarks failed to run,
 results could not be stored, or a file was quarantined.
 """
@@ -20,9 +21,12 @@ if TYPE_CHECKING:  # every command imports this module: it must not load the ana
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_FAILED = 0, 1, 2, 3, 4
 
 
-def of_comparison(comparison: Comparison, fail_on_inconclusive: bool = False) -> int:
-    """1 on any regression, else 4 if a series' trials all failed, else 3 on inconclusive when asked, else 0."""
+def of_comparison(comparison: Comparison, fail_on_inconclusive: bool = False, numerics: str = "show") -> int:
+    """1 on any regression (or, with ``numerics`` "fail", a series whose training changed), else 4 if a series'
+    trials all failed, else 3 on inconclusive when asked, else 0."""
     if comparison.by_verdict(REGRESSION):
+        return EXIT_REGRESSION
+    if numerics == "fail" and any(found.verdict == "changed" for found in comparison.numerics.values()):
         return EXIT_REGRESSION
     if comparison.by_verdict(FAILED):
         return EXIT_FAILED

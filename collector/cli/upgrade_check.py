@@ -34,7 +34,7 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--baseline", required=True, help="pip requirements, e.g. 'tensorflow==2.20.0'")
     parser.add_argument("--candidate", required=True, help="pip requirements, e.g. 'tensorflow==2.21.0 keras==3.15.1'")
-    add_check_arguments(parser, virtualenvs.RESULTS_DIR)
+    add_check_arguments(parser, virtualenvs.RESULTS_DIR, numerics="fail")
     parser.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when any verdict is inconclusive")
     parser.add_argument("--dry-run", action="store_true", help="print the interleaved plan and exit")
 

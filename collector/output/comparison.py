@@ -17,6 +17,7 @@ from stepwatch.collector.analysis.sequential import confidence_text
 from stepwatch.collector.analysis.stats import plain
 from stepwatch.collector.metrics import Metric
 from stepwatch.collector.outcomes import CHANGED, FAILED, IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
+from stepwatch.collector.output import numerics as numerics_output
 from stepwatch.collector.output.text import (
     MARKS,
     interval,
@@ -288,7 +289,9 @@ def to_markdown(
     resolve, headline, sides, geomeans, the verdict table, gaps; then ``appendix`` (where the time went, from the
     profiles) as preformatted text."""
     lead = resolution_lead(comparison)
-    lines = [f"## {title}", "", *first, *(f"**{line}**" for line in lead), *([""] if lead else [])]
+    changed = numerics_output.lead_lines(comparison)
+    lines = [f"## {title}", "", *first, *(f"**⚠️ {line}**" for line in changed), *([""] if changed else [])]
+    lines += [*(f"**{line}**" for line in lead), *([""] if lead else [])]
     lines += [f"**{headline(comparison)}**", "", *preface]
     machine = machine_line(comparison)
     if machine:
@@ -315,6 +318,7 @@ def to_markdown(
         cells = row_cells(row)
         cells["verdict"] = f"{MARKS[row.verdict]} {row.verdict}"
         lines.append("| " + " | ".join(cells.values()) + " |")
+    lines += numerics_output.to_markdown(comparison)
     warnings = warnings_of(comparison)
     if warnings:
         lines += ["", *(f"⚠️ {line}" for line in warnings)]
@@ -411,6 +415,7 @@ def json_payload(comparison: Comparison, code_of: CodeOf) -> dict[str, Any]:
         "rows": rows,
         "alpha": comparison.alpha,
         "sequential": comparison.looks,
+        "numerics": numerics_output.json_rows(comparison),
     }
     if comparison.aa is not None:
         payload["aa"] = json_payload(comparison.aa, code_of)
@@ -459,6 +464,8 @@ def show_comparison(
     for line in first:
         if line:
             stdout.print(escape(line))
+    for line in numerics_output.lead_lines(comparison):
+        stdout.print(f"[bold red]{escape(line)}[/bold red]")
     for line in resolution_lead(comparison):
         stdout.print(f"[bold yellow]{escape(line)}[/bold yellow]")
     for line in notes:
@@ -481,6 +488,8 @@ def show_comparison(
     machine = machine_line(comparison)
     if machine:
         stdout.print(f"[yellow]{escape(machine)}[/yellow]" if flagged(comparison) else escape(machine))
+    for line in numerics_output.series_lines(comparison):
+        stdout.print(escape(line))
     stdout.print(f"verdict: {headline(comparison)}")
     for line in appendix:
         stdout.print(escape(line))

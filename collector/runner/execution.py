@@ -164,7 +164,10 @@ def run_one(
     options: RunOptions,
     workdir: Path,
 ) -> Outcome:
-    """One trial in a fresh process; its row is in the parquet file before this returns."""
+    """One trial in a fresh process; its row is in the parquet file before this returns. Trial i runs with the
+    suite's seed plus i: each trial its own initial weights and data, and trial i of every side of a check the
+    same (``collector.analysis.numerics`` pairs them)."""
+    outcome_config, config = config, config.with_changes(seed=config.seed + trial)
     started = datetime.now(UTC)
     # Before the trial imports it: the code that ran, even if edited during the trial.
     source = model_hash(config, options.folder)
@@ -193,7 +196,7 @@ def run_one(
         row.update(keep_profile(profile_dir, results.path.parent, row["run_id"], options.profile_home))
     if task is None or task[0] == 0:  # across hosts, the chief (worker 0) records the row
         results.append(row)
-    return Outcome(config, trial, row)
+    return Outcome(outcome_config, trial, row)
 
 
 def model_hash(config: BenchmarkConfig, folder: Path | None = None) -> str | None:

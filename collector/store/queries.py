@@ -20,6 +20,7 @@ from stepwatch.collector.store.tables import (
     SPANS,
     SUMMARY_KEYS,
     log_value,
+    nest_children,
     pooled,
     span_of,
 )
@@ -233,6 +234,34 @@ def side_values(con: duckdb.DuckDBPyConnection, selection: Selection, metric: st
         params=params,
     ).fetchall()
     return {key: values for key, values in rows}
+
+
+NUMERICS_COLUMNS = ("seed", "window_losses", "quality_values", "deterministic", "warmup_steps", "window_steps",
+                    "steps_per_execution", "extras")  # fmt: skip
+
+
+def side_trajectories(
+    con: duckdb.DuckDBPyConnection, selection: Selection, differ: Sequence[str] = ()
+) -> dict[Any, tuple[str, list[dict[str, Any]]]]:
+    """Per series, its key and the ok trials among the selected runs with what their numerics are judged on
+    (``collector.analysis.numerics``), in the order they started. Keyed by the series key, or, where the two sides
+    of a comparison select the dimensions ``differ`` differently (``contrast``), by the other dimensions' values,
+    which pair a series of one side with the other's."""
+    where, params = selection.where()
+    pairing = [f'"{ALIASES.get(d, d)}"' for d in SERIES_DIMENSIONS if d not in differ] if differ else ['"series_key"']
+    names = [name for name in NUMERICS_COLUMNS if name == "window_losses" or _has_column(con, name)]
+    picked = ", ".join([*pairing, '"series_key"', *(f'"{name}"' for name in names)])
+    losses = nest_children("samples", "SELECT run_id FROM picked")
+    rows = con.sql(
+        f"WITH picked AS (SELECT * FROM runs WHERE ({where}) AND status = 'ok'), losses AS ({losses}) "
+        f"SELECT {picked} FROM picked LEFT JOIN losses USING (run_id) ORDER BY started_at, run_id",
+        params=params,
+    ).fetchall()
+    found: dict[Any, tuple[str, list[dict[str, Any]]]] = {}
+    for row in rows:
+        pair, key, values = tuple(row[: len(pairing)]), row[len(pairing)], row[len(pairing) + 1 :]
+        found.setdefault(pair, (key, []))[1].append(dict(zip(names, values)))
+    return found
 
 
 def version_key(version: str) -> list[Any]:

@@ -42,6 +42,8 @@ _DUCK_TYPES = {"int64": "BIGINT", "double": "DOUBLE", "string": "VARCHAR", "bool
 def _duck_type(dtype: pa.DataType) -> str:
     if pa.types.is_timestamp(dtype):
         return "TIMESTAMPTZ"
+    if pa.types.is_list(dtype):  # a short list kept in the run's row (a script's reported qualities)
+        return _duck_type(dtype.value_type) + "[]"
     return _DUCK_TYPES[str(dtype)]
 
 

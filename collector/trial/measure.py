@@ -161,3 +161,25 @@ def host_load(clock: WindowClock, warmup_steps: int) -> dict[str, float]:
     first, last = measured[0], measured[-1]
     load = (last.cpu - first.cpu) / (last.time - first.time)
     return {"process_cpu_per_s": round(load, 4)} if math.isfinite(load) else {}
+
+
+def to_target(
+    marks: list[tuple[int, float, float]], target: float | None, higher_is_better: bool = False
+) -> dict[str, Any]:
+    """Time to a target quality from ``marks`` (steps done, time.perf_counter(), quality), the first of them the end
+    of the first step: the steps and seconds after it at which the quality first reached ``target``. Both are
+    empty when it never did in the trial's steps (or there is no target); a model's quality is its windows' mean
+    loss, so they resolve to a window."""
+    found: dict[str, Any] = {"target": target, "steps_to_target": None, "time_to_target_s": None}
+    if target is None or not marks:
+        return found
+    start = marks[0][1]
+    for steps, at, value in marks:
+        if math.isfinite(value) and (value >= target if higher_is_better else value <= target):
+            return {**found, "steps_to_target": steps, "time_to_target_s": round(at - start, 6)}
+    return found
+
+
+def loss_target(clock: WindowClock, target: float | None) -> dict[str, Any]:
+    """A model's time to its target training loss (``to_target``), from its windows."""
+    return to_target([(m.steps, m.time, m.loss) for m in clock.marks], target)

@@ -18,7 +18,7 @@ from stepwatch.collector.config import BenchmarkConfig, usable_cores, validate
 from stepwatch.collector.trial import counters, machine, profiles, ranks, runtime, script
 from stepwatch.collector.trial.fields import SPAWN_TIME_ENV, Phases, measured_fields, write_json_atomically
 from stepwatch.collector.trial.host import host_environment
-from stepwatch.collector.trial.measure import NonFiniteLoss, WindowClock
+from stepwatch.collector.trial.measure import NonFiniteLoss, WindowClock, loss_target
 from stepwatch.trainers import get_model
 from stepwatch.trainers.workload import Kind, kind_of
 
@@ -47,6 +47,7 @@ def run_model(config: BenchmarkConfig, result_path: Path, phases: Phases) -> dic
     runtime.prepare(config)
     backend = runtime.load(config)
     result.update(backend.software_environment())
+    result["determinism"] = runtime.determinism(config)  # kept in extras: which kernels were asked to be deterministic
     phases.done("imports")
     spec = get_model(config.model)
     preset = spec.preset(config.preset)
@@ -101,6 +102,7 @@ def run_model(config: BenchmarkConfig, result_path: Path, phases: Phases) -> dic
             )
         batch = result.get("global_batch")
         result.update(measured_fields(clock, config, phases, batch, batch or config.per_device_batch))
+        result.update(loss_target(clock, spec.target_loss(preset)))
         result["peak_memory_bytes"], result["peak_memory_kind"] = backend.peak_memory(config)
         write_json_atomically(result_path, result)
     if result["status"] == "ok":

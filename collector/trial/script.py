@@ -25,6 +25,7 @@ from stepwatch.collector.trial.fields import Phases, measured_fields, write_json
 from stepwatch.collector.trial.host import distribution_version, host_environment
 from stepwatch.collector.trial.measure import WindowClock
 from stepwatch.collector.trial.ranks import COORDINATOR_ENV, rank
+from stepwatch.collector.trial.runtime import deterministic_env
 from stepwatch.collector.trial.runtime.trial_backend import host_peak_memory
 from stepwatch.trainers.script import Script
 
@@ -121,6 +122,11 @@ def run(config: BenchmarkConfig, result_path: Path, phases: Phases) -> dict[str,
     result.update(host_environment(config.device))
     phases.done("environment")
     os.environ["KERAS_BACKEND"] = config.keras_backend  # a Keras script runs on the config's backend
+    os.environ[steps.SEED_ENV] = str(config.seed)  # stepwatch.seed(): trial i's, the same on both sides of a check
+    if config.deterministic:  # what the frameworks read at import; a script turns on torch's own in its code
+        os.environ.update(deterministic_env(config))
+    result["determinism"] = "environment: " + ", ".join(deterministic_env(config)) if config.deterministic else (
+        "the framework's default kernels")  # fmt: skip
     clock = WindowClock(first_steps=1, window_steps=config.window_steps)
     total = 1 + config.warmup_steps + config.steps
     machine.watch_trial(clock, config, total)
@@ -144,8 +150,9 @@ def run(config: BenchmarkConfig, result_path: Path, phases: Phases) -> dict[str,
         # the framework reports it compiled, where it does).
         result[startup_column("script")] = result.pop("compile_s", None)
         result["compile_s"] = framework_compile_s()
-        # A script's loss is its own: nothing measured it here.
+        # A script's loss is its own: nothing measured it here. What it reports of its quality is kept.
         result.update(first_loss=None, final_loss=None, loss_finite=None, window_losses=[])
+        result.update(session.quality_fields())
         result.update(framework_versions())
         result.update(device_fields(config))
         return result

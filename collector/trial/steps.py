@@ -1,6 +1,7 @@
 """How a training script of the user's marks its steps: ``stepwatch.steps``, ``stepwatch.step`` and
-``stepwatch.keras_callback``. Run on its own, a script gets back what it gave (its loader, a callback that does
-nothing): it stays the team's training script. Run as a stepwatch trial (``stepwatch run --script``), the trial
+``stepwatch.keras_callback``; and reports its quality and reads its seed: ``stepwatch.quality``,
+``stepwatch.seed``. Run on its own, a script gets back what it gave (its loader, a callback that does nothing): it
+stays the team's training script. Run as a stepwatch trial (``stepwatch run --script``), the trial
 process has started a ``Session`` before running the script: each marked step is counted, the trial's timing
 windows close on a device sync of whatever framework the script loaded, and once the warm-up and measured steps
 are done the script is stopped where it stands (``StepsDone``), fixed-step like every trial.
@@ -10,13 +11,16 @@ Imports no framework: what needs one is looked up in ``sys.modules`` (what the s
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from stepwatch.collector.trial.measure import WindowClock
+from stepwatch.collector.trial.measure import WindowClock, to_target
 
 T = TypeVar("T")
 
@@ -66,6 +70,10 @@ class Session:
     examples_per_step: int | None = None
     marker: str | None = None  # the marker that is counting now (steps / step / keras_callback)
     finished_in: str | None = None  # the thread that marked the last step ("MainThread" where the script's main did)
+    qualities: list[tuple[int, float, float]] = field(default_factory=list)  # (steps done, perf_counter, value)
+    quality_name: str | None = None
+    target: float | None = None
+    higher_is_better: bool = False
 
     def claim(self, marker: str) -> None:
         """``marker`` counts from now on; two markers at once would count each step twice."""
@@ -102,6 +110,30 @@ class Session:
                 self.finished_in = threading.current_thread().name
                 self.on_done()
             raise StepsDone
+
+    def report(self, value: Any, name: str, target: Any, higher_is_better: bool) -> None:
+        """A quality the script measured (``stepwatch.quality``), at the steps marked so far."""
+        if isinstance(value, bool) or not isinstance(value, int | float) and not hasattr(value, "__float__"):
+            raise StepsMisuse(f"stepwatch.quality takes a number, got {value!r}")
+        if self.quality_name not in (None, name):
+            raise StepsMisuse(
+                f"stepwatch.quality reported {name!r} after {self.quality_name!r}: a trial tracks one quality"
+            )
+        self.quality_name, self.higher_is_better = name, bool(higher_is_better)
+        if target is not None:
+            self.target = float(target)
+        self.qualities.append((self.done, time.perf_counter(), float(value)))
+
+    def quality_fields(self) -> dict[str, Any]:
+        """The row's quality columns: the values reported, the last, and the time to the target (from the end of
+        the first step, as a model's; ``measure.to_target``)."""
+        if not self.qualities:
+            return {}
+        first = [(m.steps, m.time, math.nan) for m in self.clock.marks[:1]]
+        found = to_target(first + self.qualities, self.target, self.higher_is_better)
+        values = [value for _, _, value in self.qualities]
+        return {"quality_name": self.quality_name, "quality_values": values, "quality": values[-1], **found,
+                "quality_higher_is_better": self.higher_is_better}  # fmt: skip
 
     @property
     def complete(self) -> bool:
@@ -152,6 +184,25 @@ class Counted:
                 session.mark()
         finally:
             session.marker = None
+
+
+def quality(value: float, name: str = "quality", target: float | None = None, higher_is_better: bool = False) -> None:
+    """Report the quality the script measured (a validation loss, an accuracy), as often as it measures it. In a
+    stepwatch trial the row keeps the values, the last, and, with a ``target``, the steps and seconds the training
+    took to reach it (time to target, MLPerf's metric); the numerics verdict of a check compares them when the script
+    has no loss of stepwatch's. Outside a trial it does nothing."""
+    session = _session
+    if session is not None:
+        session.report(value, name, target, higher_is_better)
+
+
+SEED_ENV = "STEPWATCH_SEED"
+
+
+def seed(default: int = 0) -> int:
+    """The trial's seed (a check's trial i has the same one on both sides): seed your framework and data with it.
+    Outside a trial, ``default``."""
+    return int(os.environ.get(SEED_ENV, default))
 
 
 def step(examples: int) -> None:

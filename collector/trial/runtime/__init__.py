@@ -103,6 +103,42 @@ def prepare(config: BenchmarkConfig) -> None:
     if config.keras_backend == "torch":
         os.environ["KERAS_TORCH_DEVICE"] = "cuda" if config.device == "gpu" else "cpu"
     os.environ.update(compile_cache_env(config.keras_backend, os.environ.get(COMPILE_CACHE_ENV)))
+    if config.deterministic:
+        os.environ.update(deterministic_env(config))
+
+
+def deterministic_env(config: BenchmarkConfig) -> dict[str, str]:
+    """What a framework reads at import for deterministic kernels: XLA's deterministic GPU ops (JAX, and
+    TensorFlow's XLA clusters), TensorFlow's op determinism, and the cuBLAS workspace torch's deterministic
+    algorithms need on a GPU."""
+    env = {"TF_DETERMINISTIC_OPS": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    if config.device == "gpu":
+        env["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_deterministic_ops=true".strip()
+    return env
+
+
+def determinism(config: BenchmarkConfig) -> str:
+    """Turn on the deterministic kernels of the framework this trial imported, where ``config.deterministic``
+    asks for them, and say what is in force (the row keeps it in extras as ``determinism``). Where a framework
+    offers none, the seed spread of the numerics verdict carries its nondeterminism."""
+    if not config.deterministic:
+        return "the framework's default kernels"
+    done = []
+    if config.keras_backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
+        done.append("tf.config.experimental.enable_op_determinism()")
+    if config.keras_backend == "torch":
+        import torch
+
+        torch.use_deterministic_algorithms(True)
+        done.append("torch.use_deterministic_algorithms(True)")
+    if "--xla_gpu_deterministic_ops=true" in os.environ.get("XLA_FLAGS", ""):
+        done.append("XLA_FLAGS=--xla_gpu_deterministic_ops=true")
+    if config.keras_backend == "jax" and config.device == "cpu":
+        done.append("JAX on a CPU (deterministic as it is)")
+    return "; ".join(done)
 
 
 def compile_cache_env(keras_backend: str, cache: str | None) -> dict[str, str]:

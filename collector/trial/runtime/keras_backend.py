@@ -5,7 +5,8 @@ placed once on the device, the ``fit`` timing callback and the host's peak memor
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import itertools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from stepwatch.collector.trial.runtime.trial_backend import (  # noqa: F401 - th
     cudnn_text,
     wrapped,
 )
-from stepwatch.trainers.spec import ModelSpec
+from stepwatch.trainers.spec import ModelSpec, batch_pool
 
 POLICIES = {"fp32": "float32", "tf32": "float32", "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16"}
 
@@ -59,17 +60,11 @@ def loss_scaling(model: Any, optimizer: Any) -> bool:
 
 
 def device_batches(spec: ModelSpec, config: BenchmarkConfig, global_batch: int, place: Callable[[Any], Any]) -> Any:
-    """One synthetic batch, placed on the device once by ``place`` (array -> device tensor), repeated forever:
-    what ``fit`` consumes on JAX and torch, so no step pays a host-to-device copy."""
-    preset = spec.preset(config.preset)
-    x, y = spec.synthetic_batch(preset, global_batch, config.seed)
-    batch = keras.tree.map_structure(place, (x, y))
-
-    def repeat() -> Iterator[Any]:
-        while True:
-            yield batch
-
-    return repeat()
+    """The trial's synthetic batches (``spec.batch_pool``), placed on the device once by ``place`` (array -> device
+    tensor) and cycled through forever: what ``fit`` consumes on JAX and torch, so no step pays a host-to-device
+    copy."""
+    pool = batch_pool(spec, spec.preset(config.preset), global_batch, config.seed)
+    return itertools.cycle([keras.tree.map_structure(place, batch) for batch in pool])
 
 
 class FitWindows(keras.callbacks.Callback):

@@ -21,7 +21,8 @@ from stepwatch.collector.trial import counters, profiles
 from stepwatch.collector.trial.measure import WindowClock
 from stepwatch.collector.trial.runtime import keras_backend
 from stepwatch.collector.trial.runtime.keras_backend import Runtime
-from stepwatch.trainers.spec import ModelSpec
+from stepwatch.trainers import get_model
+from stepwatch.trainers.spec import ModelSpec, batch_pool
 
 PIPELINE_EXAMPLES = 256  # distinct host examples a data=pipeline run cycles through
 
@@ -53,6 +54,14 @@ def constant_dataset(batch: Any) -> tf.data.Dataset:
     return tf.data.Dataset.from_tensors(batch).repeat().with_options(options)
 
 
+def cycled_dataset(batches: list[Any]) -> tf.data.Dataset:
+    """Several batches in turn, repeated forever, as ``constant_dataset`` (the autotuner off)."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    stacked = tf.nest.map_structure(lambda *arrays: np.stack(arrays), *batches)
+    return tf.data.Dataset.from_tensor_slices(stacked).repeat().with_options(options)
+
+
 def train_ctl(
     model: Any,
     optimizer: Any,
@@ -64,7 +73,7 @@ def train_ctl(
 ) -> None:
     """A custom loop: a tf.function over strategy.run, as in the Model Garden's CTL benchmarks."""
     strategy, global_batch = runtime.strategy, config.per_device_batch * runtime.replicas
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    loss_fn = get_model(config.model).loss(reduction=None)  # per example: averaged over the global batch below
     variables = model.trainable_variables
 
     def compute_loss(inputs: Any, labels: Any) -> Any:
@@ -225,11 +234,12 @@ class TensorFlowBackend(keras_backend.KerasBackend):
         return profiles.proto_planes(space)
 
     def make_data(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
-        """synthetic: one fixed batch repeated; pipeline: a host tf.data pipeline (JPEG decode + augment for images)."""
+        """synthetic: the trial's batches (``spec.batch_pool``) in turn; pipeline: a host tf.data pipeline (JPEG
+        decode + augment for images)."""
         preset = spec.preset(config.preset)
         global_batch = config.per_device_batch * runtime.replicas
         if config.data == "synthetic":
-            return constant_dataset(spec.synthetic_batch(preset, global_batch, config.seed))
+            return cycled_dataset(batch_pool(spec, preset, global_batch, config.seed))
         x, y = spec.synthetic_batch(preset, PIPELINE_EXAMPLES, config.seed)
         autotune = tf.data.AUTOTUNE
         if spec.unit == "images":

@@ -24,7 +24,7 @@ from stepwatch.collector.config import BenchmarkConfig, ConfigError, thread_coun
 from stepwatch.collector.trial import counters, profiles
 from stepwatch.collector.trial.measure import WindowClock
 from stepwatch.collector.trial.runtime.trial_backend import Runtime, TrialBackend, cudnn_text
-from stepwatch.trainers.spec import ModelSpec
+from stepwatch.trainers.spec import ModelSpec, batch_pool
 
 AUTOCAST = {"mixed_float16": torch.float16, "mixed_bfloat16": torch.bfloat16}  # fp32 and tf32: no autocast
 
@@ -128,6 +128,18 @@ class Trainee:
     autocast: Any  # () -> the autocast context of the precision
 
 
+class Batches:
+    """Batches on the device, handed out in turn."""
+
+    def __init__(self, batches: list[Any]) -> None:
+        self.batches, self.given = batches, 0
+
+    def next(self) -> Any:
+        batch = self.batches[self.given % len(self.batches)]
+        self.given += 1
+        return batch
+
+
 class PlainTorchBackend(TorchDevice, TrialBackend):
     """The loop a PyTorch user writes, timed in windows like ``fit``: the loss of each step stays on the device
     until a window closes, where one synchronisation reads the window's losses."""
@@ -175,9 +187,11 @@ class PlainTorchBackend(TorchDevice, TrialBackend):
         return Trainee(module, forward, spec.torch.loss(), optimizer, scaler, autocast), optimizer
 
     def make_data(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
-        """One synthetic batch (the spec's, as for Keras), on the device once, used for every step."""
+        """The trial's synthetic batches (``spec.batch_pool``, as for Keras), on the device once, one a step in
+        turn."""
         rank = torch.distributed.get_rank() if config.processes > 1 else 0  # each rank its own examples
-        x, y = spec.synthetic_batch(spec.preset(config.preset), config.per_device_batch, config.seed + rank)
+        seed = config.seed * config.processes + rank
+        pool = batch_pool(spec, spec.preset(config.preset), config.per_device_batch, seed)
         device = self.device(config)
 
         def place(value: Any) -> Any:
@@ -189,11 +203,11 @@ class PlainTorchBackend(TorchDevice, TrialBackend):
             tensor = torch.from_numpy(array.astype(np.int64) if array.dtype.kind in "iu" else array)
             return tensor.to(device)
 
-        return place(x), place(y)
+        return Batches([(place(x), place(y)) for x, y in pool])
 
-    def step(self, model: Trainee, data: Any) -> Any:
-        """One training step; its loss, left on the device."""
-        x, y = data
+    def step(self, model: Trainee, data: Batches) -> Any:
+        """One training step on the next batch; its loss, left on the device."""
+        x, y = data.next()
         model.optimizer.zero_grad(set_to_none=True)
         with model.autocast():
             out = model.forward(**x) if isinstance(x, dict) else model.forward(x)

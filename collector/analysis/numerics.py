@@ -1,0 +1,217 @@
+"""The numerics verdict: whether the two sides of a comparison still compute the same training, beside its speed
+verdict. Trial i of every side trains from seed i (``collector.runner.execution``: the same initial weights and
+data), so the sides' loss trajectories pair by seed:
+
+- ``identical``: every pair's trajectory is the same to the bit;
+- ``changed``: the sides' best loss (the lowest window loss a trial reached: the quality its training got to, which
+  an optimizer's late spike does not hide) differs beyond what the seeds' own spread leaves open (a paired t
+  interval on log values at the comparison's level excludes no change) and by at least the final loss's threshold
+  (``collector.metrics``);
+- ``within seed spread``: they differ, but no more than changing the seed does;
+- ``too few seeds``: not identical, and fewer than two seeds on both sides to tell the rest.
+
+A trajectory is a model's window losses, or the quality a script reports (``stepwatch.quality``). Beside the
+verdict: how much later (or sooner) the candidate reaches the loss every baseline trial reached (steps to a loss
+level, paired), and the sides' determinism (``collector.trial.runtime.determinism``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from stepwatch.collector.analysis.stats import ALPHA
+from stepwatch.collector.metrics import get_metric
+
+IDENTICAL, WITHIN, CHANGED, TOO_FEW = "identical", "within seed spread", "changed", "too few seeds"
+VERDICTS = (CHANGED, TOO_FEW, WITHIN, IDENTICAL)  # worst first
+THRESHOLD = get_metric("final_loss").threshold  # the smallest change of the best loss that counts
+# The smallest loss a trajectory resolves, as a share of its first value: a window's mean loss is the difference of
+# two running means (``measure.window_mean_from_running``), whose float32 rounding leaves less than this as noise
+# (even below zero) after a few thousand steps.
+RESOLUTION = 1e-6
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial's numerics: its seed and loss (or quality) trajectory."""
+
+    seed: int
+    values: tuple[float, ...]
+    deterministic: bool = False
+    start: int = 0  # the training steps done before the first value's window
+    every: int = 1  # the steps each value covers
+    higher_is_better: bool = False  # a script's quality that grows (an accuracy)
+
+    @property
+    def best(self) -> float:
+        """The best value reached; a loss no lower than the trajectory resolves (``RESOLUTION``)."""
+        if self.higher_is_better:
+            return max(self.values)
+        return max(min(self.values), abs(self.values[0]) * RESOLUTION)
+
+    def reached(self, value: float, level: float) -> bool:
+        return value >= level if self.higher_is_better else value <= level
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """Candidate over baseline, a geometric mean over the pairs, with its interval."""
+
+    ratio: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Numerics:
+    verdict: str
+    pairs: int  # seeds on both sides
+    best: Ratio | None  # the best loss, candidate / baseline
+    seed_spread: float | None  # the best loss's spread across seeds (a coefficient of variation, pooled by side)
+    level: float | None  # the loss every baseline trial reached
+    to_level: Ratio | None  # steps to reach it, candidate / baseline, over the pairs where both did
+    missed: int  # pairs whose candidate never reached it
+    deterministic: tuple[bool, bool]  # each side: all its trials ran deterministic kernels
+    confidence: float
+
+    def text(self) -> str:
+        """One line: 'changed: best loss +12.0% [+8.1%, +16.0%] (95% CI, 3 seeds), seed spread 9.5%, reaches the
+        loss 0.0213 14% later'."""
+        if self.verdict == IDENTICAL:
+            return f"identical: the {self.pairs} seed(s) give the same losses to the bit"
+        if self.best is None:
+            return f"{self.verdict}: the losses differ, and {self.pairs} seed(s) on both sides cannot say by how much"
+        best = self.best
+        lead = f"{self.verdict}: best loss {signed(best.ratio)} [{signed(best.low)}, {signed(best.high)}]"
+        parts = [f"{lead} ({self.confidence:.4g}% CI, {self.pairs} seeds)"]
+        if self.seed_spread is not None:
+            parts.append(f"seed spread {self.seed_spread:.1%}")
+        parts += [reach for reach in (self.reach_text(),) if reach]
+        return ", ".join(parts)
+
+    def reach_text(self) -> str | None:
+        if self.level is None:
+            return None
+        if self.missed:
+            return f"{self.missed} of {self.pairs} candidate trial(s) never reach the loss {self.level:.4g}"
+        if self.to_level is None:
+            return None
+        change = self.to_level.ratio - 1
+        when = "later" if change > 0 else "sooner"
+        return f"reaches the loss {self.level:.4g} {abs(change):.0%} {when}" if abs(change) >= 0.005 else (
+            f"reaches the loss {self.level:.4g} at the same step")  # fmt: skip
+
+
+def signed(ratio: float) -> str:
+    """+12.0%, or 35.2x where a ratio is far from 1."""
+    return f"{ratio:.3g}x" if ratio >= 3 or ratio <= 1 / 3 else f"{ratio - 1:+.1%}"
+
+
+def trajectory(row: Mapping[str, Any]) -> tuple[float, ...]:
+    """A row's loss trajectory: its window losses, else the quality its script reported (empty: neither)."""
+    for name in ("window_losses", "quality_values"):
+        values = row.get(name)
+        if values is not None and len(values):
+            return tuple(float(v) for v in values)
+    return ()
+
+
+def trials_of(rows: Sequence[Mapping[str, Any]]) -> list[Trial]:
+    """The rows with a trajectory, as trials. A model's window losses start after its first step and warm-up (a
+    script's qualities count in reports, not steps)."""
+    found = []
+    for row in rows:
+        values = trajectory(row)
+        if not values:
+            continue
+        windows = bool(row.get("window_losses") is not None and len(row["window_losses"]))
+        start = (row.get("steps_per_execution") or 1) + (row.get("warmup_steps") or 0) if windows else 0
+        every = (row.get("window_steps") or 1) if windows else 1
+        extras = row.get("extras") or {}
+        extras = json.loads(extras) if isinstance(extras, str) else extras
+        higher = not windows and bool(extras.get("quality_higher_is_better"))
+        found.append(Trial(int(row.get("seed") or 0), values, bool(row.get("deterministic")), start, every, higher))
+    return found
+
+
+def _by_seed(trials: Sequence[Trial]) -> dict[int, list[Trial]]:
+    found: dict[int, list[Trial]] = {}
+    for trial in trials:
+        found.setdefault(trial.seed, []).append(trial)
+    return found
+
+
+def _interval(logs: np.ndarray, alpha: float) -> Ratio:
+    mean = float(np.mean(logs))
+    half = float(scipy_stats.t.ppf(1 - alpha / 2, len(logs) - 1) * np.std(logs, ddof=1) / math.sqrt(len(logs)))
+    return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+
+
+def _log_best(trials: Sequence[Trial]) -> float:
+    return float(np.mean([math.log(max(t.best, sys.float_info.min)) for t in trials]))
+
+
+def _steps_to(trial: Trial, level: float) -> int | None:
+    """The steps a trial took to reach ``level`` (the end of its first window at or under it), None: it never
+    did."""
+    steps = (trial.start + (i + 1) * trial.every for i, value in enumerate(trial.values) if trial.reached(value, level))
+    return next(steps, None)
+
+
+def judge(baseline: Sequence[Trial], candidate: Sequence[Trial], alpha: float = ALPHA) -> Numerics | None:
+    """The numerics verdict of one series (None: a side has no trajectory). Trials of one seed repeated on a side
+    (several nights) are one seed: their best losses averaged in logs, and identical only if all are."""
+    if not baseline or not candidate:
+        return None
+    sides = _by_seed(baseline), _by_seed(candidate)
+    seeds = sorted(set(sides[0]) & set(sides[1]))
+    deterministic = (all(t.deterministic for t in baseline), all(t.deterministic for t in candidate))
+    confidence = 100 * (1 - alpha)
+    if not seeds:
+        return Numerics(TOO_FEW, 0, None, None, None, None, 0, deterministic, confidence)
+    same = all(len({t.values for t in sides[0][s] + sides[1][s]}) == 1 for s in seeds)
+    if same:
+        return Numerics(IDENTICAL, len(seeds), None, None, None, None, 0, deterministic, confidence)
+    if len(seeds) < 2:
+        return Numerics(TOO_FEW, len(seeds), None, None, None, None, 0, deterministic, confidence)
+    a = np.array([_log_best(sides[0][s]) for s in seeds])
+    b = np.array([_log_best(sides[1][s]) for s in seeds])
+    best = _interval(b - a, alpha)
+    spread = math.sqrt((np.var(a, ddof=1) + np.var(b, ddof=1)) / 2)
+    beyond = best.low > 1 or best.high < 1
+    changed = beyond and abs(math.log(best.ratio)) >= math.log1p(THRESHOLD)
+    # The loss every baseline trial reached (the worst of their bests), and the steps each side took to reach it.
+    bests = [t.best for s in seeds for t in sides[0][s]]
+    level = min(bests) if baseline[0].higher_is_better else max(bests)
+    reached = [(_first(sides[0][s], level), _first(sides[1][s], level)) for s in seeds]
+    missed = sum(1 for _, steps in reached if steps is None)
+    both = [(x, y) for x, y in reached if x is not None and y is not None]
+    to_level = _interval(np.log([y / x for x, y in both]), alpha) if len(both) >= 2 and not missed else None
+    return Numerics(CHANGED if changed else WITHIN, len(seeds), best, math.expm1(spread), level, to_level, missed,
+                    deterministic, confidence)  # fmt: skip
+
+
+def _first(trials: Sequence[Trial], level: float) -> float | None:
+    """The mean steps a seed's trials took to reach ``level`` (None: one never did)."""
+    steps = [_steps_to(t, level) for t in trials]
+    return None if any(s is None for s in steps) else float(np.mean(steps))
+
+
+def counts(found: Mapping[str, Numerics]) -> dict[str, int]:
+    """How many series have each verdict, worst first (those with none left out)."""
+    tally = {verdict: sum(1 for n in found.values() if n.verdict == verdict) for verdict in VERDICTS}
+    return {verdict: n for verdict, n in tally.items() if n}
+
+
+def headline(found: Mapping[str, Numerics]) -> str:
+    """'numerics: 1 changed, 3 identical' (empty: no series has a trajectory on both sides)."""
+    tally = counts(found)
+    return "numerics: " + ", ".join(f"{n} {verdict}" for verdict, n in tally.items()) if tally else ""

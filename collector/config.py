@@ -255,12 +255,14 @@ def config_from_row(row: Mapping[str, Any]) -> BenchmarkConfig:
 
 def repro_flags(config: BenchmarkConfig) -> list[str]:
     """The flags that set every repro field of ``config`` on `stepwatch run` (last: a script's arguments, after
-    ``--``)."""
+    ``--``); a dimension added later is left out at its default, as in the series key (``Role.added``)."""
     script = config.workload is Kind.SCRIPT
     skipped = (*SCRIPT_OWNS, "model", "preset", "loop") if script else ("nproc",)
     args = ["--script", config.model] if script else []
     for name in FIELD_NAMES:
         role, value = ROLES[name], getattr(config, name)
+        if role.added and value == DEFAULTS[name]:
+            continue
         if role.flag and role.repro and value is not None and name not in skipped:
             args += [role.flag, bool_text(value) if isinstance(value, bool) else str(value)]
     return [*args, "--", *shlex.split(config.script_args)] if script and config.script_args else args

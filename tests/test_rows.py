@@ -45,6 +45,8 @@ HOST = (
     "compile_cache", "log_tail",
 )  # fmt: skip
 HOST_EXTRAS = ("usable_cores", "python_executable")
+# Extras added since before.parquet was written, on purpose: the kernels' determinism in force (schema 9).
+ADDED_EXTRAS = ("determinism",)
 # Where the rows in tests/data were written: never this host's identity, whatever host runs the tests.
 WRITTEN_ON = "Intel(R) Xeon(R) Processor"
 
@@ -71,7 +73,7 @@ def differences(was: dict[str, Any], now: dict[str, Any]) -> list[str]:
     # The series key: the config's (decided) with the accelerator it ran on (the host's), on both sides.
     found += ["series_key"] * any(row["series_key"] != series_key(row["config_key"], row["accelerator"])
                                   for row in (was, now))  # fmt: skip
-    keys = (set(json.loads(row["extras"] or "{}")) - set(HOST_EXTRAS) for row in (was, now))
+    keys = (set(json.loads(row["extras"] or "{}")) - set(HOST_EXTRAS) - set(ADDED_EXTRAS) for row in (was, now))
     return found + (["extras"] if next(keys) != next(keys) else [])
 
 

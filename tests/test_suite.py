@@ -13,8 +13,8 @@ from tests.conftest import stepwatch, write_suite
 
 def test_smoke_crosses_all_models_xla_and_two_precisions() -> None:
     suite = load_suite("smoke")
-    assert len(suite.configs) == 16
-    assert {c.model for c in suite.configs} == {"resnet50", "bert", "transformer", "bilstm"}
+    assert len(suite.configs) == 20
+    assert {c.model for c in suite.configs} == {"resnet50", "bert", "transformer", "bilstm", "teacher"}
     assert {c.xla for c in suite.configs} == {False, True}
     assert {c.precision for c in suite.configs} == {"fp32", "mixed_bfloat16"}
     assert {(c.device, c.preset) for c in suite.configs} == {("cpu", "tiny")}

@@ -10,6 +10,7 @@ checks what it returned; every error there names the file and the function.
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import hashlib
 import importlib
@@ -268,6 +269,22 @@ def _draw(declared: dict[str, Any], batch: int, rng: np.random.Generator) -> Any
     return rng.standard_normal(shape).astype(dtype)
 
 
+def loss_with(given: Any, options: Mapping[str, Any]) -> Any:
+    """The model's loss, with a custom loop's ``reduction`` where it asks for one: a Keras loss object copied with
+    it, a loss named by its name as Keras' function of that name (per example, as that reduction gives)."""
+    if not options:
+        return given
+    import keras
+
+    if isinstance(given, str):
+        return keras.losses.get(given)
+    if isinstance(given, keras.losses.Loss):
+        own = copy.copy(given)
+        own.reduction = options.get("reduction")
+        return own
+    return given
+
+
 def user_spec(name: str) -> ModelSpec:
     """The ModelSpec of a user's model: its function is called (once) when the model is built; batches, loss,
     optimizer and FLOPs come from what it returned."""
@@ -305,6 +322,6 @@ def user_spec(name: str) -> ModelSpec:
         optimizer=optimizer,
         default_learning_rate=DEFAULT_LEARNING_RATE,
         description=f"your model: {name}",
-        loss=lambda: built.given("loss"),
+        loss=lambda **options: loss_with(built.given("loss"), options),
         torch=TorchParts(build=built.torch_module, optimizer=torch_optimizer, loss=lambda: built.given("loss")),
     )

@@ -16,7 +16,7 @@ from stepwatch.collector.analysis.stats import plain
 from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for
 from stepwatch.collector.metrics import Metric, get_metric
 from stepwatch.collector.outcomes import FAILED, VERDICT_ORDER
-from stepwatch.collector.store import queries
+from stepwatch.collector.store import queries, trajectories
 from stepwatch.collector.store.selection import Selection
 
 
@@ -151,24 +151,25 @@ def build(
         machine=machine,
         own_noise=own_noise,
         alpha=alpha,
-        numerics=numerics_of(con, baseline, candidate, alpha),
+        numerics=numerics_of(con, baseline, candidate, alpha, rows),
     )
 
 
 def numerics_of(
-    con: duckdb.DuckDBPyConnection, baseline: Selection, candidate: Selection, alpha: float
+    con: duckdb.DuckDBPyConnection, baseline: Selection, candidate: Selection, alpha: float, rows: list[Row]
 ) -> dict[str, numerics.Numerics]:
     """Per series on both sides with a loss trajectory (the candidate's key, as the rows show it, where the sides
     differ in a dimension), its numerics verdict (``collector.analysis.numerics``)."""
     differ = queries.contrast(baseline, candidate)
-    sides = queries.side_trajectories(con, baseline, differ), queries.side_trajectories(con, candidate, differ)
+    sides = [trajectories.side_trajectories(con, side, differ) for side in (baseline, candidate)]
     found = {
         sides[1][pair][0]: numerics.judge(
             numerics.trials_of(sides[0][pair][1]), numerics.trials_of(sides[1][pair][1]), alpha
         )
         for pair in sides[0].keys() & sides[1].keys()
     }
-    return {key: verdict for key, verdict in sorted(found.items()) if verdict is not None}
+    shown = {row.series["series_key"] for row in rows}  # a series the table has (the candidate's, in a contrast)
+    return {key: verdict for key, verdict in sorted(found.items()) if verdict is not None and key in shown}
 
 
 def _sides_noise(

@@ -17,7 +17,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from stepwatch.collector.analysis import calibration, noise, stats
+from stepwatch.collector.analysis import calibration, noise, numerics, stats
 from stepwatch.collector.analysis.changepoints import trial_side
 from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for, worse
 from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS, Metric, get_metric
@@ -31,7 +31,7 @@ from stepwatch.collector.outcomes import (
     REGRESSION,
     VERDICT_ORDER,
 )
-from stepwatch.collector.store import queries, records
+from stepwatch.collector.store import queries, records, trajectories
 from stepwatch.collector.store.selection import Selection
 
 BASELINE_NIGHTS = 7  # a baseline pools the trials of up to this many nights before the latest
@@ -299,12 +299,21 @@ def overview(
     noises = noise.noises_of(values)
     table["noise"] = [noise.noise_text(noises.get(key)) for key in table["series_key"]]
     table["bimodal"] = [key in noises and bool(noises[key].bimodal) for key in table["series_key"]]
+    table["numerics"] = table["series_key"].map(numerics_of(con, keys))
     order = table["verdict"].map({v: i for i, v in enumerate(VERDICT_ORDER)})
     return (
         table.assign(_order=order, _alerts=-table["alerts"])
         .sort_values(["_alerts", "_order"], kind="stable")
         .drop(columns=["_order", "_alerts"])
     )
+
+
+def numerics_of(con: duckdb.DuckDBPyConnection, keys: list[str]) -> dict[str, str]:
+    """Per series, the numerics verdict of its latest suite run against the one before (trial i of each from seed
+    i), in one line; none where a run has no loss trajectory or the series has one run."""
+    sides = trajectories.last_two_runs(con, keys)
+    found = {key: numerics.judge(numerics.trials_of(a), numerics.trials_of(b)) for key, (a, b) in sides.items()}
+    return {key: verdict.text() for key, verdict in found.items() if verdict is not None}
 
 
 def regressed(table: pd.DataFrame) -> pd.Series:

@@ -11,7 +11,7 @@ data), so the sides' loss trajectories pair by seed:
 - ``too few seeds``: not identical, and fewer than two seeds on both sides to tell the rest.
 
 A trajectory is a model's window losses, or the quality a script reports (``stepwatch.quality``). Beside the
-verdict: how much later (or sooner) the candidate reaches the loss every baseline trial reached (steps to a loss
+verdict: how much later (or sooner) the candidate reaches the loss both trials of a seed reached (steps to a loss
 level, paired), and the sides' determinism (``collector.trial.runtime.determinism``).
 """
 
@@ -76,15 +76,13 @@ class Numerics:
     pairs: int  # seeds on both sides
     best: Ratio | None  # the best loss, candidate / baseline
     seed_spread: float | None  # the best loss's spread across seeds (a coefficient of variation, pooled by side)
-    level: float | None  # the loss every baseline trial reached
-    to_level: Ratio | None  # steps to reach it, candidate / baseline, over the pairs where both did
-    missed: int  # pairs whose candidate never reached it
+    to_level: Ratio | None  # steps to the loss both trials of a seed reached, candidate / baseline
     deterministic: tuple[bool, bool]  # each side: all its trials ran deterministic kernels
     confidence: float
 
     def text(self) -> str:
         """One line: 'changed: best loss +12.0% [+8.1%, +16.0%] (95% CI, 3 seeds), seed spread 9.5%, reaches the
-        loss 0.0213 14% later'."""
+        same loss 14% later [+9.0%, +19.0%]'."""
         if self.verdict == IDENTICAL:
             return f"identical: the {self.pairs} seed(s) give the same losses to the bit"
         if self.best is None:
@@ -98,16 +96,15 @@ class Numerics:
         return ", ".join(parts)
 
     def reach_text(self) -> str | None:
-        if self.level is None:
-            return None
-        if self.missed:
-            return f"{self.missed} of {self.pairs} candidate trial(s) never reach the loss {self.level:.4g}"
+        """'reaches the same loss 14% later [+9%, +19%]': the steps to the loss both sides reached, per seed."""
         if self.to_level is None:
             return None
-        change = self.to_level.ratio - 1
-        when = "later" if change > 0 else "sooner"
-        return f"reaches the loss {self.level:.4g} {abs(change):.0%} {when}" if abs(change) >= 0.005 else (
-            f"reaches the loss {self.level:.4g} at the same step")  # fmt: skip
+        r = self.to_level
+        span = f"[{signed(r.low)}, {signed(r.high)}]"
+        if r.ratio == 1:
+            return f"reaches the same loss at the same step {span}"
+        when = "later" if r.ratio > 1 else "sooner"
+        return f"reaches the same loss {abs(r.ratio - 1):.0%} {when} {span}"
 
 
 def signed(ratio: float) -> str:
@@ -159,11 +156,11 @@ def _log_best(trials: Sequence[Trial]) -> float:
     return float(np.mean([math.log(max(t.best, sys.float_info.min)) for t in trials]))
 
 
-def _steps_to(trial: Trial, level: float) -> int | None:
-    """The steps a trial took to reach ``level`` (the end of its first window at or under it), None: it never
-    did."""
+def _steps_to(trial: Trial, level: float) -> int:
+    """The steps a trial took to reach ``level`` (the end of its first window at or under it; at its best at the
+    latest, read at the resolution)."""
     steps = (trial.start + (i + 1) * trial.every for i, value in enumerate(trial.values) if trial.reached(value, level))
-    return next(steps, None)
+    return next(steps, trial.start + len(trial.values) * trial.every)
 
 
 def judge(baseline: Sequence[Trial], candidate: Sequence[Trial], alpha: float = ALPHA) -> Numerics | None:
@@ -176,33 +173,32 @@ def judge(baseline: Sequence[Trial], candidate: Sequence[Trial], alpha: float = 
     deterministic = (all(t.deterministic for t in baseline), all(t.deterministic for t in candidate))
     confidence = 100 * (1 - alpha)
     if not seeds:
-        return Numerics(TOO_FEW, 0, None, None, None, None, 0, deterministic, confidence)
+        return Numerics(TOO_FEW, 0, None, None, None, deterministic, confidence)
     same = all(len({t.values for t in sides[0][s] + sides[1][s]}) == 1 for s in seeds)
     if same:
-        return Numerics(IDENTICAL, len(seeds), None, None, None, None, 0, deterministic, confidence)
+        return Numerics(IDENTICAL, len(seeds), None, None, None, deterministic, confidence)
     if len(seeds) < 2:
-        return Numerics(TOO_FEW, len(seeds), None, None, None, None, 0, deterministic, confidence)
+        return Numerics(TOO_FEW, len(seeds), None, None, None, deterministic, confidence)
     a = np.array([_log_best(sides[0][s]) for s in seeds])
     b = np.array([_log_best(sides[1][s]) for s in seeds])
     best = _interval(b - a, alpha)
     spread = math.sqrt((np.var(a, ddof=1) + np.var(b, ddof=1)) / 2)
     beyond = best.low > 1 or best.high < 1
     changed = beyond and abs(math.log(best.ratio)) >= math.log1p(THRESHOLD)
-    # The loss every baseline trial reached (the worst of their bests), and the steps each side took to reach it.
-    bests = [t.best for s in seeds for t in sides[0][s]]
-    level = min(bests) if baseline[0].higher_is_better else max(bests)
-    reached = [(_first(sides[0][s], level), _first(sides[1][s], level)) for s in seeds]
-    missed = sum(1 for _, steps in reached if steps is None)
-    both = [(x, y) for x, y in reached if x is not None and y is not None]
-    to_level = _interval(np.log([y / x for x, y in both]), alpha) if len(both) >= 2 and not missed else None
-    return Numerics(CHANGED if changed else WITHIN, len(seeds), best, math.expm1(spread), level, to_level, missed,
-                    deterministic, confidence)  # fmt: skip
+    # Per seed, the loss both sides' trials reached (the worse of their bests), and the steps each took to reach it.
+    reached = []
+    for seed in seeds:
+        bests = [t.best for t in sides[0][seed] + sides[1][seed]]
+        level = min(bests) if baseline[0].higher_is_better else max(bests)
+        reached.append((_first(sides[0][seed], level), _first(sides[1][seed], level)))
+    to_level = _interval(np.log([b / a for a, b in reached]), alpha)
+    return Numerics(CHANGED if changed else WITHIN, len(seeds), best, math.expm1(spread), to_level, deterministic,
+                    confidence)  # fmt: skip
 
 
-def _first(trials: Sequence[Trial], level: float) -> float | None:
-    """The mean steps a seed's trials took to reach ``level`` (None: one never did)."""
-    steps = [_steps_to(t, level) for t in trials]
-    return None if any(s is None for s in steps) else float(np.mean(steps))
+def _first(trials: Sequence[Trial], level: float) -> float:
+    """The mean steps a seed's trials took to reach ``level`` (each reached it: it is the worst of their bests)."""
+    return float(np.mean([_steps_to(t, level) for t in trials]))
 
 
 def counts(found: Mapping[str, Numerics]) -> dict[str, int]:

@@ -77,9 +77,7 @@ def json_rows(comparison: Comparison) -> list[dict[str, Any]]:
             "seeds": found.pairs,
             "best_loss": ratio(found.best),
             "seed_spread": plain(found.seed_spread),
-            "level": plain(found.level),
-            "steps_to_level": ratio(found.to_level),
-            "missed_level": found.missed,
+            "steps_to_same_loss": ratio(found.to_level),
             "deterministic": {"baseline": found.deterministic[0], "candidate": found.deterministic[1]},
         }
         for key, found in comparison.numerics.items()

@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from stepwatch.collector.schema import SCHEMA
 from stepwatch.collector.store.selection import Selection, SelectionError
-from stepwatch.collector.store.tables import CHILD_TABLES, nest_children
+from stepwatch.collector.store.tables import CHILD_TABLES, RUN_COLUMNS, nest_children
 
 EXPORT_FORMATS = ("csv", "parquet")
 
@@ -33,8 +34,13 @@ def write(con: duckdb.DuckDBPyConnection, selection: Selection, fmt: str, out: P
         table = table.select(SCHEMA.names).cast(SCHEMA).replace_schema_metadata(SCHEMA.metadata)
         pq.write_table(table, out, compression="zstd")
     elif fmt == "csv":
+        # A list kept in the run's row (a script's qualities) as its text, "[0.5, 0.25]": a CSV cell holds no list.
+        present = set(con.sql("SELECT * FROM runs LIMIT 0").columns)
+        lists = [f.name for f in RUN_COLUMNS if pa.types.is_list(f.type) and f.name in present]
+        texts = f" REPLACE ({', '.join(f'CAST({n} AS VARCHAR) AS {n}' for n in lists)})" if lists else ""
         table = con.sql(
-            f"SELECT r.* EXCLUDE (source_uri, ingested_at) FROM runs r WHERE {where} ORDER BY r.started_at, r.run_id",
+            f"SELECT r.* EXCLUDE (source_uri, ingested_at){texts} FROM runs r WHERE {where} "
+            "ORDER BY r.started_at, r.run_id",
             params=params,
         ).to_arrow_table()
         pacsv.write_csv(table, out)

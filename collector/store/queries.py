@@ -20,7 +20,6 @@ from stepwatch.collector.store.tables import (
     SPANS,
     SUMMARY_KEYS,
     log_value,
-    nest_children,
     pooled,
     span_of,
 )
@@ -236,34 +235,6 @@ def side_values(con: duckdb.DuckDBPyConnection, selection: Selection, metric: st
     return {key: values for key, values in rows}
 
 
-NUMERICS_COLUMNS = ("seed", "window_losses", "quality_values", "deterministic", "warmup_steps", "window_steps",
-                    "steps_per_execution", "extras")  # fmt: skip
-
-
-def side_trajectories(
-    con: duckdb.DuckDBPyConnection, selection: Selection, differ: Sequence[str] = ()
-) -> dict[Any, tuple[str, list[dict[str, Any]]]]:
-    """Per series, its key and the ok trials among the selected runs with what their numerics are judged on
-    (``collector.analysis.numerics``), in the order they started. Keyed by the series key, or, where the two sides
-    of a comparison select the dimensions ``differ`` differently (``contrast``), by the other dimensions' values,
-    which pair a series of one side with the other's."""
-    where, params = selection.where()
-    pairing = [f'"{ALIASES.get(d, d)}"' for d in SERIES_DIMENSIONS if d not in differ] if differ else ['"series_key"']
-    names = [name for name in NUMERICS_COLUMNS if name == "window_losses" or _has_column(con, name)]
-    picked = ", ".join([*pairing, '"series_key"', *(f'"{name}"' for name in names)])
-    losses = nest_children("samples", "SELECT run_id FROM picked")
-    rows = con.sql(
-        f"WITH picked AS (SELECT * FROM runs WHERE ({where}) AND status = 'ok'), losses AS ({losses}) "
-        f"SELECT {picked} FROM picked LEFT JOIN losses USING (run_id) ORDER BY started_at, run_id",
-        params=params,
-    ).fetchall()
-    found: dict[Any, tuple[str, list[dict[str, Any]]]] = {}
-    for row in rows:
-        pair, key, values = tuple(row[: len(pairing)]), row[len(pairing)], row[len(pairing) + 1 :]
-        found.setdefault(pair, (key, []))[1].append(dict(zip(names, values)))
-    return found
-
-
 def version_key(version: str) -> list[Any]:
     """Sort key for version strings: 2.9.0 before 2.10.0."""
     return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in version.replace("-", ".").split(".")]
@@ -278,7 +249,7 @@ def side_versions(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[
     return {"runs": [str(row[0])], **{f: list(v or []) for f, v in zip(VERSION_COLUMNS, row[1:])}}
 
 
-def _has_column(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+def has_column(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     """Whether the store's runs have ``name`` (a store of an earlier stepwatch may not, until its next write)."""
     return name in con.sql("SELECT * FROM runs LIMIT 0").columns
 
@@ -286,7 +257,7 @@ def _has_column(con: duckdb.DuckDBPyConnection, name: str) -> bool:
 def model_code(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, list[str]]:
     """Per user model among the selected runs, the hashes of the source that ran (``model_hash``): more than one,
     or other ones on the other side, and the model's own code changed. Empty for a store written before it."""
-    if not _has_column(con, "model_hash"):
+    if not has_column(con, "model_hash"):
         return {}
     where, params = selection.where()
     rows = con.sql(
@@ -301,7 +272,7 @@ def _machine_counts(con: duckdb.DuckDBPyConnection, alias: str) -> str:
     """SQL for an aggregate's ``flagged`` and ``unread`` counts of ok trials: unread where the trial read part of
     the machine and not what a flag needs (a GPU trial whose NVML read failed); rows from before the machine's
     state was recorded read none of it, and are neither (0 in a store from then)."""
-    if not _has_column(con, "throttled"):
+    if not has_column(con, "throttled"):
         return "0 AS flagged, 0 AS unread"
     r = f"{alias}." if alias else ""
     ok = f"{r}status = 'ok'"
@@ -315,7 +286,7 @@ def _machine_counts(con: duckdb.DuckDBPyConnection, alias: str) -> str:
 def machine_state(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, int]:
     """Among the selected ok trials: how many there are, how many read the machine's state (both flags: a flag is
     empty where it was not read), and how many ran throttled or shared (collector.trial.machine)."""
-    if not _has_column(con, "throttled"):
+    if not has_column(con, "throttled"):
         return {"trials": 0, "read": 0, "throttled": 0, "shared": 0}
     where, params = selection.where()
     row = con.sql(

@@ -99,7 +99,8 @@ st.caption(
     'level\'s verdict, and "could see" says the change each could tell from none.'
 )
 columns = ["verdict", "series", "spark", "latest", "vs_previous", "vs_baseline", "vs_level", "sees", "passing",
-           "machine", "noise", "alerts", "changed_alerts", "failures", "night_variance", "tf_version", "keras_version",
+           "machine", "numerics", "noise", "alerts", "changed_alerts", "failures", "night_variance", "tf_version",
+           "keras_version",
            "label", "started_at", "series_key"]  # fmt: skip
 chipped = {"verdict": "verdict", "vs_previous": "previous_verdict", "vs_baseline": "baseline_verdict",
            "vs_level": "level_verdict"}  # fmt: skip
@@ -140,6 +141,11 @@ st.dataframe(
             f"last {latest.SPARK_NIGHTS} nights", help="each night's median, from its lowest to its highest"
         ),
         "noise": st.column_config.TextColumn("throughput noise"),
+        "numerics": st.column_config.TextColumn(
+            "numerics vs previous run", width="medium",
+            help="the latest run's loss trajectories against the run before it, trial i of each from seed i: "
+            "identical, within seed spread or changed (docs/reference.md, 'Numerics beside speed')",
+        ),
         "alerts": st.column_config.NumberColumn("alerts", help="open alerts in their metric's worse direction"),
         "changed_alerts": st.column_config.NumberColumn(
             "changed", help="open alerts of a counter that moved where no direction is declared better"
@@ -158,6 +164,12 @@ if len(bimodal):
     st.warning(
         f"{len(bimodal)} series bimodal across processes (trials land on one of two speeds; see the noise column): "
         + "; ".join(bimodal["series"])
+    )
+retrained = shown[shown["numerics"].fillna("").str.startswith("changed")]
+if len(retrained):
+    st.warning(
+        f"{len(retrained)} series' latest run trains differently from the run before it (the numerics column): "
+        + "; ".join(f"{row['series']}: {row['numerics']}" for row in retrained.to_dict("records"))
     )
 flagged = shown[shown["machine"] != ""]
 if len(flagged):

@@ -1,6 +1,6 @@
-"""Versions: what an upgrade did, at a glance. Throughput, the largest per-device batch and the cost per run of
-the picked series across software versions (TensorFlow, Keras, the JAX or torch of their backend, CUDA, the
-driver), one panel each (in tabs), with the spread of the trials per version as a box."""
+"""Versions: what an upgrade did, at a glance. Throughput, time to a target quality, the largest per-device batch
+and the cost per run of the picked series across software versions (TensorFlow, Keras, the JAX or torch of their
+backend, CUDA, the driver), one panel each (in tabs), with the spread of the trials per version as a box."""
 
 import pandas as pd
 import streamlit as st
@@ -9,7 +9,7 @@ from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
 from stepwatch.collector.store.queries import VERSION_AXES, framework_axis, version_key
 from stepwatch.dashboard import charts, data, state
 
-PANELS = (DEFAULT_METRIC, "max_per_device_batch", "cost_usd")
+PANELS = (DEFAULT_METRIC, "time_to_target_s", "max_per_device_batch", "cost_usd")
 
 st.title("Versions")
 catalog = data.load("catalog")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +63,15 @@ def device_batches(spec: ModelSpec, config: BenchmarkConfig, global_batch: int, 
     """The trial's synthetic batches (``spec.batch_pool``), placed on the device once by ``place`` (array -> device
     tensor) and cycled through forever: what ``fit`` consumes on JAX and torch, so no step pays a host-to-device
     copy."""
-    pool = batch_pool(spec, spec.preset(config.preset), global_batch, config.seed)
-    return itertools.cycle([keras.tree.map_structure(place, batch) for batch in pool])
+    pool = [
+        keras.tree.map_structure(place, batch)
+        for batch in batch_pool(spec, spec.preset(config.preset), global_batch, config.seed)
+    ]
+
+    def cycle() -> Iterator[Any]:  # a generator: what fit takes as data (an iterator of another type it refuses)
+        yield from itertools.cycle(pool)
+
+    return cycle()
 
 
 class FitWindows(keras.callbacks.Callback):

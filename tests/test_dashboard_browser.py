@@ -16,6 +16,7 @@ from playwright.sync_api import Page, sync_playwright
 
 from stepwatch.dashboard.browser_harness import CHROMIUM, LOADING, REPO, SCRIPT_DONE, serve
 from stepwatch.dashboard.pages import PAGES, TITLES
+from tests.conftest import stepwatch
 
 # (page, link query, screenshot name): every page (some opened from a link), and two again with memory picked
 LINKS = {"versions": "?model=bert", "compare": "?metric=examples_per_sec,peak_rss_bytes"}
@@ -169,3 +170,35 @@ def test_what_is_below_the_first_screen_is_drawn_when_opened(reference_store: Pa
     assert drawn["history"][1] - drawn["history"][0] == 4
     assert picked == "Another metric" and figures == 1
     assert (hidden, shown) == (0, 4)
+
+
+@NEEDS_CHROMIUM
+def test_time_to_target_is_plotted_on_history_and_numerics_shown_on_the_overview(tmp_path: Path) -> None:
+    """The committed teacher-student trials (data/reference/cpu-2026-11-27-numerics, two runs: 200 and 3,000 steps):
+    History plots their time to target, and the Overview gives each series' numerics against its run before: the
+    3,000-step run trains on far past the 200-step one, so it reaches a far lower loss (changed)."""
+    db = tmp_path / "numerics.duckdb"
+    trials = REPO / "data" / "reference" / "cpu-2026-11-27-numerics"
+    done = stepwatch("ingest", str(trials / "precision-200"), str(trials / "precision-3000"), "--db", str(db))
+    assert done.returncode == 0, done.stderr[-2000:]
+    with serve(db) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{url}/history?metric=time_to_target_s&model=teacher")
+        settled(page, TITLES["history"])
+        page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
+        no_errors(page, "history")
+        points = page.evaluate(
+            "() => [...document.querySelectorAll('.js-plotly-plot')].flatMap((plot) => plot.data || [])"
+            ".reduce((n, trace) => n + (trace.y || []).filter((y) => y !== null).length, 0)"
+        )
+        axis = page.locator(".js-plotly-plot .ytitle").first.text_content()
+        page.goto(f"{url}/?model=teacher")
+        settled(page, TITLES["overview"])
+        no_errors(page, "overview")
+        warned = page.get_by_text("trains differently from the run before it").first
+        warned.wait_for(timeout=120_000)
+        warning = warned.inner_text()
+        browser.close()
+    assert points >= 2 and "Time to target" in axis, (points, axis)
+    assert warning.startswith("2 series' latest run") and "changed: best loss" in warning, warning

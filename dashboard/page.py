@@ -78,10 +78,20 @@ def render(
         f"its 95% interval, judged against the metric's threshold ({metric.threshold:.0%}). To "
         f"dig in: <code>{html.escape('stepwatch dashboard ' + ((night or {}).get('history') or HISTORY))}</code> in "
         "a clone of this repository.</p>",
+    ]
+    # A training that changed leads the page, its speed beside it: a speedup that computes something else is none.
+    retrained = [row for row in rows if str(row.get("numerics") or "").startswith("changed")]
+    if retrained:
+        body.append(f"<h2>Trainings that changed ({len(retrained)})</h2><ul>")
+        body += [f"<li>{html.escape(series_label(row))}: {metric.label.lower()} "
+                 f"{html.escape(labels.change_text(row, 'previous'))} against the run before it, but its training "
+                 f"{html.escape(str(row['numerics']))}</li>" for row in retrained]  # fmt: skip
+        body.append("</ul>")
+    body.append(
         "<table><tr><th>status</th><th>series</th><th>latest</th><th>vs previous run</th><th>vs baseline</th>"
         f"<th>last {latest.LEVEL_NIGHTS} nights</th><th>could see</th><th>passing</th><th>alerts</th>"
-        "<th>started</th></tr>",
-    ]
+        "<th>numerics vs previous run</th><th>started</th></tr>"
+    )
     for row in rows:
         value = row["value"]
         body.append(
@@ -93,6 +103,7 @@ def render(
             + _cell(labels.change_text(row, "level"), row["level_verdict"])
             + f"<td>{html.escape(labels.seen_text(row))}</td>"
             + f"<td>{row['ok']}/{row['trials']}</td><td>{row['alerts']}</td>"
+            + f"<td>{html.escape(str(row.get('numerics') or ''))}</td>"
             + f"<td>{html.escape(str(row['started_at'])[:16])}</td></tr>"
         )  # fmt: skip
     body.append("</table>")

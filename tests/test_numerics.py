@@ -18,7 +18,7 @@ from stepwatch.collector.trial import steps
 from stepwatch.collector.trial.measure import WindowClock, to_target
 from stepwatch.trainers import get_model
 from stepwatch.trainers.spec import POOL, batch_pool
-from tests.conftest import stepwatch
+from tests.conftest import REPO, stepwatch
 
 
 def curve(seed: int, rate: float = 0.05, noise: float = 0.0, rng: np.random.Generator | None = None) -> Trial:
@@ -203,3 +203,19 @@ def test_mixed_bfloat16_against_fp32_changes_the_training_beside_its_speed_verdi
     same = stepwatch("compare", "--baseline", "precision=fp32", "--candidate", "precision=fp32", "--format", "json",
                      "--db", str(db))  # fmt: skip
     assert [r["verdict"] for r in json.loads(same.stdout)["numerics"]] == [IDENTICAL]
+
+
+def test_the_nightly_page_leads_with_a_training_that_changed(tmp_path: Path) -> None:
+    """The committed teacher-student runs (200 steps, then 3,000): each series' latest run trains to a far lower loss
+    than the run before it, which the night's page says before its table."""
+    from stepwatch.dashboard import page
+
+    db, trials = tmp_path / "store.duckdb", REPO / "data" / "reference" / "cpu-2026-11-27-numerics"
+    assert (
+        stepwatch("ingest", str(trials / "precision-200"), str(trials / "precision-3000"), "--db", str(db)).returncode
+        == 0
+    )
+    html, series = page.render(db)
+    lead = html.split("<table>")[0]
+    assert series == 2 and "<h2>Trainings that changed (2)</h2>" in lead, lead[-3000:]
+    assert "but its training changed: best loss" in lead and "numerics vs previous run" in html

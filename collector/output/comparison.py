@@ -230,12 +230,16 @@ def aa_lines(aa: Comparison | None, what: str = AA_ENVIRONMENT) -> tuple[str, ..
     if aa is None:
         return ()
     alarms = [r for r in aa.rows if r.verdict in (REGRESSION, IMPROVEMENT, CHANGED)]
-    head = f"A/A ({what}): {headline(aa)}."
-    if not alarms:
+    trained = numerics_output.aa_text(aa)
+    head = f"A/A ({what}): {headline(aa)}{trained}."
+    if not alarms and "changed" not in numerics_output.counts(aa):
         return (head + " No false alarm.", "")
     cells = "; ".join(f"{series_label(r.series)} {r.metric.name} {percent(r.result.ratio)} "
                       f"{interval(r.result.ci_low, r.result.ci_high)}" for r in alarms)  # fmt: skip
-    return (head + f" ⚠️ It called {len(alarms)} change(s) where nothing changed: {cells}.", "")
+    said = f" ⚠️ It called {len(alarms)} change(s) where nothing changed: {cells}." if alarms else ""
+    retrained = numerics_output.lead_lines(aa)
+    said += f" ⚠️ Its training changed where nothing did: {'; '.join(retrained)}." if retrained else ""
+    return (head + said, "")
 
 
 NO_BETWEEN = (

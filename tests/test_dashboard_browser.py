@@ -199,6 +199,14 @@ def test_time_to_target_is_plotted_on_history_and_numerics_shown_on_the_overview
         warned = page.get_by_text("trains differently from the run before it").first
         warned.wait_for(timeout=120_000)
         warning = warned.inner_text()
+        # Compare: mixed_bfloat16 against fp32 over both runs, its training's change first, its speed beside it.
+        page.goto(f"{url}/compare?baseline=precision%3Dfp32&candidate=precision%3Dmixed_bfloat16")
+        settled(page, TITLES["compare"])
+        no_errors(page, "compare")
+        lead = page.get_by_text("but its training changed").first
+        lead.wait_for(timeout=120_000)
+        compared = lead.inner_text()
         browser.close()
     assert points >= 2 and "Time to target" in axis, (points, axis)
     assert warning.startswith("2 series' latest run") and "changed: best loss" in warning, warning
+    assert "throughput" in compared and "best loss" in compared, compared

@@ -219,3 +219,56 @@ def test_the_nightly_page_leads_with_a_training_that_changed(tmp_path: Path) -> 
     lead = html.split("<table>")[0]
     assert series == 2 and "<h2>Trainings that changed (2)</h2>" in lead, lead[-3000:]
     assert "but its training changed: best loss" in lead and "numerics vs previous run" in html
+
+
+SCRIPT = '''\
+"""A numpy regression of the team's own: seeded by the trial, its validation loss reported with a target."""
+import numpy as np
+
+import stepwatch
+
+rng = np.random.default_rng(stepwatch.seed())
+truth = np.linspace(-1.0, 1.0, 8)
+weights = rng.standard_normal(8) * 0.1
+held_out = rng.standard_normal((256, 8))
+
+
+def batches():
+    while True:
+        x = rng.standard_normal((32, 8))
+        yield x, x @ truth
+
+
+for step, (x, y) in enumerate(stepwatch.steps(batches(), examples_per_step=32)):
+    weights -= 0.05 * 2 * x.T @ (x @ weights - y) / len(x)
+    if step % 10 == 9:
+        stepwatch.quality(float(np.mean((held_out @ (weights - truth)) ** 2)), name="val_loss", target=0.01)
+'''
+
+
+def test_a_scripts_reported_quality_gives_its_time_to_target_and_its_numerics(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    db = tmp_path / "store.duckdb"
+    for label in ("a", "b"):
+        out = tmp_path / label
+        done = stepwatch("run", "--script", "train.py", "--trials", "2", "--label", label, "--out", str(out),
+                         cwd=tmp_path)  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        rows = pq.read_table(next(out.glob("*.parquet"))).to_pylist()
+        assert [r["seed"] for r in rows] == [0, 1] and {r["quality_name"] for r in rows} == {"val_loss"}
+        assert all(r["steps_to_target"] and r["time_to_target_s"] > 0 and r["target"] == 0.01 for r in rows), rows
+        assert all(len(r["quality_values"]) >= 10 and r["quality"] == r["quality_values"][-1] for r in rows)
+        assert rows[0]["quality_values"] != rows[1]["quality_values"]  # each seed its own data and start
+        assert stepwatch("ingest", str(out), "--db", str(db), cwd=tmp_path).returncode == 0
+    done = stepwatch("compare", "--baseline", "label=a", "--candidate", "label=b", "--format", "json", "--db", str(db))
+    assert [r["verdict"] for r in json.loads(done.stdout)["numerics"]] == [IDENTICAL], done.stdout[-2000:]
+
+
+def test_deterministic_kernels_are_a_dimension_the_row_states(tmp_path: Path) -> None:
+    done = stepwatch("run", "--models", "teacher", "--xla", "off", "--precision", "fp32", "--deterministic", "on",
+                     "--trials", "1", "--steps", "20", "--out", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    [row] = pq.read_table(next(tmp_path.glob("*.parquet"))).to_pylist()
+    assert row["status"] == "ok" and row["deterministic"] is True
+    assert json.loads(row["extras"])["determinism"] == "tf.config.experimental.enable_op_determinism()"
+    assert "deterministic=True" in done.stdout + done.stderr  # its own series, labelled

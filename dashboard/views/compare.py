@@ -12,6 +12,7 @@ from stepwatch.collector import metrics
 from stepwatch.collector.analysis import calibration
 from stepwatch.collector.analysis.thresholds import load_overrides
 from stepwatch.collector.environments.packages import Change, describe
+from stepwatch.collector.output import numerics as numerics_output
 from stepwatch.collector.output.comparison import (
     between_lines,
     code_warnings,
@@ -134,6 +135,8 @@ counts = {side: int(comparison.versions[side]["runs"][0]) for side in ("baseline
 for side, count in counts.items():
     if count == 0:
         st.warning(f"The {side} selection matches no runs.")
+for line in numerics_output.lead_lines(comparison):  # a training that changed, its speed beside it, first
+    st.warning(line)
 for line in resolution_lead(comparison):
     st.warning(line)
 for line in code_warnings(comparison):
@@ -149,6 +152,11 @@ for metric in comparison.metrics:
     text = summary_text(comparison, metric)
     if text:
         st.markdown(f"**{metric.label}**: {text}")
+trained = numerics_output.series_lines(comparison)
+if trained:
+    st.markdown(f"**{trained[0][0].upper()}{trained[0][1:]}** (trial i of each side from seed i)")
+    if len(trained) > 1:
+        st.text("\n".join(trained[1:]))
 
 
 def verdicts(*asked: object) -> tuple[int, go.Figure | None, pd.DataFrame, str]:

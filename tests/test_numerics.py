@@ -150,7 +150,7 @@ def test_planted_changes_in_a_models_code_give_the_right_numerics_verdict(tmp_pa
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         rows = pq.read_table(next(out.glob("*.parquet"))).to_pylist()
         assert [r["seed"] for r in rows] == list(range(trials)) and all(r["window_losses"] for r in rows)
-        assert stepwatch("ingest", str(out), "--db", str(db)).returncode == 0
+    assert stepwatch("ingest", *(str(tmp_path / label) for label in versions), "--db", str(db)).returncode == 0
     found = {}
     for label in ("aa", "comment", "lr"):
         done = stepwatch("compare", "--baseline", "label=base", "--candidate", f"label={label}", "--format", "json",

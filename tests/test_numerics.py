@@ -45,19 +45,27 @@ def test_a_consistent_change_is_changed_with_how_much_later_the_loss_is_reached(
     found = judge(base, slower)
     assert found.verdict == CHANGED and found.best.low > 1, found.text()
     assert found.to_level is not None and found.to_level.ratio > 1.1, found.text()
-    assert "later" in found.text() and found.text().startswith("changed: best loss +")
+    assert "steps to the same loss +" in found.text() and found.text().startswith("changed: best loss +")
 
 
 def test_an_a_a_with_nondeterministic_kernels_stays_quiet() -> None:
-    """999 simulated A/As whose two sides differ by run-to-run noise (nondeterministic kernels: 2% per window): at
-    most 0.5% are called changed (2 of them with this seed), a tenth of the 5% a paired test alone allows."""
+    """Simulated A/As whose two sides differ by run-to-run noise (nondeterministic kernels) of 2% and of 5% a window,
+    3 to 12 seeds: the verdict's two tests at half the level each keep its false alarms under the 5% one test alone
+    would allow (1 of 999 and 24 of 2,000 with these seeds)."""
     rng = np.random.default_rng(7)
-    verdicts = [
+    small = [
         judge([curve(s, 0.05, 0.02, rng) for s in range(n)], [curve(s, 0.05, 0.02, rng) for s in range(n)]).verdict
         for n in (2, 3, 5)
         for _ in range(333)
     ]
-    assert verdicts.count(CHANGED) <= 5 and verdicts.count(CHANGED) + verdicts.count(WITHIN) == len(verdicts)
+    assert small.count(CHANGED) <= 3 and small.count(CHANGED) + small.count(WITHIN) == len(small)
+    rng = np.random.default_rng(11)
+    large = [
+        judge([curve(s, 0.05, 0.05, rng) for s in range(n)], [curve(s, 0.05, 0.05, rng) for s in range(n)]).verdict
+        for n in (3, 5, 8, 12)
+        for _ in range(500)
+    ]
+    assert large.count(CHANGED) <= 0.025 * len(large), large.count(CHANGED)
 
 
 def test_a_loss_below_what_a_window_resolves_is_read_at_the_resolution() -> None:

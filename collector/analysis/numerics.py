@@ -4,9 +4,9 @@ data), so the sides' loss trajectories pair by seed:
 
 - ``identical``: every pair's trajectory is the same to the bit;
 - ``changed``: the sides' best loss (the lowest window loss a trial reached: the quality its training got to, which
-  an optimizer's late spike does not hide) differs beyond what the seeds' own spread leaves open (a paired t
-  interval on log values at the comparison's level excludes no change) and by at least the final loss's threshold
-  (``collector.metrics``);
+  an optimizer's late spike does not hide), or the steps they take to the loss both reached, differs beyond what
+  the seeds' own spread leaves open (a paired t interval on log values excludes no change, each of the two at half
+  the comparison's level) and by at least the final loss's threshold (``collector.metrics``);
 - ``within seed spread``: they differ, but no more than changing the seed does;
 - ``too few seeds``: not identical, and fewer than two seeds on both sides to tell the rest.
 
@@ -69,6 +69,16 @@ class Ratio:
     low: float
     high: float
 
+    def text(self) -> str:
+        """'+12.0% [+8.1%, +16.0%]', or '221x [93.8x, 519x]' where any of the three is far from 1."""
+        far = any(value >= 3 or value <= 1 / 3 for value in (self.ratio, self.low, self.high))
+        shown = [f"{value:.3g}x" if far else f"{value - 1:+.1%}" for value in (self.ratio, self.low, self.high)]
+        return f"{shown[0]} [{shown[1]}, {shown[2]}]"
+
+    def beyond(self, threshold: float) -> bool:
+        """The interval excludes no change, and the change is at least ``threshold`` (0.05: 5%) either way."""
+        return (self.low > 1 or self.high < 1) and abs(math.log(self.ratio)) >= math.log1p(threshold)
+
 
 @dataclass(frozen=True)
 class Numerics:
@@ -81,14 +91,13 @@ class Numerics:
     confidence: float
 
     def text(self) -> str:
-        """One line: 'changed: best loss +12.0% [+8.1%, +16.0%] (95% CI, 3 seeds), seed spread 9.5%, reaches the
-        same loss 14% later [+9.0%, +19.0%]'."""
+        """One line: 'changed: best loss +12.0% [+8.1%, +16.0%] (95% CI, 3 seeds), seed spread 9.5%, steps to the
+        same loss +14.0% [+9.0%, +19.0%]'."""
         if self.verdict == IDENTICAL:
             return f"identical: the {self.pairs} seed(s) give the same losses to the bit"
         if self.best is None:
             return f"{self.verdict}: the losses differ, and {self.pairs} seed(s) on both sides cannot say by how much"
-        best = self.best
-        lead = f"{self.verdict}: best loss {signed(best.ratio)} [{signed(best.low)}, {signed(best.high)}]"
+        lead = f"{self.verdict}: best loss {self.best.text()}"
         parts = [f"{lead} ({self.confidence:.4g}% CI, {self.pairs} seeds)"]
         if self.seed_spread is not None:
             parts.append(f"seed spread {self.seed_spread:.1%}")
@@ -96,20 +105,10 @@ class Numerics:
         return ", ".join(parts)
 
     def reach_text(self) -> str | None:
-        """'reaches the same loss 14% later [+9%, +19%]': the steps to the loss both sides reached, per seed."""
+        """'steps to the same loss +14.0% [+9.0%, +19.0%]': to the loss both sides' trials of a seed reached."""
         if self.to_level is None:
             return None
-        r = self.to_level
-        span = f"[{signed(r.low)}, {signed(r.high)}]"
-        if r.ratio == 1:
-            return f"reaches the same loss at the same step {span}"
-        when = "later" if r.ratio > 1 else "sooner"
-        return f"reaches the same loss {abs(r.ratio - 1):.0%} {when} {span}"
-
-
-def signed(ratio: float) -> str:
-    """+12.0%, or 35.2x where a ratio is far from 1."""
-    return f"{ratio:.3g}x" if ratio >= 3 or ratio <= 1 / 3 else f"{ratio - 1:+.1%}"
+        return f"steps to the same loss {self.to_level.text()}"
 
 
 def trajectory(row: Mapping[str, Any]) -> tuple[float, ...]:
@@ -165,9 +164,12 @@ def _steps_to(trial: Trial, level: float) -> int:
 
 def judge(baseline: Sequence[Trial], candidate: Sequence[Trial], alpha: float = ALPHA) -> Numerics | None:
     """The numerics verdict of one series (None: a side has no trajectory). Trials of one seed repeated on a side
-    (several nights) are one seed: their best losses averaged in logs, and identical only if all are."""
+    (several nights) are one seed: their best losses averaged in logs, and identical only if all are. Its two tests
+    (best loss, steps to the same loss) are each at ``alpha`` / 2 (Bonferroni), so that together they raise no more
+    false alarms than one."""
     if not baseline or not candidate:
         return None
+    alpha = alpha / 2
     sides = _by_seed(baseline), _by_seed(candidate)
     seeds = sorted(set(sides[0]) & set(sides[1]))
     deterministic = (all(t.deterministic for t in baseline), all(t.deterministic for t in candidate))
@@ -183,8 +185,6 @@ def judge(baseline: Sequence[Trial], candidate: Sequence[Trial], alpha: float = 
     b = np.array([_log_best(sides[1][s]) for s in seeds])
     best = _interval(b - a, alpha)
     spread = math.sqrt((np.var(a, ddof=1) + np.var(b, ddof=1)) / 2)
-    beyond = best.low > 1 or best.high < 1
-    changed = beyond and abs(math.log(best.ratio)) >= math.log1p(THRESHOLD)
     # Per seed, the loss both sides' trials reached (the worse of their bests), and the steps each took to reach it.
     reached = []
     for seed in seeds:
@@ -192,6 +192,7 @@ def judge(baseline: Sequence[Trial], candidate: Sequence[Trial], alpha: float = 
         level = min(bests) if baseline[0].higher_is_better else max(bests)
         reached.append((_first(sides[0][seed], level), _first(sides[1][seed], level)))
     to_level = _interval(np.log([b / a for a, b in reached]), alpha)
+    changed = best.beyond(THRESHOLD) or to_level.beyond(THRESHOLD)
     return Numerics(CHANGED if changed else WITHIN, len(seeds), best, math.expm1(spread), to_level, deterministic,
                     confidence)  # fmt: skip
 

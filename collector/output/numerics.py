@@ -13,9 +13,10 @@ from stepwatch.collector.output.text import interval, percent, series_label
 
 EXPLAINED = (
     "Numerics: trial i of each side trains from seed i (the same initial weights and data), so their loss "
-    "trajectories pair. identical: the same to the bit; changed: the best loss reached differs beyond the seeds' own "
-    "spread (a paired interval on log values excludes no change) by at least {threshold:.0%}; within seed spread: "
-    "it differs by no more than changing the seed does."
+    "trajectories pair. identical: the same to the bit; changed: the best loss reached, or the steps to the loss both "
+    "sides reached, differs beyond the seeds' own spread (a paired interval on log values excludes no change, each "
+    "at half the level) by at least {threshold:.0%}; within seed spread: it differs by no more than changing the "
+    "seed does."
 )
 
 

@@ -80,7 +80,7 @@ def render(
         "a clone of this repository.</p>",
     ]
     # A training that changed leads the page, its speed beside it: a speedup that computes something else is none.
-    retrained = [row for row in rows if str(row.get("numerics") or "").startswith("changed")]
+    retrained = [row for row in rows if str(row.get("numerics") or "").startswith(f"{CHANGED}:")]
     if retrained:
         body.append(f"<h2>Trainings that changed ({len(retrained)})</h2><ul>")
         body += [f"<li>{html.escape(series_label(row))}: {metric.label.lower()} "

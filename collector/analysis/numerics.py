@@ -29,9 +29,10 @@ from scipy import stats as scipy_stats
 
 from stepwatch.collector.analysis.stats import ALPHA
 from stepwatch.collector.metrics import get_metric
+from stepwatch.collector.outcomes import CHANGED, IDENTICAL, NUMERICS_ORDER, TOO_FEW_SEEDS, WITHIN_SEED_SPREAD
 
-IDENTICAL, WITHIN, CHANGED, TOO_FEW = "identical", "within seed spread", "changed", "too few seeds"
-VERDICTS = (CHANGED, TOO_FEW, WITHIN, IDENTICAL)  # worst first
+IDENTICAL, WITHIN, CHANGED, TOO_FEW = IDENTICAL, WITHIN_SEED_SPREAD, CHANGED, TOO_FEW_SEEDS
+VERDICTS = NUMERICS_ORDER  # worst first
 THRESHOLD = get_metric("final_loss").threshold  # the smallest change of the best loss that counts
 # The smallest loss a trajectory resolves, as a share of its first value: a window's mean loss is the difference of
 # two running means (``measure.window_mean_from_running``), whose float32 rounding leaves less than this as noise

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from stepwatch.collector.outcomes import FAILED, INCONCLUSIVE, REGRESSION, SKIPPED
+from stepwatch.collector.outcomes import CHANGED, FAILED, INCONCLUSIVE, REGRESSION, SKIPPED
 
 if TYPE_CHECKING:  # every command imports this module: it must not load the analysis (pandas) to name its types
     from stepwatch.collector.analysis.comparison import Comparison
@@ -26,7 +26,7 @@ def of_comparison(comparison: Comparison, fail_on_inconclusive: bool = False, nu
     trials all failed, else 3 on inconclusive when asked, else 0."""
     if comparison.by_verdict(REGRESSION):
         return EXIT_REGRESSION
-    if numerics == "fail" and any(found.verdict == "changed" for found in comparison.numerics.values()):
+    if numerics == "fail" and any(found.verdict == CHANGED for found in comparison.numerics.values()):
         return EXIT_REGRESSION
     if comparison.by_verdict(FAILED):
         return EXIT_FAILED

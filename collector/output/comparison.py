@@ -232,7 +232,7 @@ def aa_lines(aa: Comparison | None, what: str = AA_ENVIRONMENT) -> tuple[str, ..
     alarms = [r for r in aa.rows if r.verdict in (REGRESSION, IMPROVEMENT, CHANGED)]
     trained = numerics_output.aa_text(aa)
     head = f"A/A ({what}): {headline(aa)}{trained}."
-    if not alarms and "changed" not in numerics_output.counts(aa):
+    if not alarms and CHANGED not in numerics_output.counts(aa):
         return (head + " No false alarm.", "")
     cells = "; ".join(f"{series_label(r.series)} {r.metric.name} {percent(r.result.ratio)} "
                       f"{interval(r.result.ci_low, r.result.ci_high)}" for r in alarms)  # fmt: skip

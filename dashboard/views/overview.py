@@ -7,6 +7,7 @@ import streamlit as st
 from stepwatch.collector.analysis import latest
 from stepwatch.collector.analysis.thresholds import load_overrides
 from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
+from stepwatch.collector.outcomes import CHANGED
 from stepwatch.collector.output.text import series_label
 from stepwatch.collector.store import records
 from stepwatch.collector.store.selection import Selection
@@ -165,7 +166,7 @@ if len(bimodal):
         f"{len(bimodal)} series bimodal across processes (trials land on one of two speeds; see the noise column): "
         + "; ".join(bimodal["series"])
     )
-retrained = shown[shown["numerics"].fillna("").str.startswith("changed")]
+retrained = shown[shown["numerics"].fillna("").str.startswith(f"{CHANGED}:")]
 if len(retrained):
     st.warning(
         f"{len(retrained)} series' latest run trains differently from the run before it (the numerics column): "

@@ -44,7 +44,8 @@ SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, wh
 # emptied, unless their note says they were set.
 # 9: numerics beside speed: the deterministic dimension (every earlier row ran the frameworks' default kernels:
 # off; series keys are unchanged), and time to a target quality (steps_to_target, time_to_target_s, target_loss)
-# with the quality a script reports (quality, quality_name); earlier rows have none.
+# with the quality a script reports (quality, quality_name); whose price a row was costed at (price_whose) and how far
+# it is trusted (price_confidence). Earlier rows have none.
 SCHEMA_VERSION = 9
 
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
@@ -174,6 +175,8 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("price_date", _STR, "cost"),
     ("price_covers", _STR, "cost"),  # what the price pays for: instance, instance share, device only
     ("price_note", _STR, "cost"),  # why a run has no cost (its hardware matches no entry of the catalog)
+    ("price_whose", _STR, "cost"),  # stepwatch's catalog, your catalog, your own price, --price-per-hour
+    ("price_confidence", _STR, "cost"),  # the entry's confidence (high, medium, low), and "provisional"
     ("cost_usd", _F64, "cost"),
     ("cost_per_1m_examples_usd", _F64, "cost"),
     ("gpu_wh_per_1m_examples", _F64, "cost"),

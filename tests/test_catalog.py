@@ -33,9 +33,11 @@ def test_every_price_says_what_it_covers_and_names_its_source_and_date() -> None
         ("NVIDIA A100-SXM4-80GB", "aws-p4de.24xlarge-a100-sxm4-80gb"),
         ("NVIDIA A100 80GB PCIe", "azure-nc24ads-a100-v4-a100-80gb-pcie"),
         ("NVIDIA L4", "aws-g6.xlarge-l4"),
-        ("NVIDIA L40S", None),  # not in the catalog: no cost, rather than another card's
-        ("NVIDIA H200", None),
-        ("NVIDIA A100-PCIE-40GB", None),
+        ("NVIDIA L40S", "aws-g6e.xlarge-l40s"),
+        ("NVIDIA H200", "aws-p5en.48xlarge-h200"),
+        ("NVIDIA B200", "aws-p6-b200.48xlarge-b200"),
+        ("NVIDIA A100-PCIE-40GB", None),  # not in the catalog: no cost, rather than another card's
+        ("NVIDIA RTX 6000 Ada Generation", None),
     ],
 )
 def test_a_gpu_is_priced_by_its_exact_product(name: str, key: str | None) -> None:
@@ -116,11 +118,11 @@ def test_make_row_computes_mfu_from_flops_throughput_and_peak() -> None:
     assert row["price_covers"] == "instance share" and row["price_key"] == p4d.key
     assert row["cost_usd"] == pytest.approx(p4d.usd_per_hour / 60)  # one device of the instance for a minute
     assert row["xla_requested"] is False and row["global_batch"] == 8
-    unknown = make_row(config, 0, {**child, "accelerator": "NVIDIA L40S"}, 60.0, 0, datetime.now(UTC), "s", "id",
-                       RunOptions())  # fmt: skip
+    rtx = "NVIDIA RTX 6000 Ada Generation"  # in neither catalog
+    unknown = make_row(config, 0, {**child, "accelerator": rtx}, 60.0, 0, datetime.now(UTC), "s", "id", RunOptions())
     assert unknown["cost_usd"] is None and unknown["mfu"] is None
-    assert unknown["price_note"].startswith("no price: NVIDIA L40S (gpu) matches no entry of the price catalog")
-    assert "no dense peak of NVIDIA L40S at mixed_bfloat16" in unknown["peak_missing"]
+    assert unknown["price_note"].startswith(f"no price: {rtx} (gpu) matches no entry of the price catalog")
+    assert f"no dense peak of {rtx} at mixed_bfloat16" in unknown["peak_missing"]
 
 
 def test_a_catalog_entry_without_source_or_with_unknown_cover_is_refused(tmp_path: Path) -> None:
@@ -151,3 +153,37 @@ def test_a_price_is_old_from_a_year_after_the_month_or_day_it_was_read() -> None
     assert catalog.price_age_days("July 2023", today) is None and catalog.price_age_days(None, today) is None
     dates = {"new": "2026-02", "year": "2025-11", "old": "2023-07", "undated": ""}
     assert catalog.stale_prices(dates, today) == {"old": "2023-07"}
+
+
+def test_the_first_match_for_an_h100_sxm_and_an_h200_is_after_awss_2025_cut_with_its_page_and_confidence() -> None:
+    """AWS cut P4/P5 on-demand prices on 2025-06-01 (p5.48xlarge $98.32 -> $55.04): an H100 SXM hour is 6.88, an
+    H200's 7.912 (p5en.48xlarge $63.296 / 8). Every bundled entry says how far it is trusted; a provisional or
+    low-confidence one is marked as such."""
+    prices = catalog.load_prices()
+    h100 = catalog.find_price(prices, "gpu", "NVIDIA H100 80GB HBM3")
+    h200 = catalog.find_price(prices, "gpu", "NVIDIA H200")
+    assert (h100.usd_per_hour, h200.usd_per_hour) == (6.88, 7.912)
+    assert h100.date >= "2025-06" and h200.date >= "2025-06" and h100.trust == h200.trust == "high"
+    assert "https://" in h100.source and "$55.04" in h100.source and "$63.296" in h200.source
+    assert {p.confidence for p in prices} <= set(catalog.CONFIDENCE) and all(p.confidence for p in prices)
+    b200 = catalog.find_price(prices, "gpu", "NVIDIA B200")
+    assert b200.trust == "low, provisional"
+    today = date(2026, 11, 27)
+    assert catalog.doubts(b200.date, b200.trust, today) == ["provisional", "low confidence"]
+    assert catalog.doubts(h200.date, h200.trust, today) == []
+    assert catalog.doubts("2024-06", "high", today) == ["read 2024-06, more than a year ago"]
+
+
+def test_a_teams_own_price_comes_first_and_every_row_says_whose_it_is() -> None:
+    own = catalog.own_price(3.1, "our 3-year commitment", date(2026, 11, 27))
+    prices = [own, *catalog.load_prices()]
+    assert catalog.find_price(prices, "gpu", "NVIDIA H100 80GB HBM3") is own
+    assert catalog.find_price(prices, "tpu", "TPU v6 lite") is own
+    assert catalog.find_price(prices, "cpu", "AMD EPYC", 2, {"RUNNER_ENVIRONMENT": "github-hosted"}) is own
+    row = catalog.cost_columns(own, None, 2, 3600.0, 1000.0)
+    assert row["price_whose"] == "your own price" and row["cost_usd"] == pytest.approx(6.2)
+    assert row["price_source"] == "our 3-year commitment" and row["price_key"] == "own-price"
+    said = catalog.costed_at([row], date(2026, 11, 27))
+    assert said == "own-price (your own price, 3.1 USD per device-hour: our 3-year commitment)"
+    with pytest.raises(catalog.CatalogError, match="own-price must be a positive"):
+        catalog.own_price(0, None, date(2026, 11, 27))

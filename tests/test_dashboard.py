@@ -12,6 +12,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -471,16 +472,17 @@ def test_cost_marks_every_bar_with_its_price_and_says_which_trials_have_none(
     old = "aws-p5.48xlarge-h100-sxm"
     assert [w.value for w in at.warning] == [
         f"3 successful trial(s) have no cost: {note}",
-        f"1 of these prices were read more than a year ago: [{marks[old]}] {old} ({dates[old]}). What the cloud asks "
-        "today may differ: give your own (the project's `prices` setting, or --price-per-hour).",
+        f"1 of these prices may not be what the hardware costs today: [{marks[old]}] {old}: read {dates[old]}, more "
+        "than a year ago. Give your own (the project's `own-price` setting, or --price-per-hour).",
     ]
     (figure,) = figures(at)
     names = {x for trace in figure["data"] for x in trace["x"]}
     assert names == {f"{priced[key][0]} [{mark}]" for key, mark in marks.items()}  # every bar names its price
     listed = [m.value for m in at.markdown if "**aws-" in m.value]
     assert listed == [
-        "\n".join(f"{marks[k]}. **{k}** (instance share, {dates[k]}{', more than a year ago' if k == old else ''}): "
-                  f"{priced[k][1]}" for k in sorted(priced))
+        "\n".join(f"{marks[k]}. **{k}**, stepwatch's catalog (instance share, {dates[k]}"
+                  f"{' ⚠️ read ' + dates[k] + ', more than a year ago' if k == old else ''}): {priced[k][1]}"
+                  for k in sorted(priced))
     ]  # fmt: skip
 
 
@@ -609,3 +611,29 @@ def test_speedups_opens_on_a_row_of_two_accelerators(tmp_path: Path, monkeypatch
     picked = at.multiselect[0].value
     assert len(at.multiselect[0].options) == 10 and len(picked) == 2
     assert titles == [f"accelerator={name}" for name in picked]
+
+
+def test_a_teams_own_price_in_its_settings_costs_its_runs_on_the_cost_page_and_in_a_reports_cost_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A project whose stepwatch.toml sets its own price (its own hardware): a real trial is costed at it, its row
+    says whose price it is, the Cost page lists it as the team's, and a check's cost line names it."""
+    from stepwatch.collector.output.code_check import run_lines
+    from stepwatch.collector.runner.catalog import costed_at
+
+    (tmp_path / "stepwatch.toml").write_text('own-price = 0.5\nown-price-source = "our own 2-core box, amortised"\n')
+    done = stepwatch("run", "--models", "teacher", "--xla", "off", "--precision", "fp32", "--trials", "1", "--steps",
+                     "20", "--out", str(tmp_path / "out"), cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    [row] = [r for f in (tmp_path / "out").glob("*.parquet") for r in pq.read_table(f).to_pylist()]
+    assert (row["price_key"], row["price_whose"], row["price_per_device_hour"]) == ("own-price", "your own price", 0.5)
+    assert row["cost_usd"] == pytest.approx(0.5 * row["wall_s"] / 3600)
+    db = tmp_path / "store.duckdb"
+    assert stepwatch("ingest", str(tmp_path / "out"), "--db", str(db)).returncode == 0
+    at = render(db, "cost", monkeypatch)
+    listed = [m.value for m in at.markdown if "**own-price**" in m.value]
+    assert listed and listed[0].startswith("1. **own-price**, your own price (instance share, ")
+    assert listed[0].endswith("): our own 2-core box, amortised"), listed
+    seconds, usd, prices = row["wall_s"], row["cost_usd"], costed_at([row], date.today())
+    line = run_lines(1, 1, "here", 0, 1, (seconds, usd, prices), 1.0)[2]
+    assert "USD at own-price (your own price, 0.5 USD per device-hour: our own 2-core box, amortised)" in line, line

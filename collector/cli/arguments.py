@@ -4,6 +4,7 @@ fields' roles), the store and analysis flags, and where a command's store is."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -104,6 +105,12 @@ def add_matrix_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("script_args", nargs="*", metavar="-- ARGS", help="the script's arguments")
     parser.add_argument("--price-per-hour", type=float, help="USD per hour for the whole run, overriding the catalog")
     parser.add_argument("--prices", type=Path, default=catalog.PRICES_PATH, help="price catalog TOML")
+    parser.add_argument(
+        "--own-price", type=float, metavar="USD",
+        help="your own price (a commitment, a neocloud, your hardware) per device-hour of an accelerator, or per hour "
+        "of a CPU host, ahead of the catalog for every run; each row says whose price it was costed at (price_whose)",
+    )  # fmt: skip
+    parser.add_argument("--own-price-source", metavar="TEXT", help="where your own price comes from, for the rows")
 
 
 def add_environment_arguments(parser: argparse.ArgumentParser) -> None:
@@ -138,6 +145,15 @@ def profiled_trials(args: argparse.Namespace) -> int:
     if args.profile < 0:
         raise UsageError("--profile N: N must be at least 1 (0: no profiles)")
     return args.profile
+
+
+def price_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The prices a command that runs trials costs them at (``runner.RunOptions``): --price-per-hour, else your own
+    price, else the catalog's first match."""
+    prices = catalog.load_prices(args.prices)
+    if args.own_price is not None:
+        prices = [catalog.own_price(args.own_price, args.own_price_source, datetime.date.today()), *prices]
+    return {"price_per_hour": args.price_per_hour, "prices": prices}
 
 
 def trial_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from stepwatch.collector.cli.arguments import (
     db_path,
     matrix_values,
     overrides,
+    price_options,
     trial_options,
 )
 from stepwatch.collector.cli.checks import add_check_arguments, budget_of, design_of
@@ -27,7 +28,7 @@ from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.bisect import bisect_json, bisect_markdown, step_line
 from stepwatch.collector.output.text import publish, write_file
-from stepwatch.collector.runner import catalog, execution
+from stepwatch.collector.runner import execution
 from stepwatch.collector.runner.suite import load_suite, narrow
 from stepwatch.collector.workflows import bisect
 
@@ -57,7 +58,7 @@ def plan(args: argparse.Namespace) -> bisect.Plan:
         good, bad, suite.name, list(narrow(suite.configs, matrix_values(args), suite.defaults)), design,
         args.metric, overrides(args), Path(args.results), db_path(args),
         execution.RunOptions(
-            price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices), **trial_options(args)
+            **price_options(args), **trial_options(args)
         ),
         args.reuse_site_packages, tuple(args.pip_arg), args.aa, calibrated_between(args), budget_of(args),
     )  # fmt: skip

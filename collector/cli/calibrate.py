@@ -20,6 +20,7 @@ from stepwatch.collector.cli.arguments import (
     console,
     db_path,
     matrix_values,
+    price_options,
 )
 from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
 from stepwatch.collector.cli.progress import TerminalHooks
@@ -28,7 +29,7 @@ from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.metrics import METRICS
 from stepwatch.collector.output.runs import calibration_table
-from stepwatch.collector.runner import catalog, execution
+from stepwatch.collector.runner import execution
 from stepwatch.collector.runner.suite import load_suite, narrow
 from stepwatch.collector.workflows import check as workflow
 
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     configs = list(narrow(suite.configs, matrix_values(args), suite.defaults))
     label = args.runner or calibration.runner_label()
     out = args.out or calibration.default_path(label)
-    options = execution.RunOptions(price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices))
+    options = execution.RunOptions(**price_options(args))
     ran, found = workflow.calibrate(
         label, requirements, args.environments, configs, args.trials, suite.name, args.metric, args.results, options,
         db_path(args), args.reuse_site_packages, tuple(args.pip_arg), TerminalHooks(),

@@ -16,6 +16,7 @@ from stepwatch.collector.cli.arguments import (
     matrix_values,
     metric_list,
     overrides,
+    price_options,
     trial_options,
 )
 from stepwatch.collector.cli.checks import add_check_arguments, budget_of, deadline_of, design_of, report
@@ -26,7 +27,7 @@ from stepwatch.collector.output import code_check as said
 from stepwatch.collector.output.comparison import NO_BETWEEN
 from stepwatch.collector.output.failures import reason_line
 from stepwatch.collector.output.text import publish, step_output, time_split_lines
-from stepwatch.collector.runner import catalog, execution
+from stepwatch.collector.runner import execution
 from stepwatch.collector.runner.suite import load_suite, narrow
 from stepwatch.collector.workflows import check, code_check
 from stepwatch.collector.workflows.code_check import BUNDLED, CHANGED, UNCHANGED
@@ -100,9 +101,7 @@ def _check(args: argparse.Namespace) -> int:
                 print(f"{side} {config.label()} trial {trial + 1}")
             return EXIT_OK
         sides = code_check.sides(commits, folders, packages, args.reuse_site_packages, tuple(args.pip_arg), hooks)
-        options = execution.RunOptions(
-            price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices), **trial_options(args)
-        )
+        options = execution.RunOptions(**price_options(args), **trial_options(args))
         asked = check.Asked(args.metric, overrides(args), calibrated_between(args), pool_aa=sides.pins is not None)
         done = check.measure(
             measured, design, suite.name, sides.envs, args.results, options, db_path(args), asked, hooks,

@@ -16,13 +16,14 @@ from stepwatch.collector.cli.arguments import (
     add_profile_argument,
     console,
     matrix_values,
+    price_options,
     trial_options,
 )
 from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.runs import run_summary, trial_line
-from stepwatch.collector.runner import catalog, execution, max_batch
+from stepwatch.collector.runner import execution, max_batch
 from stepwatch.collector.runner.results import ResultsError
 from stepwatch.collector.runner.suite import load_suite, narrow
 from stepwatch.collector.store import objectstore
@@ -127,8 +128,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--workers must be at least 1")
     options = execution.RunOptions(
         label=args.label,
-        price_per_hour=args.price_per_hour,
-        prices=catalog.load_prices(args.prices),
+        **price_options(args),
         workers=args.workers,
         **trial_options(args),
     )

@@ -12,6 +12,7 @@ from stepwatch.collector.cli.arguments import (
     db_path,
     matrix_values,
     overrides,
+    price_options,
     trial_options,
 )
 from stepwatch.collector.cli.checks import add_check_arguments, budget_of, deadline_of, design_of, report
@@ -23,7 +24,7 @@ from stepwatch.collector.output.comparison import (
     upgrade_preface,
 )
 from stepwatch.collector.output.text import time_split_lines
-from stepwatch.collector.runner import catalog, execution
+from stepwatch.collector.runner import execution
 from stepwatch.collector.runner.suite import load_suite, narrow
 from stepwatch.collector.workflows import check
 
@@ -60,9 +61,7 @@ def run(args: argparse.Namespace) -> int:
     asked = check.Asked(args.metric, overrides(args), calibrated_between(args))
     hooks = TerminalHooks()
     envs = check.environments(sides, args.reuse_site_packages, tuple(args.pip_arg), args.aa, hooks)
-    options = execution.RunOptions(
-        price_per_hour=args.price_per_hour, prices=catalog.load_prices(args.prices), **trial_options(args)
-    )
+    options = execution.RunOptions(**price_options(args), **trial_options(args))
     done = check.measure(configs, design, suite.name, envs, args.results, options, db_path(args), asked, hooks,
                          deadline=deadline, budget_minutes=budget_of(args))  # fmt: skip
     ran = done.check

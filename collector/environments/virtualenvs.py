@@ -40,7 +40,7 @@ from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.environments import owners
 from stepwatch.collector.errors import Failure
 from stepwatch.collector.metrics import TIME_PARTS, trial_time
-from stepwatch.collector.runner import execution
+from stepwatch.collector.runner import catalog, execution
 from stepwatch.collector.runner.results import ResultFile
 from stepwatch.collector.trial.host import distribution_version
 
@@ -380,10 +380,12 @@ class Check:
         order = list(self.results)
         return sorted((f for f in found.values() if f.trials), key=lambda f: order.index(f.side))
 
-    def spent(self) -> tuple[float, float]:
-        """What the trials cost: their seconds of this machine, and their dollars where a price is known."""
+    def spent(self) -> tuple[float, float, str]:
+        """What the trials cost: their seconds of this machine, their dollars where a price is known, and the prices
+        they were costed at, whose and how sure (``catalog.costed_at``)."""
         rows = [o.row for o in self.outcomes]
-        return sum(r.get("wall_s") or 0 for r in rows), sum(r.get("cost_usd") or 0 for r in rows)
+        usd = sum(r.get("cost_usd") or 0 for r in rows)
+        return sum(r.get("wall_s") or 0 for r in rows), usd, catalog.costed_at(rows, datetime.now(UTC).date())
 
     def time_split(self) -> dict[str, float]:
         """Where the trials' seconds went, summed over every trial that reached its first step: start-up (to the first

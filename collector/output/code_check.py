@@ -100,11 +100,17 @@ def nothing_json(workloads: Sequence[Workload]) -> str:
 
 
 def run_lines(
-    configs: int, rounds: int, host: str | None, failed: int, total: int, spent: tuple[float, float], minutes: float
+    configs: int,
+    rounds: int,
+    host: str | None,
+    failed: int,
+    total: int,
+    spent: tuple[float, float, str],
+    minutes: float,
 ) -> tuple[str, ...]:
-    """What ran where and what it cost."""
-    seconds, usd = spent
-    price = f", {usd:.2f} USD at the price the catalog gives this machine" if usd else ""
+    """What ran where and what it cost, at whose price (``catalog.costed_at``)."""
+    seconds, usd, prices = spent
+    price = f", {usd:.2f} USD at {prices}" if usd else ""
     return (
         f"{configs} config(s) x {rounds} trials per side, interleaved on {host}; {failed} of {total} trials failed.",
         "",

@@ -512,7 +512,7 @@ def upgrade_preface(
     total: int,
     changed: Sequence[tuple[str, str, str]],
     caches: Sequence[str | None] = (),
-    spent: tuple[float, float | None] | None = None,
+    spent: tuple[float, float | None, str] | None = None,
 ) -> tuple[str, ...]:
     """The lines an upgrade-check report opens with: what ran where, every package that differs, and with a
     compile cache (``caches``: each measured trial's ``compile_cache``) which trials were cold."""
@@ -524,9 +524,9 @@ def upgrade_preface(
     if changed:
         packages = ", ".join(f"{name} {a} -> {b}" for name, a, b in changed)
         lines += (f"Packages that differ between the two environments: {packages}.", "")
-    if spent is not None:  # (seconds of the trials, their cost in USD where a price is known)
-        seconds, usd = spent
-        price = f", {usd:.2f} USD at the price the catalog gives this machine" if usd else ""
+    if spent is not None:  # (seconds of the trials, their cost in USD where a price is known, the prices used)
+        seconds, usd, prices = spent
+        price = f", {usd:.2f} USD at {prices}" if usd else ""
         lines += (f"What the check cost: {seconds / 60:.1f} minutes of this machine in trials{price} (building "
                   "the environments not counted).", "")  # fmt: skip
     said = [cache for cache in caches if cache]

@@ -28,7 +28,15 @@ class CatalogError(UsageError):
 # an instance's price divided by its devices (its CPUs, memory and disk included); the accelerator alone, without
 # the machine it sits in; or, in a catalog written before entries said so, a device's price of unknown extent.
 COVERS = {"instance": "host", "instance share": "device", "device only": "device", "device": "device"}
-CATALOG_HINT = "give --price-per-hour, or add an entry to the price catalog (the project's `prices` setting)"
+CATALOG_HINT = (
+    "give your own price (the project's `own-price` setting), --price-per-hour, or add an entry to the price catalog "
+    "(the project's `prices` setting)"
+)
+CONFIDENCE = ("high", "medium", "low")
+DOUBTED = ("low",)  # a confidence the Cost page and the reports mark
+# Whose price a row was costed at (its price_whose).
+CATALOG, OWN_CATALOG, OWN_PRICE, OVERRIDE = "stepwatch's catalog", "your catalog", "your own price", "--price-per-hour"
+ANY = "any"  # an own price's device: every run's
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,9 @@ class Price:
     date: str
     cores: int | None = None  # only on a host with this many CPUs (a CPU runner is priced by its size)
     env: str | None = None  # only where this environment variable has this value ("NAME=value")
+    confidence: str | None = None  # CONFIDENCE: how far its source can be trusted (a catalog of yours may not say)
+    provisional: bool = False  # a figure to replace once a better source is found
+    whose: str = CATALOG  # WHOSE: the bundled catalog's, a catalog of yours, or your own price (own-price)
 
     @property
     def per(self) -> str:
@@ -50,8 +61,14 @@ class Price:
     def hourly(self, num_devices: int) -> float:
         return self.usd_per_hour * (num_devices if self.per == "device" else 1)
 
+    @property
+    def trust(self) -> str | None:
+        """The row's ``price_confidence``: 'low, provisional', 'high', or None where the entry does not say."""
+        said = [word for word in (self.confidence, "provisional" if self.provisional else None) if word]
+        return ", ".join(said) or None
+
     def fits(self, device: str, accelerator: str | None, cores: int | None, environ: Mapping[str, str]) -> bool:
-        if self.device != device or not re.fullmatch(self.match, accelerator or ""):
+        if self.device not in (device, ANY) or not re.fullmatch(self.match, accelerator or ""):
             return False
         if self.cores is not None and cores != self.cores:
             return False
@@ -112,11 +129,13 @@ def load_prices(path: Path = PRICES_PATH) -> list[Price]:
             per = entry.pop("per")
             entry.setdefault("covers", "instance" if per == "host" else "device")
         try:
-            price = Price(**entry)
+            price = Price(**entry, whose=CATALOG if path == PRICES_PATH else OWN_CATALOG)
         except TypeError as error:
             raise CatalogError(f"{path}: price #{i + 1}: {error}") from None
         if not price.source or not price.date:
             raise CatalogError(f"{path}: price {price.key!r} needs a source and a date")
+        if price.confidence is not None and price.confidence not in CONFIDENCE:
+            raise CatalogError(f"{path}: price {price.key!r}: confidence must be one of {', '.join(CONFIDENCE)}")
         if price.covers not in COVERS:
             raise CatalogError(f"{path}: price {price.key!r}: covers must be one of {', '.join(map(repr, COVERS))}")
         try:
@@ -125,6 +144,42 @@ def load_prices(path: Path = PRICES_PATH) -> list[Price]:
             raise CatalogError(f"{path}: price {price.key!r}: match {price.match!r}: {error}") from None
         prices.append(price)
     return prices
+
+
+def own_price(usd_per_hour: float, source: str | None, today: datetime.date) -> Price:
+    """The team's own price (the project's ``own-price`` setting: a commitment, a neocloud, its own hardware), ahead
+    of every catalog entry for every run: per device-hour on an accelerator, per hour of a CPU host."""
+    if not usd_per_hour > 0:
+        raise CatalogError(f"own-price must be a positive USD per accelerator-hour, not {usd_per_hour!r}")
+    said = source or "the project's own-price setting"
+    return Price("own-price", ANY, ".*", "instance share", usd_per_hour, said, today.isoformat(),
+                 whose=OWN_PRICE)  # fmt: skip
+
+
+def doubts(date: str | None, trust: str | None, today: datetime.date) -> list[str]:
+    """Why a row's price may not be what its hardware costs today: read more than a year ago, provisional, of low
+    confidence (empty: none)."""
+    found = [f"read {date}, more than a year ago"] if stale_prices({"": date}, today) else []
+    words = (trust or "").split(", ")
+    found += ["provisional"] * ("provisional" in words) + [f"{word} confidence" for word in words if word in DOUBTED]
+    return found
+
+
+def costed_at(rows: list[Mapping[str, Any]], today: datetime.date) -> str:
+    """The prices ``rows`` were costed at, for a report's cost line: 'aws-p5en.48xlarge-h200 (stepwatch's catalog,
+    7.912 USD per device-hour, read 2026-08-06)', 'own-price (your own price, 3.1 USD per device-hour: our
+    commitment)', each with its doubts (``doubts``); empty where none was."""
+    said = []
+    for key in dict.fromkeys(row.get("price_key") for row in rows if row.get("price_key")):
+        row = next(r for r in rows if r.get("price_key") == key)
+        hourly = f"{row.get('price_per_device_hour') or 0:.4g} USD per device-hour"
+        where = (
+            f": {row.get('price_source')}" if row.get("price_whose") == OWN_PRICE else f", read {row.get('price_date')}"
+        )
+        marks = doubts(row.get("price_date"), row.get("price_confidence"), today)
+        said.append(f"{key} ({row.get('price_whose') or CATALOG}, {hourly}{where})"
+                    + (f" ⚠️ {', '.join(marks)}" if marks else ""))  # fmt: skip
+    return "; ".join(said)
 
 
 def load_peaks(path: Path = ACCELERATORS_PATH) -> list[Peak]:
@@ -186,16 +241,18 @@ def cost_columns(
     ``missing`` (why) as the row's price_note."""
     if override_per_hour is not None:
         hourly, key, source, date = override_per_hour, "override", "--price-per-hour", None
-        per_device, covers = override_per_hour / num_devices, "instance"
+        per_device, covers, whose, trust = override_per_hour / num_devices, "instance", OVERRIDE, None
     elif price is not None:
         hourly, key, source, date = price.hourly(num_devices), price.key, price.source, price.date
-        per_device, covers = hourly / num_devices, price.covers
+        per_device, covers, whose, trust = hourly / num_devices, price.covers, price.whose, price.trust
     else:
-        empty = ("price_key", "price_per_device_hour", "price_source", "price_date", "price_covers", "cost_usd",
-                 "cost_per_1m_examples_usd")  # fmt: skip
+        empty = ("price_key", "price_per_device_hour", "price_source", "price_date", "price_covers", "price_whose",
+                 "price_confidence", "cost_usd", "cost_per_1m_examples_usd")  # fmt: skip
         return {**dict.fromkeys(empty), "price_note": missing}
     return {
         "price_key": key,
+        "price_whose": whose,
+        "price_confidence": trust,
         "price_per_device_hour": per_device,
         "price_source": source,
         "price_date": date,

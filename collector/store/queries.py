@@ -446,8 +446,12 @@ def speedups(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFra
 
 def costs(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFrame:
     """Per accelerator, config and price: median cost per run and per 1M examples of the selected ok runs, with
-    the price used, what it covers, its source and its date."""
+    the price used, what it covers, its source, its date, whose it is and how far it is trusted."""
     where, params = selection.where()
+    said = ", ".join(  # whose price and how sure: a store of an earlier stepwatch has neither until its next write
+        f"any_value({name}) AS {name}" if has_column(con, name) else f"NULL AS {name}"
+        for name in ("price_whose", "price_confidence")
+    )
     return _frame(
         con,
         f"""
@@ -455,7 +459,7 @@ def costs(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFrame:
                median(cost_usd) AS cost_usd, median(cost_per_1m_examples_usd) AS cost_per_1m_examples_usd,
                median(examples_per_sec) AS examples_per_sec, any_value(price_per_device_hour) AS price_per_device_hour,
                any_value(price_covers) AS price_covers, any_value(price_source) AS price_source,
-               any_value(price_date) AS price_date, count(*) AS trials
+               any_value(price_date) AS price_date, {said}, count(*) AS trials
         FROM runs WHERE status = 'ok' AND cost_usd IS NOT NULL AND {where}
         GROUP BY ALL ORDER BY model, preset, cost_per_1m_examples_usd
         """,

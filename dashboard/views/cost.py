@@ -40,27 +40,32 @@ measure, tab = state.picked_tab("measure", list(charts.COST_METRICS.values()))  
 state.figure(data.drawn(charts.cost_bars, frame, list(charts.COST_METRICS)[measure]), tab)
 st.caption(
     "Medians of successful trials. Under each bar: the hardware, and [n], the price it was costed at, listed below "
-    "with its source (the bundled catalog, the project's `prices` setting, or --price-per-hour). A price says what "
-    "it covers: a whole instance, an instance's price divided by its devices (its CPUs and memory included), or the "
-    "device alone."
+    "with its source and whose it is (stepwatch's catalog; your catalog, the project's `prices` setting; your own "
+    "price, its `own-price` setting; or --price-per-hour). A price says what it covers: a whole instance, an "
+    "instance's price divided by its devices (its CPUs and memory included), or the device alone."
 )
 
 
 marks = charts.price_marks(frame)
-dates = dict(zip(frame["price_key"], frame["price_date"]))
-stale = catalog_prices.stale_prices(dates, datetime.date.today())
-if stale:
+today = datetime.date.today()
+prices = frame.drop_duplicates("price_key").sort_values("price_key")
+doubted = {p.price_key: catalog_prices.doubts(plain(p.price_date), plain(p.price_confidence), today)
+           for p in prices.itertuples(index=False)}  # fmt: skip
+doubted = {key: why for key, why in doubted.items() if why}
+if doubted:
     st.warning(
-        f"{len(stale)} of these prices were read more than a year ago: "
-        + ", ".join(f"[{marks[key]}] {plain(key)} ({plain(date)})" for key, date in sorted(stale.items()))
-        + ". What the cloud asks today may differ: give your own (the project's `prices` setting, or --price-per-hour)."
+        f"{len(doubted)} of these prices may not be what the hardware costs today: "
+        + "; ".join(f"[{marks[key]}] {plain(key)}: {', '.join(why)}" for key, why in sorted(doubted.items()))
+        + ". Give your own (the project's `own-price` setting, or --price-per-hour)."
     )
 st.markdown(
     "\n".join(
-        f"{marks[p.price_key]}. **{p.price_key}** ({plain(p.price_covers) or 'what it covers not recorded'}, "
-        f"{plain(p.price_date) or 'no date'}{', more than a year ago' if p.price_key in stale else ''}): "
+        f"{marks[p.price_key]}. **{p.price_key}**, {plain(p.price_whose) or catalog_prices.CATALOG} "
+        f"({plain(p.price_covers) or 'what it covers not recorded'}, {plain(p.price_date) or 'no date'}"
+        f"{', confidence ' + plain(p.price_confidence) if plain(p.price_confidence) else ''}"
+        f"{' ⚠️ ' + ', '.join(doubted[p.price_key]) if p.price_key in doubted else ''}): "
         f"{plain(p.price_source) or 'no source'}"
-        for p in frame.drop_duplicates("price_key").sort_values("price_key").itertuples(index=False)
+        for p in prices.itertuples(index=False)
     )
 )
 box = state.on_demand(f"Table: {len(frame)} config points, with each price's source and date", "cost_table")
@@ -69,7 +74,7 @@ if box.open:
         frame[
             ["accelerator", "model", "preset", "precision", "xla", "per_device_batch", "cost_usd",
              "cost_per_1m_examples_usd", "examples_per_sec", "price_key", "price_per_device_hour", "price_covers",
-             "price_source", "price_date"]
+             "price_source", "price_date", "price_whose", "price_confidence"]
         ],
         hide_index=True,
         width="stretch",

@@ -316,8 +316,10 @@ def test_the_report_says_how_many_trials_found_their_step_compiled() -> None:
     lines = upgrade_preface(*common, ["warm", "cold", "warm", "warm", "warm", "warm"])
     assert any("1 of 6 compiled trials compiled anyway (cold), 5 found their step compiled" in line for line in lines)
     assert not any("Compile cache" in line for line in upgrade_preface(*common, [None] * 6))
-    [cost] = [line for line in upgrade_preface(*common, (), (377.0, 1.29)) if line.startswith("What the check cost")]
-    assert "6.3 minutes of this machine in trials, 1.29 USD" in cost
+    prices = "aws-p5en.48xlarge-h200 (stepwatch's catalog, 7.912 USD per device-hour, read 2026-08-06)"
+    spent = (377.0, 1.29, prices)
+    [cost] = [line for line in upgrade_preface(*common, (), spent) if line.startswith("What the check cost")]
+    assert f"6.3 minutes of this machine in trials, 1.29 USD at {prices} (building" in cost, cost
 
 
 def test_a_side_made_from_the_source_on_a_path_gets_its_code_and_no_version(

@@ -172,6 +172,16 @@ def test_what_is_below_the_first_screen_is_drawn_when_opened(reference_store: Pa
     assert (hidden, shown) == (0, 4)
 
 
+def text_on(page: Page, address: str, key: str, text: str) -> str:
+    """Open ``address`` (the page ``key``), with no error on it, and the first element that says ``text``, whole."""
+    page.goto(address)
+    settled(page, TITLES[key])
+    no_errors(page, key)
+    found = page.get_by_text(text).first
+    found.wait_for(timeout=120_000)
+    return found.inner_text()
+
+
 @NEEDS_CHROMIUM
 def test_time_to_target_is_plotted_on_history_and_numerics_shown_on_the_overview(tmp_path: Path) -> None:
     """The committed teacher-student trials (data/reference/cpu-2026-11-27-numerics, two runs: 200 and 3,000 steps):
@@ -193,19 +203,10 @@ def test_time_to_target_is_plotted_on_history_and_numerics_shown_on_the_overview
             ".reduce((n, trace) => n + (trace.y || []).filter((y) => y !== null).length, 0)"
         )
         axis = page.locator(".js-plotly-plot .ytitle").first.text_content()
-        page.goto(f"{url}/?model=teacher")
-        settled(page, TITLES["overview"])
-        no_errors(page, "overview")
-        warned = page.get_by_text("trains differently from the run before it").first
-        warned.wait_for(timeout=120_000)
-        warning = warned.inner_text()
+        warning = text_on(page, f"{url}/?model=teacher", "overview", "trains differently from the run before it")
         # Compare: mixed_bfloat16 against fp32 over both runs, its training's change first, its speed beside it.
-        page.goto(f"{url}/compare?baseline=precision%3Dfp32&candidate=precision%3Dmixed_bfloat16")
-        settled(page, TITLES["compare"])
-        no_errors(page, "compare")
-        lead = page.get_by_text("but its training changed").first
-        lead.wait_for(timeout=120_000)
-        compared = lead.inner_text()
+        compare = f"{url}/compare?baseline=precision%3Dfp32&candidate=precision%3Dmixed_bfloat16"
+        compared = text_on(page, compare, "compare", "but its training changed")
         browser.close()
     assert points >= 2 and "Time to target" in axis, (points, axis)
     assert warning.startswith("2 series' latest run") and "changed: best loss" in warning, warning

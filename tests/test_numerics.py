@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from stepwatch.collector.analysis import numerics
-from stepwatch.collector.analysis.numerics import CHANGED, IDENTICAL, TOO_FEW, WITHIN, Trial, judge
+from stepwatch.collector.analysis.numerics import Trial, judge
+from stepwatch.collector.outcomes import CHANGED, IDENTICAL, TOO_FEW_SEEDS, WITHIN_SEED_SPREAD
 from stepwatch.collector.trial import steps
 from stepwatch.collector.trial.measure import WindowClock, to_target
 from stepwatch.trainers import get_model
@@ -34,7 +35,7 @@ def test_the_same_losses_are_identical_and_one_seed_cannot_tell_more() -> None:
     base = [curve(s) for s in range(3)]
     assert judge(base, list(base)).verdict == IDENTICAL
     moved = [Trial(0, tuple(v * 1.001 for v in base[0].values))]
-    assert judge(base[:1], moved).verdict == TOO_FEW
+    assert judge(base[:1], moved).verdict == TOO_FEW_SEEDS
     assert judge([], base) is None
 
 
@@ -58,7 +59,7 @@ def test_an_a_a_with_nondeterministic_kernels_stays_quiet() -> None:
         for n in (2, 3, 5)
         for _ in range(333)
     ]
-    assert small.count(CHANGED) <= 3 and small.count(CHANGED) + small.count(WITHIN) == len(small)
+    assert small.count(CHANGED) <= 3 and small.count(CHANGED) + small.count(WITHIN_SEED_SPREAD) == len(small)
     rng = np.random.default_rng(11)
     large = [
         judge([curve(s, 0.05, 0.05, rng) for s in range(n)], [curve(s, 0.05, 0.05, rng) for s in range(n)]).verdict

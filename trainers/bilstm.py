@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from stepwatch.trainers.spec import Batch, ModelSpec, random_tokens, training_flops
+from stepwatch.trainers.spec import Batch, ModelSpec, adam, random_tokens, training_flops
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,6 @@ def flops_per_example(size: BiLstmSize) -> float:
     return training_flops(forward_macs(size))
 
 
-def optimizer(learning_rate: float) -> Any:
-    """Adam."""
-    import keras
-
-    return keras.optimizers.Adam(learning_rate=learning_rate)
-
-
 SPEC = ModelSpec(
     name="bilstm",
     unit="sequences",
@@ -73,7 +66,7 @@ SPEC = ModelSpec(
     synthetic_batch=synthetic_batch,
     flops_per_example=flops_per_example,
     units_per_example=lambda size: 1,
-    optimizer=optimizer,
+    optimizer=adam,
     default_learning_rate=1e-3,
     description="Bidirectional LSTM text classifier, 1024 units",
 )

@@ -87,6 +87,13 @@ def batch_pool(spec: ModelSpec, preset: Any, batch: int, seed: int) -> list[Batc
     return [spec.synthetic_batch(preset, batch, seed * POOL + i) for i in range(POOL)]
 
 
+def adam(learning_rate: float) -> Any:
+    """Adam at Keras' defaults: the bilstm's and the teacher's student's optimizer, and a model of yours' default."""
+    import keras
+
+    return keras.optimizers.Adam(learning_rate=learning_rate)
+
+
 def training_flops(forward_macs: float) -> float:
     """Training FLOPs from forward multiply-accumulates: 2 FLOPs a MAC, backward ~ 2x forward."""
     return 3.0 * 2.0 * forward_macs

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from stepwatch.trainers.spec import Batch, ModelSpec, training_flops
+from stepwatch.trainers.spec import Batch, ModelSpec, adam, training_flops
 
 TEACHER_SEED = 20260601
 TARGET_LOSS = 0.1  # mean squared error against unit-variance labels: 90% of the variance explained
@@ -75,13 +75,6 @@ def flops_per_example(size: TeacherSize) -> float:
     return training_flops(size.inputs * h + h * h + h * size.outputs)
 
 
-def optimizer(learning_rate: float) -> Any:
-    """Adam."""
-    import keras
-
-    return keras.optimizers.Adam(learning_rate=learning_rate)
-
-
 SPEC = ModelSpec(
     name="teacher",
     unit="examples",
@@ -90,7 +83,7 @@ SPEC = ModelSpec(
     synthetic_batch=synthetic_batch,
     flops_per_example=flops_per_example,
     units_per_example=lambda size: 1,
-    optimizer=optimizer,
+    optimizer=adam,
     default_learning_rate=1e-3,
     description="Teacher-student regression to a target loss (time to target)",
     loss=mse_loss,

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from stepwatch.trainers.spec import Batch, ModelSpec, TorchParts
+from stepwatch.trainers.spec import Batch, ModelSpec, TorchParts, adam
 
 DEFAULT_LEARNING_RATE = 1e-3
 KEYS = ("model", "loss", "inputs", "labels", "batch", "optimizer", "flops_per_example")
@@ -300,10 +300,8 @@ def user_spec(name: str) -> ModelSpec:
         return tuple(_each(declared[key], lambda one: _draw(one, size, rng)) for key in ("inputs", "labels"))
 
     def optimizer(learning_rate: float) -> Any:
-        import keras
-
         given = built.given("optimizer")
-        return given if given is not None else keras.optimizers.Adam(learning_rate)
+        return given if given is not None else adam(learning_rate)
 
     def torch_optimizer(parameters: Any, learning_rate: float) -> Any:
         import torch

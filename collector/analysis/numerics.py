@@ -31,8 +31,6 @@ from stepwatch.collector.analysis.stats import ALPHA
 from stepwatch.collector.metrics import get_metric
 from stepwatch.collector.outcomes import CHANGED, IDENTICAL, NUMERICS_ORDER, TOO_FEW_SEEDS, WITHIN_SEED_SPREAD
 
-IDENTICAL, WITHIN, CHANGED, TOO_FEW = IDENTICAL, WITHIN_SEED_SPREAD, CHANGED, TOO_FEW_SEEDS
-VERDICTS = NUMERICS_ORDER  # worst first
 THRESHOLD = get_metric("final_loss").threshold  # the smallest change of the best loss that counts
 # The smallest loss a trajectory resolves, as a share of its first value: a window's mean loss is the difference of
 # two running means (``measure.window_mean_from_running``), whose float32 rounding leaves less than this as noise
@@ -176,12 +174,12 @@ def judge(baseline: Sequence[Trial], candidate: Sequence[Trial], alpha: float = 
     deterministic = (all(t.deterministic for t in baseline), all(t.deterministic for t in candidate))
     confidence = 100 * (1 - alpha)
     if not seeds:
-        return Numerics(TOO_FEW, 0, None, None, None, deterministic, confidence)
+        return Numerics(TOO_FEW_SEEDS, 0, None, None, None, deterministic, confidence)
     same = all(len({t.values for t in sides[0][s] + sides[1][s]}) == 1 for s in seeds)
     if same:
         return Numerics(IDENTICAL, len(seeds), None, None, None, deterministic, confidence)
     if len(seeds) < 2:
-        return Numerics(TOO_FEW, len(seeds), None, None, None, deterministic, confidence)
+        return Numerics(TOO_FEW_SEEDS, len(seeds), None, None, None, deterministic, confidence)
     a = np.array([_log_best(sides[0][s]) for s in seeds])
     b = np.array([_log_best(sides[1][s]) for s in seeds])
     best = _interval(b - a, alpha)
@@ -194,8 +192,8 @@ def judge(baseline: Sequence[Trial], candidate: Sequence[Trial], alpha: float = 
         reached.append((_first(sides[0][seed], level), _first(sides[1][seed], level)))
     to_level = _interval(np.log([b / a for a, b in reached]), alpha)
     changed = best.beyond(THRESHOLD) or to_level.beyond(THRESHOLD)
-    return Numerics(CHANGED if changed else WITHIN, len(seeds), best, math.expm1(spread), to_level, deterministic,
-                    confidence)  # fmt: skip
+    verdict = CHANGED if changed else WITHIN_SEED_SPREAD
+    return Numerics(verdict, len(seeds), best, math.expm1(spread), to_level, deterministic, confidence)
 
 
 def _first(trials: Sequence[Trial], level: float) -> float:
@@ -205,7 +203,7 @@ def _first(trials: Sequence[Trial], level: float) -> float:
 
 def counts(found: Mapping[str, Numerics]) -> dict[str, int]:
     """How many series have each verdict, worst first (those with none left out)."""
-    tally = {verdict: sum(1 for n in found.values() if n.verdict == verdict) for verdict in VERDICTS}
+    tally = {verdict: sum(1 for n in found.values() if n.verdict == verdict) for verdict in NUMERICS_ORDER}
     return {verdict: n for verdict, n in tally.items() if n}
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from stepwatch.collector.analysis import noise, stats
+from stepwatch.collector.analysis import noise, numerics, stats
 from stepwatch.collector.analysis.comparison import Comparison, Row
 from stepwatch.collector.analysis.sequential import confidence_text
 from stepwatch.collector.analysis.stats import plain
@@ -232,7 +232,7 @@ def aa_lines(aa: Comparison | None, what: str = AA_ENVIRONMENT) -> tuple[str, ..
     alarms = [r for r in aa.rows if r.verdict in (REGRESSION, IMPROVEMENT, CHANGED)]
     trained = numerics_output.aa_text(aa)
     head = f"A/A ({what}): {headline(aa)}{trained}."
-    if not alarms and CHANGED not in numerics_output.counts(aa):
+    if not alarms and CHANGED not in numerics.counts(aa.numerics):
         return (head + " No false alarm.", "")
     cells = "; ".join(f"{series_label(r.series)} {r.metric.name} {percent(r.result.ratio)} "
                       f"{interval(r.result.ci_low, r.result.ci_high)}" for r in alarms)  # fmt: skip

@@ -44,10 +44,6 @@ def lead_lines(comparison: Comparison) -> list[str]:
     return lines
 
 
-def counts(comparison: Comparison) -> dict[str, int]:
-    return numerics.counts(comparison.numerics)
-
-
 def aa_text(aa: Comparison) -> str:
     """What an A/A's numerics said, for its line: '; numerics: 3 identical' (empty: none judged)."""
     said = numerics.headline(aa.numerics)

@@ -113,10 +113,10 @@ def price_age_days(date: str | None, today: datetime.date) -> int | None:
     return (today - read).days
 
 
-def stale_prices(prices: Mapping[str, str | None], today: datetime.date) -> dict[str, str]:
-    """Of ``prices`` (key -> date), those read more than ``STALE_AFTER_DAYS`` before ``today``: key -> date."""
-    return {key: str(date) for key, date in prices.items()
-            if (age := price_age_days(date, today)) is not None and age > STALE_AFTER_DAYS}  # fmt: skip
+def stale(date: str | None, today: datetime.date) -> bool:
+    """Whether a price dated ``date`` was read more than ``STALE_AFTER_DAYS`` before ``today`` (undated: not)."""
+    age = price_age_days(date, today)
+    return age is not None and age > STALE_AFTER_DAYS
 
 
 def load_prices(path: Path = PRICES_PATH) -> list[Price]:
@@ -159,7 +159,7 @@ def own_price(usd_per_hour: float, source: str | None, today: datetime.date) -> 
 def doubts(date: str | None, trust: str | None, today: datetime.date) -> list[str]:
     """Why a row's price may not be what its hardware costs today: read more than a year ago, provisional, of low
     confidence (empty: none)."""
-    found = [f"read {date}, more than a year ago"] if stale_prices({"": date}, today) else []
+    found = [f"read {date}, more than a year ago"] if stale(date, today) else []
     words = (trust or "").split(", ")
     found += ["provisional"] * ("provisional" in words) + [f"{word} confidence" for word in words if word in DOUBTED]
     return found

@@ -12,7 +12,7 @@ Every run is the real ``stepwatch run`` (trial i from seed i), ingested into one
 
     .venv/bin/python benchmarks/numerics.py [--out data/reference/cpu-2026-11-27-numerics]
     # on a GPU (JAX; TF32 against fp32 on the teacher's "large" preset, matmul-heavy)
-    python3 benchmarks/numerics.py --device gpu --keras-backend jax --preset large --out "$OUT/numerics"
+    python3 benchmarks/numerics.py --device gpu --keras-backend jax --preset large --parts precision --out "$OUT/numerics"
 """
 
 from __future__ import annotations
@@ -80,14 +80,16 @@ def main() -> int:
     parser.add_argument("--keras-backend", default="tensorflow")
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--parts", default="precision,code", help="what to plant: precision, code (comma-separated)")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     args.out.mkdir(parents=True, exist_ok=True)
     common = ["--device", args.device, "--keras-backend", args.keras_backend, "--threads", "auto"] if (
         args.device == "cpu") else ["--device", args.device, "--keras-backend", args.keras_backend]  # fmt: skip
     other = "mixed_bfloat16" if args.device == "cpu" else "tf32"
     results, db = [], Path(tempfile.mkdtemp(prefix="numerics-")) / "store.duckdb"
     lengths = {"200": ["--steps", "200"], "3000": ["--steps", "3000", "--window", "50", "--warmup", "100"]}
-    for steps, flags in lengths.items():
+    for steps, flags in lengths.items() if "precision" in parts else ():
         out, label = args.out / f"precision-{steps}", f"precision-{steps}"
         start = time.monotonic()
         stepwatch("run", "--models", "teacher", "--preset", args.preset, "--xla", "on", "--precision", f"fp32,{other}",
@@ -99,13 +101,13 @@ def main() -> int:
                         "run_s": round(seconds)})  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "model.py"
-        for label, (change, trials) in CHANGES.items():
+        for label, (change, trials) in CHANGES.items() if "code" in parts else ():
             model.write_text(change(MODEL.format(preset=args.preset)))
             out = args.out / f"code-{label}"
             stepwatch("run", "--models", f"{model}:build", "--label", label, "--trials", str(trials), *common,
                       "--out", str(out), cwd=Path(tmp))  # fmt: skip
             stepwatch("ingest", str(out), "--db", str(db))
-    for label in ("aa", "comment", "lr-x10"):
+    for label in ("aa", "comment", "lr-x10") if "code" in parts else ():
         results.append({"planted": f"model code: {label}", **compared(db, "label=base", f"label={label}")})
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     width = max(len(r["planted"]) for r in results)

@@ -12,7 +12,8 @@ Every run is the real ``stepwatch run`` (trial i from seed i), ingested into one
 
     .venv/bin/python benchmarks/numerics.py [--out data/reference/cpu-2026-11-27-numerics]
     # on a GPU (JAX; TF32 against fp32 on the teacher's "large" preset, matmul-heavy)
-    python3 benchmarks/numerics.py --device gpu --keras-backend jax --preset large --parts precision --out "$OUT/numerics"
+    python3 benchmarks/numerics.py --device gpu --keras-backend jax --preset large --parts precision \
+      --out "$OUT/numerics"
 """
 
 from __future__ import annotations

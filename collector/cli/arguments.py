@@ -21,7 +21,7 @@ from stepwatch.collector.cli.exits import EXIT_USAGE
 from stepwatch.collector.config import FLAGGED, ROLES, TYPES, ConfigError, parse_bool
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.runner import catalog
-from stepwatch.collector.store.files import DB_ENV, DEFAULT_DB, default_db
+from stepwatch.collector.store.database import DB_ENV, DEFAULT_DB, default_db, resolve
 from stepwatch.collector.store.selection import Selection
 from stepwatch.trainers.workload import Kind, kind_of
 
@@ -178,12 +178,18 @@ def matrix_values(args: argparse.Namespace) -> dict[str, list[Any] | None]:
 
 def add_db_argument(parser: argparse.ArgumentParser, default: Path | None = None) -> None:
     where = default or f"${DB_ENV} or {DEFAULT_DB}"
-    parser.add_argument("--db", type=Path, default=default, help=f"store file (default {where})")
+    parser.add_argument(
+        "--db",
+        default=default,
+        help=f"store: a DuckDB file, or a shared store's address, iceberg+postgresql://...?warehouse=s3://... "
+        f"(default {where})",
+    )
 
 
 def db_path(args: argparse.Namespace, synthetic: bool = False) -> Path:
-    """The store a command works on: --db, else $STEPWATCH_DB, else the default store."""
-    return args.db or default_db(synthetic)
+    """The store a command works on: --db, else $STEPWATCH_DB, else the default store (a shared store's address
+    stands for its local copy, brought up to date)."""
+    return resolve(args.db) if args.db else default_db(synthetic)
 
 
 def add_analysis_arguments(

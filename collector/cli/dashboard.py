@@ -20,11 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from stepwatch.collector.cli.arguments import add_db_argument, console, db_path
 from stepwatch.collector.cli.exits import EXIT_OK
 from stepwatch.collector.cli.ingest import ingest_and_report
 from stepwatch.collector.errors import Failure, UsageError
 from stepwatch.collector.store import objectstore
+from stepwatch.collector.store.address import attached, named, shown
 from stepwatch.collector.store.files import DB_ENV
 
 BRANCH = "git:"  # a source that names a branch of the repository the command runs in, or another's (URL#BRANCH)
@@ -103,14 +106,15 @@ def run(args: argparse.Namespace) -> int:
     """Ingest the sources, serve the dashboard on the store, ingest again every --refresh seconds."""
     if args.refresh < 0:
         raise UsageError("--refresh must be 0 (once) or a number of seconds")
-    db = db_path(args).resolve()
+    db = db_path(args)
+    db = db if attached(db) else db.resolve()
     _refresh(args.sources, db)
     command = [sys.executable, "-m", "stepwatch.dashboard", f"--server.address={args.address}",
                f"--server.port={args.port}"]  # fmt: skip
-    console.print(f"dashboard: http://{args.address}:{args.port} on {db} (Ctrl-C to stop)")
+    console.print(f"dashboard: http://{args.address}:{args.port} on {escape(shown(db))} (Ctrl-C to stop)")
     # A kill of this command (SIGTERM) stops the server too: it unwinds through the finally below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    server = subprocess.Popen(command, env={**os.environ, DB_ENV: str(db)})
+    server = subprocess.Popen(command, env={**os.environ, DB_ENV: named(db)})
     try:
         while server.poll() is None:
             if not args.refresh or not args.sources:

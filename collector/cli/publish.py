@@ -19,6 +19,7 @@ from stepwatch.collector.cli.exits import EXIT_OK
 from stepwatch.collector.cli.progress import TerminalHooks
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.store import history, objectstore
+from stepwatch.collector.store.address import named
 from stepwatch.collector.workflows import publish
 
 PAGE = "site/index.html"  # on the history branch: the night's static page
@@ -82,7 +83,7 @@ def _detect(db: Path, report: str) -> int:
     from stepwatch.collector.cli.alerts import run_detect
     from stepwatch.collector.project import Project
 
-    argv = ["detect", "--format", "markdown", "--out", report, "--db", str(db)]
+    argv = ["detect", "--format", "markdown", "--out", report, "--db", named(db)]
     parser = build_parser(argv)
     apply_project(parser, argv, Project.find())
     return run_detect(parser.parse_args(argv))
@@ -94,7 +95,7 @@ def _triage(db: Path, action: str, alert: str, note: str | None) -> None:
 
     if action not in ALERT_ACTIONS:
         raise UsageError(f"--alert {action}: the action is one of {', '.join(ALERT_ACTIONS)}")
-    argv = ["alerts", action, alert, "--db", str(db), *(["--note", note] if note else [])]
+    argv = ["alerts", action, alert, "--db", named(db), *(["--note", note] if note else [])]
     run_set(build_parser(argv).parse_args(argv))
 
 
@@ -122,7 +123,7 @@ def night_of(jobs: list[publish.Job], tree: Path, branch: str | None) -> list[st
 def write_page(db: Path, target: Path, report: str | None, night: list[str] = ()) -> None:
     """The night's static page, drawn by the dashboard's own figures (in a process of its own: the dashboard is a
     layer of its own, beside the CLI); ``night``: what names it (``night_of``)."""
-    command = [sys.executable, "-m", "stepwatch.dashboard.page", "--db", str(db), "--out", str(target), *night]
+    command = [sys.executable, "-m", "stepwatch.dashboard.page", "--db", named(db), "--out", str(target), *night]
     if report and Path(report).is_file():
         command += ["--report", report]
     done = subprocess.run(command, capture_output=True, text=True)

@@ -28,6 +28,7 @@ from stepwatch.collector.output.text import (
     versions_text,
     write_file,
 )
+from stepwatch.collector.store.address import shown
 
 if TYPE_CHECKING:  # `run` imports this module, and needs no DuckDB
     from stepwatch.collector.store.ingest import IngestReport
@@ -173,7 +174,8 @@ def ingest_lines(done: IngestReport, db: Path) -> list[str]:
     lines.append(
         f"{done.files_seen} file(s): {done.files_ingested} ingested ({done.rows_added:,} new rows of "
         f"{done.rows_read:,} read), {done.files_unchanged} already in the store, {len(done.quarantined)} "
-        f"quarantined; {db} in {done.seconds:.2f} s"
+        f"quarantined; {escape(shown(db))} in {done.seconds:.2f} s"
+        + (f" ({done.commit_retries} commit(s) made again after another writer's)" if done.commit_retries else "")
     )
     return lines
 

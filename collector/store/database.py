@@ -7,18 +7,22 @@ SQL through ``query``, which sees the base and the deltas as one store.
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from stepwatch.collector.store.engine import Snapshot, Write, compact, require, snapshot, update, write
+from stepwatch.collector.store import address, engine, shared
+from stepwatch.collector.store import ingest as ingesting
+from stepwatch.collector.store.engine import Snapshot, Write, compact, require, snapshot, write
 from stepwatch.collector.store.errors import NoStoreError, StoreError
 from stepwatch.collector.store.files import (
     DB_ENV,
     DEFAULT_DB,
     SYNTHETIC_DB,
     clean,
-    default_db,
     delta_dir,
     store_identity,
     writer_lock,
@@ -42,7 +46,9 @@ __all__ = [
     "compact",
     "default_db",
     "delta_dir",
+    "ingest",
     "open_store",
+    "resolve",
     "run_id_index",
     "snapshot",
     "update",
@@ -58,8 +64,12 @@ class StoreReader:
     def __init__(self, db: Path) -> None:
         self.db = db
         self._snap: Snapshot | None = None
+        store = shared.store_of(db)
+        self._poll = shared.Poll(store, db) if store is not None else None
 
     def identity(self) -> tuple | None:
+        if self._poll is not None:  # a shared store's copy follows it
+            self._poll()
         return store_identity(self.db)
 
     def connection(self) -> duckdb.DuckDBPyConnection | None:
@@ -76,7 +86,8 @@ class StoreReader:
                 snap.con.close()
                 newer = snap.version > STORE_VERSION
                 raise StoreError(
-                    f"the store {self.db} has layout version {snap.version}, this stepwatch reads {STORE_VERSION}: "
+                    f"the store {address.shown(self.db)} has layout version {snap.version}, this stepwatch reads "
+                    f"{STORE_VERSION}: "
                     + ("upgrade stepwatch" if newer else "run `stepwatch ingest` once to upgrade it")
                 )
             self._snap = snap
@@ -100,3 +111,48 @@ def open_store(db: Path) -> StoreReader:
     """A reader of an existing store; StoreError (naming the command that makes one) when there is none."""
     require(db)
     return StoreReader(db)
+
+
+def resolve(db: str | Path) -> Path:
+    """The path a command works on for the store ``db`` names: a DuckDB file's, or a shared store's local copy,
+    brought up to date (``collector.store.shared``)."""
+    if address.is_shared(db):
+        return shared.attach(str(db))
+    return Path(db)
+
+
+def default_db(synthetic: bool = False) -> Path:
+    """``STEPWATCH_DB`` if set (a path or a shared store's address), else data/stepwatch.duckdb
+    (data/stepwatch-synthetic.duckdb for synthetic data)."""
+    if synthetic:
+        return SYNTHETIC_DB
+    return resolve(os.environ.get(DB_ENV) or DEFAULT_DB)
+
+
+def ingest(
+    sources: list[str],
+    db: Path,
+    synthetic: bool = False,
+    on_file: Callable[[str, str], None] = lambda uri, outcome: None,
+    on_wait: Callable[[], None] = lambda: None,
+    recursive: bool = False,
+) -> ingesting.IngestReport:
+    """Ingest result files into the store (``collector.store.ingest``), or commit them to the shared store ``db`` is
+    the copy of."""
+    store = shared.store_of(db)
+    if store is not None:
+        return store.ingest(sources, db, synthetic, on_file=on_file, on_wait=on_wait, recursive=recursive)
+    return ingesting.ingest(sources, db, synthetic, on_file, on_wait, recursive)
+
+
+@contextlib.contextmanager
+def update(db: Path, on_wait: Callable[[], None] = lambda: None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Change the store's state (alerts, bisect steps) in one write that lands whole or not at all; on a shared
+    store, committed there."""
+    store = shared.store_of(db)
+    if store is None:
+        with engine.update(db, on_wait) as con:
+            yield con
+        return
+    with store.update(db, on_wait) as con:
+        yield con

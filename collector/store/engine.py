@@ -39,7 +39,7 @@ from pathlib import Path
 
 import duckdb
 
-from stepwatch.collector.store import files, objectstore
+from stepwatch.collector.store import address, files, objectstore
 from stepwatch.collector.store.errors import NoStoreError, StoreError
 from stepwatch.collector.store.tables import (
     DDL,
@@ -398,4 +398,4 @@ def update(db: Path, on_wait: Callable[[], None] = lambda: None) -> Iterator[duc
 
 def require(db: Path, error: type[StoreError] = NoStoreError) -> None:
     if not db.exists():
-        raise error(f"no store at {db}: run `stepwatch ingest` first")
+        raise error(f"no store at {address.shown(db)}: run `stepwatch ingest` first")

@@ -10,9 +10,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from stepwatch.collector.schema import SCHEMA
 from stepwatch.collector.store.selection import Selection, SelectionError
-from stepwatch.collector.store.tables import CHILD_TABLES, RUN_COLUMNS, nest_children
+from stepwatch.collector.store.tables import RUN_COLUMNS, whole_rows
 
 EXPORT_FORMATS = ("csv", "parquet")
 
@@ -22,16 +21,7 @@ def write(con: duckdb.DuckDBPyConnection, selection: Selection, fmt: str, out: P
     exported file can be ingested into another store; CSV has one flat row per trial. Returns rows written."""
     where, params = selection.where("r")
     if fmt == "parquet":
-        children = "".join(
-            f", {table} AS ({nest_children(table, 'SELECT run_id FROM picked')})" for table in CHILD_TABLES
-        )
-        joins = "".join(f" LEFT JOIN {table} USING (run_id)" for table in CHILD_TABLES)
-        table = con.sql(
-            f"WITH picked AS (SELECT r.* EXCLUDE (source_uri, ingested_at) FROM runs r WHERE {where}){children} "
-            f"SELECT * FROM picked{joins} ORDER BY started_at, run_id",
-            params=params,
-        ).to_arrow_table()
-        table = table.select(SCHEMA.names).cast(SCHEMA).replace_schema_metadata(SCHEMA.metadata)
+        table = whole_rows(con, where, params)
         pq.write_table(table, out, compression="zstd")
     elif fmt == "csv":
         # A list kept in the run's row (a script's qualities) as its text, "[0.5, 0.25]": a CSV cell holds no list.

@@ -17,16 +17,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stepwatch.collector.store import objectstore, records
+from stepwatch.collector.store.address import attached, shown
 from stepwatch.collector.store.database import (
     StoreError,
     compact,
     delta_dir,
+    ingest,
     open_store,
     snapshot,
     update,
     writer_lock,
 )
-from stepwatch.collector.store.ingest import IngestReport, ingest
+from stepwatch.collector.store.ingest import IngestReport
 
 ALERT_KEYS = ("id", "series_key", "metric", "status", "change_at")
 
@@ -80,6 +82,8 @@ def rebuild(
     """A new store at ``db`` from result files and a saved alerts file: built beside it, compacted into one
     file and renamed into place, so that ``db`` is whole or absent. Returns the ingest's report and how many
     alerts were restored. Refuses to replace a store that exists."""
+    if attached(db):
+        raise StoreError(f"{shown(db)} is a shared store: it keeps its own history; ingest the files into it instead")
     if db.exists() or delta_dir(db).exists():
         raise StoreError(f"{db} already exists: a rebuild makes a new store; move it away or name another --db")
     saved = read_alerts(alerts) if alerts else None

@@ -45,7 +45,10 @@ from stepwatch.collector.schema import (
     hostile_values,
 )
 from stepwatch.collector.store import objectstore
-from stepwatch.collector.store.database import StoreError, Write, clean, snapshot, write
+from stepwatch.collector.store.address import shown
+from stepwatch.collector.store.engine import Write, snapshot, write
+from stepwatch.collector.store.errors import StoreError
+from stepwatch.collector.store.files import clean
 from stepwatch.collector.store.tables import (
     CHILD_TABLES,
     LIST_COLUMNS,
@@ -90,6 +93,7 @@ class IngestReport:
     refused: list[tuple[str, str]] = field(default_factory=list)  # (uri, reason): left where they are
     seconds: float = 0.0
     files_one_by_one: int = 0  # read the per-file way: no rows, or a fault the bulk reader or checks found
+    commit_retries: int = 0  # a shared store's commits lost to another writer, then made again
 
 
 @dataclass
@@ -273,7 +277,7 @@ class _Ingest:
         """``staged``: the batch's rows, bulk files through DuckDB's reader and checked in SQL; a bulk file
         that fails a check (or the reader) goes the per-file way."""
         con = self.con
-        con.execute("CREATE OR REPLACE TEMP TABLE staged AS SELECT * EXCLUDE (ingested_at) FROM runs LIMIT 0")
+        con.execute("CREATE OR REPLACE TEMP TABLE staged AS SELECT * FROM runs LIMIT 0")
         for name in LIST_COLUMNS:
             con.execute(f"ALTER TABLE staged ADD COLUMN {name} {list_type(name)}")
         grouped = {path for paths in batch.groups.values() for path in paths}
@@ -363,35 +367,19 @@ class _Ingest:
         another file) holds with different content is refused whole, and says so."""
         con, report = self.con, self.report
         self.stage(batch)
-        _stored(con)
-        conflicts = _conflicts(con)
+        conflicts = fresh(con)
         for uri, why in conflicts.items():
             report.refused.append((uri, f"conflict: {why}; nothing of it was stored"))
             report.files_ingested -= 1
         batch.manifest = [entry for entry in batch.manifest if entry["uri"] not in conflicts]
-        if conflicts:
-            con.register("conflicted", pa.table({"uri": list(conflicts)}))
-            con.execute("DELETE FROM staged WHERE source_uri IN (SELECT uri FROM conflicted)")
-            con.unregister("conflicted")
-        # One row per run_id the store lacks: the last finished where the batch holds it twice (rare; a window
-        # over all the wide rows would cost more than the rest of the write, so it runs over those alone).
-        con.execute(
-            "CREATE OR REPLACE TEMP TABLE twice AS SELECT run_id FROM staged GROUP BY run_id HAVING count(*) > 1"
-        )
-        con.execute(
-            "CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM staged ANTI JOIN twice USING (run_id) "
-            "ANTI JOIN known USING (run_id)"
-        )
-        con.execute(
-            "INSERT INTO fresh SELECT * FROM staged SEMI JOIN twice USING (run_id) ANTI JOIN known USING (run_id) "
-            "QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY finished_at DESC NULLS LAST) = 1"
-        )
-        con.execute("DROP TABLE twice")
-        con.execute("DROP TABLE staged")
-        con.execute("DROP TABLE known")
         report.rows_added += con.execute("SELECT count(*) FROM fresh").fetchall()[0][0]
         excluded = ", ".join(LIST_COLUMNS)
-        self.write.append("runs", f"SELECT * EXCLUDE ({excluded}), ? AS ingested_at FROM fresh", [self.now])
+        # A row copied from a shared store keeps when it was ingested there; a file's rows are ingested now.
+        self.write.append(
+            "runs",
+            f"SELECT * EXCLUDE ({excluded}) REPLACE (coalesce(ingested_at, ?) AS ingested_at) FROM fresh",
+            [self.now],
+        )
         for table in CHILD_TABLES:
             self.write.append(table, unnest_children(table, "fresh"))
         con.execute("DROP TABLE fresh")
@@ -404,6 +392,54 @@ class _Ingest:
             con.unregister("manifest")
 
 
+def fresh(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """``fresh``: the rows of ``staged`` (with their source_uri) whose run_id the store (``runs``) lacks, one per
+    run_id; ``staged`` is used up. Returns the files refused for a conflict, {uri: why}: a run_id the store (or
+    another file) holds with different content; none of their rows is fresh."""
+    _stored(con)
+    conflicts = _conflicts(con)
+    if conflicts:
+        con.register("conflicted", pa.table({"uri": list(conflicts)}))
+        con.execute("DELETE FROM staged WHERE source_uri IN (SELECT uri FROM conflicted)")
+        con.unregister("conflicted")
+    # One row per run_id the store lacks: the last finished where the batch holds it twice (rare; a window
+    # over all the wide rows would cost more than the rest of the write, so it runs over those alone).
+    con.execute("CREATE OR REPLACE TEMP TABLE twice AS SELECT run_id FROM staged GROUP BY run_id HAVING count(*) > 1")
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE fresh AS SELECT * FROM staged ANTI JOIN twice USING (run_id) "
+        "ANTI JOIN known USING (run_id)"
+    )
+    con.execute(
+        "INSERT INTO fresh SELECT * FROM staged SEMI JOIN twice USING (run_id) ANTI JOIN known USING (run_id) "
+        "QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY finished_at DESC NULLS LAST) = 1"
+    )
+    for table in ("twice", "staged", "known"):
+        con.execute(f"DROP TABLE {table}")
+    return conflicts
+
+
+def unseen(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> tuple[pa.Table, dict[str, str]]:
+    """Of ``rows`` (whole result rows, with source_uri), those whose run_id the store that ``con`` reads lacks, and
+    the files refused for a conflict (``fresh``)."""
+    con.register("rows", rows)
+    con.execute("CREATE OR REPLACE TEMP TABLE staged AS SELECT * FROM rows")
+    con.unregister("rows")
+    conflicts = fresh(con)
+    out = con.sql("SELECT * FROM fresh").to_arrow_table()
+    con.execute("DROP TABLE fresh")
+    return out, conflicts
+
+
+def add_rows(done: Write, kind: str, rows: pa.Table) -> int:
+    """Add whole result rows (with source_uri and ingested_at: a shared store's) to the store ``done`` writes, those
+    whose run_id it lacks; returns how many."""
+    batch = _Batch()
+    batch.tables.append(rows)
+    work = _Ingest(done, kind, set(), IngestReport(), lambda uri, outcome: None, Path("."))
+    work.insert(batch)
+    return work.report.rows_added
+
+
 def ingest(
     sources: list[str],
     db: Path,
@@ -412,10 +448,12 @@ def ingest(
     on_wait: Callable[[], None] = lambda: None,
     recursive: bool = False,
     bulk: bool = True,
+    known_from: Path | None = None,
 ) -> IngestReport:
     """Ingest every *.parquet in ``sources`` (folders, files, s3:// or gs:// prefixes) into ``db``; with
     ``recursive``, those in the folders below them too (not in quarantine/). ``bulk`` False reads every file
-    the per-file way: the reference the bulk ways are held to.
+    the per-file way: the reference the bulk ways are held to. ``known_from``: the store whose files and kind say
+    what is already in (a shared store's local copy, where ``db`` is a store of this ingest's rows alone).
 
     Files already ingested unchanged are skipped without being read; rows whose run_id is present are
     skipped; a file that fails validation is quarantined beside where it was, and the rest goes on.
@@ -429,11 +467,16 @@ def ingest(
             listed += objectstore.parquet_below(source) if recursive else []
         except FileNotFoundError:
             raise StoreError(f"{source} does not exist") from None
-    known, digests, kind, outdated = _known_files(db)
+    known, digests, kind, outdated = _known_files(known_from or db)
+    outdated = outdated and known_from is None
     if kind == "synthetic" and not synthetic:
-        raise StoreError(f"{db} holds synthetic test data; pass --synthetic to add to it, or pick another --db")
+        raise StoreError(
+            f"{shown(known_from or db)} holds synthetic test data; pass --synthetic to add to it, or pick another --db"
+        )
     if kind == "real" and synthetic:
-        raise StoreError(f"{db} holds real results; synthetic test data goes into a store of its own")
+        raise StoreError(
+            f"{shown(known_from or db)} holds real results; synthetic test data goes into a store of its own"
+        )
     todo = []
     for loc, entries in listed:
         for entry in entries:

@@ -80,6 +80,26 @@ def nest_children(table: str, runs: str) -> str:
     return f"SELECT run_id, {lists} FROM {table} WHERE run_id IN ({runs}) GROUP BY run_id"
 
 
+def whole_rows(
+    con: duckdb.DuckDBPyConnection, where: str = "true", params: list | None = None, keep_source: bool = False
+) -> pa.Table:
+    """The runs matching ``where`` (over ``runs r``) as whole result rows, their lists put back from the child tables,
+    in the result schema (collector/schema.py); with ``keep_source``, the file each came from and when it was
+    ingested too."""
+    children = "".join(f", {table} AS ({nest_children(table, 'SELECT run_id FROM picked')})" for table in CHILD_TABLES)
+    joins = "".join(f" LEFT JOIN {table} USING (run_id)" for table in CHILD_TABLES)
+    table = con.sql(
+        f"WITH picked AS (SELECT r.* FROM runs r WHERE {where}){children} "
+        f"SELECT * FROM picked{joins} ORDER BY started_at, run_id",
+        params=params or [],
+    ).to_arrow_table()
+    rows = table.select(SCHEMA.names).cast(SCHEMA).replace_schema_metadata(SCHEMA.metadata)
+    if keep_source:
+        for name in ("source_uri", "ingested_at"):
+            rows = rows.append_column(name, table[name])
+    return rows
+
+
 # Tables. Every column of ``runs`` comes from collector/schema.py; new schema columns are added
 # to an older store on its next ingest.
 DDL = (

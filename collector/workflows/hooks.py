@@ -10,7 +10,8 @@ from pathlib import Path
 
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.runner import execution
-from stepwatch.collector.store.ingest import IngestReport, ingest
+from stepwatch.collector.store.database import ingest
+from stepwatch.collector.store.ingest import IngestReport
 
 OnStart = Callable[[str, BenchmarkConfig, int], None]
 OnDone = Callable[[str, execution.Outcome], None]

@@ -27,7 +27,8 @@ import pyarrow.parquet as pq
 from stepwatch.collector import schema
 from stepwatch.collector.errors import Failure
 from stepwatch.collector.store import history, objectstore
-from stepwatch.collector.store.ingest import IngestReport, ingest
+from stepwatch.collector.store.database import ingest
+from stepwatch.collector.store.ingest import IngestReport
 
 RESULTS = "results"  # on the history branch: every night's parquet
 PROFILES = "profiles"  # on the history branch: raw profiles, one folder per run_id

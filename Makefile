@@ -81,8 +81,8 @@ dashboard: $(STAMP)
 	@echo "dashboard: http://$(DASHBOARD_ADDRESS):$(DASHBOARD_PORT) (Ctrl-C to stop)"
 	$(BIN)/python -m stepwatch.dashboard --server.address $(DASHBOARD_ADDRESS) --server.port $(DASHBOARD_PORT)
 
-# The browser test drives Debian's chromium, and actionlint checks the workflows' shell with shellcheck; installed
-# here when missing and we are root.
+# The browser test drives Debian's chromium, actionlint checks the workflows' shell with shellcheck, and the shared
+# store's tests start a PostgreSQL server of their own (initdb, pg_ctl); installed here when missing and we are root.
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	command -v google-chrome >/dev/null 2>&1 || \
@@ -92,6 +92,10 @@ browser:
 	{ [ "$$(id -u)" = 0 ] && { apt-get install -y -qq shellcheck || { apt-get update -qq && \
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck; }; }; } || \
 	echo "warning: no shellcheck (apt-get install shellcheck); the actionlint test will fail"
+	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	{ [ "$$(id -u)" = 0 ] && { apt-get install -y -qq postgresql || { apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; }; }; } || \
+	echo "warning: no PostgreSQL server (apt-get install postgresql); the shared store's tests will be skipped"
 
 # The two set-ups at once: pip's downloads and unpacking beside apt's.
 test:

@@ -8,6 +8,7 @@ the comparison and alert modules built on it), with bound parameters.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ import duckdb
 import streamlit as st
 
 from stepwatch.collector.analysis import comparison, latest, ops
-from stepwatch.collector.store import database, queries, records
+from stepwatch.collector.store import address, database, queries, records
 
 QUERIES = {
     "catalog": queries.series_catalog,
@@ -40,12 +41,21 @@ QUERIES = {
 
 
 def store_path() -> Path:
-    """``STEPWATCH_DB`` if set, else data/stepwatch.duckdb."""
-    return database.default_db()
+    """``STEPWATCH_DB`` if set, else data/stepwatch.duckdb; a shared store's local copy (brought up to date when the
+    server first needs it; after that, its reader follows the shared store)."""
+    return _resolved(os.environ.get(database.DB_ENV) or str(database.DEFAULT_DB))
+
+
+@st.cache_resource(show_spinner=False)
+def _resolved(text: str) -> Path:
+    return database.resolve(text)
 
 
 def store_label() -> str:
-    """The store's path as the sidebar shows it: relative to the working directory when it is inside it."""
+    """The store as the sidebar shows it: a shared store's address, or the path, relative to the working directory
+    when it is inside it."""
+    if address.attached(store_path()):
+        return address.shown(store_path())
     path = store_path().absolute()
     try:
         return str(path.relative_to(Path.cwd()))

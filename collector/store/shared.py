@@ -32,6 +32,7 @@ import functools
 import json
 import os
 import random
+import re
 import shutil
 import time
 import zlib
@@ -250,8 +251,10 @@ class SharedStore:
                 raise StoreError(f"{self.address.shown}: no snapshot {as_of} of its runs")
             ms = found.timestamp_ms
         else:
+            # An address's "+" reads as a space: a zone offset written +01:00 arrives as " 01:00".
+            text = re.sub(r" (\d\d:?\d\d)$", r"+\1", as_of)
             try:
-                ms = int(datetime.fromisoformat(as_of).timestamp() * 1000)
+                ms = int(datetime.fromisoformat(text).timestamp() * 1000)
             except ValueError:
                 raise StoreError(f"as_of={as_of[:40]!r}: a snapshot id or an ISO time (2026-11-27T12:00Z)") from None
         out = {}
@@ -356,6 +359,8 @@ class SharedStore:
                 before = {name: con.sql(f"SELECT * FROM {name}").to_arrow_table() for name in STATE}
                 yield con
                 state = dict(synced.locations)
+                # The block may leave a result of execute() unread, while which DuckDB 2.0's sql() will not start.
+                con.execute("SELECT NULL").fetchall()
                 for name in STATE:
                     after = con.sql(f"SELECT * FROM {name}").to_arrow_table()
                     if after.equals(before[name]):

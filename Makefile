@@ -31,7 +31,7 @@ unexport PYTHONDONTWRITEBYTECODE
 UV_ARGS = --quiet --python $(BIN)/python --index-strategy unsafe-best-match \
 	$(foreach link,$(PIP_FIND_LINKS),--find-links $(link)) $(foreach url,$(PIP_EXTRA_INDEX_URL),--extra-index-url $(url))
 WARM_TENSORFLOW = TF_CPP_MIN_LOG_LEVEL=3 KERAS_BACKEND=tensorflow $(BIN)/python -c 'import keras, keras_hub'
-WARM_PAGES = $(BIN)/python -c 'import streamlit, duckdb, pandas, pyarrow.parquet, plotly.graph_objects, scipy.stats'
+WARM_PAGES = $(BIN)/python -c 'import streamlit, duckdb, pandas, pyarrow.parquet, plotly.graph_objects, scipy.stats, pyiceberg.catalog.sql, pyiceberg.io.pyarrow'
 WARM_BACKENDS = KERAS_BACKEND=torch $(BIN)/python -c 'import keras, torch._dynamo' && \
 	KERAS_BACKEND=jax $(BIN)/python -c 'import keras' &&
 define install

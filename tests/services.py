@@ -88,8 +88,11 @@ def postgres() -> Iterator[Postgres]:
 @contextlib.contextmanager
 def s3() -> Iterator[str]:
     """moto's S3 on a free port of 127.0.0.1; yields its endpoint."""
+    import logging
+
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

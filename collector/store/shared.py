@@ -210,7 +210,7 @@ class SharedStore:
         locations = self.locations()
         if RUNS not in locations:
             return None
-        if self.address.as_of is None and not force and _held(cache) == locations:
+        if self.address.as_of is None and not force and _holds(_held(cache), locations):
             return Synced(locations, {})
         tables = {name: self.load(name) for name in locations}
         locations = {name: table.metadata_location for name, table in tables.items()}
@@ -221,6 +221,8 @@ class SharedStore:
         kind = tables[RUNS].properties.get("stepwatch.kind", "real")
         with writer_lock(cache):
             held = _held(cache)
+            if self.address.as_of is None and _holds(held, locations):  # another reader of this copy was first
+                return Synced(locations, tables)
             rows = _rows_since(tables[RUNS], json.loads(held.get("runs_snapshot") or "null") if held else None, at)
             if rows is None:  # the table was rewritten (not only appended to): the copy is made again
                 _remove_copy(cache)
@@ -317,6 +319,7 @@ class SharedStore:
             try:
                 synced.tables[RUNS].append(_cast(fresh, schema[RUNS]))
                 report.rows_added = fresh.num_rows
+                self._hold_own(cache, synced.tables[RUNS], fresh, kind)
                 break
             except errors.CommitFailedException:
                 report.commit_retries += 1
@@ -331,6 +334,16 @@ class SharedStore:
         self.sync(cache)
         report.seconds = time.perf_counter() - start
         return report
+
+    def _hold_own(self, cache: Path, runs: Any, fresh: pa.Table, kind: str) -> None:
+        """The rows this writer just committed, into its copy from memory (not read back from the files): the commit
+        landed only if the runs table was where the copy holds it, so the copy is then at the commit's snapshot."""
+        with write(cache, kind) as done:
+            add_rows(done, kind, _filled(fresh))
+            state = {**json.loads(meta(done.con, SYNCED) or "{}"), RUNS: runs.metadata_location}
+            state["runs_snapshot"] = json.dumps(_snapshot_id(runs))
+            done.con.execute("INSERT OR REPLACE INTO store_meta VALUES (?, ?)", [SYNCED, json.dumps(state)])
+        _remember_held(cache, state)
 
     def _append(self, name: str, rows: pa.Table) -> None:
         """Rows no one else's commit can make wrong (a file's record), appended on top of whatever lands first."""
@@ -470,6 +483,11 @@ def _replace(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -> None:
 
 
 # What the copy holds, beside it (read without opening the store: a page's poll reads this file alone).
+
+
+def _holds(held: dict[str, str] | None, locations: dict[str, str]) -> bool:
+    """Whether a copy that holds ``held`` is at the shared tables' ``locations``."""
+    return held is not None and all(held.get(name) == location for name, location in locations.items())
 
 
 def _held_path(cache: Path) -> Path:

@@ -21,7 +21,7 @@ from stepwatch.collector.cli.exits import EXIT_USAGE
 from stepwatch.collector.config import FLAGGED, ROLES, TYPES, ConfigError, parse_bool
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.runner import catalog
-from stepwatch.collector.store.database import DB_ENV, DEFAULT_DB, default_db, resolve
+from stepwatch.collector.store.files import DB_ENV, DEFAULT_DB
 from stepwatch.collector.store.selection import Selection
 from stepwatch.trainers.workload import Kind, kind_of
 
@@ -189,7 +189,9 @@ def add_db_argument(parser: argparse.ArgumentParser, default: Path | None = None
 def db_path(args: argparse.Namespace, synthetic: bool = False) -> Path:
     """The store a command works on: --db, else $STEPWATCH_DB, else the default store (a shared store's address
     stands for its local copy, brought up to date)."""
-    return resolve(args.db) if args.db else default_db(synthetic)
+    from stepwatch.collector.store import database  # DuckDB: only where a command opens the store
+
+    return database.resolve(args.db) if args.db else database.default_db(synthetic)
 
 
 def add_analysis_arguments(

@@ -49,6 +49,8 @@ import pyarrow.compute as pc
 from stepwatch.collector.config import ADDED_DIMENSIONS
 from stepwatch.collector.schema import SCHEMA
 from stepwatch.collector.store import address as addresses
+from stepwatch.collector.store import copies
+from stepwatch.collector.store.copies import SYNCED
 from stepwatch.collector.store.engine import require, snapshot, write
 from stepwatch.collector.store.errors import NoStoreError, StoreError
 from stepwatch.collector.store.files import one_line, writer_lock
@@ -58,7 +60,6 @@ from stepwatch.collector.store.tables import DDL, STORE_VERSION, meta, store_kin
 RUNS, FILES, ALERTS, BISECT = "runs", "ingested_files", "alerts", "bisect_steps"
 TABLES = (RUNS, FILES, ALERTS, BISECT)
 STATE = (ALERTS, BISECT)  # rewritten whole by ``update``
-SYNCED = "shared_synced"  # the copy's store_meta: the shared tables' metadata locations it holds, as JSON
 ATTEMPTS_ENV = "STEPWATCH_SHARED_ATTEMPTS"
 POLL_ENV = "STEPWATCH_SHARED_POLL_S"
 PROPERTIES = {"commit.retry.num-retries": "0", "stepwatch.store_version": str(STORE_VERSION)}
@@ -210,22 +211,22 @@ class SharedStore:
         locations = self.locations()
         if RUNS not in locations:
             return None
-        if self.address.as_of is None and not force and _holds(_held(cache), locations):
+        if self.address.as_of is None and not force and copies.holds(copies.held(cache), locations):
             return Synced(locations, {})
         tables = {name: self.load(name) for name in locations}
         locations = {name: table.metadata_location for name, table in tables.items()}
         at = self._as_of(tables)
         if self.address.as_of is not None:
-            if _held(cache) is not None:
+            if copies.held(cache) is not None:
                 return Synced(locations, tables)  # a snapshot never changes: the copy is made once
         kind = tables[RUNS].properties.get("stepwatch.kind", "real")
         with writer_lock(cache):
-            held = _held(cache)
-            if self.address.as_of is None and _holds(held, locations):  # another reader of this copy was first
+            held = copies.held(cache)
+            if self.address.as_of is None and copies.holds(held, locations):  # another reader of this copy was first
                 return Synced(locations, tables)
             rows = _rows_since(tables[RUNS], json.loads(held.get("runs_snapshot") or "null") if held else None, at)
             if rows is None:  # the table was rewritten (not only appended to): the copy is made again
-                _remove_copy(cache)
+                copies.remove(cache)
                 held, rows = None, _read(tables[RUNS], at.get(RUNS, -1))
             cache.parent.mkdir(parents=True, exist_ok=True)
         with write(cache, kind) as done:
@@ -238,7 +239,7 @@ class SharedStore:
             runs_snapshot = at.get(RUNS) if RUNS in at else _snapshot_id(tables[RUNS])
             state = {**locations, "runs_snapshot": json.dumps(runs_snapshot)}
             con.execute("INSERT OR REPLACE INTO store_meta VALUES (?, ?)", [SYNCED, json.dumps(state)])
-        _remember_held(cache, state)
+        copies.remember(cache, state)
         return Synced(locations, tables)
 
     def _as_of(self, tables: dict[str, Any]) -> dict[str, int | None]:
@@ -343,7 +344,7 @@ class SharedStore:
             state = {**json.loads(meta(done.con, SYNCED) or "{}"), RUNS: runs.metadata_location}
             state["runs_snapshot"] = json.dumps(_snapshot_id(runs))
             done.con.execute("INSERT OR REPLACE INTO store_meta VALUES (?, ?)", [SYNCED, json.dumps(state)])
-        _remember_held(cache, state)
+        copies.remember(cache, state)
 
     def _append(self, name: str, rows: pa.Table) -> None:
         """Rows no one else's commit can make wrong (a file's record), appended on top of whatever lands first."""
@@ -387,10 +388,10 @@ class SharedStore:
                             "run it again"
                         ) from None
                     state[name] = table.metadata_location
-                held = _held(cache) or {}
+                held = copies.held(cache) or {}
                 state["runs_snapshot"] = held.get("runs_snapshot", "null")
                 con.execute("INSERT OR REPLACE INTO store_meta VALUES (?, ?)", [SYNCED, json.dumps(state)])
-            _remember_held(cache, state)
+            copies.remember(cache, state)
 
     @contextlib.contextmanager
     def _lock(self, on_wait: Any) -> Iterator[None]:
@@ -480,47 +481,6 @@ def _replace(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -> None:
     newest = " QUALIFY row_number() OVER (PARTITION BY uri ORDER BY ingested_at DESC) = 1" if name == FILES else ""
     con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM shared_rows{newest}")
     con.unregister("shared_rows")
-
-
-# What the copy holds, beside it (read without opening the store: a page's poll reads this file alone).
-
-
-def _holds(held: dict[str, str] | None, locations: dict[str, str]) -> bool:
-    """Whether a copy that holds ``held`` is at the shared tables' ``locations``."""
-    return held is not None and all(held.get(name) == location for name, location in locations.items())
-
-
-def _held_path(cache: Path) -> Path:
-    return cache.with_name(cache.name + ".synced.json")
-
-
-def _held(cache: Path) -> dict[str, str] | None:
-    if not cache.exists():
-        return None
-    try:
-        return json.loads(_held_path(cache).read_text())
-    except (OSError, ValueError):
-        snap = snapshot(cache, views=False)
-        if snap is None:
-            return None
-        try:
-            value = meta(snap.con, SYNCED, snap.catalogs[-1])
-        finally:
-            snap.con.close()
-        return json.loads(value) if value else None
-
-
-def _remember_held(cache: Path, state: dict[str, str]) -> None:
-    path = _held_path(cache)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(state))
-    os.replace(tmp, path)
-
-
-def _remove_copy(cache: Path) -> None:
-    _held_path(cache).unlink(missing_ok=True)
-    cache.unlink(missing_ok=True)
-    shutil.rmtree(cache.with_name(cache.name + ".d"), ignore_errors=True)
 
 
 # The stores of this process, by their copies.

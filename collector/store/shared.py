@@ -205,13 +205,13 @@ class SharedStore:
 
     # Reading: the local copy follows the shared store.
 
-    def sync(self, cache: Path, force: bool = False) -> Synced | None:
+    def sync(self, cache: Path) -> Synced | None:
         """Bring the local copy at ``cache`` to the shared store's current snapshot (or its ``as_of``); None while the
         shared store has no tables yet."""
         locations = self.locations()
         if RUNS not in locations:
             return None
-        if self.address.as_of is None and not force and copies.holds(copies.held(cache), locations):
+        if self.address.as_of is None and copies.holds(copies.held(cache), locations):
             return Synced(locations, {})
         tables = {name: self.load(name) for name in locations}
         locations = {name: table.metadata_location for name, table in tables.items()}

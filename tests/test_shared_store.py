@@ -226,3 +226,19 @@ def test_the_dashboard_reads_the_shared_store_and_follows_it(servers: Servers, t
         assert "Another CPU" in text_on(page, url, "overview", "Another CPU")
         assert "Another CPU" in text_on(page, f"{url}/history", "history", "Another CPU")
         browser.close()
+
+
+def test_writers_making_a_new_store_at_once_all_get_it(servers: Servers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first night of a store from several runners: each makes the namespace and tables if missing, and the
+    catalog's check-then-insert races (before the fix, 3 of 30 such processes failed with a duplicate key)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from stepwatch.collector.store import address, shared
+
+    for key, value in servers.env.items():
+        monkeypatch.setenv(key, value)
+    for n in range(3):
+        parsed = address.parse(servers.store(f"new_store_{n}"))
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda one: shared.SharedStore(one).ensure("real"), [parsed] * 8))
+        assert set(shared.SharedStore(parsed).locations()) == set(shared.TABLES)

@@ -178,7 +178,14 @@ class SharedStore:
 
     def ensure(self, kind: str) -> None:
         """The namespace and tables, made where missing; a runs table of an older stepwatch gains the new columns."""
-        self.catalog.create_namespace_if_not_exists(self.address.namespace)
+        for attempt in range(3):  # writers making a new store at once race to insert its namespace's row
+            try:
+                self.catalog.create_namespace_if_not_exists(self.address.namespace)
+                break
+            except Exception as error:
+                if attempt == 2:
+                    raise self._fail(error, "cannot create its namespace") from None
+                _backoff(attempt)
         for name, schema in schemas().items():
             properties = {**PROPERTIES, "stepwatch.kind": kind}
             try:

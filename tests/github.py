@@ -360,6 +360,7 @@ class GitHub:
     runs: int = 0
     artifacts: dict[str, dict[str, dict[str, bytes]]] = field(default_factory=dict)  # run id -> its artifacts
     variables: dict[str, str] = field(default_factory=dict)  # the repository's variables (the ``vars`` context)
+    secrets: dict[str, str] = field(default_factory=dict)  # the repository's secrets (the ``secrets`` context)
     # The action's files as a runner checks them out (``action_files``): its install step is then replayed too,
     # into the Python the steps find first on their PATH; None: that step is skipped (see the module's docstring).
     action: Path | None = None
@@ -476,7 +477,7 @@ class GitHub:
         ctx = {
             **ctx,
             "steps": steps_ctx,
-            "secrets": {},
+            "secrets": self.secrets,
             "vars": self.variables,
             "env": {},
             "runner": {"os": "Linux", "arch": "X64"},

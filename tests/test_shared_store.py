@@ -242,3 +242,37 @@ def test_writers_making_a_new_store_at_once_all_get_it(servers: Servers, monkeyp
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda one: shared.SharedStore(one).ensure("real"), [parsed] * 8))
         assert set(shared.SharedStore(parsed).locations()) == set(shared.TABLES)
+
+
+def test_the_nightly_publishes_into_the_shared_store_its_secret_names(
+    servers: Servers, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """init's nightly as GitHub runs it (``tests.github``), with the repository secret STEPWATCH_STORE: the night goes
+    into the shared store, with no history branch and no store cache."""
+    from tests.test_publish import FAST, MODEL, nightly, team_repository
+
+    root = tmp_path_factory.mktemp("shared-nightly")
+    gh = team_repository(root, {"model.py": MODEL}, ["--models", "model.py:mlp", "--keras-backend", "jax"],
+                         'xla = ["off"]\ntrials = 1\n' + FAST)  # fmt: skip
+    address = servers.store("nightly")
+    gh.secrets.update(STEPWATCH_STORE=address, AWS_ENDPOINT_URL=servers.endpoint,
+                      AWS_ACCESS_KEY_ID=servers.env["AWS_ACCESS_KEY_ID"],
+                      AWS_SECRET_ACCESS_KEY=servers.env["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+    night = gh.run_workflow(nightly(gh))
+    [collect], [publish] = night["collect"], night["publish"]
+    assert collect.result == "success", [(s.name, s.outcome, s.stderr[-1500:]) for s in collect.steps]
+    assert publish.result == "success", [(s.name, s.outcome, s.stdout[-1500:], s.stderr[-1500:])
+                                         for s in publish.steps]  # fmt: skip
+    outcomes = {step.name: step.outcome for step in publish.steps}
+    assert outcomes["Fetch the history branch (a new one the first night)"] == "skipped"
+    assert outcomes["A folder for the night's page (the shared store keeps the history)"] == "success"
+    assert outcomes["Restore the store from the last publish (a cache, which may be gone)"] == "skipped"
+    assert outcomes["Keep the store for the next run (also after a regression)"] == "skipped"
+    assert "No alerts." in publish.summary
+    heads = subprocess.run(["git", "--git-dir", str(gh.remote), "branch", "--list"], capture_output=True, text=True)
+    assert "stepwatch-history" not in heads.stdout  # nothing pushed: the store keeps the history
+    night_rows = [r for f in (root / "run1-publish-0" / "stepwatch-nightly").rglob("*.parquet")
+                  for r in pq.read_table(f, columns=["run_id"]).to_pylist()]  # fmt: skip
+    reader = machine(servers, root / "reader")
+    stored = {r[0] for r in query(address, "SELECT run_id FROM runs", reader)}
+    assert night_rows and stored == {r["run_id"] for r in night_rows}

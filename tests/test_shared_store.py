@@ -244,6 +244,7 @@ def test_writers_making_a_new_store_at_once_all_get_it(servers: Servers, monkeyp
         assert set(shared.SharedStore(parsed).locations()) == set(shared.TABLES)
 
 
+@pytest.mark.large  # a whole nightly, 24 s: `make test-large`
 def test_the_nightly_publishes_into_the_shared_store_its_secret_names(
     servers: Servers, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

@@ -203,10 +203,11 @@ def _failures(db: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def write(db: Path, kind: str, on_wait: Callable[[], None] = lambda: None) -> Iterator[Write]:
+def write(db: Path, kind: str, on_wait: Callable[[], None] = lambda: None, derived: bool = True) -> Iterator[Write]:
     """A write into the store, under the writer lock: a new delta (or, for a new store, the base) that is
     published only if the block ends cleanly. An older layout (or one missing a column of this schema) is
-    compacted, and so migrated, first. The derived tables are brought up to date here, after the block."""
+    compacted, and so migrated, first. The derived tables are brought up to date here, after the block (a new store
+    written with ``derived`` False has none: the rows a shared store's ingest stages, read once and thrown away)."""
     with files.writer_lock(db, on_wait), _failures(db):
         files.clean_stale(db)
         snap = snapshot(db, views=False)
@@ -218,7 +219,7 @@ def write(db: Path, kind: str, on_wait: Callable[[], None] = lambda: None) -> It
             compact(db, snap)
             snap = snapshot(db, views=False)
         try:
-            yield from _write(db, kind, snap)
+            yield from _write(db, kind, snap, derived)
         finally:
             if snap is not None:
                 snap.con.close()
@@ -244,7 +245,7 @@ class Write:
         self.con.execute(f"INSERT INTO {WRITE}.{table} BY NAME {select}", params or [])
 
 
-def _write(db: Path, kind: str, snap: Snapshot | None) -> Iterator[Write]:
+def _write(db: Path, kind: str, snap: Snapshot | None, derived: bool = True) -> Iterator[Write]:
     con = snap.con if snap is not None else duckdb.connect()
     if snap is None:
         tmp, final = files.tmp_name(db.parent, db.name), db
@@ -267,7 +268,7 @@ def _write(db: Path, kind: str, snap: Snapshot | None) -> Iterator[Write]:
         # temporary table of more than one row group written in it read back empty: DuckDB 2.0.0.)
         yield Write(con)
         if snap is None:
-            for statement in (*DERIVED, run_id_index(f"{WRITE}.runs")):
+            for statement in (*DERIVED, run_id_index(f"{WRITE}.runs")) if derived else ():
                 con.execute(statement)
         else:
             update_derived(con, f"{WRITE}.runs")

@@ -487,7 +487,11 @@ def ingest(
                 todo.append((loc, entry))
     if todo or outdated:  # an older store is upgraded even when nothing is new
         kind = kind or ("synthetic" if synthetic else "real")
-        with write(db, kind, on_wait) as done, tempfile.TemporaryDirectory(dir=db.parent, prefix=".spool-") as spool:
+        staging = known_from is not None  # a store of this ingest's rows alone: no derived tables
+        with (
+            write(db, kind, on_wait, derived=not staging) as done,
+            tempfile.TemporaryDirectory(dir=db.parent, prefix=".spool-") as spool,
+        ):
             # A store written meanwhile by another ingest: what it added is known to this one now.
             digests |= {d for (d,) in done.con.execute("SELECT digest FROM ingested_files").fetchall()}
             work = _Ingest(done, kind, digests, report, on_file, Path(spool))

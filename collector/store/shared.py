@@ -301,8 +301,7 @@ class SharedStore:
         spool.mkdir(parents=True)
         try:
             scratch = spool / "rows.duckdb"
-            known = cache if cache.exists() else None
-            report = ingest(sources, scratch, synthetic, known_from=known, **options)
+            report = ingest(sources, scratch, synthetic, known_from=cache, **options)
             if not scratch.exists():
                 return report
             with contextlib.closing(duckdb.connect(str(scratch), read_only=True)) as con:

@@ -50,14 +50,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 # Under `make test` pytest-xdist hands whole modules (--dist loadfile) to its two workers in the order collected
 # (--no-loadscope-reorder): the order xdist itself picks, those with the most tests first, except that the new user's
-# module (two tests, 90 s) and the shared store's (45 s, its servers started once) start first instead of late, where
-# each ran on while the other worker had nothing left,
+# module (two tests, 90 s) starts first instead of last, where it ran alone while the other worker had nothing left,
 # and the counters' module goes last (below).
 # Handing out every module longest first (measured) started every module that runs trials at once on both
 # workers, and the suite took 35 s longer.
 # The counters' module reads TensorFlow's shared run (TF_BASELINE) that the dashboard's store starts with: handed out
 # with the first modules, it waited 25-40 s idle for the other worker to make it. Handed out last, it finds it made.
-FIRST = ("tests/test_adoption.py", "tests/test_shared_store.py")
+FIRST = ("tests/test_adoption.py",)
 LAST = ("tests/test_counters.py",)
 
 

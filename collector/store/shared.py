@@ -74,6 +74,13 @@ def _pyiceberg() -> Any:
     return pyiceberg
 
 
+def _unreachable() -> tuple[type[BaseException], ...]:
+    """What storage or a catalog that cannot be reached raises."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return (OSError, SQLAlchemyError)
+
+
 def _utc(schema: pa.Schema) -> pa.Schema:
     return pa.schema(
         f.with_type(pa.timestamp("us", "UTC")) if pa.types.is_timestamp(f.type) else f for f in schema
@@ -331,6 +338,8 @@ class SharedStore:
             except errors.CommitFailedException:
                 report.commit_retries += 1
                 _backoff(attempt)
+            except _unreachable() as error:  # storage or the catalog gone mid-commit
+                raise self._fail(error, "its commit failed; none of these rows is in it (ingest again)") from None
         else:
             raise StoreError(f"{self.address.shown}: {_attempts()} commits lost to other writers; nothing was added")
         for uri, why in conflicts.items():
@@ -364,6 +373,8 @@ class SharedStore:
             except _pyiceberg().exceptions.CommitFailedException:
                 _backoff(attempt)
                 table = self.load(name)
+            except _unreachable() as error:
+                raise self._fail(error, f"its {name} commit failed") from None
         raise StoreError(f"{self.address.shown}: {_attempts()} commits of {name} lost to other writers")
 
     @contextlib.contextmanager

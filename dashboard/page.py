@@ -152,7 +152,7 @@ def write(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stepwatch.dashboard.page", description=__doc__.split("\n")[0])
-    parser.add_argument("--db", required=True, help="a store: a DuckDB file or a shared store's address")
+    parser.add_argument("--db", help="a store: a DuckDB file or a shared store's address (default $STEPWATCH_DB)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--metric", default=DEFAULT_METRIC, choices=tuple(METRICS))
     parser.add_argument("--report", help="the detection's markdown, shown under the charts")
@@ -166,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     night = {"commit": args.commit, "run_url": args.run_url, "jobs": args.jobs, "history": args.history,
              "failed": args.failed}  # fmt: skip
     try:
-        count = write(database.resolve(args.db), args.out, args.metric, args.report, night)
+        count = write(
+            database.resolve(args.db) if args.db else database.default_db(), args.out, args.metric, args.report, night
+        )
     except (database.StoreError, OSError) as error:
         print(f"stepwatch page: {error}", file=sys.stderr)
         return 1

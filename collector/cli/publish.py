@@ -20,6 +20,7 @@ from stepwatch.collector.cli.progress import TerminalHooks
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.store import history, objectstore
 from stepwatch.collector.store.address import named
+from stepwatch.collector.store.files import DB_ENV
 from stepwatch.collector.workflows import publish
 
 PAGE = "site/index.html"  # on the history branch: the night's static page
@@ -123,10 +124,11 @@ def night_of(jobs: list[publish.Job], tree: Path, branch: str | None) -> list[st
 def write_page(db: Path, target: Path, report: str | None, night: list[str] = ()) -> None:
     """The night's static page, drawn by the dashboard's own figures (in a process of its own: the dashboard is a
     layer of its own, beside the CLI); ``night``: what names it (``night_of``)."""
-    command = [sys.executable, "-m", "stepwatch.dashboard.page", "--db", named(db), "--out", str(target), *night]
+    # The store through the environment: a shared store's address may hold a password, which arguments would show.
+    command = [sys.executable, "-m", "stepwatch.dashboard.page", "--out", str(target), *night]
     if report and Path(report).is_file():
         command += ["--report", report]
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, DB_ENV: named(db)})
     if done.returncode != 0:
         lines = (done.stderr or done.stdout).strip().splitlines()
         console.print(f"note: no page tonight: {lines[-1] if lines else 'the page failed'}")

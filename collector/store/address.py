@@ -115,7 +115,7 @@ def shown(db: Path) -> str:
 
 
 def named(db: Path) -> str:
-    """How another stepwatch process is told of this store (its ``--db``): a shared store's address (with its
-    password: it goes to a child's arguments, never to a message), else the path."""
+    """How another stepwatch command is told of this store (its ``--db``, or a child process's $STEPWATCH_DB): a
+    shared store's address, with its password (never printed: messages use ``shown``), else the path."""
     address = attached(db)
     return address.text if address else str(db)

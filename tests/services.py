@@ -8,12 +8,13 @@ import contextlib
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from stepwatch.dashboard.browser_harness import free_port
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "stepwatch-test",
@@ -30,12 +31,6 @@ def postgres_bin() -> Path | None:
         return Path(found).resolve().parent
     versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
     return Path(versions[-1]).parent if versions else None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -11,28 +11,20 @@ from pathlib import Path
 import boto3
 import pyarrow.parquet as pq
 import pytest
-from moto.server import ThreadedMotoServer
 
 from stepwatch.collector.store import database, history, objectstore
 from stepwatch.collector.store.database import StoreReader
 from stepwatch.collector.store.ingest import ingest
+from tests import services
 from tests.conftest import REPO, result_rows, stepwatch, write_results
 
-CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "stepwatch-test",
-    "AWS_SECRET_ACCESS_KEY": "stepwatch-test-secret",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "STEPWATCH_STORAGE_BACKOFF_S": "0.1",
-}
+CREDENTIALS = {**services.CREDENTIALS, "STEPWATCH_STORAGE_BACKOFF_S": "0.1"}
 
 
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    with services.s3() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture

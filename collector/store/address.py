@@ -45,11 +45,7 @@ class Address:
     @property
     def shown(self) -> str:
         """The address with its password masked: what messages and pages print."""
-        parts = urlsplit(self.text)
-        if parts.password is None:
-            return self.text
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-        return urlunsplit(parts._replace(netloc=netloc))
+        return _masked(self.text)
 
     @property
     def dialect(self) -> str:
@@ -92,6 +88,7 @@ def parse(text: str) -> Address:
 
 
 def _masked(text: str) -> str:
+    """``text`` with the password of a ``scheme://user:password@host`` masked."""
     return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", text)
 
 

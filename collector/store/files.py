@@ -20,13 +20,6 @@ SYNTHETIC_DB = Path("data/stepwatch-synthetic.duckdb")
 DB_ENV = "STEPWATCH_DB"
 
 
-def default_db(synthetic: bool = False) -> Path:
-    """``STEPWATCH_DB`` if set, else data/stepwatch.duckdb (data/stepwatch-synthetic.duckdb for synthetic data)."""
-    if synthetic:
-        return SYNTHETIC_DB
-    return Path(os.environ.get(DB_ENV) or DEFAULT_DB)
-
-
 DELTA_NAME = re.compile(r"(\d{8})-(\d{8})\.duckdb")
 
 

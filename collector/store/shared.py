@@ -309,7 +309,8 @@ class SharedStore:
         try:
             scratch = spool / "rows.duckdb"
             report = ingest(sources, scratch, synthetic, known_from=cache, **options)
-            if not scratch.exists():
+            if not scratch.exists():  # nothing new
+                report.seconds = time.perf_counter() - start
                 return report
             with contextlib.closing(duckdb.connect(str(scratch), read_only=True)) as con:
                 rows = whole_rows(con, keep_source=True)

@@ -26,16 +26,26 @@ and t-test of Hunter) runs on the nights' medians, at its defaults (window 50, p
     .venv/bin/python benchmarks/detection.py [--series 1000] [--nights 90] [--seed 0] [--shapes ...]
     .venv/bin/python benchmarks/detection.py --grid bimodal-hosts [--series 300] [--rules "stepwatch detect" otava]
     .venv/bin/python benchmarks/detection.py --young [--series 200]
+    .venv/bin/python benchmarks/detection.py --noisy-start [--series 200]
 
 ``--young`` runs young histories instead, 3 to 30 nights, as every new installation and every new series starts:
 per shape and length, how often a 10% step and a model made 4x slower (-75%), 3 nights before the end and 2 or
 more after the start, are confirmed (and seen at all: suspected or confirmed), and how often a quiet young series
 confirms a change that is not there.
+
+``--noisy-start`` runs young histories whose first two nights disagree, as a new installation's first nights do
+(a cold runner, another host): one of the first two nights (either) is off the level by a factor drawn
+log-uniformly up to 3x, up or down, and 2 or 3 trials a night, on every shape. A drop of 10% to 99% starts right
+after the two noisy nights (night 2), or after 3 quiet nights more (night 5). Each history is judged at every
+length from its step to 30 nights, as the nightly judges it night after night: *by the k-th slow night* means a
+confirmed change within 2 nights of the step at that night and at every later one (never withdrawn). Quiet
+histories (the same starts, no step) count as a false alarm if anything is confirmed at any length of 3 to 30.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing
 import sys
 import time
@@ -282,6 +292,102 @@ def young(args: argparse.Namespace) -> None:
           + ", ".join(f"{shape} {rate:.1%}" for shape, rate in worst.items()))  # fmt: skip
 
 
+NOISY_SIZES = (0.10, 0.25, 0.50, 0.75, 0.90, 0.99)  # drops: the throughput falls to 1 - size
+NOISY_AT = (2, 5)  # the step right after the two noisy nights, or after 3 quiet nights more
+NOISY_NIGHTS = 30
+NOISY_FACTOR = 3.0  # the most the two first nights are apart
+
+
+def noisy_start(rng: np.random.Generator, shape: str, size: float, at: int) -> tuple[np.ndarray, bool]:
+    """A noisy-start history of ``NOISY_NIGHTS`` nights of 2 or 3 trials: one of the first two nights off by up to
+    ``NOISY_FACTOR``, and a drop of ``size`` from night ``at`` (none if 0); and whether the off night was drawn above
+    the new level by more than the threshold (else it lies within or below it, and no order can tell the step from
+    a noisy start)."""
+    trials = np.exp(SHAPES[shape](rng, NOISY_NIGHTS))[:, : int(rng.integers(2, 4))] * 1000
+    off = int(rng.integers(2))
+    factor = math.exp(rng.uniform(0, math.log(NOISY_FACTOR)) * rng.choice([-1, 1]))
+    trials[off] *= factor
+    if size:
+        trials[at:] *= 1 - size
+    return trials, factor > (1 - size) * (1 + THRESHOLD)
+
+
+def confirmed_from(trials: np.ndarray, at: int | None) -> tuple[int | None, bool]:
+    """The first length (nights) from which a confirmed change near ``at`` stands at every later length, and
+    whether anything at all was confirmed at some length (for a quiet history: a false alarm)."""
+    first, ever = None, False
+    for length in range(3 if at is None else at + 1, len(trials) + 1):
+        part = trials[:length]
+        changes = detect_changes(np.median(part, axis=1), THRESHOLD, True, trials=part).changes
+        hit = any(c.status == "confirmed" and (at is None or abs(c.index - at) <= TOLERANCE) for c in changes)
+        ever |= hit
+        first = (first if first is not None else length) if hit else None
+    return first, ever
+
+
+def noisy_score(job: tuple[str, float, int, int, int]) -> tuple[str, float, int, list[tuple[int | None, bool]], float]:
+    """One shape and condition: per history the first length its step stays confirmed from and whether its off
+    night lies above the new level (steps), or the share of quiet histories that confirmed anything (``size`` 0)."""
+    shape, size, at, series, seed = job
+    rng = np.random.default_rng([seed, list(SHAPES).index(shape), int(size * 100), at])
+    firsts, alarms = [], 0
+    for _ in range(series):
+        trials, clear = noisy_start(rng, shape, size, at)
+        first, ever = confirmed_from(trials, at if size else None)
+        firsts.append((first, clear))
+        alarms += ever
+    return shape, size, at, firsts, alarms / series
+
+
+def noisy(args: argparse.Namespace) -> None:
+    """Young histories with noisy starts: how soon steps are confirmed for good, and how quiet the quiet ones are."""
+    jobs = [(shape, 0.0, 0, args.series, args.seed) for shape in args.shapes]
+    jobs += [(shape, size, at, args.series, args.seed) for shape in args.shapes for at in NOISY_AT
+             for size in NOISY_SIZES]  # fmt: skip
+    print(
+        f"noisy starts: {args.series} histories per shape and condition, {NOISY_NIGHTS} nights of 2-3 trials, "
+        f"one of the first two nights off by up to {NOISY_FACTOR:g}x; a step is judged at every length from it\n"
+    )
+    header = f"{'shape':<19}{'step':>6}{'at':>4}" + "".join(f"{f'slow {k}':>9}" for k in (1, 2, 3, 5, 7, 10, 20))
+    print(header + f"{'never':>8}{'above: slow 3':>15}\n" + "-" * (len(header) + 23))
+    quiet: dict[str, float] = {}
+    goals: dict[str, list[str]] = {}
+    started = time.perf_counter()
+    with multiprocessing.Pool() as pool:
+        for shape, size, at, firsts, alarms in pool.imap(noisy_score, jobs):
+            if not size:
+                quiet[shape] = alarms
+                print(f"{shape:<19}{'none':>6}{'':>4}  false alarms (anything confirmed at 3-30 nights): {alarms:.1%}")
+                continue
+            by = {
+                k: sum(f is not None and f <= at + k for f, _ in firsts) / len(firsts) for k in (1, 2, 3, 5, 7, 10, 20)
+            }
+            never = sum(f is None for f, _ in firsts) / len(firsts)
+            above = [f is not None and f <= at + 3 for f, clear in firsts if clear]
+            share = f"{sum(above) / len(above):.1%} of {len(above)}" if above else "-"
+            print(f"{shape:<19}{-size:>6.0%}{at:>4}" + "".join(f"{by[k]:>9.1%}" for k in by) + f"{never:>8.1%}"
+                  + f"{share:>15}", flush=True)  # fmt: skip
+            if at == NOISY_AT[0] and size >= 0.5 and by[3] < 0.95:
+                goals.setdefault(shape, []).append(f"{-size:.0%} at night {at}: {by[3]:.1%} by the third slow night")
+            if at == NOISY_AT[0] and size == 0.10 and by[7] < 0.80:
+                goals.setdefault(shape, []).append(f"-10% at night {at}: {by[7]:.1%} by the seventh slow night")
+    print(
+        "\nslow k: the share of histories whose step is confirmed by its k-th slow night and at every night after; "
+        "never: not confirmed for good by night 30. above: slow 3 among the histories whose off night was drawn above "
+        "the new level (beyond the threshold): where it lies within or below it, no order tells a step from a noisy "
+        "start."
+    )
+    print("False alarms of quiet histories: " + ", ".join(f"{shape} {rate:.1%}" for shape, rate in quiet.items()))
+    for shape, rate in quiet.items():
+        if rate > 0.01:
+            goals.setdefault(shape, []).append(f"quiet histories confirm something {rate:.1%} of the time")
+    print(
+        "Goals (>= 50% at night 2 by the third slow night in 95%, -10% by the seventh in 80%, quiet <= 1%) missed: "
+        + ("; ".join(f"{shape}: {', '.join(miss)}" for shape, miss in goals.items()) or "none")
+        + f" ({time.perf_counter() - started:.0f} s)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series", type=int, default=1000, help="series per shape and condition")
@@ -291,7 +397,11 @@ def main() -> None:
     parser.add_argument("--rules", nargs="+", default=list(RULES), choices=list(RULES), metavar="RULE")
     parser.add_argument("--grid", choices=["bimodal-hosts"], help="run the grid of bimodal hosts instead")
     parser.add_argument("--young", action="store_true", help="young histories of 3 to 30 nights instead")
+    parser.add_argument("--noisy-start", action="store_true", help="young histories whose first nights disagree")
     args = parser.parse_args()
+    if args.noisy_start:
+        noisy(args)
+        return
     if args.grid:
         grid(args)
         return

@@ -28,6 +28,7 @@ QUERIES = {
     "speedups": queries.speedups,
     "costs": queries.costs,
     "cost_gaps": queries.cost_gaps,
+    "suite_run_costs": queries.suite_run_costs,
     "recent_runs": queries.recent_runs,
     "run_detail": queries.run_detail,
     "alerts": records.list_alerts,

@@ -138,3 +138,21 @@ def machine_text(flagged: int, unread: int) -> str:
     """A run's machine in a cell: how many of its ok trials ran throttled or shared, or did not read it."""
     parts = [f"{flagged} throttled/shared"] if flagged else []
     return ", ".join(parts + ([f"{unread} not read"] if unread else []))
+
+
+def cost_text(runs: pd.DataFrame) -> str:
+    """What the suite runs of ``runs`` (``queries.suite_run_costs``: a night's collect jobs, a check's sides) cost in
+    one sentence: the sum, the runner time it pays for, the price and its source and date; trials without a price
+    and why. Said plainly where nothing was priced."""
+    trials, priced = int(runs["trials"].sum()), int(runs["priced"].sum())
+    unpriced = "; ".join(dict.fromkeys(w for text in runs["unpriced"].dropna() for w in str(text).split("; ")))
+    if not priced:
+        return f"Cost unknown: none of its {trials} trial(s) has a price ({unpriced or 'no price recorded'})."
+    seconds = float(runs["wall_s"].sum())
+    first = runs.dropna(subset=["price_key"]).iloc[0]
+    text = (
+        f"It cost ${float(runs['cost_usd'].sum()):,.4f}: {priced} trial(s), {seconds / 60:,.1f} min of runner time at "
+        f"{first['price_key']} (${float(first['price_per_device_hour']):.4g} per hour; {first['price_source']}; "
+        f"{first['price_date']}). The jobs' own set-up is billed beside it"
+    )
+    return text + (f"; {trials - priced} trial(s) have no price ({unpriced})." if priced < trials else ".")

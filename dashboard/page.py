@@ -39,6 +39,12 @@ def _cell(text: str, verdict: object) -> str:
     return f'<td><span class="chip"{style}>{html.escape(text)}</span></td>'
 
 
+def numerics_of(row: dict[str, Any]) -> str:
+    """A row's numerics verdict in words; empty where there is none (a first night, a failed run: NaN in the table)."""
+    said = row.get("numerics")
+    return said if isinstance(said, str) else ""
+
+
 def night_line(
     started: str, commit: str | None, run_url: str | None, jobs: str | None, failed: list[str] | None = None
 ) -> str:
@@ -67,6 +73,7 @@ def render(
         table = latest.overview(con, ALL, metric_name, load_overrides())
         points = queries.history_points(con, ALL, metric_name, False)
         alerts = records.list_alerts(con, records.STATUSES, metric_name)
+        night_runs = queries.suite_run_costs(con, sorted(set(table["suite_run_id"].dropna())) if len(table) else [])
     rows = table.to_dict("records")
     started = max((str(row["started_at"]) for row in rows), default="")
     body = [
@@ -78,14 +85,15 @@ def render(
         f"its 95% interval, judged against the metric's threshold ({metric.threshold:.0%}). To "
         f"dig in: <code>{html.escape('stepwatch dashboard ' + ((night or {}).get('history') or HISTORY))}</code> in "
         "a clone of this repository.</p>",
+        f"<p>What the night cost: {html.escape(labels.cost_text(night_runs))}</p>" if len(night_runs) else "",
     ]
     # A training that changed leads the page, its speed beside it: a speedup that computes something else is none.
-    retrained = [row for row in rows if str(row.get("numerics") or "").startswith(f"{CHANGED}:")]
+    retrained = [row for row in rows if numerics_of(row).startswith(f"{CHANGED}:")]
     if retrained:
         body.append(f"<h2>Trainings that changed ({len(retrained)})</h2><ul>")
         body += [f"<li>{html.escape(series_label(row))}: {metric.label.lower()} "
                  f"{html.escape(labels.change_text(row, 'previous'))} against the run before it, but its training "
-                 f"{html.escape(str(row['numerics']))}</li>" for row in retrained]  # fmt: skip
+                 f"{html.escape(numerics_of(row))}</li>" for row in retrained]  # fmt: skip
         body.append("</ul>")
     body.append(
         "<table><tr><th>status</th><th>series</th><th>latest</th><th>vs previous run</th><th>vs baseline</th>"
@@ -103,7 +111,7 @@ def render(
             + _cell(labels.change_text(row, "level"), row["level_verdict"])
             + f"<td>{html.escape(labels.seen_text(row))}</td>"
             + f"<td>{row['ok']}/{row['trials']}</td><td>{row['alerts']}</td>"
-            + f"<td>{html.escape(str(row.get('numerics') or ''))}</td>"
+            + f"<td>{html.escape(numerics_of(row))}</td>"
             + f"<td>{html.escape(str(row['started_at'])[:16])}</td></tr>"
         )  # fmt: skip
     body.append("</table>")

@@ -473,14 +473,18 @@ class GitHub:
         summary.write_text("")
         status = {"success": True, "failure": False}
         steps_ctx: dict[str, dict] = {}
-        # A GitHub-hosted Linux runner's context (docs: "runner context": os Linux, arch X64).
+        # A Linux runner's context (docs: "runner context": os Linux, arch X64, environment github-hosted for the
+        # runners GitHub hosts, named by their ubuntu-* labels, else self-hosted).
+        labels = self._expand(job.get("runs-on", ""), {**ctx, "secrets": self.secrets, "vars": self.variables},
+                              status, workspace)  # fmt: skip
+        hosted = any(label.strip("[]\"' ").startswith("ubuntu-") for label in labels.split(","))
         ctx = {
             **ctx,
             "steps": steps_ctx,
             "secrets": self.secrets,
             "vars": self.variables,
             "env": {},
-            "runner": {"os": "Linux", "arch": "X64"},
+            "runner": {"os": "Linux", "arch": "X64", "environment": "github-hosted" if hosted else "self-hosted"},
         }
         env = {k: self._expand(v, ctx, status, workspace) for k, v in job.get("env", {}).items()}
         ctx["env"] = env
@@ -578,7 +582,9 @@ class GitHub:
                 "GITHUB_RUN_ID": github["run_id"], "GITHUB_RUN_ATTEMPT": github["run_attempt"],
                 "GITHUB_SHA": github.get("sha") or self._head(), "GITHUB_EVENT_NAME": github["event_name"],
                 "GITHUB_REF": github["ref"],
-                "GITHUB_STEP_SUMMARY": str(summary), "RUNNER_TEMP": str(workspace.parent)}  # fmt: skip
+                "GITHUB_STEP_SUMMARY": str(summary), "RUNNER_TEMP": str(workspace.parent),
+                "RUNNER_OS": ctx["runner"]["os"], "RUNNER_ARCH": ctx["runner"]["arch"],
+                "RUNNER_ENVIRONMENT": ctx["runner"]["environment"]}  # fmt: skip
 
     def _merge_ref(self, workspace: Path, github: dict[str, Any], env: dict[str, str]) -> subprocess.CompletedProcess:
         """What a pull_request run checks out (GitHub's docs: GITHUB_SHA is "the last merge commit on the

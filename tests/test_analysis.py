@@ -408,3 +408,90 @@ def test_a_change_says_how_many_nights_its_verdict_rests_on() -> None:
         nights[-back:] *= 0.8
         [change] = changepoints.detect_changes(nights, 0.03, True).changes
         assert (change.status, change.nights, change.nights_text()) == (status, back, text)
+
+
+# Two series from replayed nightlies (trials per night, examples/s, oldest first): two noisy first nights, then a step.
+FOUR_X_NARROWER = [[38425, 42084], [28505, 29612], [1024, 1056], [994, 1064], [1082, 1087]]  # 28% apart, then -97%
+TWO_QUIET_LEVELS = [[222.4, 302.2], [894.9, 584.4], [63.0, 77.5], [81.8, 76.0], [82.1, 77.0]]  # 2.9x apart, then -89%
+
+
+@pytest.mark.parametrize("series", [FOUR_X_NARROWER, TWO_QUIET_LEVELS], ids=["-97%", "-89%"])
+def test_a_step_after_two_noisy_first_nights_is_confirmed_by_its_third_slow_night_and_stays(series: list) -> None:
+    """Before, the first was suspected after 2 slow nights, then withdrawn at 3 to 6 and confirmed at 8; the second
+    (its first nights read as two host levels) was never reported. Order tells them: every trial before the step
+    lies above every trial since. Later nights at the new level (these nights' own trials, seeded noise) never
+    withdraw it."""
+    rng = np.random.default_rng(0)
+    slow = np.array(series[2:], dtype=float)
+    nights = [np.array(n, dtype=float) for n in series]
+    nights += [slow[i % 3] * np.exp(0.02 * rng.standard_normal(2)) for i in range(25)]
+    seen = {}
+    for length in range(3, len(nights) + 1):
+        trials = nights[:length]
+        found = changepoints.detect_changes([float(np.median(t)) for t in trials], 0.03, True, trials=trials)
+        seen[length] = [(c.index, c.status, c.regression) for c in found.changes]
+    assert seen[3] == [] and all(seen[n] == [(2, "confirmed", True)] for n in range(5, 31)), seen
+    [change] = changepoints.detect_changes([float(np.median(t)) for t in series], 0.03, True, trials=series).changes
+    # The interval runs from the nearest night before (night 1) to the farthest, each against the new level.
+    level = np.exp(np.log(slow).mean())
+    assert change.ci_low == pytest.approx(level / np.exp(np.log(max(series[:2], key=np.mean)).mean()), rel=1e-6)
+    assert change.ci_high == pytest.approx(level / np.exp(np.log(min(series[:2], key=np.mean)).mean()), rel=1e-6)
+    assert change.p_value < changepoints.CONFIRM_ALPHA
+
+
+def test_a_pool_alternates_between_its_levels_and_the_same_nights_in_order_are_a_step() -> None:
+    """Nights on two hosts 10% apart: alternating, two levels; the same nights with every fast one first, a step
+    (two_levels None), found and confirmed where the levels' stricter test would hold it back."""
+    rng = np.random.default_rng(4)
+    hosts = np.where(np.arange(40) % 4 < 2, 1.0, 0.9) * np.exp(0.01 * rng.standard_normal(40)) * 1000
+    assert changepoints.two_levels(np.log(hosts)) == pytest.approx(math.log(1 / 0.9), abs=0.02)
+    ordered = np.sort(hosts)[::-1]
+    assert changepoints.two_levels(np.log(ordered)) is None
+    # One night alone on the other level is no return to it: a cold first night, then a step, is still a step.
+    assert changepoints.two_levels(np.log(np.r_[ordered[-1], ordered[1:]])) is None
+    found = changepoints.detect_changes(ordered, 0.03, True).changes
+    assert [(c.index, c.status) for c in found] == [(20, "confirmed")]
+
+
+def test_an_ordered_step_needs_every_night_before_off_the_new_level() -> None:
+    """The order test alone: nights before all above the new level by the threshold and 6 of its sigmas give a step
+    with the range of the nights before as its interval; one night before at the new level, a gap within the
+    threshold, or fewer than 3 nights since, give none."""
+    since = [np.log([100.0, 101.0]), np.log([99.0, 100.5]), np.log([100.2, 99.6])]
+    far = changepoints.ordered_step([np.log([300.0, 310.0]), np.log([150.0, 155.0])], since, math.log1p(0.03))
+    assert far is not None and far.ci_low == pytest.approx(100 / 305, rel=0.02)
+    assert far.ci_high == pytest.approx(100 / 152.5, rel=0.02) and far.p_value < 1e-4
+    assert changepoints.ordered_step([np.log([300.0]), np.log([100.0, 101.0])], since, 0.03) is None
+    assert changepoints.ordered_step([np.log([300.0]), np.log([102.0, 102.5])], since, math.log1p(0.03)) is None
+    assert changepoints.ordered_step([np.log([300.0]), np.log([150.0])], since[:2], 0.03) is None
+
+
+def test_quiet_young_histories_with_a_noisy_first_night_confirm_nothing() -> None:
+    """One of the first two nights up to 3x off (up or down), the others quiet at 2%: nothing is confirmed at any
+    length from 3 to 30 nights (benchmarks/detection.py --noisy-start measures every noise shape)."""
+    rng = np.random.default_rng(8)
+    for _ in range(12):
+        trials = 1000 * np.exp(0.02 * rng.standard_normal((30, int(rng.integers(2, 4)))))
+        trials[int(rng.integers(2))] *= np.exp(rng.uniform(-1, 1) * math.log(3))
+        for length in range(3, 31):
+            part = trials[:length]
+            found = changepoints.detect_changes(np.median(part, axis=1), 0.03, True, trials=part).changes
+            assert [c for c in found if c.status == "confirmed"] == [], (length, np.median(part, axis=1))
+
+
+def test_a_step_in_a_series_history_is_stepped_not_bimodal_across_processes() -> None:
+    """A series' last trials in time order, 15 before a 40x step and 15 after: two clusters, one after the other,
+    are a step (no "bimodal across processes" warning, its levels written as a person reads them); the same values
+    interleaved are bimodal."""
+    from stepwatch.collector.output.comparison import bimodal_warning
+
+    rng = np.random.default_rng(2)
+    history = np.r_[40000 * np.exp(0.03 * rng.standard_normal(15)), 1000 * np.exp(0.03 * rng.standard_normal(15))]
+    stepped = noise.noises_of({"s": history}, ordered=True)["s"]
+    assert stepped.stepped and not stepped.bimodal and bimodal_warning("s", "examples_per_sec", stepped) is None
+    assert noise.noise_text(stepped).endswith("stepped: 995.6 / 39,995")  # before, bimodal: 995.6 / 4e+04
+    interleaved = noise.noises_of({"s": np.ravel(np.column_stack([history[:15], history[15:]]))}, ordered=True)["s"]
+    assert interleaved.bimodal and not interleaved.stepped
+    warning = bimodal_warning("s", "examples_per_sec", interleaved)
+    assert warning and "e+0" not in warning and "near 995.6 and 39,995" in warning, warning
+    assert noise.noise_of(history).bimodal  # order unknown: as before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -46,12 +47,25 @@ def test_a_gpu_is_priced_by_its_exact_product(name: str, key: str | None) -> Non
 
 
 def test_a_cpu_is_priced_only_as_the_runner_it_is() -> None:
+    """GitHub's hosted runners by SKU (its rates from 2026-01-01), from what GitHub sets in every job and the core
+    count; any other CPU has no price."""
     prices = catalog.load_prices()
-    hosted = {"RUNNER_ENVIRONMENT": "github-hosted"}
-    assert catalog.find_price(prices, "cpu", "AMD EPYC 7763", 2, hosted).key == "github-hosted-linux-2core"
-    assert catalog.find_price(prices, "cpu", "AMD EPYC 7763", 4, hosted).key == "github-hosted-linux-4core"
+    hosted = {"RUNNER_ENVIRONMENT": "github-hosted", "RUNNER_ARCH": "X64"}
+    arm = {**hosted, "RUNNER_ARCH": "ARM64"}
+    found = {(cores, arch["RUNNER_ARCH"]): catalog.find_price(prices, "cpu", "AMD EPYC 7763", cores, arch)
+             for cores in (2, 4, 8, 16) for arch in (hosted, arm)}  # fmt: skip
+    assert {key: (p.key, p.usd_per_hour) for key, p in found.items() if p} == {
+        (2, "X64"): ("github-hosted-linux-2core", 0.36), (4, "X64"): ("github-hosted-linux-4core", 0.72),
+        (8, "X64"): ("github-hosted-linux-8core", 1.32), (16, "X64"): ("github-hosted-linux-16core", 2.52),
+        (2, "ARM64"): ("github-hosted-linux-2core-arm64", 0.30),
+        (4, "ARM64"): ("github-hosted-linux-4core-arm64", 0.48),
+    }  # fmt: skip
+    assert all(p.date == "2026-01-01" and "actions-runner-pricing" in p.source for p in found.values() if p)
     assert catalog.find_price(prices, "cpu", "AMD EPYC 7763", 2, {}) is None  # a laptop, a VM: unknown
-    assert catalog.find_price(prices, "cpu", "AMD EPYC 7763", 16, hosted) is None
+    assert (
+        catalog.find_price(prices, "cpu", "AMD EPYC 7763", 2, {**hosted, "RUNNER_ENVIRONMENT": "self-hosted"}) is None
+    )
+    assert catalog.find_price(prices, "cpu", "AMD EPYC 7763", 32, hosted) is None
     note = catalog.no_price_note("cpu", "AMD EPYC 7763", 2)
     assert note.startswith("no price: AMD EPYC 7763 (cpu, 2 CPUs) matches no entry") and "--price-per-hour" in note
 
@@ -179,7 +193,10 @@ def test_a_teams_own_price_comes_first_and_every_row_says_whose_it_is() -> None:
     prices = [own, *catalog.load_prices()]
     assert catalog.find_price(prices, "gpu", "NVIDIA H100 80GB HBM3") is own
     assert catalog.find_price(prices, "tpu", "TPU v6 lite") is own
-    assert catalog.find_price(prices, "cpu", "AMD EPYC", 2, {"RUNNER_ENVIRONMENT": "github-hosted"}) is own
+    assert (
+        catalog.find_price(prices, "cpu", "AMD EPYC", 2, {"RUNNER_ENVIRONMENT": "github-hosted", "RUNNER_ARCH": "X64"})
+        is own
+    )
     row = catalog.cost_columns(own, None, 2, 3600.0, 1000.0)
     assert row["price_whose"] == "your own price" and row["cost_usd"] == pytest.approx(6.2)
     assert row["price_source"] == "our 3-year commitment" and row["price_key"] == "own-price"
@@ -187,3 +204,52 @@ def test_a_teams_own_price_comes_first_and_every_row_says_whose_it_is() -> None:
     assert said == "own-price (your own price, 3.1 USD per device-hour: our 3-year commitment)"
     with pytest.raises(catalog.CatalogError, match="own-price must be a positive"):
         catalog.own_price(0, None, date(2026, 11, 27))
+
+
+HOSTED_SCRIPT = """\
+import numpy as np
+
+import stepwatch
+
+def batches():
+    while True:
+        yield np.ones((32, 8))
+
+
+weights = np.zeros(8)
+for x in stepwatch.steps(batches(), examples_per_step=32):
+    weights -= 0.01 * x.mean(axis=0)
+"""
+
+
+def test_a_night_on_a_github_hosted_2_core_runner_costs_its_rate_and_the_page_says_what_it_cost(tmp_path: Path) -> None:
+    """A trial as GitHub's hosted runners run one (RUNNER_ENVIRONMENT and RUNNER_ARCH as GitHub sets them; two CPUs,
+    pinned so that any machine is the 2-core runner): its row carries $0.36 an hour with its source and date, and the
+    night's page says what the night cost. Before, a CPU night there was priced at the 2025 rate or not at all."""
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    from stepwatch.dashboard import page
+
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs to be the 2-core runner")
+    (tmp_path / "train.py").write_text(HOSTED_SCRIPT)
+    env = {**os.environ, "RUNNER_ENVIRONMENT": "github-hosted", "RUNNER_ARCH": "X64"}
+    done = subprocess.run([sys.executable, "-m", "stepwatch", "run", "--script", "train.py", "--trials", "1",
+                           "--out", "out"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+                          preexec_fn=lambda: os.sched_setaffinity(0, cpus))  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    [row] = pq.read_table(next((tmp_path / "out").glob("*.parquet"))).to_pylist()
+    assert (row["cpu_cores"], row["price_key"], row["price_per_device_hour"]) == (2, "github-hosted-linux-2core", 0.36)
+    assert "actions-runner-pricing" in row["price_source"] and row["price_date"] == "2026-01-01"
+    assert row["cost_usd"] == pytest.approx(0.36 * row["wall_s"] / 3600)
+    db = tmp_path / "store.duckdb"
+    assert subprocess.run([sys.executable, "-m", "stepwatch", "ingest", "out", "--db", str(db)], cwd=tmp_path,
+                          capture_output=True, timeout=300).returncode == 0  # fmt: skip
+    html, _ = page.render(db)
+    said = re.search(r"What the night cost: It cost \$([0-9.]+): 1 trial\(s\), [0-9.]+ min of runner time at "
+                     r"github-hosted-linux-2core \(\$0\.36 per hour; GitHub Actions runner pricing", html)  # fmt: skip
+    assert said and float(said[1]) == pytest.approx(row["cost_usd"], abs=1e-4), html[:2500]

@@ -230,6 +230,18 @@ def test_the_nightly_page_leads_with_a_training_that_changed(tmp_path: Path) -> 
     assert "but its training changed: best loss" in lead and "numerics vs previous run" in html
 
 
+def test_the_nightly_page_of_a_first_night_leaves_numerics_empty_and_says_what_the_night_cost(tmp_path: Path) -> None:
+    """A series' first night has no run before it: its numerics cell is empty (it read "nan"), and the page says
+    what the night cost, here that its rows have no price (made on a machine the catalog does not know) and why."""
+    from stepwatch.dashboard import page
+
+    db, trials = tmp_path / "store.duckdb", REPO / "data" / "reference" / "cpu-2026-11-27-numerics"
+    assert stepwatch("ingest", str(trials / "precision-200"), "--db", str(db)).returncode == 0
+    html, series = page.render(db)
+    assert series == 2 and "nan" not in html.split("<table>")[1].split("</table>")[0], html[:3000]
+    assert "What the night cost: Cost unknown: none of its 6 trial(s) has a price (no price: " in html, html[:3000]
+
+
 SCRIPT = '''\
 """A numpy regression of the team's own: seeded by the trial, its validation loss reported with a target."""
 import numpy as np

@@ -409,3 +409,19 @@ def test_explain_says_why_there_is_no_op_table_when_the_profiles_failed(tmp_path
     assert stepwatch("ingest", str(tmp_path / "results"), "--db", db).returncode == 0
     asked = stepwatch("explain", "--baseline", "label=plain", "--candidate", "label=plain", "--db", db)
     assert "run with --profile" in asked.stdout  # none asked for: the hint stays
+
+
+def test_a_reports_profiles_are_named_from_the_checkout_not_the_runners_absolute_path(tmp_path: Path) -> None:
+    """A check's report (a pull request's comment prints it) names each side's profile relative to the folder the
+    command ran in; an address in a bucket as it is. Before: /home/runner/work/..., which no reader can open."""
+    rows = _profiled("before", 10.0, {"MatMul": 4.0}) + _profiled("after", 13.0, {"MatMul": 7.0})
+    for row in rows:
+        kept = tmp_path / "data" / "upgrade-check" / "profiles" / row["run_id"]
+        row["profile_uri"] = str(kept) if row["label"] == "before" else f"s3://bucket/profiles/{row['run_id']}"
+    write_results(tmp_path / "results" / "rows.parquet", rows)
+    db = str(tmp_path / "store.duckdb")
+    assert stepwatch("ingest", str(tmp_path / "results"), "--db", db).returncode == 0
+    done = stepwatch("explain", "--baseline", "label=before", "--candidate", "label=after", "--db", db, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "  baseline profile: data/upgrade-check/profiles/" in done.stdout, done.stdout
+    assert "  candidate profile: s3://bucket/profiles/" in done.stdout and str(tmp_path) not in done.stdout

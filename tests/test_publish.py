@@ -338,6 +338,48 @@ def test_triage_by_hand_skips_collection_and_an_unknown_alert_is_one_line(
     assert branch_files(gh, "results") == before
 
 
+def test_a_triage_run_deploys_its_page_so_that_pages_stops_showing_the_regression(tmp_path: Path) -> None:
+    """Five nights of one series on the history branch, the last three 4x slower: one confirmed regression. The
+    workflow run by hand acknowledges it; its publish job uploads the page and the pages job deploys it, which says
+    "0 regressed". Before, a triage run skipped the pages job, and Pages said "1 regressed" until the next night."""
+    gh = team_repository(tmp_path, {"model.py": MODEL}, ["--models", "model.py:mlp", "--keras-backend", "jax"],
+                         'xla = ["off"]\ntrials = 1\npages = true\n' + FAST)  # fmt: skip
+    env, local = environment(tmp_path), tmp_path / "local"
+    history = local / "history"
+    sh("git", "init", "-q", "-b", "stepwatch-history", str(history), cwd=tmp_path, env=env)
+    sh("git", "-C", str(history), "remote", "add", "origin", str(gh.remote), cwd=tmp_path, env=env)
+    source = pq.read_table(sorted((REPO / "data" / "reference" / "cpu-tf-history").glob("*.parquet"))[0])
+    rows = [row for row in source.to_pylist() if row["model"] == "bilstm" and not row["xla_requested"]]
+    nights = ("2026-11-20", "2026-11-21", "2026-11-22", "2026-11-23", "2026-11-24")
+    for number, night in enumerate(nights):  # published at once: each row keeps its night
+        slower = 0.25 if number >= 2 else 1.0
+        made = [{**row, "run_id": f"{night}-{i}", "suite_run_id": f"night-{night}",
+                 "started_at": datetime.fromisoformat(f"{night}T02:30:00+00:00"),
+                 **{k: row[k] * slower for k in ("examples_per_sec", "examples_per_sec_per_device", "units_per_sec")
+                    if row.get(k) is not None}} for i, row in enumerate(rows)]  # fmt: skip
+        (local / "night" / night).mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(made, source.schema), local / "night" / night / "rows.parquet")
+    done = stepwatch("publish", *(f"night/{n}" for n in nights), "--history", "history", "--push",
+                     "stepwatch-history", "--db", "store.duckdb", "--night", nights[-1], cwd=local, env=env)  # fmt: skip
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]  # a confirmed regression
+    alerts = json.loads(stepwatch("alerts", "list", "--format", "json", "--db", "store.duckdb", cwd=local).stdout)
+    [alert] = [a for a in alerts if a["status"] == "confirmed"]
+    (tmp_path / "gh-state").mkdir()
+    (tmp_path / "gh-bin").mkdir()
+    (tmp_path / "gh-bin" / "gh").write_text(STAND_IN_ISSUES)  # no issue open: the triage closes none
+    (tmp_path / "gh-bin" / "gh").chmod(0o755)
+    gh.env = {**gh.env, "PATH": f"{tmp_path / 'gh-bin'}:{gh.env['PATH']}", "GH_STATE": str(tmp_path / "gh-state")}
+    run = gh.run_workflow(nightly(gh), "workflow_dispatch", {"alert_id": str(alert["id"]), "alert_action": "ack",
+                                                             "note": "slower on purpose"})  # fmt: skip
+    [publish], [pages] = run["publish"], run["pages"]
+    assert publish.result == "success", [(s.name, s.stdout[-1500:], s.stderr[-1500:]) for s in publish.steps
+                                         if s.outcome == "failure"]  # fmt: skip
+    assert pages.result == "success", [(s.name, s.outcome, s.stderr[-1500:]) for s in pages.steps]
+    with tarfile.open(fileobj=io.BytesIO(gh.artifacts[gh.run[0]]["github-pages-1"]["artifact.tar"])) as tar:
+        page = tar.extractfile("./index.html").read().decode()
+    assert "1 series; 0 regressed." in page, page[:3000]
+
+
 FLAKY = (
     MODEL
     + """

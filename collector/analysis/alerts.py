@@ -82,7 +82,7 @@ def scan(
         for change in detection.changes:
             found.append(Found(key, metric.name, change, times[change.index], runs[change.index], times))
     values = queries.trial_values(con, list(seen), metric.name, noise.NOISE_TRIALS)
-    noises = noise.noises_of(values)
+    noises = noise.noises_of(values, ordered=True)  # newest first: a step in its history is no bimodality
     return Scan(found, seen, outliers, noises, {key: fields.get(key, {}) for key in seen})
 
 

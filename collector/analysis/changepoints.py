@@ -16,7 +16,17 @@ size of the gap between the levels moves the nights from one level to the other 
 was, and the successive differences that the robust noise comes from jump between the levels. On such a series
 (two clusters of nights, judged without the 5% most extreme) a night is an outlier only well beyond the gap,
 an L2 (mean) segmentation proposes changes beside the L1 one, sizes are differences of means, and each change
-is held to p < 0.0001 (two proposers, more candidates).
+is held to p < 0.0001 (two proposers, more candidates). Two levels are told from a step by order, not only by
+spread: a pool alternates between its levels, while a history whose high nights all come before its low nights
+(one run of each) has stepped, however far apart its first nights are.
+
+A step on a young history whose first nights are noisy (two nights 3x apart, then a model 4x slower) leaves a
+Welch test of the segments no degrees of freedom to confirm it with: the segment before is two nights that disagree.
+Order tells it instead (``ordered_step``): every trial before the change lies on one side of every trial since,
+by more than the threshold and by ``ORDER_SIGMAS`` standard deviations of the trials since. Each night before is
+then judged alone against the new level (a t prediction test at the new level's own spread, the nearest night
+deciding), so the first nights need not agree with each other, only all lie off the new level. As nights at the
+new level accrue, the order and the gap only hold more firmly: a step confirmed this way stays confirmed.
 """
 
 from __future__ import annotations
@@ -29,8 +39,8 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from stepwatch.collector.analysis.noise import noise_of
-from stepwatch.collector.analysis.stats import Ratio, Side, is_worse, welch_ratio
+from stepwatch.collector.analysis.noise import level_returns, noise_of
+from stepwatch.collector.analysis.stats import Ratio, Side, is_worse, t_p_value, welch_ratio
 
 MIN_SIZE = 2  # nights in a segment: one night alone is an outlier, never a level
 HAMPEL_HALF = 3  # a night is judged against the median of the 3 nights either side
@@ -38,6 +48,7 @@ HAMPEL_K = 4.0  # ... and is an outlier when it is further than 4 robust sigmas 
 PENALTY = 3.0  # PELT penalty per change, in units of robust sigma x log(nights)
 CONFIRM_NIGHTS = 3  # nights after a change before it can be confirmed
 CONFIRM_ALPHA = 0.001
+ORDER_SIGMAS = 4.0  # an ordered step's gap, in standard deviations of the trials since it (benchmarks/detection.py)
 
 
 def robust_sigma(logs: np.ndarray) -> float:
@@ -52,16 +63,21 @@ def robust_sigma(logs: np.ndarray) -> float:
 def outlier_nights(logs: np.ndarray, threshold: float, sigma: float) -> np.ndarray:
     """Nights far from the median of their neighbours (a one- or two-night dip that recovers). The last
     nights are never outliers: there is no later night yet to say they recovered. A night near the start is
-    judged by as many nights before it as after it (the first by none: never an outlier), so that the first nights
-    of a young history are not measured against the level that follows a step: two quiet nights then a slower
-    model were both set aside, and no change was left to find."""
+    judged by as many nights before it as after it (the first by the nights after it, only where they agree), so
+    that the first nights of a young history are not measured against the level that follows a step: two quiet
+    nights then a slower model were both set aside, and no change was left to find."""
     n = len(logs)
     padded = np.concatenate([np.full(HAMPEL_HALF, np.nan), logs, np.full(HAMPEL_HALF, np.nan)])
     windows = sliding_window_view(padded, 2 * HAMPEL_HALF + 1).copy()
     for night in range(min(HAMPEL_HALF, n)):  # as many after it as there are before it
         windows[night, HAMPEL_HALF + night + 1 :] = np.nan
     medians = np.nanmedian(windows, axis=1)
-    mask = np.abs(logs - medians) > max(HAMPEL_K * sigma, math.log1p(threshold))
+    limit = max(HAMPEL_K * sigma, math.log1p(threshold))
+    mask = np.abs(logs - medians) > limit
+    # The first night has no night before it; it is set aside only when the nights after it agree among themselves
+    # (no step among them) and it disagrees with them: a cold first night, not the level a step left.
+    after = logs[1 : 1 + HAMPEL_HALF]
+    mask[0] = n > 2 * HAMPEL_HALF and np.ptp(after) <= limit and abs(logs[0] - np.median(after)) > limit
     mask[max(0, n - HAMPEL_HALF) :] = False
     return mask
 
@@ -167,7 +183,13 @@ def two_levels(logs: np.ndarray) -> float | None:
     ordered = np.sort(logs)
     cut = int(0.05 * len(ordered))
     noise = noise_of(np.exp(ordered[cut : len(ordered) - cut]))
-    return math.log(noise.modes[1] / noise.modes[0]) if noise.bimodal and noise.modes else None
+    if not (noise.bimodal and noise.modes):
+        return None
+    # By order: a pool of hosts alternates between its levels; one stay on each (all high nights first) is a step.
+    # A stay is MIN_SIZE nights or more on one level: a night alone on the other level (a cold first night, an
+    # outlier) is no return to it.
+    upper = logs > math.log(math.sqrt(noise.modes[0] * noise.modes[1]))
+    return math.log(noise.modes[1] / noise.modes[0]) if level_returns(upper, MIN_SIZE) > 1 else None
 
 
 def versions_between(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -200,6 +222,11 @@ def trial_side(nights: Sequence[np.ndarray], deff: float | None = None) -> Side:
     return Side(max(pooled.n / deff, len(nights)), pooled.mean_log, pooled.var_log)
 
 
+def _single(*segments: np.ndarray) -> tuple[list[np.ndarray], ...]:
+    """Nights' values as nights of one trial each (``ordered_step`` on the medians alone)."""
+    return tuple([segment[i : i + 1] for i in range(len(segment))] for segment in segments)
+
+
 def _segment_test(
     before: np.ndarray,
     after: np.ndarray,
@@ -216,6 +243,34 @@ def _segment_test(
     centre = np.mean if by_mean else np.median
     level = math.exp(float(centre(after)) - float(centre(before)))
     return Ratio(level, ratio.ci_low, ratio.ci_high, ratio.p_value)
+
+
+def ordered_step(before: Sequence[np.ndarray], after: Sequence[np.ndarray], band: float) -> Ratio | None:
+    """A step told by order (the module's note): every value before (each night's trials, in logs) on one side of
+    every value since, at least ``band`` and ``ORDER_SIGMAS`` standard deviations of the values since apart, with
+    ``CONFIRM_NIGHTS`` nights since. Its interval runs from the nearest night before to the farthest (the new level
+    against each), its p-value is the nearest night's in a t prediction test at the new level; None: not ordered."""
+    if len(after) < CONFIRM_NIGHTS or not len(before):
+        return None
+    prior, since = np.concatenate(before), np.concatenate(after)
+    if len(since) < 3 or not len(prior):
+        return None
+    gap = max(float(prior.min() - since.max()), float(since.min() - prior.max()))
+    spread = float(since.std(ddof=1))
+    if gap <= 0 or gap < band or gap < ORDER_SIGMAS * spread:
+        return None
+    level = float(since.mean())
+    offsets = sorted((level - float(night.mean()) for night in before), key=abs)  # the nearest night first
+    scale = spread * math.sqrt(1 + 1 / len(since))
+    p_value = t_p_value(offsets[0] / scale, len(since) - 1) if scale > 0 else 0.0
+    ratio = math.exp(float(np.median([np.median(n) for n in after]) - np.median([np.median(n) for n in before])))
+    return Ratio(ratio, math.exp(min(offsets)), math.exp(max(offsets)), p_value)
+
+
+def ordered_starts(nights: Sequence[np.ndarray], band: float) -> list[int]:
+    """The nights at which a whole young history steps by order (``ordered_step`` of everything before against
+    everything since): candidates beside PELT's, whose noise-scaled penalty a noisy start inflates past the step."""
+    return [s for s in range(MIN_SIZE, len(nights) - CONFIRM_NIGHTS + 1) if ordered_step(nights[:s], nights[s:], band)]
 
 
 def detect_changes(
@@ -258,6 +313,11 @@ def detect_changes(
         more = pelt_l2(logs, penalty * spread**2 * math.log(len(logs)))
         starts = sorted(set(starts) | set(more))
     band = math.log1p(threshold)
+    # Steps told by order, on every night (an outlier among the first nights is still a night before the step).
+    per_night = night_trials if trials is not None else [logs_all[i : i + 1] for i in range(len(logs_all))]
+    kept_before = np.cumsum(~outliers) - ~outliers  # kept nights before each night
+    ordered = {int(kept_before[s]) for s in ordered_starts(per_night, band) if not outliers[s]}
+    starts = sorted(set(starts) | {s for s in ordered if 0 < s < len(logs)})
     # Drop the weakest unconfirmed change and re-test its neighbours, until every change stands.
     while True:
         bounds = [0, *starts, len(logs)]
@@ -274,6 +334,9 @@ def detect_changes(
                 ok = size >= band and size >= 3 * floor
             else:
                 ok = size >= band and test.p_value < (CONFIRM_ALPHA / 10 if levels else CONFIRM_ALPHA)
+                by_order = None if ok else ordered_step(*(parts or _single(before, after)), band)
+                if by_order is not None:
+                    ok, test, size = True, by_order, abs(math.log(by_order.ratio))
             tested.append((ok, size, test, recent))
         failing = [i for i, (ok, *_) in enumerate(tested) if not ok]
         if not failing:

@@ -127,7 +127,7 @@ def build(
     keys = sorted({series["series_key"] for _, series, _, _ in cells})
     noises = {  # a counter has none: values that differ across its history are versions, not noise
         m.name: (_sides_noise(con, baseline, candidate, m.name) if own_noise else
-                 noise.noises_of(queries.trial_values(con, keys, m.name, noise.NOISE_TRIALS)))
+                 noise.noises_of(queries.trial_values(con, keys, m.name, noise.NOISE_TRIALS), ordered=True))
         if not m.deterministic
         else {}
         for m in metrics

@@ -296,7 +296,7 @@ def overview(
     # Noise is the series' throughput's (trials on one of two speeds is a property of its processes); another
     # metric's trials would show its own steps as clusters.
     values = queries.trial_values(con, keys, DEFAULT_METRIC, noise.NOISE_TRIALS)
-    noises = noise.noises_of(values)
+    noises = noise.noises_of(values, ordered=True)  # newest first: a step in its history is no bimodality
     table["noise"] = [noise.noise_text(noises.get(key)) for key in table["series_key"]]
     table["bimodal"] = [key in noises and bool(noises[key].bimodal) for key in table["series_key"]]
     table["numerics"] = table["series_key"].map(numerics_of(con, keys))

@@ -28,7 +28,8 @@ class Noise:
     n: int
     cv: float
     bimodal: bool
-    modes: tuple[float, float] | None  # the two clusters' geometric means, lower first, when bimodal
+    modes: tuple[float, float] | None  # the two clusters' geometric means, lower first, when bimodal or stepped
+    stepped: bool = False  # two clusters one after the other in time: a step in its history, not bimodal
 
 
 def _best_split(logs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -62,14 +63,26 @@ def bimodal_cutoff(n: int) -> float:
     return float(np.quantile(_best_split(draws)[1], 1 - BIMODAL_FALSE_RATE))
 
 
+def level_returns(upper: np.ndarray, stay: int) -> int:
+    """How often a sequence on two levels (``upper``: True on the upper one, in time order) moves from a stay on one
+    level to a stay on the other, a stay being ``stay`` or more in a row: 1 for a step (all of one level, then all
+    of the other), more for a pool that alternates. With ``stay`` 2, one alone on the other level is no return to
+    it (a night: an outlier); processes that alternate trial by trial need ``stay`` 1."""
+    edges = np.flatnonzero(np.diff(upper)) + 1
+    stays = [bool(run[0]) for run in np.split(np.asarray(upper), edges) if len(run) >= stay]
+    return sum(a != b for a, b in zip(stays, stays[1:]))
+
+
 def noise_of(values: Sequence[float] | np.ndarray) -> Noise:
     """The noise of a series from its trials' values (positive; order does not matter)."""
     return noises_of({0: values})[0]
 
 
-def noises_of(series: Mapping[Any, Sequence[float] | np.ndarray]) -> dict[Any, Noise]:
+def noises_of(series: Mapping[Any, Sequence[float] | np.ndarray], ordered: bool = False) -> dict[Any, Noise]:
     """``noise_of`` of many series at once: the series with the same number of trials are split in one array
-    operation (a comparison over every series judges hundreds)."""
+    operation (a comparison over every series judges hundreds). ``ordered``: each series' values are in time order
+    (``queries.trial_values``), and two clusters one after the other (``level_returns`` at most 1) are a step in
+    its history, ``stepped`` rather than bimodal: a model made 40x slower is no pair of speeds processes land on."""
     found: dict[Any, Noise] = {}
     by_size: dict[int, list[tuple[Any, np.ndarray]]] = {}
     for key, values in series.items():
@@ -85,7 +98,9 @@ def noises_of(series: Mapping[Any, Sequence[float] | np.ndarray]) -> dict[Any, N
         for (key, row), split, separation in zip(group, splits, d):
             if separation > bimodal_cutoff(n):
                 modes = (math.exp(row[: int(split)].mean()), math.exp(row[int(split) :].mean()))
-                found[key] = Noise(n, found[key].cv, True, modes)
+                upper = np.log(np.asarray(series[key], dtype=float)) > (row[int(split) - 1] + row[int(split)]) / 2
+                stepped = ordered and level_returns(upper, stay=1) <= 1
+                found[key] = Noise(n, found[key].cv, not stepped, modes, stepped)
     return found
 
 
@@ -101,11 +116,16 @@ def within_sides(sides: Sequence[Sequence[float]]) -> Noise | None:
     return Noise(sum(n.n for n in found), cv, split is not None, split.modes if split else None)
 
 
+def figure(value: float) -> str:
+    """A level as a person reads it: '1,040', '40,254', '63.2', '0.0123' (never '4e+04')."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
 def noise_text(noise: Noise | None) -> str:
     """'CV 4.2%' or 'CV 21.0%, bimodal: 625 / 1,180' for tables; '' when unknown."""
     if noise is None or math.isnan(noise.cv):
         return ""
     text = f"CV {noise.cv:.1%}"
-    if noise.bimodal and noise.modes:
-        text += f", bimodal: {noise.modes[0]:,.4g} / {noise.modes[1]:,.4g}"
+    if noise.modes and (noise.bimodal or noise.stepped):
+        text += f", {'stepped' if noise.stepped else 'bimodal'}: {figure(noise.modes[0])} / {figure(noise.modes[1])}"
     return text

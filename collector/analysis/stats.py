@@ -38,6 +38,11 @@ def _t_quantile(q: float, df: float) -> float:
     return float(_special().stdtrit(df, q))
 
 
+def t_p_value(statistic: float, df: float) -> float:
+    """The two-sided p-value of Student's t statistic at ``df`` degrees of freedom."""
+    return float(2 * _special().stdtr(df, -abs(statistic)))
+
+
 def plain(value: Any) -> Any:
     """pandas scalars (NaN, numpy ints) as plain Python values."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -212,7 +217,7 @@ def welch_ratio(
     if se == 0:  # both sides constant (e.g. memory): the difference is exact
         return Ratio(math.exp(diff), math.exp(diff), math.exp(diff), 1.0 if diff == 0 else 0.0)
     half = _t_quantile(0.5 + confidence / 2, df) * se
-    p = float(2 * _special().stdtr(df, -abs(diff) / se))
+    p = t_p_value(diff / se, df)
     return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p)
 
 
@@ -241,7 +246,7 @@ def ratio_between(
     df = (total + extra) ** 2 / parts
     se = math.sqrt(total + extra)
     half = _t_quantile(0.5 + confidence / 2, df) * se
-    p = float(2 * _special().stdtr(df, -abs(diff) / se))
+    p = t_p_value(diff / se, df)
     return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p)
 
 

@@ -93,15 +93,16 @@ def noise_source(comparison: Comparison) -> str:
     return f"Noise is the series' trial-to-trial CV over its last {noise.NOISE_TRIALS} ok trials in the store"
 
 
-def bimodal_warning(label: str, metric: str, noise: noise.Noise | None) -> str | None:
-    """One line for a series whose trials fall into two clusters, or None."""
-    if not noise or not noise.bimodal or not noise.modes:
+def bimodal_warning(label: str, metric: str, found: noise.Noise | None) -> str | None:
+    """One line for a series whose trials fall into two clusters across processes (not one after the other in its
+    history: that is a step, ``stepped``), or None."""
+    if not found or not found.bimodal or not found.modes:
         return None
-    low, high = noise.modes
+    low, high = found.modes
     return (
-        f"warning: {label} {metric} is bimodal across processes: its last {noise.n} trials cluster near "
-        f"{low:,.4g} and {high:,.4g} ({high / low - 1:.0%} apart); a verdict can flip with the cluster a trial "
-        "lands in"
+        f"warning: {label} {metric} is bimodal across processes: its last {found.n} trials cluster near "
+        f"{noise.figure(low)} and {noise.figure(high)} ({high / low - 1:.0%} apart); a verdict can flip with the "
+        "cluster a trial lands in"
     )
 
 

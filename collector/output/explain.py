@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from stepwatch.collector.analysis.ops import Explained, OpChange
@@ -80,8 +81,20 @@ def pair_lines(pair: Explained, top: int = TOP) -> list[str]:
         f"{len(pair.ops)} ops, {moved} moved, {appeared} on one side only"
     )
     for side, uris in pair.profiles.items():
-        lines += [f"  {side} profile: {uri}" for uri in uris[:1]]
+        lines += [f"  {side} profile: {where(uri)}" for uri in uris[:1]]
     return lines
+
+
+def where(uri: str) -> str:
+    """A profile's place as a reader of the report can use it: relative to the folder the command ran in (the
+    checkout: a runner's absolute path means nothing in a pull request's comment), a bucket's address as it is."""
+    path = Path(uri)
+    if "://" in uri or not path.is_absolute():
+        return uri
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return uri
 
 
 def _share(pair: Explained) -> float:

@@ -49,7 +49,7 @@ class Price:
     source: str
     date: str
     cores: int | None = None  # only on a host with this many CPUs (a CPU runner is priced by its size)
-    env: str | None = None  # only where this environment variable has this value ("NAME=value")
+    env: str | tuple[str, ...] | None = None  # only where these environment variables have these values ("NAME=value")
     confidence: str | None = None  # CONFIDENCE: how far its source can be trusted (a catalog of yours may not say)
     provisional: bool = False  # a figure to replace once a better source is found
     whose: str = CATALOG  # WHOSE: the bundled catalog's, a catalog of yours, or your own price (own-price)
@@ -72,10 +72,8 @@ class Price:
             return False
         if self.cores is not None and cores != self.cores:
             return False
-        if self.env is not None:
-            name, _, value = self.env.partition("=")
-            return environ.get(name) == value
-        return True
+        said = [self.env] if isinstance(self.env, str) else self.env or []
+        return all(environ.get(name) == value for name, _, value in (one.partition("=") for one in said))
 
 
 @dataclass(frozen=True)
@@ -125,6 +123,8 @@ def load_prices(path: Path = PRICES_PATH) -> list[Price]:
     for i, entry in enumerate(_read(path, "price")):
         if "backend" in entry and "device" not in entry:
             entry = {("device" if k == "backend" else k): v for k, v in entry.items()}
+        if isinstance(entry.get("env"), list):
+            entry["env"] = tuple(entry["env"])
         if "per" in entry:  # a catalog written before entries said what they cover
             per = entry.pop("per")
             entry.setdefault("covers", "instance" if per == "host" else "device")

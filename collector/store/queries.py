@@ -479,6 +479,28 @@ def cost_gaps(con: duckdb.DuckDBPyConnection, selection: Selection) -> pd.DataFr
     )
 
 
+def suite_run_costs(
+    con: duckdb.DuckDBPyConnection, suite_run_ids: Sequence[str] | None = None, limit: int = 60
+) -> pd.DataFrame:
+    """Per suite run (a night's collect job, a side of a check), newest first: its start and label, its trials and how
+    many were priced, what they cost (every trial's time at its price, a failed one's too: the runner was paid for
+    it), the prices used and, for trials with none, why. ``suite_run_ids``: only those."""
+    wanted = "" if suite_run_ids is None else "WHERE list_contains(?, suite_run_id)"
+    return _frame(
+        con,
+        f"""
+        SELECT suite_run_id, min(started_at) AS started_at, any_value(label) AS label, count(*) AS trials,
+               count(cost_usd) AS priced, sum(cost_usd) AS cost_usd, sum(wall_s) AS wall_s,
+               string_agg(DISTINCT price_key, ', ') AS price_key,
+               any_value(price_per_device_hour) AS price_per_device_hour, any_value(price_source) AS price_source,
+               any_value(price_date) AS price_date,
+               string_agg(DISTINCT price_note, '; ') FILTER (WHERE cost_usd IS NULL) AS unpriced
+        FROM runs {wanted} GROUP BY suite_run_id ORDER BY started_at DESC LIMIT ?
+        """,
+        [*([list(suite_run_ids)] if suite_run_ids is not None else []), limit],
+    )
+
+
 def recent_runs(con: duckdb.DuckDBPyConnection, selection: Selection, limit: int = 200) -> pd.DataFrame:
     """The latest trials (newest first) for picking one run to inspect."""
     where, params = selection.where()

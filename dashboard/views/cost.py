@@ -8,9 +8,20 @@ import streamlit as st
 from stepwatch.collector.analysis.stats import plain
 from stepwatch.collector.runner import catalog as catalog_prices
 from stepwatch.collector.store.selection import Selection
-from stepwatch.dashboard import charts, data, state
+from stepwatch.dashboard import charts, data, labels, state
 
 st.title("Cost")
+# What a night and a check cost: each suite run (a night's collect job, a side of a check), its trials' time at
+# their price. GitHub's hosted runners are in the catalog, so a CPU night or a pull request's check has one.
+runs = data.load("suite_run_costs", None)
+if len(runs):
+    latest_run = runs.iloc[:1]
+    st.markdown(f"**The latest suite run** ({latest_run['label'].iloc[0] or 'no label'}, "
+                f"{str(latest_run['started_at'].iloc[0])[:16]}): {labels.cost_text(latest_run)}")  # fmt: skip
+    box = state.on_demand(f"What each of the last {len(runs)} suite runs (nights, checks) cost", "suite_run_costs")
+    if box.open:
+        box.dataframe(runs[["started_at", "label", "suite_run_id", "trials", "priced", "cost_usd", "wall_s",
+                            "price_key", "unpriced"]], hide_index=True, width="stretch")  # fmt: skip
 catalog = data.load("catalog")
 models = sorted(catalog["model"].unique())
 # A panel per config (model/preset), the first one by default: a first screen holds one panel, and each costs

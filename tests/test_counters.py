@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -321,6 +322,38 @@ def test_a_compile_cache_makes_the_second_trial_warm_and_says_so(counted: list[d
     for backend in ("jax", "tensorflow"):
         assert (caches[(backend, True, 0)], caches[(backend, True, 1)]) == ("cold", "warm"), caches
     assert caches[("tensorflow", False, 0)] is None and caches[("tensorflow", False, 1)] is None, caches
+
+
+CACHED_MODEL = '''"""A team's Keras model."""
+
+import keras
+
+
+def mlp(preset: str = "tiny") -> dict:
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(4)])
+    return {"model": model, "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            "inputs": {"shape": (16,)}, "labels": {"shape": (), "dtype": "int32", "high": 4}}
+'''
+
+
+def test_a_compile_cache_filled_in_one_checkout_holds_the_programs_for_another(tmp_path: Path) -> None:
+    """The nightly fills the cache in its checkout; a pull request's job restores it into its own, whose absolute
+    path differs on self-hosted runners. On JAX every program was compiled again there: JAX put a folder inside the
+    cache into each program's compile options, and so the cache's path into every key. Now the fill says "held
+    already" in the other checkout too."""
+    first, second = tmp_path / "runner-a" / "repo", tmp_path / "runner-b" / "work" / "repo"
+    first.mkdir(parents=True)
+    (first / "model.py").write_text(CACHED_MODEL)
+    fill = ("run", "--fill-compile-cache", "--compile-cache", ".stepwatch-compile-cache", "--models", "model.py:mlp",
+            "--keras-backend", "jax", "--xla", "on")  # fmt: skip
+    said = []
+    for checkout in (first, second):
+        if checkout == second:
+            shutil.copytree(first, second)  # the repository and its restored cache, elsewhere
+        done = stepwatch(*fill, cwd=checkout)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        said.append(done.stdout + done.stderr)
+    assert ": compiled (ok" in said[0] and ": held already (ok" in said[1], said
 
 
 def test_a_trial_without_profile_is_as_before(counted: list[dict]) -> None:

@@ -144,7 +144,8 @@ def determinism(config: BenchmarkConfig) -> str:
 def compile_cache_env(keras_backend: str, cache: str | None) -> dict[str, str]:
     """The environment that makes a backend's compiler keep its output in ``cache`` and look there first, read
     when the framework is imported: XLA's persistent cache on TensorFlow (TF_XLA_FLAGS) and JAX (every program,
-    however quick to compile), inductor's on torch (its FX graph cache, on by default, in this folder)."""
+    however quick to compile, keyed without the cache's own path), inductor's on torch (its FX graph cache, on by
+    default, in this folder). Each keeps its entries valid wherever the folder is restored."""
     if not cache:
         return {}
     folder = f"{cache}/{COMPILE_CACHE_DIRS[keras_backend]}"
@@ -152,8 +153,12 @@ def compile_cache_env(keras_backend: str, cache: str | None) -> dict[str, str]:
         flags = os.environ.get("TF_XLA_FLAGS", "")
         return {"TF_XLA_FLAGS": f"{flags} --tf_xla_persistent_cache_directory={folder}".strip()}
     if keras_backend == "jax":
+        # JAX puts a folder inside the cache (the per-fusion autotuning cache) into every program's compile options,
+        # and so the cache's absolute path into every key: entries restored into another checkout all missed. Off,
+        # a key is the program's, wherever the repository is checked out (a program loaded from the cache is not
+        # autotuned again; only a program compiled anew tunes its fusions without it).
         return {"JAX_COMPILATION_CACHE_DIR": folder, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}  # fmt: skip
+                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0", "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": "none"}  # fmt: skip
     return {"TORCHINDUCTOR_CACHE_DIR": folder, "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"}
 
 

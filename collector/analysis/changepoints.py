@@ -270,7 +270,15 @@ def ordered_step(before: Sequence[np.ndarray], after: Sequence[np.ndarray], band
 def ordered_starts(nights: Sequence[np.ndarray], band: float) -> list[int]:
     """The nights at which a whole young history steps by order (``ordered_step`` of everything before against
     everything since): candidates beside PELT's, whose noise-scaled penalty a noisy start inflates past the step."""
-    return [s for s in range(MIN_SIZE, len(nights) - CONFIRM_NIGHTS + 1) if ordered_step(nights[:s], nights[s:], band)]
+    if len(nights) < MIN_SIZE + CONFIRM_NIGHTS:
+        return []
+    low, high = np.array([n.min() for n in nights]), np.array([n.max() for n in nights])
+    # Where every value before lies above (or below) every value since, by running extremes; only there the test.
+    before_low, before_high = np.minimum.accumulate(low), np.maximum.accumulate(high)
+    since_low, since_high = np.minimum.accumulate(low[::-1])[::-1], np.maximum.accumulate(high[::-1])[::-1]
+    splits = range(MIN_SIZE, len(nights) - CONFIRM_NIGHTS + 1)
+    apart = [s for s in splits if before_low[s - 1] > since_high[s] or since_low[s] > before_high[s - 1]]
+    return [s for s in apart if ordered_step(nights[:s], nights[s:], band)]
 
 
 def detect_changes(

@@ -323,8 +323,8 @@ def detect_changes(
     band = math.log1p(threshold)
     # Steps told by order, on every night (an outlier among the first nights is still a night before the step).
     per_night = night_trials if trials is not None else [logs_all[i : i + 1] for i in range(len(logs_all))]
-    kept_before = np.cumsum(~outliers) - ~outliers  # kept nights before each night
-    ordered = {int(kept_before[s]) for s in ordered_starts(per_night, band) if not outliers[s]}
+    kept_before = np.cumsum(~outliers) - ~outliers  # kept nights before each night: where it starts among them
+    ordered = {int(kept_before[s]) for s in ordered_starts(per_night, band)}  # an outlier there: the next kept night
     starts = sorted(set(starts) | {s for s in ordered if 0 < s < len(logs)})
     # Drop the weakest unconfirmed change and re-test its neighbours, until every change stands.
     while True:

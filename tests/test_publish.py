@@ -360,7 +360,8 @@ def test_a_triage_run_deploys_its_page_so_that_pages_stops_showing_the_regressio
         (local / "night" / night).mkdir(parents=True)
         pq.write_table(pa.Table.from_pylist(made, source.schema), local / "night" / night / "rows.parquet")
     done = stepwatch("publish", *(f"night/{n}" for n in nights), "--history", "history", "--push",
-                     "stepwatch-history", "--db", "store.duckdb", "--night", nights[-1], cwd=local, env=env)  # fmt: skip
+                     "stepwatch-history", "--db", "store.duckdb", "--night", nights[-1], cwd=local,
+                     env=env)  # fmt: skip
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]  # a confirmed regression
     alerts = json.loads(stepwatch("alerts", "list", "--format", "json", "--db", "store.duckdb", cwd=local).stdout)
     [alert] = [a for a in alerts if a["status"] == "confirmed"]

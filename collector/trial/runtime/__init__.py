@@ -158,7 +158,8 @@ def compile_cache_env(keras_backend: str, cache: str | None) -> dict[str, str]:
         # a key is the program's, wherever the repository is checked out (a program loaded from the cache is not
         # autotuned again; only a program compiled anew tunes its fusions without it).
         return {"JAX_COMPILATION_CACHE_DIR": folder, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0", "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": "none"}  # fmt: skip
+                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+                "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": "none"}  # fmt: skip
     return {"TORCHINDUCTOR_CACHE_DIR": folder, "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"}
 
 

@@ -26,7 +26,7 @@ and t-test of Hunter) runs on the nights' medians, at its defaults (window 50, p
     .venv/bin/python benchmarks/detection.py [--series 1000] [--nights 90] [--seed 0] [--shapes ...]
     .venv/bin/python benchmarks/detection.py --grid bimodal-hosts [--series 300] [--rules "stepwatch detect" otava]
     .venv/bin/python benchmarks/detection.py --young [--series 200]
-    .venv/bin/python benchmarks/detection.py --noisy-start [--series 200]
+    .venv/bin/python benchmarks/detection.py --noisy-start [--series 200] [--spread half-normal]
 
 ``--young`` runs young histories instead, 3 to 30 nights, as every new installation and every new series starts:
 per shape and length, how often a 10% step and a model made 4x slower (-75%), 3 nights before the end and 2 or
@@ -34,8 +34,9 @@ more after the start, are confirmed (and seen at all: suspected or confirmed), a
 confirms a change that is not there.
 
 ``--noisy-start`` runs young histories whose first two nights disagree, as a new installation's first nights do
-(a cold runner, another host): one of the first two nights (either) is off the level by a factor drawn
-log-uniformly up to 3x, up or down, and 2 or 3 trials a night, on every shape. A drop of 10% to 99% starts right
+(a cold runner, another host): one of the first two nights (either) is off the level by a factor up to 3x, up or
+down, drawn log-uniformly (``--spread log-uniform``) or mostly near the level with 3x at its 99th percentile
+(``--spread half-normal``), and 2 or 3 trials a night, on every shape. A drop of 10% to 99% starts right
 after the two noisy nights (night 2), or after 3 quiet nights more (night 5). Each history is judged at every
 length from its step to 30 nights, as the nightly judges it night after night: *by the k-th slow night* means a
 confirmed change within 2 nights of the step at that night and at every later one (never withdrawn). Quiet
@@ -296,16 +297,24 @@ NOISY_SIZES = (0.10, 0.25, 0.50, 0.75, 0.90, 0.99)  # drops: the throughput fall
 NOISY_AT = (2, 5)  # the step right after the two noisy nights, or after 3 quiet nights more
 NOISY_NIGHTS = 30
 NOISY_FACTOR = 3.0  # the most the two first nights are apart
+# How far the off night is, in log units: evenly up to 3x (as often 2.9x as 1.1x), or mostly near the level with 3x
+# at its 99th percentile (capped there).
+SPREADS = {
+    "log-uniform": lambda rng: rng.uniform(0, math.log(NOISY_FACTOR)),
+    "half-normal": lambda rng: min(abs(rng.normal(0, math.log(NOISY_FACTOR) / 2.576)), math.log(NOISY_FACTOR)),
+}
 
 
-def noisy_start(rng: np.random.Generator, shape: str, size: float, at: int) -> tuple[np.ndarray, bool]:
+def noisy_start(
+    rng: np.random.Generator, shape: str, size: float, at: int, spread: str = "log-uniform"
+) -> tuple[np.ndarray, bool]:
     """A noisy-start history of ``NOISY_NIGHTS`` nights of 2 or 3 trials: one of the first two nights off by up to
-    ``NOISY_FACTOR``, and a drop of ``size`` from night ``at`` (none if 0); and whether the off night was drawn above
-    the new level by more than the threshold (else it lies within or below it, and no order can tell the step from
-    a noisy start)."""
+    ``NOISY_FACTOR`` (drawn as ``spread`` says), and a drop of ``size`` from night ``at`` (none if 0); and whether
+    the off night was drawn above the new level by more than the threshold (else it lies within or below it, and no
+    order can tell the step from a noisy start)."""
     trials = np.exp(SHAPES[shape](rng, NOISY_NIGHTS))[:, : int(rng.integers(2, 4))] * 1000
     off = int(rng.integers(2))
-    factor = math.exp(rng.uniform(0, math.log(NOISY_FACTOR)) * rng.choice([-1, 1]))
+    factor = math.exp(SPREADS[spread](rng) * rng.choice([-1, 1]))
     trials[off] *= factor
     if size:
         trials[at:] *= 1 - size
@@ -325,14 +334,16 @@ def confirmed_from(trials: np.ndarray, at: int | None) -> tuple[int | None, bool
     return first, ever
 
 
-def noisy_score(job: tuple[str, float, int, int, int]) -> tuple[str, float, int, list[tuple[int | None, bool]], float]:
+def noisy_score(
+    job: tuple[str, float, int, int, int, str],
+) -> tuple[str, float, int, list[tuple[int | None, bool]], float]:
     """One shape and condition: per history the first length its step stays confirmed from and whether its off
     night lies above the new level (steps), or the share of quiet histories that confirmed anything (``size`` 0)."""
-    shape, size, at, series, seed = job
+    shape, size, at, series, seed, spread = job
     rng = np.random.default_rng([seed, list(SHAPES).index(shape), int(size * 100), at])
     firsts, alarms = [], 0
     for _ in range(series):
-        trials, clear = noisy_start(rng, shape, size, at)
+        trials, clear = noisy_start(rng, shape, size, at, spread)
         first, ever = confirmed_from(trials, at if size else None)
         firsts.append((first, clear))
         alarms += ever
@@ -341,12 +352,13 @@ def noisy_score(job: tuple[str, float, int, int, int]) -> tuple[str, float, int,
 
 def noisy(args: argparse.Namespace) -> None:
     """Young histories with noisy starts: how soon steps are confirmed for good, and how quiet the quiet ones are."""
-    jobs = [(shape, 0.0, 0, args.series, args.seed) for shape in args.shapes]
-    jobs += [(shape, size, at, args.series, args.seed) for shape in args.shapes for at in NOISY_AT
+    jobs = [(shape, 0.0, 0, args.series, args.seed, args.spread) for shape in args.shapes]
+    jobs += [(shape, size, at, args.series, args.seed, args.spread) for shape in args.shapes for at in NOISY_AT
              for size in NOISY_SIZES]  # fmt: skip
     print(
         f"noisy starts: {args.series} histories per shape and condition, {NOISY_NIGHTS} nights of 2-3 trials, "
-        f"one of the first two nights off by up to {NOISY_FACTOR:g}x; a step is judged at every length from it\n"
+        f"one of the first two nights off by up to {NOISY_FACTOR:g}x ({args.spread}); a step is judged at every "
+        "length from it\n"
     )
     header = f"{'shape':<19}{'step':>6}{'at':>4}" + "".join(f"{f'slow {k}':>9}" for k in (1, 2, 3, 5, 7, 10, 20))
     print(header + f"{'never':>8}{'above: slow 3':>15}\n" + "-" * (len(header) + 23))
@@ -398,6 +410,8 @@ def main() -> None:
     parser.add_argument("--grid", choices=["bimodal-hosts"], help="run the grid of bimodal hosts instead")
     parser.add_argument("--young", action="store_true", help="young histories of 3 to 30 nights instead")
     parser.add_argument("--noisy-start", action="store_true", help="young histories whose first nights disagree")
+    parser.add_argument("--spread", choices=list(SPREADS), default="log-uniform",
+                        help="with --noisy-start: how the off night's distance is drawn")  # fmt: skip
     args = parser.parse_args()
     if args.noisy_start:
         noisy(args)

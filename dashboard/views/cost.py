@@ -16,7 +16,7 @@ st.title("Cost")
 runs = data.load("suite_run_costs", None)
 if len(runs):
     latest_run = runs.iloc[:1]
-    st.markdown(f"**The latest suite run** ({latest_run['label'].iloc[0] or 'no label'}, "
+    st.markdown(f"**The latest suite run** ({plain(latest_run['label'].iloc[0]) or 'no label'}, "
                 f"{str(latest_run['started_at'].iloc[0])[:16]}): {labels.cost_text(latest_run)}")  # fmt: skip
     box = state.on_demand(f"What each of the last {len(runs)} suite runs (nights, checks) cost", "suite_run_costs")
     if box.open:

@@ -18,6 +18,7 @@ import duckdb
 import streamlit as st
 
 from stepwatch.collector.analysis import comparison, latest, ops
+from stepwatch.collector.output.text import shown_path
 from stepwatch.collector.store import address, database, queries, records
 
 QUERIES = {
@@ -57,11 +58,7 @@ def store_label() -> str:
     when it is inside it."""
     if address.attached(store_path()):
         return address.shown(store_path())
-    path = store_path().absolute()
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
+    return shown_path(store_path())
 
 
 @st.cache_resource(show_spinner=False)

@@ -149,10 +149,16 @@ def cost_text(runs: pd.DataFrame) -> str:
     if not priced:
         return f"Cost unknown: none of its {trials} trial(s) has a price ({unpriced or 'no price recorded'})."
     seconds = float(runs["wall_s"].sum())
+    keys = sorted({key for text in runs["price_key"].dropna() for key in str(text).split(", ")})
     first = runs.dropna(subset=["price_key"]).iloc[0]
+    price = (  # one price: with its rate, source and date; several (runners of many kinds): their names
+        f"{keys[0]} (${float(first['price_per_device_hour']):.4g} per hour; {first['price_source']}; "
+        f"{first['price_date']})"
+        if len(keys) == 1
+        else ", ".join(keys)
+    )
     text = (
         f"It cost ${float(runs['cost_usd'].sum()):,.4f}: {priced} trial(s), {seconds / 60:,.1f} min of runner time at "
-        f"{first['price_key']} (${float(first['price_per_device_hour']):.4g} per hour; {first['price_source']}; "
-        f"{first['price_date']}). The jobs' own set-up is billed beside it"
+        f"{price}. The jobs' own set-up is billed beside it"
     )
     return text + (f"; {trials - priced} trial(s) have no price ({unpriced})." if priced < trials else ".")

@@ -17,6 +17,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from stepwatch.collector.analysis import latest
+from stepwatch.collector.analysis.stats import plain
 from stepwatch.collector.analysis.thresholds import load_overrides
 from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
 from stepwatch.collector.outcomes import CHANGED, IMPROVEMENT, NO_CHANGE, REGRESSION
@@ -41,8 +42,7 @@ def _cell(text: str, verdict: object) -> str:
 
 def numerics_of(row: dict[str, Any]) -> str:
     """A row's numerics verdict in words; empty where there is none (a first night, a failed run: NaN in the table)."""
-    said = row.get("numerics")
-    return said if isinstance(said, str) else ""
+    return str(plain(row.get("numerics")) or "")
 
 
 def night_line(

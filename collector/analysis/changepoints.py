@@ -222,9 +222,9 @@ def trial_side(nights: Sequence[np.ndarray], deff: float | None = None) -> Side:
     return Side(max(pooled.n / deff, len(nights)), pooled.mean_log, pooled.var_log)
 
 
-def _single(*segments: np.ndarray) -> tuple[list[np.ndarray], ...]:
-    """Nights' values as nights of one trial each (``ordered_step`` on the medians alone)."""
-    return tuple([segment[i : i + 1] for i in range(len(segment))] for segment in segments)
+def one_trial_nights(values: np.ndarray) -> list[np.ndarray]:
+    """Nights' values as nights of one trial each (the order tests on the medians alone)."""
+    return [values[i : i + 1] for i in range(len(values))]
 
 
 def _segment_test(
@@ -322,7 +322,7 @@ def detect_changes(
         starts = sorted(set(starts) | set(more))
     band = math.log1p(threshold)
     # Steps told by order, on every night (an outlier among the first nights is still a night before the step).
-    per_night = night_trials if trials is not None else [logs_all[i : i + 1] for i in range(len(logs_all))]
+    per_night = night_trials if trials is not None else one_trial_nights(logs_all)
     kept_before = np.cumsum(~outliers) - ~outliers  # kept nights before each night: where it starts among them
     ordered = {int(kept_before[s]) for s in ordered_starts(per_night, band)}  # an outlier there: the next kept night
     starts = sorted(set(starts) | {s for s in ordered if 0 < s < len(logs)})
@@ -342,7 +342,8 @@ def detect_changes(
                 ok = size >= band and size >= 3 * floor
             else:
                 ok = size >= band and test.p_value < (CONFIRM_ALPHA / 10 if levels else CONFIRM_ALPHA)
-                by_order = None if ok else ordered_step(*(parts or _single(before, after)), band)
+                nights = parts or (one_trial_nights(before), one_trial_nights(after))
+                by_order = None if ok else ordered_step(*nights, band)
                 if by_order is not None:
                     ok, test, size = True, by_order, abs(math.log(by_order.ratio))
             tested.append((ok, size, test, recent))

@@ -116,7 +116,7 @@ def within_sides(sides: Sequence[Sequence[float]]) -> Noise | None:
     return Noise(sum(n.n for n in found), cv, split is not None, split.modes if split else None)
 
 
-def figure(value: float) -> str:
+def level_text(value: float) -> str:
     """A level as a person reads it: '1,040', '40,254', '63.2', '0.0123' (never '4e+04')."""
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
@@ -127,5 +127,6 @@ def noise_text(noise: Noise | None) -> str:
         return ""
     text = f"CV {noise.cv:.1%}"
     if noise.modes and (noise.bimodal or noise.stepped):
-        text += f", {'stepped' if noise.stepped else 'bimodal'}: {figure(noise.modes[0])} / {figure(noise.modes[1])}"
+        low, high = (level_text(mode) for mode in noise.modes)
+        text += f", {'stepped' if noise.stepped else 'bimodal'}: {low} / {high}"
     return text

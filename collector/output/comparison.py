@@ -101,8 +101,8 @@ def bimodal_warning(label: str, metric: str, found: noise.Noise | None) -> str |
     low, high = found.modes
     return (
         f"warning: {label} {metric} is bimodal across processes: its last {found.n} trials cluster near "
-        f"{noise.figure(low)} and {noise.figure(high)} ({high / low - 1:.0%} apart); a verdict can flip with the "
-        "cluster a trial lands in"
+        f"{noise.level_text(low)} and {noise.level_text(high)} ({high / low - 1:.0%} apart); a verdict can flip with "
+        "the cluster a trial lands in"
     )
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 from stepwatch.collector.analysis.ops import Explained, OpChange
 from stepwatch.collector.output.comparison import finite
-from stepwatch.collector.output.text import interval, percent, series_label
+from stepwatch.collector.output.text import interval, percent, series_label, shown_path
 
 TOP = 10  # ops shown per pair
 
@@ -81,20 +80,8 @@ def pair_lines(pair: Explained, top: int = TOP) -> list[str]:
         f"{len(pair.ops)} ops, {moved} moved, {appeared} on one side only"
     )
     for side, uris in pair.profiles.items():
-        lines += [f"  {side} profile: {where(uri)}" for uri in uris[:1]]
+        lines += [f"  {side} profile: {uri if '://' in uri else shown_path(uri)}" for uri in uris[:1]]
     return lines
-
-
-def where(uri: str) -> str:
-    """A profile's place as a reader of the report can use it: relative to the folder the command ran in (the
-    checkout: a runner's absolute path means nothing in a pull request's comment), a bucket's address as it is."""
-    path = Path(uri)
-    if "://" in uri or not path.is_absolute():
-        return uri
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return uri
 
 
 def _share(pair: Explained) -> float:

@@ -35,6 +35,16 @@ def repro_command(series: dict[str, Any], trials: int = 5) -> str:
     return shlex.join(["stepwatch", "run", *suite, "--trials", str(trials), *repro_flags(config)])
 
 
+def shown_path(path: str | Path) -> str:
+    """A local path as a reader of what stepwatch printed can use it: relative to the folder the command ran in when
+    it is inside it (a runner's absolute path means nothing in a pull request's comment), else as it is."""
+    absolute = Path(path).absolute()
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def percent(ratio: float) -> str:
     return "n/a" if ratio is None or math.isnan(ratio) else f"{(ratio - 1) * 100:+.1f}%"
 

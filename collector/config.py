@@ -26,7 +26,18 @@ from stepwatch.trainers.workload import Kind, kind_of, source_of
 DEVICES = ("cpu", "gpu", "tpu")
 KERAS_BACKENDS = ("tensorflow", "jax", "torch")
 STRATEGIES = ("default", "mirrored", "multi-worker", "tpu")
-PRECISIONS = ("fp32", "tf32", "mixed_float16", "mixed_bfloat16")
+PRECISIONS = ("fp32", "tf32", "mixed_float16", "mixed_bfloat16", "fp8")
+# fp8 trains its matmuls in float8 (Keras' float8 training on JAX, torchao's in the plain PyTorch loop), the rest in
+# bfloat16: tensor cores with fp8 came with compute capability 8.9 (Ada) and 9.0 (Hopper).
+FP8 = "fp8"
+FP8_COMPUTE_CAPABILITY = (8, 9)
+# The attention kernel a model with attention runs (``trainers.spec.ModelSpec.attention``): the framework's own choice,
+# or one pinned: FlashAttention, the memory-efficient kernel, cuDNN's fused attention, or the unfused math.
+ATTENTION_AUTO = "auto"
+ATTENTION = (ATTENTION_AUTO, "flash", "efficient", "cudnn", "math")
+# What each backend can pin (beyond auto): torch's SDPA has every kernel; JAX's dot_product_attention cuDNN's (GPU)
+# and the XLA math, Keras' splash kernel on a TPU as "flash"; TensorFlow has only the math.
+ATTENTION_PINS = {"torch": ATTENTION[1:], "jax": ("flash", "cudnn", "math"), "tensorflow": ("math",)}
 # Keras fit, a TensorFlow custom loop, a plain PyTorch loop (no Keras), the user's own training script (its loop).
 SCRIPT_LOOP = "script"
 LOOPS = ("fit", "ctl", "pytorch", SCRIPT_LOOP)
@@ -91,6 +102,15 @@ class BenchmarkConfig:
     precision: str = _field("fp32", series=True, flag="--precision", choices=PRECISIONS)
     per_device_batch: int = _field(8, series=True, flag="--batch", help="per-device batch size(s)")
     steps_per_execution: int = _field(1, series=True, flag="--steps-per-execution")
+    sequence_length: int = _field(
+        0, series=True, flag="--seq-len", added=True,
+        help="tokens per sequence of a model with a sequence (llama, bert, transformer); 0: its preset's",
+    )  # fmt: skip
+    attention: str = _field(
+        ATTENTION_AUTO, series=True, flag="--attention", choices=ATTENTION, added=True,
+        help="the attention kernel of a model with attention: auto (the framework's choice) or one pinned: flash, "
+        "efficient, cudnn, math",
+    )  # fmt: skip
     loop: str = _field(DEFAULT_LOOP, series=True, flag="--loop", choices=LOOPS)
     data: str = _field("synthetic", series=True, flag="--data", choices=DATA)
     threads: str = _field(
@@ -338,6 +358,7 @@ def _validate_keras_backend(config: BenchmarkConfig) -> None:
 # config keeps these fields at their defaults, so that one script and arguments is one series.
 SCRIPT_OWNS = (
     "xla", "precision", "per_device_batch", "steps_per_execution", "strategy", "data", "num_devices", "threads",
+    "sequence_length", "attention",
 )  # fmt: skip
 
 
@@ -374,16 +395,68 @@ def _validate_script(config: BenchmarkConfig) -> None:
 def _validate_model(config: BenchmarkConfig) -> None:
     """A bundled model or a model of yours, and the loops it trains with."""
     try:
-        get_model(config.model).preset(config.preset)
+        get_model(config.model).preset(config.preset, config.sequence_length)
     except KeyError as error:
         raise ConfigError(str(error.args[0])) from None
     except UserModelError as error:
         raise ConfigError(str(error)) from None
     if config.loop == "pytorch" and config.workload is Kind.BUNDLED and get_model(config.model).torch is None:
-        raise ConfigError(f"model {config.model} has no plain PyTorch build (resnet50 has): run it with loop fit")
+        raise ConfigError(f"model {config.model} has no plain PyTorch build (resnet50 and llama have): run it "
+                          "with loop fit")  # fmt: skip
     if config.workload is Kind.FUNCTION and config.loop == "ctl":
         raise ConfigError(f"model {config.model}: a model of yours trains with loop fit, or pytorch for a torch module "
                           "(the custom loop ctl is the bundled models' own, with their loss)")  # fmt: skip
+
+
+def _validate_attention(config: BenchmarkConfig) -> None:
+    """A sequence length and an attention kernel only for a model that has them, and a kernel the backend can pin."""
+    spec = get_model(config.model) if config.workload is not Kind.SCRIPT else None
+    if not isinstance(config.sequence_length, int) or config.sequence_length < 0:
+        given = config.sequence_length
+        raise ConfigError(f"sequence_length must be 0 (the preset's) or a positive integer, got {given!r}")
+    if config.sequence_length and spec is not None:
+        try:
+            spec.preset(config.preset, config.sequence_length)
+        except KeyError as error:
+            raise ConfigError(str(error.args[0])) from None
+    if config.attention == ATTENTION_AUTO:
+        return
+    if spec is None or not spec.attention:
+        raise ConfigError(f"attention {config.attention}: model {config.model} has no attention stepwatch can pin")
+    backend = "torch" if config.loop == "pytorch" else config.keras_backend
+    if config.attention not in ATTENTION_PINS[backend]:
+        pins = ", ".join(ATTENTION_PINS[backend])
+        raise ConfigError(f"attention {config.attention}: keras_backend {backend} can pin {pins} (or auto)")
+    on = {("torch", "efficient"): "gpu", ("torch", "cudnn"): "gpu", ("jax", "cudnn"): "gpu", ("jax", "flash"): "tpu"}
+    needs = on.get((backend, config.attention))
+    if needs and config.device != needs:
+        raise ConfigError(f"attention {config.attention} on {backend} runs on a {needs}, not a {config.device}")
+
+
+def _validate_fp8(config: BenchmarkConfig) -> None:
+    """fp8 where it can train: on a GPU (this host's capability is checked before a run: ``fp8_refusal``), in Keras'
+    float8 training on JAX or torchao's in the plain PyTorch loop."""
+    if config.precision != FP8:
+        return
+    if config.device != "gpu":
+        need = ".".join(map(str, FP8_COMPUTE_CAPABILITY))
+        raise ConfigError(f"precision fp8 needs a GPU with fp8 tensor cores (compute capability {need} or later: Ada, "
+                          f"Hopper, Blackwell); this config runs on a {config.device}")  # fmt: skip
+    if config.loop != "pytorch" and config.keras_backend != "jax":
+        raise ConfigError(f"precision fp8 trains with keras_backend jax (Keras' float8 training) or loop pytorch "
+                          f"(torchao's float8 training), not keras_backend {config.keras_backend}")  # fmt: skip
+
+
+def fp8_refusal(configs: list[BenchmarkConfig], capability: tuple[int, int] | None, name: str | None) -> str | None:
+    """One line refusing a run whose fp8 configs this host's GPU cannot train (``capability``: its compute
+    capability, as NVML reads it; None where it could not be read, when the trial says what happened)."""
+    if capability is None or capability >= FP8_COMPUTE_CAPABILITY or not any(c.precision == FP8 for c in configs):
+        return None
+    need = ".".join(map(str, FP8_COMPUTE_CAPABILITY))
+    return (
+        f"precision fp8 needs a GPU with fp8 tensor cores (compute capability {need} or later); this host's "
+        f"{name or 'GPU'} is {capability[0]}.{capability[1]}: drop fp8 from the suite (--precision) on this host"
+    )
 
 
 def validate(config: BenchmarkConfig) -> BenchmarkConfig:
@@ -441,6 +514,8 @@ def validate(config: BenchmarkConfig) -> BenchmarkConfig:
     if config.strategy == "default" and config.num_devices != 1 and not data_parallel:
         raise ConfigError("num_devices > 1 needs strategy 'mirrored' (GPU) or 'tpu'")
     _validate_keras_backend(config)
+    _validate_attention(config)
+    _validate_fp8(config)
     if config.threads != THREADS_AUTO:
         thread_counts(config.threads)
     if config.timeout_s <= 0:

@@ -46,7 +46,10 @@ SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, wh
 # off; series keys are unchanged), and time to a target quality (steps_to_target, time_to_target_s, target_loss)
 # with the quality a script reports (quality, quality_name); whose price a row was costed at (price_whose) and how far
 # it is trusted (price_confidence). Earlier rows have none.
-SCHEMA_VERSION = 9
+# 10: the workloads teams train today: sequence_length and attention, two series dimensions (every earlier row ran
+# its preset's sequence and the framework's own attention: 0 and auto; series keys are unchanged), the attention
+# kernel that ran (attention_kernel), and precision fp8. Earlier rows have no kernel.
+SCHEMA_VERSION = 10
 
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 _TS = pa.timestamp("us", tz="UTC")
@@ -97,6 +100,9 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("global_batch", _I64, "config"),
     ("replicas", _I64, "config"),
     ("steps_per_execution", _I64, "config"),
+    ("sequence_length", _I64, "config"),
+    ("attention", _STR, "config"),
+    ("attention_kernel", _STR, "config"),  # what ran: flash, efficient, cudnn or math (a model with attention)
     ("loop", _STR, "config"),
     ("data", _STR, "config"),
     ("threads", _STR, "config"),
@@ -374,6 +380,7 @@ MIGRATIONS: dict[int, Callable[[pa.Table], pa.Table]] = {
     6: lambda table: table,  # the machine's state is added empty: it was not read
     7: _script_startup_and_unread_flags,
     8: lambda table: table,  # deterministic is filled with its default; the target's columns are added empty
+    9: lambda table: table,  # sequence_length and attention are filled with their defaults; no kernel was read
 }
 
 

@@ -113,4 +113,5 @@ SPEC = ModelSpec(
     optimizer=optimizer,
     default_learning_rate=1e-4,
     description="BERT masked-LM pre-training (keras-hub BertBackbone, random weights)",
+    attention=True,
 )

@@ -9,7 +9,7 @@ collector's parent process can validate suites and compute FLOPs without startin
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -62,17 +62,24 @@ class ModelSpec:
     # preset -> the training loss a run's steps should reach (time to target); None: the model has no target.
     target_loss: Callable[[Any], float | None] = lambda preset: None
     torch: TorchParts | None = None  # the same model in plain PyTorch (loop "pytorch"), where there is one
+    attention: bool = False  # the model has attention: its rows record the kernel that ran (``attention_kernel``)
 
     def learning_rate(self, override: float | None) -> float:
         """The learning rate a run uses: the config's when it sets one, else this model's default."""
         return self.default_learning_rate if override is None else override
 
-    def preset(self, name: str) -> Any:
-        """Return the preset called ``name`` or raise KeyError naming the known ones."""
+    def preset(self, name: str, sequence_length: int = 0) -> Any:
+        """Return the preset called ``name``, at ``sequence_length`` tokens where that is set (0: the preset's own),
+        or raise KeyError naming the known presets, or saying the model has no sequence."""
         if name not in self.presets:
             known = ", ".join(sorted(self.presets))
             raise KeyError(f"model {self.name!r} has no preset {name!r} (known: {known})")
-        return self.presets[name]
+        size = self.presets[name]
+        if not sequence_length:
+            return size
+        if not hasattr(size, "sequence_length"):
+            raise KeyError(f"model {self.name!r} has no sequence: sequence_length {sequence_length} cannot be set")
+        return replace(size, sequence_length=sequence_length)
 
 
 # The synthetic batches a trial trains on in turn, all placed on the device before the first step: enough distinct

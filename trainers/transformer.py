@@ -101,4 +101,5 @@ SPEC = ModelSpec(
     optimizer=optimizer,
     default_learning_rate=5e-4,
     description="Transformer encoder-decoder translation model (keras-hub layers, random weights)",
+    attention=True,
 )

@@ -20,6 +20,7 @@ from stepwatch.collector.cli.arguments import (
     trial_options,
 )
 from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
+from stepwatch.collector.config import FP8, fp8_refusal
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.runs import run_summary, trial_line
@@ -27,6 +28,7 @@ from stepwatch.collector.runner import execution, max_batch
 from stepwatch.collector.runner.results import ResultsError
 from stepwatch.collector.runner.suite import load_suite, narrow
 from stepwatch.collector.store import objectstore
+from stepwatch.collector.trial import host
 
 
 def register(commands: Any) -> None:
@@ -117,6 +119,10 @@ def run(args: argparse.Namespace) -> int:
         requirements = virtualenvs.parse_side(args.packages, "with") if args.packages is not None else ()
     except ValueError as error:
         raise UsageError(str(error)) from None
+    if any(config.precision == FP8 for config in configs):  # before any trial: not a failed row per trial
+        refusal = fp8_refusal(configs, *(host.gpu_capability() or (None, None)))
+        if refusal:
+            raise UsageError(refusal)
     if args.dry_run:
         for config in configs:
             print(config.label())

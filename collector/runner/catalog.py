@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stepwatch.collector.config import PRECISIONS
+from stepwatch.collector.config import FP8, PRECISIONS
 from stepwatch.collector.data import bundled
 from stepwatch.collector.errors import UsageError
 
@@ -213,6 +213,14 @@ def no_price_note(device: str, accelerator: str | None, cores: int | None) -> st
     )
 
 
+# A precision whose MFU is stated against another's peak, and why (kept in the row's peak_tflops_source).
+PEAK_OF = {FP8: "mixed_bfloat16"}
+PEAK_NOTES = {
+    FP8: "fp8 MFU is against the bf16 peak: only the matmuls run in fp8, and against the fp8 peak (twice the bf16) "
+    "the figure would fall as fp8 speeds them up (torchtitan stops reporting MFU with Float8 for this reason)",
+}
+
+
 def peak_tflops(
     peaks: list[Peak], accelerator: str | None, precision: str, num_devices: int
 ) -> tuple[float | None, str | None]:
@@ -220,12 +228,14 @@ def peak_tflops(
     (an H100 PCIe has not the SXM part's peak) and precision."""
     if not accelerator:
         return None, None
+    against = PEAK_OF.get(precision, precision)
     for peak in peaks:
         if re.fullmatch(peak.match, accelerator):
-            per_chip = peak.tflops.get(precision)
+            per_chip = peak.tflops.get(against)
             if per_chip is None:
                 return None, None
-            return per_chip * num_devices / peak.cores_per_chip, peak.source
+            source = peak.source if against == precision else f"{peak.source}; {PEAK_NOTES[precision]}"
+            return per_chip * num_devices / peak.cores_per_chip, source
     return None, None
 
 

@@ -79,6 +79,16 @@ def _nvidia_smi(query: str) -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
+def gpu_capability() -> tuple[tuple[int, int], str] | None:
+    """The first GPU's compute capability and product name, as nvidia-smi reads them; None without a driver."""
+    for line in _nvidia_smi("compute_cap,name")[:1]:
+        capability, _, name = line.partition(",")
+        major, _, minor = capability.strip().partition(".")
+        if major.isdigit() and minor.isdigit():
+            return (int(major), int(minor)), name.strip()
+    return None
+
+
 def cuda_runtime_version() -> str | None:
     """cudaRuntimeGetVersion of the libcudart the process can load, e.g. '12.5'."""
     for name in ("libcudart.so", "libcudart.so.12", "libcudart.so.11.0"):

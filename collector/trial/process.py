@@ -50,7 +50,7 @@ def run_model(config: BenchmarkConfig, result_path: Path, phases: Phases) -> dic
     result["determinism"] = runtime.determinism(config)  # kept in extras: which kernels were asked to be deterministic
     phases.done("imports")
     spec = get_model(config.model)
-    preset = spec.preset(config.preset)
+    preset = spec.preset(config.preset, config.sequence_length)
     clock = WindowClock(first_steps=config.steps_per_execution, window_steps=config.window_steps)
     total_steps = config.steps_per_execution + config.warmup_steps + config.steps
     machine.watch_trial(clock, config, total_steps)
@@ -108,6 +108,8 @@ def run_model(config: BenchmarkConfig, result_path: Path, phases: Phases) -> dic
     if result["status"] == "ok":
         result.update(read_counters(backend, model, data, config, setup))
         result.update(compiler_flops(result, config))
+        if spec.attention:  # after the counters: JAX reads the kernel from the step they compiled
+            result.update(read_attention(backend, model, data, config))
         write_json_atomically(result_path, result)
     profile_dir = os.environ.get(profiles.PROFILE_ENV)
     if result["status"] == "ok" and profile_dir:
@@ -169,6 +171,18 @@ def read_counters(
         traceback.print_exc()
         return {"counters_error": f"{type(error).__name__}: {str(error).strip()[:300]}"}
     return {**found, "counters_s": round(time.perf_counter() - start, 3)}  # counters_s: kept in extras
+
+
+def read_attention(backend: runtime.Backend, model: Any, data: Any, config: BenchmarkConfig) -> dict[str, Any]:
+    """The attention kernel the model ran (flash, efficient, cudnn or math), as its backend reports it, and the
+    backend's own name for it (kept in extras as ``attention_op``); where it cannot be read, why (the trial stays
+    ok)."""
+    try:
+        kernel, reported = backend.attention_kernel(model, data, config)
+    except Exception as error:  # noqa: BLE001 - the timed figures are measured; the kernel's name is extra
+        traceback.print_exc()
+        return {"attention_error": f"{type(error).__name__}: {str(error).strip()[:300]}"}
+    return {"attention_kernel": kernel, "attention_op": reported}
 
 
 # Each kind of workload (``trainers.workload``) and the one place that runs it in the trial process.

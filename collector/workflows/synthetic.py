@@ -67,7 +67,7 @@ def generate(rows: int, out_dir: Path, seed: int = 0, end: datetime | None = Non
         suite = load_suite(host.suite)
         for config in suite.configs:
             spec = get_model(config.model)
-            preset = spec.preset(config.preset)
+            preset = spec.preset(config.preset, config.sequence_length)
             base = 2e13 * host.relative_speed / spec.flops_per_example(preset) * config.num_devices
             base *= {"fp32": 0.5, "tf32": 0.8}.get(config.precision, 1.0) * (1.3 if config.xla else 1.0)
             units, flops = spec.units_per_example(preset), spec.flops_per_example(preset)

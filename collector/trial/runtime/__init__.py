@@ -194,6 +194,10 @@ class Backend(Protocol):
 
     def loss_scaling(self, model: Any, optimizer: Any) -> bool: ...
 
+    def attention_kernel(self, model: Any, data: Any, config: BenchmarkConfig) -> tuple[str, str]:
+        """The attention kernel a model with attention ran (flash, efficient, cudnn or math), and what the backend
+        called it."""
+
     def peak_memory(self, config: BenchmarkConfig) -> tuple[int | None, str | None]:
         """The peak memory and its kind (``collector.metrics``: host_anon on a CPU, device on an accelerator)."""
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import keras
 
-from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.config import FP8, BenchmarkConfig
 from stepwatch.collector.trial import counters, profiles
 from stepwatch.collector.trial.measure import WindowClock, window_mean_from_running
 from stepwatch.collector.trial.runtime.trial_backend import (  # noqa: F401 - the backends read these here too
@@ -23,7 +23,9 @@ from stepwatch.collector.trial.runtime.trial_backend import (  # noqa: F401 - th
 )
 from stepwatch.trainers.spec import ModelSpec, batch_pool
 
-POLICIES = {"fp32": "float32", "tf32": "float32", "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16"}
+# fp8: bfloat16 compute, and the model's Dense and EinsumDense layers quantized for float8 training after the build.
+POLICIES = {"fp32": "float32", "tf32": "float32", "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16",
+            FP8: "mixed_bfloat16"}  # fmt: skip
 
 
 def set_policy(precision: str) -> tuple[str, str]:
@@ -33,13 +35,28 @@ def set_policy(precision: str) -> tuple[str, str]:
     return policy.compute_dtype, policy.variable_dtype
 
 
+def pin_attention(config: BenchmarkConfig) -> None:
+    """Keras' flash-attention switch for a pinned kernel: off for math (attention layers then run as einsums and a
+    softmax), on for JAX's cuDNN or splash kernel and torch's flash (an error where the inputs cannot use it); left
+    to Keras for auto, and for torch's other kernels, which ``plain_pytorch.pin_sdpa`` pins."""
+    if config.attention == "math":
+        keras.config.disable_flash_attention()
+    elif config.attention in ("flash", "cudnn"):
+        keras.config.enable_flash_attention()
+
+
 def build_model(spec: ModelSpec, config: BenchmarkConfig, scope: Any = None) -> tuple[Any, Any]:
     """Model and optimizer (inside ``scope``: a TF strategy's), seeded so every loop and backend starts from the
     same weights; compiled for fit with ``jit_compile`` = the config's ``xla`` (XLA on TensorFlow and JAX,
-    torch.compile on torch). Keras wraps the optimizer in a LossScaleOptimizer itself under mixed_float16."""
+    torch.compile on torch). Keras wraps the optimizer in a LossScaleOptimizer itself under mixed_float16. fp8 is
+    Keras' float8 training: every Dense and EinsumDense layer quantized (``model.quantize("float8")``) before the
+    model is compiled."""
+    pin_attention(config)
     with scope or contextlib.nullcontext():
         keras.utils.set_random_seed(config.seed)
-        model = spec.build(spec.preset(config.preset))
+        model = spec.build(spec.preset(config.preset, config.sequence_length))
+        if config.precision == FP8:
+            model.quantize("float8")
         optimizer = spec.optimizer(spec.learning_rate(config.learning_rate))
         if config.loop == "fit":
             model.compile(
@@ -65,7 +82,7 @@ def device_batches(spec: ModelSpec, config: BenchmarkConfig, global_batch: int, 
     copy."""
     pool = [
         keras.tree.map_structure(place, batch)
-        for batch in batch_pool(spec, spec.preset(config.preset), global_batch, config.seed)
+        for batch in batch_pool(spec, spec.preset(config.preset, config.sequence_length), global_batch, config.seed)
     ]
 
     def cycle() -> Iterator[Any]:  # a generator: what fit takes as data (an iterator of another type it refuses)
@@ -212,6 +229,15 @@ class KerasBackend(TrialBackend):
 
     def compiler(self, model: Any, config: BenchmarkConfig) -> str:
         return compiler_of(model, config, self.compiled_by)
+
+    def attention_kernel(self, model: Any, data: Any, config: BenchmarkConfig) -> tuple[str, str]:
+        """The attention kernel the model ran, and the backend's own word for it (TensorFlow: its ops; no fused
+        kernel)."""
+        return "math", "TensorFlow runs attention as its own ops (it has no fused attention kernel)"
+
+    def one_step(self, model: Any, data: Any) -> None:
+        """One more step of ``fit``."""
+        model.fit(data, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
 
     def loss_scaling(self, model: Any, optimizer: Any) -> bool:
         return loss_scaling(model, optimizer)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,23 @@ def abstract(value: Any) -> Any:
     if isinstance(value, jax.Array):
         return jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=value.sharding)
     return value
+
+
+# A fused attention call in optimized HLO: cuDNN's (``custom_call_target="__cudnn$fmhaSoftmax"``...) or a Pallas kernel
+# named for splash or flash attention.
+FUSED_ATTENTION = re.compile(r'(?:custom_call_target|kernel_name)="([^"]*(?:fmha|flash|splash)[^"]*)"')
+
+
+def forward_hlo(model: Any, data: Any) -> str:
+    """The model's forward on one batch of ``data``, compiled by XLA: its optimized HLO."""
+    inputs, _ = next(data)
+    trainable = [v.value for v in model.trainable_variables]
+    fixed = [v.value for v in model.non_trainable_variables]
+
+    def forward(trainable: Any, fixed: Any, inputs: Any) -> Any:
+        return model.stateless_call(trainable, fixed, inputs, training=True)[0]
+
+    return jax.jit(forward).lower(trainable, fixed, inputs).compile().as_text()
 
 
 class JaxBackend(keras_backend.KerasBackend):
@@ -163,6 +181,18 @@ class JaxBackend(keras_backend.KerasBackend):
     def xspace_planes(self, path: Path) -> profiles.Planes:
         """Through jaxlib's reader."""
         return profiles.profile_data_planes(jax.profiler.ProfileData.from_file(str(path)))
+
+    def attention_kernel(self, model: Any, data: Any, config: BenchmarkConfig) -> tuple[str, str]:
+        """The fused attention call in the compiled train step's HLO (read by ``counters``), or in the model's forward
+        compiled for one batch where the step was not (jit_compile off): cuDNN's fused attention
+        (``__cudnn$fmha...``), the splash kernel on a TPU, else XLA's math (its own fusions)."""
+        text = self.hlo_text or forward_hlo(model, data)
+        found = sorted(set(FUSED_ATTENTION.findall(text)))
+        if any("cudnn" in target for target in found):
+            return "cudnn", ", ".join(found)
+        if any("splash" in target or "flash" in target for target in found):
+            return "flash", ", ".join(found)
+        return "math", "XLA's own fusions (no fused attention call in the compiled step)"
 
     def configure(self, config: BenchmarkConfig) -> Runtime:
         """Matmul precision and the dtype policy; DataParallel over the devices when there are several."""

@@ -236,7 +236,7 @@ class TensorFlowBackend(keras_backend.KerasBackend):
     def make_data(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
         """synthetic: the trial's batches (``spec.batch_pool``) in turn; pipeline: a host tf.data pipeline (JPEG
         decode + augment for images)."""
-        preset = spec.preset(config.preset)
+        preset = spec.preset(config.preset, config.sequence_length)
         global_batch = config.per_device_batch * runtime.replicas
         if config.data == "synthetic":
             return cycled_dataset(batch_pool(spec, preset, global_batch, config.seed))

@@ -14,7 +14,7 @@ import keras
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.trial.runtime import keras_backend
 from stepwatch.collector.trial.runtime.keras_backend import Runtime
-from stepwatch.collector.trial.runtime.plain_pytorch import TorchDevice
+from stepwatch.collector.trial.runtime.plain_pytorch import TorchDevice, sdpa_seen
 
 
 class TorchBackend(TorchDevice, keras_backend.KerasBackend):
@@ -31,6 +31,10 @@ class TorchBackend(TorchDevice, keras_backend.KerasBackend):
 
     def software_environment(self) -> dict[str, Any]:
         return {**self.torch_environment(), "keras_version": keras.__version__}
+
+    def attention_kernel(self, model: Any, data: Any, config: BenchmarkConfig) -> tuple[str, str]:
+        """One more step of ``fit`` under torch's profiler: the kernel SDPA ran (Keras' attention calls it)."""
+        return sdpa_seen(lambda: self.one_step(model, data))
 
 
 BACKEND = TorchBackend()

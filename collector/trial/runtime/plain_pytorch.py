@@ -20,13 +20,56 @@ from typing import Any
 import numpy as np
 import torch
 
-from stepwatch.collector.config import BenchmarkConfig, ConfigError, thread_counts
+from stepwatch.collector.config import ATTENTION_AUTO, FP8, BenchmarkConfig, ConfigError, thread_counts
 from stepwatch.collector.trial import counters, profiles
 from stepwatch.collector.trial.measure import WindowClock
 from stepwatch.collector.trial.runtime.trial_backend import Runtime, TrialBackend, cudnn_text
 from stepwatch.trainers.spec import ModelSpec, batch_pool
 
-AUTOCAST = {"mixed_float16": torch.float16, "mixed_bfloat16": torch.bfloat16}  # fp32 and tf32: no autocast
+# fp32 and tf32: no autocast; fp8: torchao's float8 matmuls, and bfloat16 for everything else.
+AUTOCAST = {"mixed_float16": torch.float16, "mixed_bfloat16": torch.bfloat16, FP8: torch.bfloat16}
+# SDPA's kernels as torch names them (``torch.backends.cuda.enable_*_sdp``) and as its profiler records them (the aten
+# operator SDPA dispatched to): what a pinned ``attention`` enables, and what a trial says ran.
+SDPA_FLAGS = {"flash": "flash", "efficient": "mem_efficient", "cudnn": "cudnn", "math": "math"}
+SDPA_OPS = {
+    "_scaled_dot_product_flash_attention": "flash",  # also its CPU kernel, ..._flash_attention_for_cpu
+    "_scaled_dot_product_efficient_attention": "efficient",
+    "_scaled_dot_product_cudnn_attention": "cudnn",
+    "_scaled_dot_product_attention_math": "math",
+}
+
+
+def pin_sdpa(attention: str) -> None:
+    """Allow SDPA only the kernel ``attention`` pins (all of them for auto): torch's global switches, which its CPU
+    kernels obey as well."""
+    for kernel, flag in SDPA_FLAGS.items():
+        getattr(torch.backends.cuda, f"enable_{flag}_sdp")(attention in (ATTENTION_AUTO, kernel))
+
+
+def sdpa_seen(run: Any) -> tuple[str, str]:
+    """The attention kernel ``run()`` (a step) used, read from torch's profiler: the aten operator SDPA dispatched to
+    (flash, efficient, cudnn or math), or math where no SDPA ran (attention as matmuls and a softmax); and what the
+    profiler named."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as recorded:
+        run()
+    names = sorted({event.name for event in recorded.events() if "dot_product" in event.name})
+    for name in names:
+        for op, kernel in SDPA_OPS.items():
+            if op in name:
+                return kernel, name
+    return "math", "no scaled_dot_product_attention operator ran (attention as matmuls and a softmax)"
+
+
+def float8_training(module: Any) -> Any:
+    """torchao's float8 training on the module's linear layers (dynamic tensorwise scaling, torchao's default
+    recipe), leaving out the output projection and any layer whose sizes are not multiples of 16, as torchtitan does."""
+    from torchao.float8 import convert_to_float8_training
+
+    def eligible(layer: Any, name: str) -> bool:
+        return (isinstance(layer, torch.nn.Linear) and not name.endswith("lm_head")
+                and layer.in_features % 16 == 0 and layer.out_features % 16 == 0)  # fmt: skip
+
+    return convert_to_float8_training(module, module_filter_fn=eligible)
 
 
 class TorchDevice:
@@ -43,6 +86,7 @@ class TorchDevice:
         if counts:
             torch.set_num_threads(counts[0])
             torch.set_num_interop_threads(counts[1])  # before any inter-op work, or torch refuses
+        pin_sdpa(config.attention)
         tf32 = config.precision != "fp32"
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
@@ -154,6 +198,7 @@ class PlainTorchBackend(TorchDevice, TrialBackend):
             torch.distributed.init_process_group("nccl" if config.device == "gpu" else "gloo")
             settings["replicas"] = torch.distributed.get_world_size()
         compute = {torch.float16: "float16", torch.bfloat16: "bfloat16"}.get(AUTOCAST.get(config.precision))
+        compute = "float8" if config.precision == FP8 else compute  # its matmuls; the rest in bfloat16
         return Runtime(compute_dtype=compute or "float32", variable_dtype="float32", **settings)
 
     def software_environment(self) -> dict[str, Any]:
@@ -167,8 +212,10 @@ class PlainTorchBackend(TorchDevice, TrialBackend):
         """The spec's PyTorch module on the device, seeded, compiled by torch.compile for ``xla`` on; its
         optimizer and loss. (``config.validate`` has refused a model without a PyTorch build.)"""
         torch.manual_seed(config.seed)
-        preset = spec.preset(config.preset)
+        preset = spec.preset(config.preset, config.sequence_length)
         module = spec.torch.build(preset).to(self.device(config))
+        if config.precision == FP8:
+            module = float8_training(module)
         module.train()
         if config.processes > 1:  # gradients averaged across ranks in backward, bucketed and overlapped
             gpu = config.device == "gpu"
@@ -191,7 +238,7 @@ class PlainTorchBackend(TorchDevice, TrialBackend):
         turn."""
         rank = torch.distributed.get_rank() if config.processes > 1 else 0  # each rank its own examples
         seed = config.seed * config.processes + rank
-        pool = batch_pool(spec, spec.preset(config.preset), config.per_device_batch, seed)
+        pool = batch_pool(spec, spec.preset(config.preset, config.sequence_length), config.per_device_batch, seed)
         device = self.device(config)
 
         def place(value: Any) -> Any:
@@ -244,6 +291,10 @@ class PlainTorchBackend(TorchDevice, TrialBackend):
 
     def compiler(self, model: Any, config: BenchmarkConfig) -> str:
         return self.compiled_by if config.xla else "none"
+
+    def attention_kernel(self, model: Trainee, data: Any, config: BenchmarkConfig) -> tuple[str, str]:
+        """One more step under torch's profiler: the kernel SDPA ran."""
+        return sdpa_seen(lambda: self.step(model, data).item())
 
     def loss_scaling(self, model: Trainee, optimizer: Any) -> bool:
         return bool(model.scaler.is_enabled())

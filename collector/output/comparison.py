@@ -138,6 +138,23 @@ def machine_line(comparison: Comparison) -> str | None:
     return "machine: " + "; ".join(parts) if parts else None
 
 
+def attention_line(comparison: Comparison) -> str | None:
+    """Where the sides ran different attention kernels, what each ran (said before any verdict: a fused kernel
+    that fell back to the math path changes the speed on its own, often 2-4x on long sequences); else None."""
+    if not comparison.attention_differs():
+        return None
+
+    def ran(side: str) -> str:
+        kernels = comparison.attention[side]
+        total = sum(kernels.values())
+        return ", ".join(f"{kernel} ({count} of {total} trials)" for kernel, count in kernels.items())
+
+    return (
+        f"attention kernel differs: the baseline ran {ran('baseline')}, the candidate {ran('candidate')}; the change "
+        "is partly the kernel's, not only the software's"
+    )
+
+
 def flagged(comparison: Comparison) -> bool:
     """Whether a side's verdict rests on trials that ran throttled or shared, or whose machine was not read."""
     return any(m.get("throttled") or m.get("shared") or m.get("read", 0) < m.get("trials", 0)
@@ -294,7 +311,7 @@ def to_markdown(
     resolve, headline, sides, geomeans, the verdict table, gaps; then ``appendix`` (where the time went, from the
     profiles) as preformatted text."""
     lead = resolution_lead(comparison)
-    changed = numerics_output.lead_lines(comparison)
+    changed = [line for line in (attention_line(comparison),) if line] + numerics_output.lead_lines(comparison)
     lines = [f"## {title}", "", *first, *(f"**⚠️ {line}**" for line in changed), *([""] if changed else [])]
     lines += [*(f"**{line}**" for line in lead), *([""] if lead else [])]
     lines += [f"**{headline(comparison)}**", "", *preface]
@@ -416,6 +433,7 @@ def json_payload(comparison: Comparison, code_of: CodeOf) -> dict[str, Any]:
         "versions": comparison.versions,
         "model_code": comparison.model_code,
         "machine": comparison.machine,
+        "attention": {**comparison.attention, "differs": comparison.attention_differs()},
         "summaries": summaries,
         "rows": rows,
         "alpha": comparison.alpha,
@@ -469,7 +487,9 @@ def show_comparison(
     for line in first:
         if line:
             stdout.print(escape(line))
-    for line in numerics_output.lead_lines(comparison):
+    for line in [attention_line(comparison), *numerics_output.lead_lines(comparison)]:
+        if not line:
+            continue
         stdout.print(f"[bold red]{escape(line)}[/bold red]")
     for line in resolution_lead(comparison):
         stdout.print(f"[bold yellow]{escape(line)}[/bold yellow]")

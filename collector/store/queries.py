@@ -298,6 +298,20 @@ def machine_state(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[
     return dict(zip(("trials", "read", "throttled", "shared"), (int(v) for v in row)))
 
 
+def attention_kernels(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, int]:
+    """Among the selected ok trials of models with attention: how many ran each attention kernel (flash, efficient,
+    cudnn, math), as their rows recorded it."""
+    if not has_column(con, "attention_kernel"):
+        return {}
+    where, params = selection.where()
+    rows = con.sql(
+        f"SELECT attention_kernel, count(*) FROM runs WHERE ({where}) AND status = 'ok' "
+        "AND attention_kernel IS NOT NULL GROUP BY 1 ORDER BY 2 DESC, 1",
+        params=params,
+    ).fetchall()
+    return {str(kernel): int(count) for kernel, count in rows}
+
+
 # What a version comparison goes along, and what History's x axis offers.
 VERSION_AXES = (*VERSION_COLUMNS[:5], "cuda_build_version", "driver_version", "container_image", "project_commit")
 X_AXES = ("night", *VERSION_AXES)

@@ -14,6 +14,7 @@ from stepwatch.collector.analysis.thresholds import load_overrides
 from stepwatch.collector.environments.packages import Change, describe
 from stepwatch.collector.output import numerics as numerics_output
 from stepwatch.collector.output.comparison import (
+    attention_line,
     between_lines,
     code_warnings,
     flagged,
@@ -135,8 +136,9 @@ counts = {side: int(comparison.versions[side]["runs"][0]) for side in ("baseline
 for side, count in counts.items():
     if count == 0:
         st.warning(f"The {side} selection matches no runs.")
-for line in numerics_output.lead_lines(comparison):  # a training that changed, its speed beside it, first
-    st.warning(line)
+for line in [attention_line(comparison), *numerics_output.lead_lines(comparison)]:  # a kernel, a training changed
+    if line:
+        st.warning(line)
 for line in resolution_lead(comparison):
     st.warning(line)
 for line in code_warnings(comparison):

@@ -48,7 +48,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The test setup installs everything in one run (one dependency resolution).
-$(BACKENDS_STAMP): PACKAGES = -e '.[test,tensorflow,jax]' '$(TENSORFLOW)' '$(TORCH)'
+$(BACKENDS_STAMP): PACKAGES = -e '.[test,tensorflow,jax,llama]' '$(TENSORFLOW)' '$(TORCH)'
 $(BACKENDS_STAMP): WARM_MORE = $(WARM_BACKENDS)
 $(BACKENDS_STAMP): pyproject.toml
 	$(install)

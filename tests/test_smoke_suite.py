@@ -17,10 +17,11 @@ def test_smoke_suite_runs_every_config(tmp_path: Path) -> None:
     [path] = tmp_path.glob("smoke-*.parquet")
     assert f"results: {path}" in result.stdout
     rows = pq.read_table(path).to_pylist()
-    assert len(rows) == 20 and {r["status"] for r in rows} == {"ok"}
+    assert len(rows) == 22 and {r["status"] for r in rows} == {"ok"}
     assert all(r["xla_effective"] == r["xla_requested"] for r in rows)
     assert all(r["tf32_enabled"] is False for r in rows if r["precision"] == "fp32")
-    assert {r["model"] for r in rows} == {"resnet50", "bert", "transformer", "bilstm", "teacher"}
+    assert {r["model"] for r in rows} == {"resnet50", "bert", "transformer", "bilstm", "teacher", "llama"}
+    assert all(r["attention_kernel"] for r in rows if r["model"] in ("bert", "transformer", "llama"))
     # Time to a target quality: the teacher-student regression reaches its target within its steps, at both
     # precisions, with and without XLA.
     reached = [r for r in rows if r["model"] == "teacher"]

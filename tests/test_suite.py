@@ -13,8 +13,10 @@ from tests.conftest import stepwatch, write_suite
 
 def test_smoke_crosses_all_models_xla_and_two_precisions() -> None:
     suite = load_suite("smoke")
-    assert len(suite.configs) == 20
-    assert {c.model for c in suite.configs} == {"resnet50", "bert", "transformer", "bilstm", "teacher"}
+    assert len(suite.configs) == 22
+    assert {c.model for c in suite.configs} == {"resnet50", "bert", "transformer", "bilstm", "teacher", "llama"}
+    llama = {(c.xla, c.precision) for c in suite.configs if c.model == "llama"}
+    assert llama == {(True, "fp32"), (True, "mixed_bfloat16")}
     assert {c.xla for c in suite.configs} == {False, True}
     assert {c.precision for c in suite.configs} == {"fp32", "mixed_bfloat16"}
     assert {(c.device, c.preset) for c in suite.configs} == {("cpu", "tiny")}
@@ -22,7 +24,9 @@ def test_smoke_crosses_all_models_xla_and_two_precisions() -> None:
 
 def test_gpu_and_tpu_nightly_use_published_sizes_and_all_precisions() -> None:
     gpu = load_suite("gpu-nightly")
-    assert {c.precision for c in gpu.configs} == {"fp32", "tf32", "mixed_float16", "mixed_bfloat16"}
+    assert {c.precision for c in gpu.configs} == {"fp32", "tf32", "mixed_float16", "mixed_bfloat16", "fp8"}
+    llama = {(c.preset, c.loop, c.precision, c.attention) for c in gpu.configs if c.model == "llama"}
+    assert llama == {("8b-4l", "pytorch", p, a) for p in ("mixed_bfloat16", "fp8") for a in ("auto", "math")}
     assert "tiny" not in {c.preset for c in gpu.configs}
     assert {c.device for c in gpu.configs} == {"gpu"}
     tpu = load_suite("tpu-nightly")

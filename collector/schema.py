@@ -46,9 +46,8 @@ SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, wh
 # off; series keys are unchanged), and time to a target quality (steps_to_target, time_to_target_s, target_loss)
 # with the quality a script reports (quality, quality_name); whose price a row was costed at (price_whose) and how far
 # it is trusted (price_confidence). Earlier rows have none.
-# 10: the workloads teams train today: sequence_length and attention, two series dimensions (every earlier row ran
-# its preset's sequence and the framework's own attention: 0 and auto; series keys are unchanged), the attention
-# kernel that ran (attention_kernel), and precision fp8. Earlier rows have no kernel.
+# 10: sequence_length and attention, two series dimensions (earlier rows ran 0, the preset's, and auto; series keys are
+# unchanged), the attention kernel that ran (attention_kernel; earlier rows have none), and precision fp8.
 SCHEMA_VERSION = 10
 
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
@@ -370,18 +369,10 @@ def _script_startup_and_unread_flags(table: pa.Table) -> pa.Table:
     return table
 
 
-# MIGRATIONS[v] turns a table of schema version v into version v + 1.
+# MIGRATIONS[v] turns a table of schema version v into version v + 1. A version that only added columns has none: they
+# are added empty, an added dimension with its default (``conform``).
 MIGRATIONS: dict[int, Callable[[pa.Table], pa.Table]] = {
-    1: _add_series_key,
-    2: _keras_backends,
-    3: _anonymous_memory,
-    4: lambda table: table,  # the project columns are added empty, as every missing column is
-    5: lambda table: table,  # script_args and nproc are filled with their defaults (config.ADDED_DIMENSIONS)
-    6: lambda table: table,  # the machine's state is added empty: it was not read
-    7: _script_startup_and_unread_flags,
-    8: lambda table: table,  # deterministic is filled with its default; the target's columns are added empty
-    9: lambda table: table,  # sequence_length and attention are filled with their defaults; no kernel was read
-}
+    1: _add_series_key, 2: _keras_backends, 3: _anonymous_memory, 7: _script_startup_and_unread_flags}  # fmt: skip
 
 
 def _compatible(actual: pa.DataType, wanted: pa.DataType) -> bool:
@@ -438,7 +429,7 @@ def conform(table: pa.Table) -> pa.Table:
         if nulls:
             raise SchemaError(f"column {name} has {nulls} empty value(s)")
     for step in range(version, SCHEMA_VERSION):
-        table = MIGRATIONS[step](table)
+        table = MIGRATIONS[step](table) if step in MIGRATIONS else table
     for name, default in ADDED_DIMENSIONS.items():  # rows from before a dimension existed had its default
         if name in table.column_names:
             filled = pc.fill_null(table.column(name).cast(types[name]), default)

@@ -38,7 +38,7 @@ def test_gpu_and_tpu_nightly_use_published_sizes_and_all_precisions() -> None:
     [
         ('[[matrix]]\nmodel = ["resnet50", "resnet5"]\n', "unknown model 'resnet5'"),
         ('[[matrix]]\nmodel = "bert"\nprecison = ["fp32"]\n', "unknown field 'precison' (did you mean 'precision'?)"),
-        ('[[configs]]\nmodel = "bert"\nprecision = "fp8"\n', "precision 'fp8' is not one of"),
+        ('[[configs]]\nmodel = "bert"\nprecision = "fp4"\n', "precision 'fp4' is not one of"),
         ('[[configs]]\nmodel = "bert"\npreset = "huge"\n', "model 'bert' has no preset 'huge'"),
         ('[[configs]]\nmodel = "bert"\nxla = "maybe"\n', "xla 'maybe' is not one of off, on"),
         ("[[configs]]\nmodel = bert\n", "not valid TOML"),

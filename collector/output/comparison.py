@@ -18,6 +18,7 @@ from stepwatch.collector.analysis.stats import plain
 from stepwatch.collector.metrics import Metric
 from stepwatch.collector.outcomes import CHANGED, FAILED, IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
 from stepwatch.collector.output import numerics as numerics_output
+from stepwatch.collector.output.sides import attention_line, flagged, machine_line
 from stepwatch.collector.output.text import (
     MARKS,
     interval,
@@ -119,46 +120,6 @@ def warnings_of(comparison: Comparison) -> list[str]:
     """What a reader must know before trusting a verdict: a model's code that changed, and bimodal series."""
     lines = (bimodal_warning(series_label(r.series), r.metric.name, r.noise) for r in comparison.rows)
     return code_warnings(comparison) + sorted({line for line in lines if line})
-
-
-def machine_line(comparison: Comparison) -> str | None:
-    """How many ok trials of each side ran throttled or shared, and how many did not read the machine (the
-    machine's state, collector.trial.machine): a verdict over flagged or unread trials may be the machine's, not
-    the software's. None when no side has trials."""
-    parts = []
-    for side in ("baseline", "candidate"):
-        m = comparison.machine.get(side)
-        if not m or not m["trials"]:
-            continue
-        flags = [f"{m[flag]} of {m['trials']} trial(s) {flag}" for flag in ("throttled", "shared") if m[flag]]
-        if m["read"] < m["trials"]:
-            flags.append(f"{m['trials'] - m['read']} of {m['trials']} not read")
-        none = f"none of {m['trials']} trial(s) throttled or shared"
-        parts.append(f"{side} " + (", ".join(flags) if flags else none))
-    return "machine: " + "; ".join(parts) if parts else None
-
-
-def attention_line(comparison: Comparison) -> str | None:
-    """Where the sides ran different attention kernels, what each ran (said before any verdict: a fused kernel
-    that fell back to the math path changes the speed on its own, often 2-4x on long sequences); else None."""
-    if not comparison.attention_differs():
-        return None
-
-    def ran(side: str) -> str:
-        kernels = comparison.attention[side]
-        total = sum(kernels.values())
-        return ", ".join(f"{kernel} ({count} of {total} trials)" for kernel, count in kernels.items())
-
-    return (
-        f"attention kernel differs: the baseline ran {ran('baseline')}, the candidate {ran('candidate')}; the change "
-        "is partly the kernel's, not only the software's"
-    )
-
-
-def flagged(comparison: Comparison) -> bool:
-    """Whether a side's verdict rests on trials that ran throttled or shared, or whose machine was not read."""
-    return any(m.get("throttled") or m.get("shared") or m.get("read", 0) < m.get("trials", 0)
-               for m in comparison.machine.values())  # fmt: skip
 
 
 def can_see(r: stats.Verdict) -> str:

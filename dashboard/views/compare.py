@@ -14,18 +14,16 @@ from stepwatch.collector.analysis.thresholds import load_overrides
 from stepwatch.collector.environments.packages import Change, describe
 from stepwatch.collector.output import numerics as numerics_output
 from stepwatch.collector.output.comparison import (
-    attention_line,
     between_lines,
     code_warnings,
-    flagged,
     headline,
     inconclusive_lines,
-    machine_line,
     resolution_lead,
     row_cells,
     summary_text,
 )
 from stepwatch.collector.output.explain import header_line, pair_lines
+from stepwatch.collector.output.sides import attention_line, flagged, machine_line
 from stepwatch.collector.output.text import interval, percent, plain_rows, repro_command, series_label
 from stepwatch.collector.store.profiled import OP_KEYS
 from stepwatch.collector.store.queries import version_key

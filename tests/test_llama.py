@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from stepwatch.collector.config import BenchmarkConfig, ConfigError, fp8_refusal, validate
+from stepwatch.collector.runner import catalog
 from stepwatch.trainers import get_model, llama
 from tests.conftest import REPO, stepwatch, write_suite
 
@@ -100,6 +101,13 @@ def test_fp8_a_pinned_kernel_and_a_sequence_are_refused_where_they_cannot_run() 
     assert "sequence_length=128" in longer.label()
     # Added dimensions at their defaults leave every earlier series' key as it was.
     assert BenchmarkConfig(model="bert").key == BenchmarkConfig(model="bert", attention="auto", sequence_length=0).key
+
+
+def test_fp8_mfu_is_stated_against_the_bf16_peak() -> None:
+    peaks = catalog.load_peaks()
+    bf16, _ = catalog.peak_tflops(peaks, "NVIDIA H100 80GB HBM3", "mixed_bfloat16", 1)
+    fp8, source = catalog.peak_tflops(peaks, "NVIDIA H100 80GB HBM3", "fp8", 1)
+    assert fp8 == bf16 == 989.4 and "fp8 MFU is against the bf16 peak" in source
 
 
 def test_fp8_on_a_cpu_is_one_line_before_any_trial(tmp_path: Path) -> None:

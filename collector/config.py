@@ -449,7 +449,7 @@ def _validate_fp8(config: BenchmarkConfig) -> None:
 
 def fp8_refusal(configs: list[BenchmarkConfig], capability: tuple[int, int] | None, name: str | None) -> str | None:
     """One line refusing a run whose fp8 configs this host's GPU cannot train (``capability``: its compute
-    capability, as NVML reads it; None where it could not be read, when the trial says what happened)."""
+    capability, as nvidia-smi reads it; None where it could not be read, when the trial says what happened)."""
     if capability is None or capability >= FP8_COMPUTE_CAPABILITY or not any(c.precision == FP8 for c in configs):
         return None
     need = ".".join(map(str, FP8_COMPUTE_CAPABILITY))

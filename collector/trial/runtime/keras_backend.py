@@ -230,11 +230,6 @@ class KerasBackend(TrialBackend):
     def compiler(self, model: Any, config: BenchmarkConfig) -> str:
         return compiler_of(model, config, self.compiled_by)
 
-    def attention_kernel(self, model: Any, data: Any, config: BenchmarkConfig) -> tuple[str, str]:
-        """The attention kernel the model ran, and the backend's own word for it (TensorFlow: its ops; no fused
-        kernel)."""
-        return "math", "TensorFlow runs attention as its own ops (it has no fused attention kernel)"
-
     def one_step(self, model: Any, data: Any) -> None:
         """One more step of ``fit``."""
         model.fit(data, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)

@@ -233,6 +233,10 @@ class TensorFlowBackend(keras_backend.KerasBackend):
         space.ParseFromString(path.read_bytes())
         return profiles.proto_planes(space)
 
+    def attention_kernel(self, model: Any, data: Any, config: BenchmarkConfig) -> tuple[str, str]:
+        """TensorFlow has no fused attention kernel: Keras runs attention on it as its ops (math)."""
+        return "math", "TensorFlow runs attention as its own ops (it has no fused attention kernel)"
+
     def make_data(self, spec: ModelSpec, config: BenchmarkConfig, runtime: Runtime) -> Any:
         """synthetic: the trial's batches (``spec.batch_pool``) in turn; pipeline: a host tf.data pipeline (JPEG
         decode + augment for images)."""

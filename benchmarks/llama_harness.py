@@ -9,7 +9,7 @@ perf_counter around ``--steps`` steps after ``--warmup`` steps, a device sync at
 
     .venv/bin/python benchmarks/llama_harness.py                                 # CPU: tiny, fp32, 3 rounds
     python benchmarks/llama_harness.py --device gpu --preset 8b-4l --batch 2 --precision mixed_bfloat16 \\
-        --steps 30 --warmup 10 --rounds 2                                        # an H100 or H200
+        --steps 30 --warmup 20 --rounds 2                                        # an H100 or H200
 """
 
 from __future__ import annotations

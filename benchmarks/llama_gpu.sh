@@ -27,7 +27,7 @@ size=(--preset "$preset" --device "$device" --batch 2 --steps 30 --warmup 20 --w
   timeout 900 $sw run --suite gpu-nightly --models llama "${size[@]}" --keras-backend torch --loop pytorch \
     --precision "$precisions" --attention auto,math --xla off --out "$out/rows" || echo "plain run: exit $?"
   echo "== JAX through Keras: bf16"
-  timeout 600 $sw run --suite gpu-backends --models llama "${size[@]}" --keras-backend jax --precision mixed_bfloat16 \
+  timeout 600 $sw run --suite gpu-backends --models llama "${size[@]}" --keras-backend jax --loop fit --precision mixed_bfloat16 \
     --attention auto --xla on --out "$out/rows" || echo "jax run: exit $?"
   db="$out/llama.duckdb"
   $sw ingest "$out/rows" --db "$db"

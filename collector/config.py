@@ -31,6 +31,8 @@ PRECISIONS = ("fp32", "tf32", "mixed_float16", "mixed_bfloat16", "fp8")
 # bfloat16: tensor cores with fp8 came with compute capability 8.9 (Ada) and 9.0 (Hopper).
 FP8 = "fp8"
 FP8_COMPUTE_CAPABILITY = (8, 9)
+FP8_NEEDS = (f"precision fp8 needs a GPU with fp8 tensor cores (compute capability "
+             f"{'.'.join(map(str, FP8_COMPUTE_CAPABILITY))} or later: Ada, Hopper, Blackwell)")  # fmt: skip
 # The attention kernel a model with attention runs (``trainers.spec.ModelSpec.attention``): the framework's own choice,
 # or one pinned: FlashAttention, the memory-efficient kernel, cuDNN's fused attention, or the unfused math.
 ATTENTION_AUTO = "auto"
@@ -439,24 +441,19 @@ def _validate_fp8(config: BenchmarkConfig) -> None:
     if config.precision != FP8:
         return
     if config.device != "gpu":
-        need = ".".join(map(str, FP8_COMPUTE_CAPABILITY))
-        raise ConfigError(f"precision fp8 needs a GPU with fp8 tensor cores (compute capability {need} or later: Ada, "
-                          f"Hopper, Blackwell); this config runs on a {config.device}")  # fmt: skip
+        raise ConfigError(f"{FP8_NEEDS}; this config runs on a {config.device}")
     if config.loop != "pytorch" and config.keras_backend != "jax":
         raise ConfigError(f"precision fp8 trains with keras_backend jax (Keras' float8 training) or loop pytorch "
                           f"(torchao's float8 training), not keras_backend {config.keras_backend}")  # fmt: skip
 
 
-def fp8_refusal(configs: list[BenchmarkConfig], capability: tuple[int, int] | None, name: str | None) -> str | None:
-    """One line refusing a run whose fp8 configs this host's GPU cannot train (``capability``: its compute
-    capability, as nvidia-smi reads it; None where it could not be read, when the trial says what happened)."""
-    if capability is None or capability >= FP8_COMPUTE_CAPABILITY or not any(c.precision == FP8 for c in configs):
+def fp8_refusal(capability: tuple[int, int] | None, name: str | None) -> str | None:
+    """One line refusing fp8 on a host whose GPU cannot train it (``capability``: its compute capability, as
+    nvidia-smi reads it; None where it could not be read, when the trial says what happened)."""
+    if capability is None or capability >= FP8_COMPUTE_CAPABILITY:
         return None
-    need = ".".join(map(str, FP8_COMPUTE_CAPABILITY))
-    return (
-        f"precision fp8 needs a GPU with fp8 tensor cores (compute capability {need} or later); this host's "
-        f"{name or 'GPU'} is {capability[0]}.{capability[1]}: drop fp8 from the suite (--precision) on this host"
-    )
+    major, minor = capability
+    return f"{FP8_NEEDS}; this host's {name or 'GPU'} is {major}.{minor}: drop fp8 from the suite (--precision) here"
 
 
 def validate(config: BenchmarkConfig) -> BenchmarkConfig:

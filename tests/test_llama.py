@@ -87,10 +87,10 @@ def test_fp8_a_pinned_kernel_and_a_sequence_are_refused_where_they_cannot_run() 
         validate(BenchmarkConfig(model="llama", precision="fp8", device="gpu", warmup_steps=20))
     gpu = BenchmarkConfig(model="llama", precision="fp8", device="gpu", keras_backend="jax", warmup_steps=20)
     assert validate(gpu) is gpu
-    line = fp8_refusal([gpu], (8, 0), "NVIDIA A100-SXM4-80GB")
+    line = fp8_refusal((8, 0), "NVIDIA A100-SXM4-80GB")
     assert line and "NVIDIA A100-SXM4-80GB is 8.0" in line and "\n" not in line
-    assert fp8_refusal([gpu], (9, 0), "NVIDIA H100 80GB HBM3") is None
-    assert fp8_refusal([gpu], None, None) is None  # unread: the trial says what happened
+    assert fp8_refusal((9, 0), "NVIDIA H100 80GB HBM3") is None
+    assert fp8_refusal(None, None) is None  # unread: the trial says what happened
     with pytest.raises(ConfigError, match="tensorflow can pin math"):
         validate(BenchmarkConfig(model="llama", attention="flash"))
     with pytest.raises(ConfigError, match="has no attention"):

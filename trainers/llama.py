@@ -45,11 +45,6 @@ class LlamaSize:
     def head_dim(self) -> int:
         return self.hidden_dim // self.num_query_heads
 
-    def described(self) -> str:
-        """'4 of 32 layers' for a preset cut from a deeper model."""
-        kept = f"{self.num_layers} of {self.full_layers}" if self.full_layers else f"{self.num_layers}"
-        return f"{kept} layers, hidden {self.hidden_dim}, sequence {self.sequence_length}"
-
 
 # Llama 3.1 8B (its config.json): hidden 4096, 32 query and 8 key-value heads, FFN 14336, vocabulary 128256,
 # RoPE theta 500000, at MLPerf Training v5.1's and torchtitan's sequence 8192.
@@ -90,8 +85,8 @@ def build(size: LlamaSize) -> Any:
     return keras.Model(inputs=backbone.input, outputs=logits, name="llama_causal_lm")
 
 
-def torch_config(size: LlamaSize, attention: str = "sdpa") -> Any:
-    """The same sizes as a transformers ``LlamaConfig`` (``attention``: its ``attn_implementation``)."""
+def torch_config(size: LlamaSize) -> Any:
+    """The same sizes as a transformers ``LlamaConfig``, attention through torch's SDPA."""
     import transformers
     from transformers import LlamaConfig
 
@@ -116,7 +111,7 @@ def torch_config(size: LlamaSize, attention: str = "sdpa") -> Any:
         attention_bias=False,
         mlp_bias=False,
         use_cache=False,
-        attn_implementation=attention,
+        attn_implementation="sdpa",
     )
 
 

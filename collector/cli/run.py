@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise UsageError(str(error)) from None
     if any(config.precision == FP8 for config in configs):  # before any trial: not a failed row per trial
-        refusal = fp8_refusal(configs, *(host.gpu_capability() or (None, None)))
+        refusal = fp8_refusal(*(host.gpu_capability() or (None, None)))
         if refusal:
             raise UsageError(refusal)
     if args.dry_run:

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,28 +107,18 @@ def run_model(config: BenchmarkConfig, result_path: Path, phases: Phases) -> dic
         result["peak_memory_bytes"], result["peak_memory_kind"] = backend.peak_memory(config)
         write_json_atomically(result_path, result)
     if result["status"] == "ok":
-        result.update(read_counters(backend, model, data, config, setup))
+        # The compiled step's counters (collector.trial.counters): one that cannot be read is left out.
+        result.update(after_training("counters", lambda: counters.known(backend.counters(model, data, config, setup))))
         result.update(compiler_flops(result, config))
         if spec.attention:  # after the counters: JAX reads the kernel from the step they compiled
-            result.update(read_attention(backend, model, data, config))
+            result.update(after_training("attention", lambda: attention_of(backend, model, data, config)))
         write_json_atomically(result_path, result)
     profile_dir = os.environ.get(profiles.PROFILE_ENV)
     if result["status"] == "ok" and profile_dir:
-        result.update(record_profile(backend, model, data, config, Path(profile_dir)))
+        # A few more steps under the framework's profiler: the op table, or why there is none.
+        result.update(after_training("profile", lambda: backend.profile(model, data, config, Path(profile_dir))))
         write_json_atomically(result_path, result)
     return result
-
-
-def record_profile(backend: runtime.Backend, model: Any, data: Any, config: BenchmarkConfig, logdir: Path) -> dict:
-    """A few more steps under the framework's profiler, after everything timed and counted: the op table, or why
-    there is none in the row's extras (the trial stays ok)."""
-    start = time.perf_counter()
-    try:
-        found = backend.profile(model, data, config, logdir)
-    except Exception as error:  # noqa: BLE001 - the timed figures are measured; a profile is extra
-        traceback.print_exc()
-        return {"profile_error": f"{type(error).__name__}: {str(error).strip()[:300]}"}
-    return {**found, "profile_s": round(time.perf_counter() - start, 3)}  # profile_s: kept in extras
 
 
 FLOPS_ANALYTIC = "analytic: the model's own count (forward + backward)"
@@ -159,29 +150,23 @@ def compiler_flops(result: dict[str, Any], config: BenchmarkConfig) -> dict[str,
     return {"flops_missing": why}
 
 
-def read_counters(
-    backend: runtime.Backend, model: Any, data: Any, config: BenchmarkConfig, setup: Any
-) -> dict[str, Any]:
-    """The compiled step's counters (collector.trial.counters), and how long reading them took; a counter that
-    cannot be read is left out, with why in the row's extras and the traceback in the log (the trial stays ok)."""
+def after_training(what: str, read: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """What a trial reads once everything timed is measured (the step's counters, the attention kernel, a profile),
+    and how long it took (kept in extras as ``<what>_s``); where it cannot be read, why (``<what>_error``, with the
+    traceback in the log), and the trial stays ok."""
     start = time.perf_counter()
     try:
-        found = counters.known(backend.counters(model, data, config, setup))
-    except Exception as error:  # noqa: BLE001 - the timed figures are measured; a counter is extra
+        found = read()
+    except Exception as error:  # noqa: BLE001 - the timed figures are measured; what is read after them is extra
         traceback.print_exc()
-        return {"counters_error": f"{type(error).__name__}: {str(error).strip()[:300]}"}
-    return {**found, "counters_s": round(time.perf_counter() - start, 3)}  # counters_s: kept in extras
+        return {f"{what}_error": f"{type(error).__name__}: {str(error).strip()[:300]}"}
+    return {**found, f"{what}_s": round(time.perf_counter() - start, 3)}
 
 
-def read_attention(backend: runtime.Backend, model: Any, data: Any, config: BenchmarkConfig) -> dict[str, Any]:
+def attention_of(backend: runtime.Backend, model: Any, data: Any, config: BenchmarkConfig) -> dict[str, Any]:
     """The attention kernel the model ran (flash, efficient, cudnn or math), as its backend reports it, and the
-    backend's own name for it (kept in extras as ``attention_op``); where it cannot be read, why (the trial stays
-    ok)."""
-    try:
-        kernel, reported = backend.attention_kernel(model, data, config)
-    except Exception as error:  # noqa: BLE001 - the timed figures are measured; the kernel's name is extra
-        traceback.print_exc()
-        return {"attention_error": f"{type(error).__name__}: {str(error).strip()[:300]}"}
+    backend's own name for it (kept in extras as ``attention_op``)."""
+    kernel, reported = backend.attention_kernel(model, data, config)
     return {"attention_kernel": kernel, "attention_op": reported}
 
 

@@ -230,9 +230,5 @@ class KerasBackend(TrialBackend):
     def compiler(self, model: Any, config: BenchmarkConfig) -> str:
         return compiler_of(model, config, self.compiled_by)
 
-    def one_step(self, model: Any, data: Any) -> None:
-        """One more step of ``fit``."""
-        model.fit(data, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
-
     def loss_scaling(self, model: Any, optimizer: Any) -> bool:
         return loss_scaling(model, optimizer)

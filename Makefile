@@ -56,11 +56,13 @@ $(BACKENDS_STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# Failed trials do not stop the dashboard from opening: they are shown there.
+# The dashboard first: it serves before the first trial, each trial's row lands in the store as it finishes and the
+# Overview fills in (the Run page shows the suite's progress); it keeps serving after the last trial, until Ctrl-C.
+# Failed trials are shown there too.
 run: $(STAMP)
-	$(BIN)/stepwatch run --suite smoke --trials 1 || echo "some smoke trials failed: see the dashboard's Overview and Run pages"
-	$(BIN)/stepwatch ingest
-	$(MAKE) --no-print-directory dashboard
+	@echo "dashboard: http://$(DASHBOARD_ADDRESS):$(DASHBOARD_PORT) (the smoke suite's rows appear as they land; Ctrl-C to stop)"
+	$(BIN)/stepwatch run --suite smoke --trials 1 --dashboard --dashboard-address $(DASHBOARD_ADDRESS) \
+		--dashboard-port $(DASHBOARD_PORT) || echo "some smoke trials failed: see the dashboard's Overview and Run pages"
 
 # The dashboard on the reference history committed under data/reference/ (real trials on a 2-core CPU under
 # four TensorFlow releases), in a store of its own: nothing to collect.

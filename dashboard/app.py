@@ -23,7 +23,7 @@ if __name__ != "__main__":  # imported by `streamlit run`: the server
 
     app = st.App(__file__, routes=server.routes())
 else:  # run as the script of a visit: the navigation
-    from stepwatch.dashboard import data
+    from stepwatch.dashboard import data, live
     from stepwatch.dashboard.pages import FIRST_RUN, PAGES
 
     st.set_page_config(page_title="stepwatch", page_icon=":material/timer:", layout="wide")
@@ -32,4 +32,5 @@ else:  # run as the script of a visit: the navigation
     else:
         pages = [st.Page(FIRST_RUN.script, title=FIRST_RUN.title, icon=FIRST_RUN.icon, default=True)]
     st.sidebar.caption(f"store: {data.store_label()}")
+    live.follow()
     st.navigation(pages).run()

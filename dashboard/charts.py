@@ -465,6 +465,15 @@ def version_boxes(spread: pd.DataFrame, metric: Metric, versions: Sequence[str],
                 "suite runs<extra></extra>",
             )
         )
+        if metric.name == "max_per_device_batch":  # beside the largest batch, the batch the series' trials ran
+            fig.add_trace(
+                go.Scatter(
+                    x=part["version"], y=part["per_device_batch"], mode="markers", name=f"{name}: its trials' batch",
+                    marker={"color": palette[i % len(palette)], "symbol": "line-ew-open", "size": 28,
+                            "line": {"width": 2}},
+                    hovertemplate="%{x}: its trials ran at per-device batch %{y}<extra></extra>",
+                )
+            )  # fmt: skip
     unit = metric.unit.replace("{unit}", "units")
     fig.update_layout(
         boxmode="group", height=380, margin={"t": 40}, title=metric.label,

@@ -9,14 +9,15 @@ Screenshots go to the test's temporary folder, or to $STEPWATCH_SCREENSHOTS (doc
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
-from stepwatch.dashboard.browser_harness import CHROMIUM, LOADING, REPO, SCRIPT_DONE, serve
+from stepwatch.dashboard.browser_harness import CHROMIUM, LOADING, REPO, SCRIPT_DONE, serve, served
 from stepwatch.dashboard.pages import PAGES, TITLES
-from tests.conftest import stepwatch
+from tests.conftest import stepwatch, write_suite
 
 # (page, link query, screenshot name): every page (some opened from a link), and two again with memory picked
 LINKS = {"versions": "?model=bert", "compare": "?metric=examples_per_sec,peak_rss_bytes"}
@@ -211,3 +212,42 @@ def test_time_to_target_is_plotted_on_history_and_numerics_shown_on_the_overview
     assert points >= 2 and "Time to target" in axis, (points, axis)
     assert warning.startswith("2 series' latest run") and "changed: best loss" in warning, warning
     assert "throughput" in compared and "best loss" in compared, compared
+
+
+@NEEDS_CHROMIUM
+def test_a_suite_run_beside_the_dashboard_shows_each_row_as_it_lands_without_a_reload(tmp_path: Path) -> None:
+    """``stepwatch run --dashboard`` (what ``make run`` runs): the server answers while the first trial still runs
+    (held open by a gate file), the page shows the suite's progress, and the trial's row appears on the Overview
+    in the same page, without a reload; the Run page says when the suite is done."""
+    gate = tmp_path / "gate"
+    suite = write_suite(
+        tmp_path / "live.toml",
+        'name = "live"\n[defaults]\ndevice = "cpu"\nsteps = 20\nwarmup_steps = 20\nwindow_steps = 10\n'
+        f'[[configs]]\nmodel = "tests/data/scripts/paced.py"\nscript_args = "0.01 {gate}"\n'
+        '[[configs]]\nmodel = "tests/data/scripts/paced.py"\nscript_args = "0.02"\n',
+    )
+
+    def command(port: int) -> list[str]:
+        return [sys.executable, "-m", "stepwatch", "run", "--suite", str(suite), "--out", str(tmp_path / "results"),
+                "--db", str(tmp_path / "live.duckdb"), "--dashboard", "--dashboard-port", str(port)]  # fmt: skip
+
+    with served(command, REPO, dict(os.environ)) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        settled(page, "stepwatch")
+        page.get_by_text("Suite live: 0 of 2 trials done").wait_for(timeout=120_000)
+        no_errors(page, "while the first trial runs")
+        gate.touch()  # the first trial now steps and ends; its row is ingested and the page follows
+        page.get_by_role("heading", name="Overview").first.wait_for(timeout=120_000)
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('[data-testid="stMetric"]')]
+                .some((m) => m.innerText.startsWith('Series') && m.innerText.trim().endsWith('2'))""",
+            timeout=120_000,
+        )  # both trials' series, still without a reload
+        no_errors(page, "the Overview, filled in")
+        page.locator('[data-testid="stSidebarNav"] a', has_text="Run").click()
+        page.get_by_text("Suite live: all 2 trials done.").wait_for(timeout=120_000)
+        reloads = page.evaluate("performance.getEntriesByType('navigation')[0].type")
+        browser.close()
+    assert reloads == "navigate"  # the one load of the page: everything after it came over its websocket

@@ -23,7 +23,7 @@ from stepwatch.collector.config import (
     thread_counts,
     usable_cores,
 )
-from stepwatch.collector.runner import execution, max_batch
+from stepwatch.collector.runner import execution
 from stepwatch.collector.runner.results import read_rows
 from stepwatch.collector.schema import COLUMNS, SCHEMA
 from stepwatch.collector.trial import machine
@@ -219,53 +219,6 @@ def test_trials_are_interleaved_round_robin() -> None:
         ("bert", 2),
         ("bilstm", 2),
     ]
-
-
-def test_max_batch_search_finds_the_out_of_memory_boundary() -> None:
-    found = max_batch.search_max_batch(lambda b: "ok" if b <= 300 else "oom", 8)
-    assert (found.largest, found.ended) == (300, "out of memory at batch 301")
-    assert len(found.probes) < 20 and found.probes[0] == (8, "ok") and (512, "oom") in found.probes
-    assert max_batch.search_max_batch(lambda b: "ok", 8, limit=64).ended == "reached the search's limit (64)"
-    nothing = max_batch.search_max_batch(lambda b: "oom", 8)
-    assert (nothing.largest, nothing.ended, nothing.probes) == (None, "out of memory at batch 8", ((8, "oom"),))
-
-
-def test_a_search_that_times_out_at_a_large_batch_reports_the_largest_that_ran() -> None:
-    """As on the H100: batch 2048 ran past the trial's timeout. The search ends there with the largest batch that
-    trained and how it ended, not with an error; a crash ends it the same way, and neither is bisected."""
-    timed_out = max_batch.search_max_batch(lambda b: "ok" if b < 2048 else "timeout", 256)
-    assert (timed_out.largest, timed_out.ended) == (1024, "timeout at batch 2048")
-    assert [b for b, _ in timed_out.probes] == [256, 512, 1024, 2048]
-    crashed = max_batch.search_max_batch(lambda b: {1024: "oom"}.get(b, "crash" if b == 768 else "ok"), 256)
-    assert (crashed.largest, crashed.ended) == (512, "crash at batch 768")
-
-
-def test_the_compilers_memory_estimate_bounds_the_search() -> None:
-    """XLA's memory analysis of two steps that ran gives the step's memory per example; the search stops at the
-    batch the device's memory allows instead of probing past it."""
-    per_example, fixed, capacity = 10 * 2**20, 300 * 2**20, 16 * 2**30
-    assert max_batch.memory_bound({64: fixed + 64 * per_example}, capacity) is None  # one point: no slope yet
-    points = {b: fixed + b * per_example for b in (64, 128)}
-    allowed = max_batch.memory_bound(points, capacity)
-    assert allowed == (capacity - fixed) // per_example == 1608
-    assert max_batch.memory_bound(points, None) is None
-    seen: dict[int, int] = {}
-
-    def probe(batch: int) -> str:
-        seen[batch] = fixed + batch * per_example
-        return "ok" if seen[batch] <= capacity else "oom"
-
-    found = max_batch.search_max_batch(probe, 64, bound=lambda: max_batch.memory_bound(seen, capacity))
-    assert found.largest == allowed and max(seen) == allowed  # nothing above the bound was run
-    assert found.ended == f"reached the memory bound of the compiler's analysis ({allowed})"
-    assert max_batch.device_capacity({"accelerator_memory_bytes": 80 * 2**30}) == 60 * 2**30
-    assert max_batch.device_capacity({"accelerator_memory_bytes": None}) is None
-
-
-def test_find_max_batch_is_refused_on_cpu_with_one_line() -> None:
-    result = stepwatch("run", "--suite", "smoke", "--models", "bilstm", "--find-max-batch")
-    assert result.returncode == 2
-    assert result.stderr.strip().startswith("stepwatch: error: --find-max-batch is not supported on CPU")
 
 
 def test_a_multi_worker_trial_spans_two_local_workers(tmp_path: Path) -> None:

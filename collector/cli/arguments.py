@@ -25,6 +25,23 @@ from stepwatch.collector.store.files import DB_ENV, DEFAULT_DB
 from stepwatch.collector.store.selection import Selection
 from stepwatch.trainers.workload import Kind, kind_of
 
+BYTE_UNITS = {"": 1, "B": 1, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "KB": 10**3, "MB": 10**6,
+              "GB": 10**9, "TB": 10**12}  # fmt: skip
+
+
+def parse_bytes(text: str) -> int:
+    """An amount of memory: ``12GiB``, ``512MiB``, ``80GB`` or plain bytes."""
+    number = text.strip().rstrip("bBiIkKmMgGtT")
+    unit = text.strip()[len(number) :].upper()
+    try:
+        value = float(number) * BYTE_UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an amount of memory, e.g. 12GiB, 512MiB or 80GB") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the amount must be positive")
+    return int(value)
+
+
 DEFAULT_OUT = Path("data/results")
 FORMATS = ("table", "markdown", "json")  # how a report is printed
 # The progress bar of commands that run trials (run, upgrade-check).

@@ -102,6 +102,30 @@ def _refresh(sources: list[str], db: Path) -> None:
         ingest_and_report(found, db, synthetic=False, recursive=True, named=False)
 
 
+def serve(db: Path, address: str, port: int, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The dashboard's server on the store ``db``, started (``python -m stepwatch.dashboard``), with ``env`` added to
+    its environment."""
+    command = [sys.executable, "-m", "stepwatch.dashboard", f"--server.address={address}", f"--server.port={port}"]
+    console.print(f"dashboard: http://{address}:{port} on {escape(shown(db))} (Ctrl-C to stop)")
+    return subprocess.Popen(command, env={**os.environ, DB_ENV: named(db), **(env or {})})
+
+
+def stop(server: subprocess.Popen) -> None:
+    """The server stopped: asked, then killed if it does not stop within 30 s."""
+    if server.poll() is None:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # a server that does not stop when asked
+            server.kill()
+            server.wait()
+
+
+def served(server: subprocess.Popen) -> int:
+    """The exit code of a server stopped by Ctrl-C or a kill: success."""
+    return EXIT_OK if server.returncode in (0, -15) else server.returncode
+
+
 def run(args: argparse.Namespace) -> int:
     """Ingest the sources, serve the dashboard on the store, ingest again every --refresh seconds."""
     if args.refresh < 0:
@@ -109,12 +133,9 @@ def run(args: argparse.Namespace) -> int:
     db = db_path(args)
     db = db if attached(db) else db.resolve()
     _refresh(args.sources, db)
-    command = [sys.executable, "-m", "stepwatch.dashboard", f"--server.address={args.address}",
-               f"--server.port={args.port}"]  # fmt: skip
-    console.print(f"dashboard: http://{args.address}:{args.port} on {escape(shown(db))} (Ctrl-C to stop)")
     # A kill of this command (SIGTERM) stops the server too: it unwinds through the finally below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    server = subprocess.Popen(command, env={**os.environ, DB_ENV: named(db)})
+    server = serve(db, args.address, args.port)
     try:
         while server.poll() is None:
             if not args.refresh or not args.sources:
@@ -129,11 +150,5 @@ def run(args: argparse.Namespace) -> int:
                 except (UsageError, Failure) as error:  # a source gone for now: keep serving, say so
                     console.print(f"note: could not refresh the store: {error}")
     finally:
-        if server.poll() is None:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:  # a server that does not stop when asked
-                server.kill()
-                server.wait()
-    return EXIT_OK if server.returncode in (0, -15) else server.returncode
+        stop(server)
+    return served(server)

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.progress import Progress
 
+from stepwatch.collector.cli import live
 from stepwatch.collector.cli.arguments import (
     DEFAULT_OUT,
     PROGRESS_COLUMNS,
@@ -16,6 +17,7 @@ from stepwatch.collector.cli.arguments import (
     add_profile_argument,
     console,
     matrix_values,
+    parse_bytes,
     price_options,
     trial_options,
 )
@@ -58,7 +60,21 @@ def register(commands: Any) -> None:
     )  # fmt: skip
     add_environment_arguments(parser)
     add_profile_argument(parser)
-    parser.add_argument("--find-max-batch", action="store_true", help="binary-search the largest per-device batch")
+    parser.add_argument(
+        "--find-max-batch", action="store_true",
+        help="before the trials, search each config's largest per-device batch (probes in one process, then one "
+        "whole trial at the answer); recorded in its rows beside the batch they ran",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-batch-memory", type=parse_bytes, default=None, metavar="BYTES",
+        help="with --find-max-batch: the device memory a step may take (e.g. 12GiB; default: the accelerator's). "
+        "Needed on a CPU, where only a compiler's memory analysis (JAX, --xla on) can say what a step takes",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-batch-budget", type=float, default=max_batch.DEFAULT_BUDGET_S, metavar="SECONDS",
+        help="with --find-max-batch: seconds of probes before no larger batch is tried (default %(default)g)",
+    )  # fmt: skip
+    live.add_arguments(parser)
     parser.add_argument("--dry-run", action="store_true", help="list the configs and exit")
     parser.add_argument(
         "--fill-compile-cache", action="store_true",
@@ -110,11 +126,10 @@ def run(args: argparse.Namespace) -> int:
     trials = args.trials if args.trials is not None else suite.trials
     if trials < 1:
         raise UsageError("--trials must be at least 1")
-    if args.find_max_batch and any(c.device == "cpu" for c in configs):
-        raise UsageError(
-            "--find-max-batch is not supported on CPU: host memory swaps or the kernel kills the process "
-            "instead of raising out-of-memory; use it on GPU or TPU hosts"
-        )
+    if args.find_max_batch:
+        refusal = next(filter(None, (max_batch.cpu_refusal(c, args.max_batch_memory) for c in configs)), None)
+        if refusal:
+            raise UsageError(refusal)
     try:
         requirements = virtualenvs.parse_side(args.packages, "with") if args.packages is not None else ()
     except ValueError as error:
@@ -162,20 +177,18 @@ def run(args: argparse.Namespace) -> int:
     if args.find_max_batch:
         for config in configs:
             console.print(f"finding the largest per-device batch for {config.label()} ...")
-            found = options.max_batches[config.key] = max_batch.find_max_batch(config, options.python, console.print)
+            found = options.max_batches[config.key] = max_batch.find_max_batch(
+                config, options.python, console.print, args.max_batch_memory, args.max_batch_budget
+            )
             console.print(f"  largest per-device batch that trained: {found.largest} (the search ended: {found.ended})")
 
-    with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:
-        task = progress.add_task("starting", total=len(todo))
-
-        def on_start(config: Any, trial: int) -> None:
-            progress.update(task, description=f"{config.label()} trial {trial + 1}/{trials}")
-
-        def on_done(outcome: execution.Outcome) -> None:
-            progress.console.print(trial_line(outcome.config.label(), outcome.row, outcome.trial))
-            progress.advance(task)
-
-        outcomes = execution.run_plan(todo, results, suite.name, opened.suite_run_id, options, on_start, on_done)
+    dashboard = live.LiveDashboard(args, results.path, suite.name, len(todo)) if args.dashboard else None
+    try:
+        outcomes = run_trials(todo, results, suite.name, opened.suite_run_id, options, trials, dashboard)
+    except BaseException:
+        if dashboard:
+            dashboard.close()
+        raise
     console.print(run_summary(results.rows))
     failed = [o for o in outcomes if o.row["status"] != "ok"]
     print(f"results: {results.path}")
@@ -193,5 +206,31 @@ def run(args: argparse.Namespace) -> int:
         print(f"uploaded: {uploaded}")
     if failed:
         console.print(f"[red]{len(failed)} of {len(outcomes)} trials failed[/red]")
-        return EXIT_FAILED
-    return EXIT_OK
+    if dashboard:
+        console.print("the dashboard keeps serving (Ctrl-C to stop)")
+        served = dashboard.serve_on()
+        return EXIT_FAILED if failed else served
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def run_trials(
+    todo: list[Any], results: Any, suite: str, suite_run_id: str, options: execution.RunOptions, trials: int,
+    dashboard: live.LiveDashboard | None,
+) -> list[execution.Outcome]:  # fmt: skip
+    """The trials with a progress bar and a line each; beside a dashboard, each row ingested as it is recorded."""
+    with Progress(*PROGRESS_COLUMNS, console=console, transient=False) as progress:
+        task = progress.add_task("starting", total=len(todo))
+
+        def on_start(config: Any, trial: int) -> None:
+            progress.update(task, description=f"{config.label()} trial {trial + 1}/{trials}")
+            if dashboard:
+                dashboard.started(config, trial, trials)
+
+        def on_done(outcome: execution.Outcome) -> None:
+            progress.console.print(trial_line(outcome.config.label(), outcome.row, outcome.trial))
+            progress.advance(task)
+            if dashboard:
+                dashboard.done(outcome)
+
+        return execution.run_plan(todo, results, suite, suite_run_id, options, on_start,
+                                  on_done)  # fmt: skip

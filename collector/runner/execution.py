@@ -126,7 +126,7 @@ def make_row(
     searched = options.max_batches.get(config.key)
     if searched is not None:  # how the search ended, and its probes (kept in extras)
         row.update(max_per_device_batch=searched.largest, max_batch_ended=searched.ended,
-                   max_batch_probes=[list(probe) for probe in searched.probes])  # fmt: skip
+                   max_batch_probes=searched.record or [list(probe) for probe in searched.probes])  # fmt: skip
     if row["status"] != "ok":
         row["examples_per_sec"] = None  # a failed trial has no throughput, even if some windows closed
     eps = row.get("examples_per_sec")

@@ -1,117 +1,132 @@
-"""``run --find-max-batch``: the largest per-device batch that trains, found by probing short trials (doubling, then
-bisecting at the first out-of-memory), bounded by XLA's memory analysis of the probes where it gives one."""
+"""``run --find-max-batch``: the largest per-device batch that trains, found by probing (doubling, then bisecting at
+the first out-of-memory) in one process where the framework recovers from an out-of-memory, or by XLA's memory
+analysis of the step compiled for a batch (``collector.trial.probe``), then confirmed by a whole trial at the
+answer; a script of yours by short trials, each in a process of its own."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from stepwatch.collector.config import BenchmarkConfig
 from stepwatch.collector.runner import spawn
+from stepwatch.collector.trial.batch_search import MaxBatch, device_capacity, memory_bound, search_max_batch
+from stepwatch.collector.trial.runtime import COMPILE_CACHE_ENV
+from stepwatch.trainers.workload import Kind
+
+DEFAULT_BUDGET_S = 90.0  # seconds of probes before the search stops trying larger batches
+PROBE_MODULE = "stepwatch.collector.trial.probe"
 
 
-@dataclass(frozen=True)
-class MaxBatch:
-    """What a batch-size search found: the largest per-device batch that trained (None if not even the first),
-    how the search ended, in words, and every probe as (batch, the trial's status) in the order run."""
+def cpu_refusal(config: BenchmarkConfig, capacity: int | None) -> str | None:
+    """Why a search cannot run on this CPU config, or None. A host's memory swaps, or the kernel kills the process,
+    instead of raising out-of-memory; so on a CPU the search needs a capacity and a compiler that says what a step
+    needs before it runs it (XLA's memory analysis: JAX with jit_compile on)."""
+    if config.device != "cpu":
+        return None
+    if capacity is None:
+        return (
+            "--find-max-batch on a CPU needs --max-batch-memory BYTES (host memory swaps or the kernel kills the "
+            "process instead of raising out-of-memory); or use it on GPU or TPU hosts"
+        )
+    analysed = config.keras_backend == "jax" and config.loop == "fit" and config.xla
+    if not analysed or config.workload is Kind.SCRIPT:
+        return (
+            f"--find-max-batch on a CPU measures a step's memory by XLA's analysis: it needs --keras-backend jax "
+            f"with --xla on, not {config.label()}"
+        )
+    return None
 
-    largest: int | None
-    ended: str
-    probes: tuple[tuple[int, str], ...]
 
-
-ENDED_BY = {"oom": "out of memory", "timeout": "timeout", "nonfinite_loss": "non-finite loss"}
-
-
-def search_max_batch(
-    probe: Callable[[int], str], start: int, limit: int = 1 << 16, bound: Callable[[], int | None] = lambda: None
+def find_max_batch(
+    config: BenchmarkConfig,
+    python: str,
+    log: Callable[[str], None] = lambda _: None,
+    capacity: int | None = None,
+    budget_s: float = DEFAULT_BUDGET_S,
 ) -> MaxBatch:
-    """The largest batch that trains: ``probe(batch)`` runs it and gives the trial's status. Doubling from
-    ``start`` while it is ``ok``; out of memory above the largest that ran bisects between the two; any other
-    failure (a timeout, a crash) ends the search there, with what ran so far. ``bound()``, once it knows (a
-    compiler's estimate of the memory a batch needs against the device's), caps the batches tried like ``limit``."""
-    probes: list[tuple[int, str]] = []
-
-    def run(batch: int) -> str:
-        status = probe(batch)
-        probes.append((batch, status))
-        return status
-
-    def result(largest: int | None, ended: str) -> MaxBatch:
-        return MaxBatch(largest, ended, tuple(probes))
-
-    def failed(status: str, batch: int) -> str:
-        return f"{ENDED_BY.get(status, status)} at batch {batch}"
-
-    status = run(start)
-    if status != "ok":
-        return result(None, failed(status, start))
-    good, bad = start, None  # the largest batch that ran, and the smallest that ran out of memory
-    while True:
-        if bad is None:  # doubling, up to the limit and the bound
-            cap = min(limit, bound() or limit)
-            candidate = min(good * 2, cap)
-            if candidate <= good:
-                why = "the memory bound of the compiler's analysis" if cap < limit else "the search's limit"
-                return result(good, f"reached {why} ({cap})")
-        elif bad - good > 1:  # bisecting
-            candidate = (good + bad) // 2
-        else:
-            return result(good, f"out of memory at batch {bad}")
-        status = run(candidate)
-        if status == "ok":
-            good = candidate
-        elif status == "oom":
-            bad = candidate
-        else:
-            return result(good, failed(status, candidate))
+    """The largest per-device batch that trains: probed in one process (``collector.trial.probe``: one step per
+    batch, or only its compiled program where XLA's memory analysis tells), within ``budget_s`` seconds of probes,
+    then confirmed by one whole trial at the answer. A script of yours runs only as a whole process, so it is
+    probed by short trials (``find_max_batch_by_trials``)."""
+    if config.workload is Kind.SCRIPT:
+        return find_max_batch_by_trials(config, python, log, capacity)
+    searching = config.with_changes(timeout_s=budget_s + config.timeout_s)
+    extra = ("--budget-s", str(budget_s), *(("--capacity", str(capacity)) if capacity else ()))
+    with tempfile.TemporaryDirectory(prefix="stepwatch-maxbatch-") as tmp:
+        # The compiler's output kept for the search (the answer's step, compiled once for its analysis, is loaded
+        # when it runs, and by the whole trial that confirms it), unless the run keeps a cache of its own.
+        cache = {COMPILE_CACHE_ENV: os.environ.get(COMPILE_CACHE_ENV) or str(Path(tmp) / "compiled")}
+        record, wall_s, _ = spawn.run_child(searching, python, Path(tmp), cache, module=(PROBE_MODULE, *extra))
+        probes = record.get("probes") or []
+        for probe in probes:
+            memory = f", {probe['bytes'] / 2**20:,.0f} MiB" if probe.get("bytes") else ""
+            took = f", {probe['s']:.1f} s" if probe.get("s") is not None else ""
+            log(f"  batch {probe['batch']}: {probe['status']} ({probe['how']}{memory}{took})")
+        tried = tuple((p["batch"], p["status"]) for p in probes)
+        if "ended" not in record:  # the probe process failed before it could say
+            why = record.get("error_message") or "the search process ended without an answer"
+            return MaxBatch(None, f"the search failed: {why}", tried, probes)
+        started = wall_s - record.get("elapsed_s", wall_s) + (record.get("setup_s") or 0)
+        log(f"  searched in {wall_s:.0f} s ({started:.0f} s of it to the first probe)")
+        found = MaxBatch(record["largest"], record["ended"], tried, probes)
+        return confirmed(found, config, python, capacity, log, cache)
 
 
-def memory_bound(points: dict[int, int], capacity: int | None) -> int | None:
-    """The largest batch whose compiled step fits in ``capacity`` bytes, from XLA's memory analysis of steps
-    that ran (batch -> compiled_memory_bytes): a line through the two largest (a step's buffers are a fixed part
-    and a part per example). None until two batches are known, or without a capacity."""
-    if capacity is None or len(points) < 2:
-        return None
-    (b1, m1), (b2, m2) = sorted(points.items())[-2:]
-    per_example = (m2 - m1) / (b2 - b1)
-    if per_example <= 0:
-        return None
-    return max(b2, int((capacity - (m1 - per_example * b1)) / per_example))
+def confirmed(
+    found: MaxBatch,
+    config: BenchmarkConfig,
+    python: str,
+    capacity: int | None,
+    log: Callable[[str], None],
+    env: dict[str, str] | None = None,
+) -> MaxBatch:
+    """The search's answer once a whole trial (start-up, warm-up, the measured steps) has trained at it; where that
+    trial fails, the answer is withdrawn and the search says why."""
+    if found.largest is None:
+        return found
+    status, wall_s, _ = trial_status(config.with_changes(per_device_batch=found.largest), python, capacity, env)
+    log(f"  a whole trial at batch {found.largest}: {status} ({wall_s:.0f} s)")
+    if status == "ok":
+        return found
+    return MaxBatch(None, f"{found.ended}; but a whole trial at batch {found.largest} ended {status}", found.probes,
+                    found.record)  # fmt: skip
 
 
-def device_capacity(row: dict[str, Any]) -> int | None:
-    """The memory a trial's framework may allocate on its device: the device's memory, times the fraction JAX's
-    allocator takes by default (XLA_PYTHON_CLIENT_MEM_FRACTION, 0.75)."""
-    total = row.get("accelerator_memory_bytes")
-    if not total:
-        return None
-    fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.75"))
-    return int(total * fraction)
+def trial_status(
+    config: BenchmarkConfig, python: str, capacity: int | None, env: dict[str, str] | None = None
+) -> tuple[str, float, dict[str, Any]]:
+    """A whole trial's status: out of memory also where its compiled step's memory (XLA's analysis) exceeds
+    ``capacity``, as a device of that size would have refused it."""
+    with tempfile.TemporaryDirectory(prefix="stepwatch-maxbatch-") as tmp:
+        child, wall_s, _ = spawn.run_child(config, python, Path(tmp), env)
+    needed = child.get("compiled_memory_bytes")
+    if child["status"] == "ok" and capacity and needed and needed > capacity:
+        return "oom", wall_s, child
+    return child["status"], wall_s, child
 
 
-def find_max_batch(config: BenchmarkConfig, python: str, log: Callable[[str], None] = lambda _: None) -> MaxBatch:
-    """Largest per-device batch that trains a few steps (out-of-memory caught in the child, on accelerators).
-    Where XLA's memory analysis of the steps that ran tells how the step's memory grows (JAX), the search stops
-    at the batch the device's memory allows instead of probing beyond it."""
+def find_max_batch_by_trials(
+    config: BenchmarkConfig, python: str, log: Callable[[str], None] = lambda _: None, capacity: int | None = None
+) -> MaxBatch:
+    """The search by short trials, each in a fresh process (start-up, compile, warm-up and two steps, only to learn
+    whether a step fits; out-of-memory caught in the child, on accelerators). Where XLA's memory analysis of the
+    steps that ran tells how the step's memory grows (JAX), it stops at the batch the device's memory allows."""
     probe_base = config.with_changes(steps=2, warmup_steps=10, window_steps=1, steps_per_execution=1)
     points: dict[int, int] = {}  # batch -> compiled_memory_bytes of the probes that ran
-    capacity: int | None = None
 
     def probe(batch: int) -> str:
         nonlocal capacity
-        with tempfile.TemporaryDirectory(prefix="stepwatch-maxbatch-") as tmp:
-            child, wall_s, _ = spawn.run_child(probe_base.with_changes(per_device_batch=batch), python, Path(tmp))
-        if child["status"] == "ok" and child.get("compiled_memory_bytes"):
+        status, wall_s, child = trial_status(probe_base.with_changes(per_device_batch=batch), python, capacity)
+        if child.get("compiled_memory_bytes"):
             points[batch] = int(child["compiled_memory_bytes"])
-            capacity = capacity or device_capacity(child)
-        detail = f": {child.get('error_message')}" if child["status"] not in ("ok", "oom") else ""
-        log(f"  batch {batch}: {child['status']} ({wall_s:.0f} s){detail}")
-        return child["status"]
+            capacity = capacity or device_capacity(child, config)
+        detail = f": {child.get('error_message')}" if status not in ("ok", "oom") else ""
+        log(f"  batch {batch}: {status} ({wall_s:.0f} s){detail}")
+        return status
 
     def bound() -> int | None:
         return memory_bound(points, capacity)

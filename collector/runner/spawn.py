@@ -66,9 +66,11 @@ def run_child(
     workdir: Path,
     env_extra: dict[str, str] | None = None,
     cwd: Path | None = None,
+    module: tuple[str, ...] = (TRIAL_MODULE,),
 ) -> tuple[dict[str, Any], float, int | None]:
-    """Start ``collector.trial.process`` in its own process group (in ``cwd``, where the workload's paths are read:
-    default here), wait up to the timeout, read its result.
+    """Start ``collector.trial.process`` (or another ``module`` with its arguments, which runs the same way: the
+    batch search's probes) in its own process group (in ``cwd``, where the workload's paths are read: default
+    here), wait up to the timeout, read its result.
 
     Returns the child's fields (or a failure description), the wall time and the exit code.
     """
@@ -84,7 +86,7 @@ def run_child(
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     start = time.perf_counter()
     with open(log_path, "wb") as log:
-        trial = ["-m", TRIAL_MODULE, "--config", config.to_json(), "--result", str(result_path)]
+        trial = ["-m", *module, "--config", config.to_json(), "--result", str(result_path)]
         proc = subprocess.Popen(
             launchers.command(config, python, trial),
             stdout=log,

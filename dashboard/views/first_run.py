@@ -2,9 +2,14 @@
 
 import streamlit as st
 
-from stepwatch.dashboard import data
+from stepwatch.collector.runner import progress
+from stepwatch.dashboard import data, live
 
 st.title("stepwatch")
+if progress.read() is not None:  # a suite runs beside the dashboard: its first row appears here when it is done
+    live.show()
+    st.caption(f"The store is {data.store_path()}; this page follows it and shows the Overview at the first row.")
+    st.stop()
 st.info(f"No results in {data.store_path()} yet.")
 st.markdown("Collect the CPU smoke suite and load it into the store (a few minutes on 2 cores):")
 st.code("make run", language="bash")

@@ -6,9 +6,10 @@ import streamlit as st
 from stepwatch.collector.metrics import HEADLINE
 from stepwatch.collector.output.runs import memory_help
 from stepwatch.collector.store.selection import ALL
-from stepwatch.dashboard import charts, data, state
+from stepwatch.dashboard import charts, data, live, state
 
 st.title("Run")
+live.show()
 recent = data.load("recent_runs", ALL, 200)
 options = list(recent["run_id"])
 labels = {

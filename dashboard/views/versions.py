@@ -52,7 +52,7 @@ name = (*PANELS, extra)[panel]
 spread = data.load("spread", selection, name, along)
 if spread.empty:
     hint = (
-        " The largest batch is searched by `stepwatch run --find-max-batch`, on GPU and TPU hosts."
+        " The largest batch is searched by `stepwatch run --find-max-batch` (on a CPU with `--max-batch-memory`)."
         if name == "max_per_device_batch"
         else ""
     )

@@ -232,3 +232,8 @@ class KerasBackend(TrialBackend):
 
     def loss_scaling(self, model: Any, optimizer: Any) -> bool:
         return loss_scaling(model, optimizer)
+
+    def release(self) -> None:
+        """Keras' global state (layer names, the graph on TensorFlow) cleared, then what is unreferenced collected."""
+        keras.backend.clear_session()
+        super().release()

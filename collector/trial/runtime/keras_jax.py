@@ -100,6 +100,7 @@ class JaxBackend(keras_backend.KerasBackend):
         def keeping(original: Any) -> Any:
             def jit(function: Any, **kwargs: Any) -> Any:
                 jitted = self.step = original(function, **kwargs)
+                self.step_args = self.compiled = None  # a new model's step (a batch search builds several)
 
                 def step(*args: Any) -> Any:
                     if self.step_args is None:
@@ -130,6 +131,25 @@ class JaxBackend(keras_backend.KerasBackend):
             **counters.memory_counts(compiled.memory_analysis()),
             **counters.hlo_counts(self.hlo_text),
         }
+
+    def step_memory(self, global_batch: int) -> int | None:
+        """The recorded train step lowered and compiled for its first call's shapes with the batch's leading
+        dimension changed (the state's arrays keep theirs): XLA's memory analysis of that program."""
+        if self.step is None or self.step_args is None:
+            return None
+        state, data, *rest = self.step_args
+        batches = {leaf.shape[0] for leaf in jax.tree.leaves(data) if getattr(leaf, "shape", ())}
+        if len(batches) != 1:  # no one batch dimension to change
+            return None
+        (recorded,) = batches
+
+        def resized(leaf: Any) -> Any:
+            if isinstance(leaf, jax.ShapeDtypeStruct) and leaf.shape and leaf.shape[0] == recorded:
+                return jax.ShapeDtypeStruct((global_batch, *leaf.shape[1:]), leaf.dtype, sharding=leaf.sharding)
+            return leaf
+
+        compiled = self.step.lower(state, jax.tree.map(resized, data), *rest).compile()
+        return counters.memory_counts(compiled.memory_analysis()).get("compiled_memory_bytes")
 
     def compiled_step(self, options: dict[str, str]) -> Any:
         """The train step lowered and compiled again for its first call's argument shapes, with XLA ``options``;

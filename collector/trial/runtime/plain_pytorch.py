@@ -158,6 +158,13 @@ class TorchDevice:
     def is_out_of_memory(self, error: BaseException) -> bool:
         return isinstance(error, torch.OutOfMemoryError)
 
+    def release(self) -> None:
+        """What the last model held collected, and the caching allocator's free blocks given back to the device:
+        after an out-of-memory, the next batch starts from an empty device."""
+        super().release()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
 
 @dataclass
 class Trainee:

@@ -6,6 +6,7 @@ adds Keras' ``fit``; ``pytorch.PlainTorchBackend`` a plain PyTorch loop."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import resource
 import time
 from collections.abc import Callable, Iterator
@@ -113,3 +114,12 @@ class TrialBackend:
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         return False
+
+    def step_memory(self, global_batch: int) -> int | None:
+        """The device memory the train step that ran last needs at ``global_batch`` examples, from its compiler's
+        analysis of the step compiled for those shapes (nothing runs); None where the backend cannot tell."""
+        return None
+
+    def release(self) -> None:
+        """Let go of what the last model held on the device (``run --find-max-batch`` builds one per batch)."""
+        gc.collect()

@@ -1,0 +1,146 @@
+"""``run --find-max-batch`` in one process: ``python -m stepwatch.collector.trial.probe --config JSON --result PATH
+[--capacity BYTES] [--budget-s S]``.
+
+The framework is imported and the device set up once. A candidate batch is tried by building the model for it and
+training one step (not a trial: no warm-up, no measured windows), where the framework recovers from running out
+of memory (torch's ``OutOfMemoryError`` and its cache emptied, XLA's and TensorFlow's resource-exhausted errors).
+Where the backend's compiler says how much memory a step needs before anything runs (XLA's memory analysis of the
+train step, on JAX), a batch above the first is tried by compiling the step for its shapes only: it fits when
+that is within the device's capacity, so the search bisects on compiled programs and runs only its answer. The
+search is ``collector.runner.max_batch.search_max_batch``; its record is written after every probe, so a process
+killed at its timeout still says how far it got.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from stepwatch.collector.config import BenchmarkConfig, validate
+from stepwatch.collector.trial import runtime
+from stepwatch.collector.trial.batch_search import BUDGET, MaxBatch, device_capacity, memory_bound, search_max_batch
+from stepwatch.collector.trial.fields import write_json_atomically
+from stepwatch.collector.trial.host import host_environment
+from stepwatch.collector.trial.measure import WindowClock
+from stepwatch.trainers import get_model
+
+
+class Prober:
+    """The probes of one search, run in this process: each batch's step (or its compiled program), timed and kept."""
+
+    def __init__(self, config: BenchmarkConfig, capacity: int | None, budget_s: float, result_path: Path) -> None:
+        self.config, self.budget_s, self.result_path = config, budget_s, result_path
+        self.started = time.perf_counter()
+        self.setup_s: float | None = None  # from here to the first probe: the framework imported, the device set up
+        host = host_environment(config.device)
+        self.capacity = capacity or device_capacity(host, config)
+        runtime.prepare(config)
+        self.backend = runtime.load(config)
+        self.setup = self.backend.configure(config)
+        self.spec = get_model(config.model)
+        self.record: list[dict[str, Any]] = []  # every probe: batch, status, how (ran / compiled), bytes, seconds
+        self.error: str | None = None  # what stopped the search other than memory (a compile error, a crash)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def probe(self, batch: int) -> str:
+        """The batch's status: ``ok``, ``oom``, ``budget`` (the time budget is spent), or ``crash``."""
+        if self.elapsed() > self.budget_s:
+            return BUDGET
+        if self.setup_s is None:
+            self.setup_s = round(self.elapsed(), 3)
+        start = time.perf_counter()
+        needed = self.backend.step_memory(batch * self.setup.replicas) if self.record else None
+        if needed is not None:  # compiled, not run: within the device's memory or not
+            status = "ok" if self.capacity is None or needed <= self.capacity else "oom"
+            how = "compiled"
+        else:
+            status, needed = self.step(batch)
+            how = "ran"
+        self.record.append({"batch": batch, "status": status, "how": how, "bytes": needed,
+                            "s": round(time.perf_counter() - start, 3)})  # fmt: skip
+        self.write(None)
+        return status
+
+    def step(self, batch: int) -> tuple[str, int | None]:
+        """Build the model for ``batch`` and train one step after the first execution (which compiles); its status
+        and the memory the step needs where the backend can tell, against the capacity where one is set."""
+        config = self.config.with_changes(per_device_batch=batch)
+        model = optimizer = data = None
+        try:
+            model, optimizer = self.backend.build_model(self.spec, config, self.setup)
+            data = self.backend.make_data(self.spec, config, self.setup)
+            clock = WindowClock(first_steps=config.steps_per_execution, window_steps=config.steps_per_execution)
+            self.backend.train(model, optimizer, data, clock, config.steps_per_execution, config, self.setup)
+        except Exception as error:  # noqa: BLE001 - out of memory is an answer; anything else ends the search
+            if self.backend.is_out_of_memory(error):
+                return "oom", None
+            traceback.print_exc()
+            self.error = f"{type(error).__name__}: {str(error).strip()[:300]}"
+            return "crash", None
+        finally:
+            del model, optimizer, data
+            self.backend.release()
+        needed = self.backend.step_memory(batch * self.setup.replicas)
+        if needed is not None and self.capacity is not None and needed > self.capacity:
+            return "oom", needed
+        return "ok", needed
+
+    def bound(self) -> int | None:
+        """The largest batch the compiler's analysis of the batches tried says fits (``memory_bound``)."""
+        return memory_bound({p["batch"]: p["bytes"] for p in self.record if p["bytes"]}, self.capacity)
+
+    def search(self) -> MaxBatch:
+        """The search from the config's batch; where its answer was only compiled, one step of it is run, and a
+        step that runs out of memory there (the device allocates more than the compiler counted) searches again
+        below it with steps that run."""
+        found = search_max_batch(self.probe, self.config.per_device_batch, bound=self.bound)
+        ran = {p["batch"] for p in self.record if p["how"] == "ran" and p["status"] == "ok"}
+        if found.largest is None or found.largest in ran:
+            return found
+        start = time.perf_counter()
+        status, needed = self.step(found.largest)
+        self.record.append({"batch": found.largest, "status": status, "how": "ran", "bytes": needed,
+                            "s": round(time.perf_counter() - start, 3)})  # fmt: skip
+        if status == "ok":
+            return found
+        start = max(ran)
+        again = search_max_batch(lambda b: self.step(b)[0], start, limit=found.largest - 1)
+        return MaxBatch(again.largest, f"{again.ended} (a step at batch {found.largest} ran out of memory where the "
+                        "compiler's analysis said it fits)", found.probes + again.probes)  # fmt: skip
+
+    def write(self, found: MaxBatch | None) -> None:
+        payload: dict[str, Any] = {"probes": self.record, "capacity_bytes": self.capacity, "error": self.error,
+                                   "elapsed_s": round(self.elapsed(), 3), "setup_s": self.setup_s}  # fmt: skip
+        if found is not None:
+            payload.update(largest=found.largest, ended=found.ended)
+        write_json_atomically(self.result_path, payload)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stepwatch.collector.trial.probe", description=__doc__)
+    parser.add_argument("--config", required=True, help="BenchmarkConfig as JSON (its batch: the first)")
+    parser.add_argument("--result", required=True, type=Path, help="where to write the search's record (JSON)")
+    parser.add_argument("--capacity", type=int, default=None, help="the device memory a step may take, in bytes")
+    parser.add_argument("--budget-s", type=float, default=float("inf"), help="seconds before no new probe starts")
+    args = parser.parse_args(argv)
+    prober = Prober(validate(BenchmarkConfig.from_json(args.config)), args.capacity, args.budget_s, args.result)
+    found = prober.search()
+    if prober.error and found.ended.startswith("crash"):
+        found = MaxBatch(found.largest, f"{found.ended}: {prober.error}", found.probes)
+    prober.write(found)
+    print(f"search finished: {found.largest} ({found.ended})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # as a trial: no framework teardown to wait for

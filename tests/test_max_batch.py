@@ -1,0 +1,146 @@
+"""``run --find-max-batch``: the search (doubling, bisecting, guided by a compiler's memory analysis), its probes in
+one process, and the same answer as probing by whole trials, each in a process of its own, found in less time."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from stepwatch.collector.cli.arguments import parse_bytes
+from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.runner import max_batch
+from stepwatch.collector.runner.results import read_rows
+from stepwatch.collector.trial import batch_search
+from stepwatch.collector.trial.batch_search import BUDGET, memory_bound, search_max_batch
+from tests.conftest import stepwatch
+
+
+def test_the_search_finds_the_out_of_memory_boundary() -> None:
+    found = search_max_batch(lambda b: "ok" if b <= 300 else "oom", 8)
+    assert (found.largest, found.ended) == (300, "out of memory at batch 301")
+    assert len(found.probes) < 20 and found.probes[0] == (8, "ok") and (512, "oom") in found.probes
+    assert search_max_batch(lambda b: "ok", 8, limit=64).ended == "reached the search's limit (64)"
+    nothing = search_max_batch(lambda b: "oom", 8)
+    assert (nothing.largest, nothing.ended, nothing.probes) == (None, "out of memory at batch 8", ((8, "oom"),))
+
+
+def test_a_search_that_times_out_or_spends_its_budget_reports_the_largest_that_ran() -> None:
+    """As on the H100: batch 2048 ran past the trial's timeout. The search ends there with the largest batch that
+    trained and how it ended, not with an error; a crash, or the time budget spent, ends it the same way."""
+    timed_out = search_max_batch(lambda b: "ok" if b < 2048 else "timeout", 256)
+    assert (timed_out.largest, timed_out.ended) == (1024, "timeout at batch 2048")
+    assert [b for b, _ in timed_out.probes] == [256, 512, 1024, 2048]
+    crashed = search_max_batch(lambda b: {1024: "oom"}.get(b, "crash" if b == 768 else "ok"), 256)
+    assert (crashed.largest, crashed.ended) == (512, "crash at batch 768")
+    spent = search_max_batch(lambda b: "ok" if b < 64 else BUDGET, 8)
+    assert (spent.largest, spent.ended) == (32, "the time budget spent before batch 64")
+
+
+@pytest.mark.parametrize("fixed", [300 * 2**20, 0])
+def test_the_compilers_memory_analysis_names_the_batch_to_try(fixed: int) -> None:
+    """XLA's memory analysis of two batches gives the step's memory per example: the search tries the largest batch
+    it says fits, then the one above to show it does not, in a few probes instead of a dozen."""
+    per_example, capacity = 10 * 2**20, 16 * 2**30
+    assert memory_bound({64: fixed + 64 * per_example}, capacity) is None  # one point: no slope yet
+    points = {b: fixed + b * per_example for b in (64, 128)}
+    allowed = memory_bound(points, capacity)
+    assert allowed == (capacity - fixed) // per_example
+    assert memory_bound(points, None) is None
+    seen: dict[int, int] = {}
+
+    def probe(batch: int) -> str:
+        seen[batch] = fixed + batch * per_example
+        return "ok" if seen[batch] <= capacity else "oom"
+
+    found = search_max_batch(probe, 64, bound=lambda: memory_bound(seen, capacity))
+    assert (found.largest, found.ended) == (allowed, f"out of memory at batch {allowed + 1}")
+    assert [b for b, _ in found.probes] == [64, 128, allowed, allowed + 1]
+    plain = search_max_batch(probe, 64)
+    assert plain.largest == allowed and len(plain.probes) > 2 * len(found.probes)
+
+
+def test_an_estimate_that_is_off_still_ends_at_the_boundary() -> None:
+    """Memory that grows faster than a line (padding, another algorithm at a larger batch): the estimate says too
+    much fits, the probes say otherwise, and after ``GUIDED_PROBES`` the search bisects plainly."""
+    seen: dict[int, int] = {}
+
+    def probe(batch: int) -> str:
+        seen[batch] = batch * batch
+        return "ok" if seen[batch] <= 500 * 500 else "oom"
+
+    found = search_max_batch(probe, 8, bound=lambda: memory_bound(seen, 500 * 500))
+    assert (found.largest, found.ended) == (500, "out of memory at batch 501")
+    assert len(found.probes) < 20
+
+
+def test_the_device_capacity_is_the_allocators_share_of_the_accelerator() -> None:
+    host = {"accelerator_memory_bytes": 80 * 2**30}
+    jax = BenchmarkConfig(model="resnet50", device="gpu", keras_backend="jax")
+    torch = BenchmarkConfig(model="resnet50", device="gpu", keras_backend="torch", loop="pytorch")
+    assert batch_search.device_capacity(host, jax) == 60 * 2**30  # XLA_PYTHON_CLIENT_MEM_FRACTION's default
+    assert batch_search.device_capacity(host, torch) == 80 * 2**30
+    assert batch_search.device_capacity({"accelerator_memory_bytes": None}, jax) is None
+    assert batch_search.device_capacity(host, BenchmarkConfig(model="resnet50")) is None  # a CPU: the host's memory
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ((), "--find-max-batch on a CPU needs --max-batch-memory BYTES"),
+        (("--max-batch-memory", "1GiB", "--keras-backend", "tensorflow"), "needs --keras-backend jax with --xla on"),
+        (("--max-batch-memory", "lots"), "'lots' is not an amount of memory, e.g. 12GiB"),
+    ],
+)
+def test_a_search_on_a_cpu_needs_a_capacity_and_xlas_analysis(args: tuple[str, ...], said: str) -> None:
+    result = stepwatch("run", "--suite", "smoke", "--models", "bilstm", "--xla", "on", "--find-max-batch", *args)
+    assert result.returncode == 2 and said in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 or "usage:" in result.stderr
+
+
+SENTIMENT = "tests/data/models/sentiment.py:sentiment"  # a small Keras model of yours: quick to compile
+
+
+def searched(tmp_path: Path, model: str, capacity: str) -> dict:
+    """``run --find-max-batch`` of ``model`` tiny on JAX with a capacity: the row's search, and what it said."""
+    done = stepwatch(
+        "run", "--models", model, "--preset", "tiny", "--keras-backend", "jax", "--xla", "on", "--precision", "fp32",
+        "--trials", "1", "--steps", "10", "--warmup", "20", "--window", "10", "--find-max-batch",
+        "--max-batch-memory", capacity, "--out", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [row] = read_rows(next(tmp_path.glob("*.parquet")))
+    return {**row, "probes": json.loads(row["extras"])["max_batch_probes"], "said": done.stdout + done.stderr}
+
+
+def test_a_search_in_one_process_compiles_where_it_need_not_run(tmp_path: Path) -> None:
+    """A model of yours on JAX with 2 MiB: the first batch ran, every larger one was only compiled (XLA's memory
+    analysis against the capacity), the answer ran once in the search and once as a whole trial, and the row keeps
+    the largest batch beside the one it ran, how the search ended and every probe."""
+    row = searched(tmp_path, SENTIMENT, "2MiB")
+    probes = row["probes"]
+    largest = row["max_per_device_batch"]
+    assert row["per_device_batch"] == 8 < largest and row["max_batch_ended"] == f"out of memory at batch {largest + 1}"
+    assert probes[0]["how"] == "ran" and {p["how"] for p in probes[1:-1]} == {"compiled"}
+    assert probes[-1] == {**probes[-1], "batch": largest, "how": "ran", "status": "ok"}
+    fits = {p["batch"]: p["bytes"] <= 2 * 2**20 for p in probes}
+    assert fits[largest] and not fits[largest + 1]
+    assert all(p["status"] == ("ok" if fits[p["batch"]] else "oom") for p in probes)
+    assert len(probes) <= 7, probes  # guided by the analysis: not a dozen bisection steps
+    assert f"a whole trial at batch {largest}: ok" in row["said"]
+
+
+@pytest.mark.large
+@pytest.mark.parametrize(("model", "capacity"), [(SENTIMENT, "2MiB"), ("transformer", "20MiB")])
+def test_probing_in_one_process_finds_todays_answer_by_trials(tmp_path: Path, model: str, capacity: str) -> None:
+    """The same largest batch as probing by short trials, each in a process of its own (start-up, compile, warm-up
+    and two steps to learn whether one step fits). Both searches are the same, guided by the same analysis: only
+    how a probe runs differs (how long each takes: benchmarks/max_batch.py)."""
+    new = searched(tmp_path, model, capacity)
+    config = BenchmarkConfig(model=model, preset="tiny", keras_backend="jax", xla=True, precision="fp32",
+                             per_device_batch=8, timeout_s=300)  # fmt: skip
+    old = max_batch.find_max_batch_by_trials(config, sys.executable, capacity=parse_bytes(capacity))
+    assert (new["max_per_device_batch"], new["max_batch_ended"]) == (old.largest, old.ended)
+    assert [(p["batch"], p["status"]) for p in new["probes"][:-1]] == list(old.probes)

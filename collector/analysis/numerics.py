@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats as scipy_stats
 
-from stepwatch.collector.analysis.stats import ALPHA
+from stepwatch.collector.analysis.stats import ALPHA, t_quantile
 from stepwatch.collector.metrics import get_metric
 from stepwatch.collector.outcomes import CHANGED, IDENTICAL, NUMERICS_ORDER, TOO_FEW_SEEDS, WITHIN_SEED_SPREAD
 
@@ -146,7 +145,7 @@ def _by_seed(trials: Sequence[Trial]) -> dict[int, list[Trial]]:
 
 def _interval(logs: np.ndarray, alpha: float) -> Ratio:
     mean = float(np.mean(logs))
-    half = float(scipy_stats.t.ppf(1 - alpha / 2, len(logs) - 1) * np.std(logs, ddof=1) / math.sqrt(len(logs)))
+    half = t_quantile(1 - alpha / 2, len(logs) - 1) * float(np.std(logs, ddof=1)) / math.sqrt(len(logs))
     return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half))
 
 

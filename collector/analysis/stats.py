@@ -33,7 +33,7 @@ def _special() -> Any:
 
 
 @lru_cache(maxsize=8192)  # the trials-to-detect search asks for the same (q, df) for every series
-def _t_quantile(q: float, df: float) -> float:
+def t_quantile(q: float, df: float) -> float:
     """Student's t quantile (scipy.special's, which imports in a fraction of scipy.stats' time)."""
     return float(_special().stdtrit(df, q))
 
@@ -216,7 +216,7 @@ def welch_ratio(
     se, df = _with_between(*_welch_se_df(baseline, candidate), between)
     if se == 0:  # both sides constant (e.g. memory): the difference is exact
         return Ratio(math.exp(diff), math.exp(diff), math.exp(diff), 1.0 if diff == 0 else 0.0)
-    half = _t_quantile(0.5 + confidence / 2, df) * se
+    half = t_quantile(0.5 + confidence / 2, df) * se
     p = t_p_value(diff / se, df)
     return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p)
 
@@ -245,7 +245,7 @@ def ratio_between(
     parts = sum(q**2 / (n - 1) for q, n in terms if q) + (extra**2 / between.df if extra else 0.0)
     df = (total + extra) ** 2 / parts
     se = math.sqrt(total + extra)
-    half = _t_quantile(0.5 + confidence / 2, df) * se
+    half = t_quantile(0.5 + confidence / 2, df) * se
     p = t_p_value(diff / se, df)
     return Ratio(math.exp(diff), math.exp(diff - half), math.exp(diff + half), p)
 
@@ -261,7 +261,7 @@ def _welch_se_df(baseline: Side, candidate: Side) -> tuple[float, float]:
 def _z(se: float, df: float, alpha: float, power: float) -> float:
     """How many standard errors a change must be for a two-sided Welch test at ``alpha`` to find it with
     probability ``power`` (the usual t approximation of the noncentral t)."""
-    return (_t_quantile(1 - alpha / 2, df) + _t_quantile(power, df)) * se
+    return (t_quantile(1 - alpha / 2, df) + t_quantile(power, df)) * se
 
 
 def detectable_change(
@@ -473,7 +473,7 @@ def geomean_summary(verdicts: Sequence[Verdict], confidence: float = CONFIDENCE)
     df = total**2 / sum(q**2 / (n - 1) / len(both) ** 4 for q, n in terms if q)
     # The two environments' offsets are shared by every series: they do not average out over series.
     se, df = _with_between(math.sqrt(total), df, max_between([v.between for v in both]))
-    half = _t_quantile(0.5 + confidence / 2, df) * se
+    half = t_quantile(0.5 + confidence / 2, df) * se
     return Summary(len(both), math.exp(mean), math.exp(mean - half), math.exp(mean + half))
 
 

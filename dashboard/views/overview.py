@@ -166,7 +166,7 @@ if len(bimodal):
         f"{len(bimodal)} series bimodal across processes (trials land on one of two speeds; see the noise column): "
         + "; ".join(bimodal["series"])
     )
-retrained = shown[shown["numerics"].fillna("").str.startswith(f"{CHANGED}:")]
+retrained = shown[shown["numerics"].astype("string").fillna("").str.startswith(f"{CHANGED}:")]  # all empty: floats
 if len(retrained):
     st.warning(
         f"{len(retrained)} series' latest run trains differently from the run before it (the numerics column): "

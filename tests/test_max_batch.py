@@ -4,6 +4,7 @@ one process, and the same answer as probing by whole trials, each in a process o
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -144,3 +145,25 @@ def test_probing_in_one_process_finds_todays_answer_by_trials(tmp_path: Path, mo
     old = max_batch.find_max_batch_by_trials(config, sys.executable, capacity=parse_bytes(capacity))
     assert (new["max_per_device_batch"], new["max_batch_ended"]) == (old.largest, old.ended)
     assert [(p["batch"], p["status"]) for p in new["probes"][:-1]] == list(old.probes)
+
+
+def test_probes_that_run_build_a_model_a_batch_in_one_torch_process_until_the_budget(tmp_path: Path) -> None:
+    """The probe process on its own, on plain PyTorch: no compiler analysis there, so each batch is built and steps
+    once in the same process (what a GPU's out-of-memory is caught in, the cache emptied after each); on a CPU
+    nothing runs out of memory, so the search doubles until its time budget is spent and says so."""
+    config = BenchmarkConfig(model="resnet50", preset="tiny", keras_backend="torch", loop="pytorch", xla=False,
+                             precision="fp32", per_device_batch=2, timeout_s=300)  # fmt: skip
+    result = tmp_path / "search.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "stepwatch.collector.trial.probe", "--config", config.to_json(), "--result",
+         str(result), "--budget-s", "6"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(result.read_text())
+    probes = found["probes"]
+    assert [p["batch"] for p in probes] == [2 ** (k + 1) for k in range(len(probes))]  # 2, 4, 8, ... in one process
+    assert len(probes) >= 2 and all(p["how"] == "ran" and p["status"] == "ok" and p["bytes"] is None for p in probes)
+    assert found["largest"] == probes[-1]["batch"] and found["ended"] == f"the time budget spent before batch " \
+        f"{2 * probes[-1]['batch']}"  # fmt: skip
+    assert found["capacity_bytes"] is None and found["error"] is None

@@ -32,7 +32,7 @@ from tests.conftest import REPO, stepwatch, write_suite
 BAD = "tests/data/scripts/bad.py"
 FAST = """
 [defaults]
-model = "bilstm"
+model = "teacher"  # the quickest bundled model to build and compile: the runner is under test, not a model
 preset = "tiny"
 steps = 20
 warmup_steps = 20

@@ -51,22 +51,42 @@ class Prober:
 
     def probe(self, batch: int) -> str:
         """The batch's status: ``ok``, ``oom``, ``budget`` (the time budget is spent), or ``crash``."""
-        if self.elapsed() > self.budget_s:
-            return BUDGET
-        if self.setup_s is None:
+        if self.setup_s is None:  # the budget is the probes': it starts with the first, which always runs
             self.setup_s = round(self.elapsed(), 3)
+        elif self.elapsed() - self.setup_s > self.budget_s:
+            return BUDGET
+        if not self.record:  # the first batch runs: it records the step a compiler can analyse at other batches
+            return self.ran(batch)
         start = time.perf_counter()
-        needed = self.backend.step_memory(batch * self.setup.replicas) if self.record else None
-        if needed is not None:  # compiled, not run: within the device's memory or not
-            status = "ok" if self.capacity is None or needed <= self.capacity else "oom"
-            how = "compiled"
+        try:
+            needed = self.backend.step_memory(batch * self.setup.replicas)
+        except Exception as error:  # noqa: BLE001 - a compiler that cannot fit the program is an answer; else a stop
+            needed, status = None, self.failed(error)
         else:
-            status, needed = self.step(batch)
-            how = "ran"
+            if needed is None:  # nothing to analyse: the step runs
+                return self.ran(batch)
+            status = "ok" if self.capacity is None or needed <= self.capacity else "oom"
+        return self.kept(batch, status, "compiled", needed, start)
+
+    def ran(self, batch: int) -> str:
+        """One step of ``batch`` run, kept in the record."""
+        start = time.perf_counter()
+        status, needed = self.step(batch)
+        return self.kept(batch, status, "ran", needed, start)
+
+    def kept(self, batch: int, status: str, how: str, needed: int | None, start: float) -> str:
         self.record.append({"batch": batch, "status": status, "how": how, "bytes": needed,
                             "s": round(time.perf_counter() - start, 3)})  # fmt: skip
         self.write(None)
         return status
+
+    def failed(self, error: Exception) -> str:
+        """``oom`` where the framework says it ran out of memory (XLA can, compiling); else ``crash``, and why."""
+        if self.backend.is_out_of_memory(error):
+            return "oom"
+        traceback.print_exc()
+        self.error = f"{type(error).__name__}: {str(error).strip()[:300]}"
+        return "crash"
 
     def step(self, batch: int) -> tuple[str, int | None]:
         """Build the model for ``batch`` and train one step after the first execution (which compiles); its status
@@ -79,15 +99,15 @@ class Prober:
             clock = WindowClock(first_steps=config.steps_per_execution, window_steps=config.steps_per_execution)
             self.backend.train(model, optimizer, data, clock, config.steps_per_execution, config, self.setup)
         except Exception as error:  # noqa: BLE001 - out of memory is an answer; anything else ends the search
-            if self.backend.is_out_of_memory(error):
-                return "oom", None
-            traceback.print_exc()
-            self.error = f"{type(error).__name__}: {str(error).strip()[:300]}"
-            return "crash", None
+            return self.failed(error), None
         finally:
             del model, optimizer, data
             self.backend.release()
-        needed = self.backend.step_memory(batch * self.setup.replicas)
+        try:
+            needed = self.backend.step_memory(batch * self.setup.replicas)
+        except Exception:  # noqa: BLE001 - the step ran: without its analysis the search bisects by running
+            traceback.print_exc()
+            needed = None
         if needed is not None and self.capacity is not None and needed > self.capacity:
             return "oom", needed
         return "ok", needed
@@ -104,14 +124,9 @@ class Prober:
         ran = {p["batch"] for p in self.record if p["how"] == "ran" and p["status"] == "ok"}
         if found.largest is None or found.largest in ran:
             return found
-        start = time.perf_counter()
-        status, needed = self.step(found.largest)
-        self.record.append({"batch": found.largest, "status": status, "how": "ran", "bytes": needed,
-                            "s": round(time.perf_counter() - start, 3)})  # fmt: skip
-        if status == "ok":
+        if self.ran(found.largest) == "ok":
             return found
-        start = max(ran)
-        again = search_max_batch(lambda b: self.step(b)[0], start, limit=found.largest - 1)
+        again = search_max_batch(self.ran, max(ran), limit=found.largest - 1)
         return MaxBatch(again.largest, f"{again.ended} (a step at batch {found.largest} ran out of memory where the "
                         "compiler's analysis said it fits)", found.probes + again.probes)  # fmt: skip
 

@@ -12,11 +12,13 @@ import pytest
 
 from stepwatch.collector.cli.arguments import parse_bytes
 from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.metrics import METRICS
 from stepwatch.collector.runner import max_batch
 from stepwatch.collector.runner.results import read_rows
 from stepwatch.collector.trial import batch_search
 from stepwatch.collector.trial.batch_search import BUDGET, memory_bound, search_max_batch
-from tests.conftest import stepwatch
+from tests.conftest import result_rows, stepwatch, write_results
+from tests.test_dashboard import figures, render, values
 
 
 def test_the_search_finds_the_out_of_memory_boundary() -> None:
@@ -167,3 +169,16 @@ def test_probes_that_run_build_a_model_a_batch_in_one_torch_process_until_the_bu
     assert found["largest"] == probes[-1]["batch"] and found["ended"] == f"the time budget spent before batch " \
         f"{2 * probes[-1]['batch']}"  # fmt: skip
     assert found["capacity_bytes"] is None and found["error"] is None
+
+
+def test_the_versions_page_draws_the_largest_batch_beside_the_batch_the_trials_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = result_rows(3, max_per_device_batch=175, max_batch_ended="out of memory at batch 176")
+    db = tmp_path / "store.duckdb"
+    assert stepwatch("ingest", str(write_results(tmp_path / "r.parquet", rows)), "--db", str(db)).returncode == 0
+    at = render(db, "versions", monkeypatch, panel=METRICS["max_per_device_batch"].label)
+    [figure] = figures(at)
+    [box] = [t for t in figure["data"] if t["type"] == "box"]
+    [ran] = [t for t in figure["data"] if t["type"] == "scatter"]
+    assert values(box["median"]) == [175] and values(ran["y"]) == [8] and ran["name"].endswith(": its trials' batch")

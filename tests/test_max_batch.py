@@ -149,11 +149,17 @@ def test_probing_in_one_process_finds_todays_answer_by_trials(tmp_path: Path, mo
     assert [(p["batch"], p["status"]) for p in new["probes"][:-1]] == list(old.probes)
 
 
-def test_probes_that_run_build_a_model_a_batch_in_one_torch_process_until_the_budget(tmp_path: Path) -> None:
-    """The probe process on its own, on plain PyTorch: no compiler analysis there, so each batch is built and steps
-    once in the same process (what a GPU's out-of-memory is caught in, the cache emptied after each); on a CPU
-    nothing runs out of memory, so the search doubles until its time budget is spent and says so."""
-    config = BenchmarkConfig(model="resnet50", preset="tiny", keras_backend="torch", loop="pytorch", xla=False,
+@pytest.mark.parametrize(
+    ("model", "backend", "loop"), [("resnet50", "torch", "pytorch"), ("teacher", "tensorflow", "fit")]
+)
+def test_probes_that_run_build_a_model_a_batch_in_one_process_until_the_budget(
+    tmp_path: Path, model: str, backend: str, loop: str
+) -> None:
+    """The probe process on its own, on plain PyTorch and on Keras with TensorFlow: no compiler analysis there, so
+    each batch is built and steps once in the same process (what a GPU's out-of-memory is caught in: torch's cache
+    emptied, Keras' session cleared after each); on a CPU nothing runs out of memory, so the search doubles until its
+    time budget is spent and says so."""
+    config = BenchmarkConfig(model=model, preset="tiny", keras_backend=backend, loop=loop, xla=False,
                              precision="fp32", per_device_batch=2, timeout_s=300)  # fmt: skip
     result = tmp_path / "search.json"
     done = subprocess.run(

@@ -18,7 +18,7 @@ from stepwatch.collector.analysis import ops
 from stepwatch.collector.schema import OP_COLUMNS
 from stepwatch.collector.trial import counters, profiles
 from stepwatch.collector.trial.profiles import Event, Span
-from tests.conftest import BILSTM, REPO, result_rows, stepwatch, write_results
+from tests.conftest import REPO, SHORT, result_rows, stepwatch, write_results
 
 MS = 1e6  # nanoseconds
 
@@ -384,7 +384,8 @@ def test_a_trial_profiles_where_pyarrow_is_not_installed(tmp_path: Path) -> None
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(NO_PYARROW)
     flags = ("--keras-backend", "jax", "--xla", "on", "--precision", "fp32", "--trials", "1", "--profile", "1")
-    done = stepwatch("run", *BILSTM, *flags, "--out", str(tmp_path / "out"),
+    small = ("--models", "tests/data/models/sentiment.py:sentiment", "--preset", "tiny", *SHORT)  # quick to compile
+    done = stepwatch("run", *small, *flags, "--out", str(tmp_path / "out"),
                      env={"PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{REPO}"})  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     [path] = (tmp_path / "out").glob("*.parquet")

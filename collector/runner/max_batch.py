@@ -50,9 +50,10 @@ def find_max_batch(
 ) -> MaxBatch:
     """The largest per-device batch that trains: probed in one process (``collector.trial.probe``: one step per
     batch, or only its compiled program where XLA's memory analysis tells), within ``budget_s`` seconds of probes,
-    then confirmed by one whole trial at the answer. A script of yours runs only as a whole process, so it is
-    probed by short trials (``find_max_batch_by_trials``)."""
-    if config.workload is Kind.SCRIPT:
+    then confirmed by one whole trial at the answer. A script of yours runs only as a whole process, and a trial of
+    several processes (ranks under torch's launcher) only under its launcher, so they are probed by short trials
+    (``find_max_batch_by_trials``)."""
+    if config.workload is Kind.SCRIPT or config.processes > 1:
         return find_max_batch_by_trials(config, python, log, capacity)
     searching = config.with_changes(timeout_s=budget_s + config.timeout_s)
     extra = ("--budget-s", str(budget_s), *(("--capacity", str(capacity)) if capacity else ()))

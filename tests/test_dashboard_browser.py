@@ -251,3 +251,4 @@ def test_a_suite_run_beside_the_dashboard_shows_each_row_as_it_lands_without_a_r
         reloads = page.evaluate("performance.getEntriesByType('navigation')[0].type")
         browser.close()
     assert reloads == "navigate"  # the one load of the page: everything after it came over its websocket
+    assert [p.suffix for p in (tmp_path / "results").iterdir()] == [".parquet"]  # its progress file gone with it

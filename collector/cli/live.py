@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from stepwatch.collector.cli.arguments import db_path
+from rich.markup import escape
+
+from stepwatch.collector.cli.arguments import console, db_path
 from stepwatch.collector.runner import execution
 from stepwatch.collector.runner.progress import PROGRESS_ENV, Progress
 
@@ -53,7 +55,10 @@ class LiveDashboard:
         progress."""
         from stepwatch.collector.workflows.hooks import Hooks, ingest_into
 
-        ingest_into([str(self.results)], self.db, False, Hooks())
+        try:
+            ingest_into([str(self.results)], self.db, False, Hooks())
+        except Exception as error:  # noqa: BLE001 - the row is in the results file; the next trial's ingest retries
+            console.print(f"note: the dashboard's store did not take this row yet: {escape(str(error))}")
         self.progress.done += 1
         self.progress.failed += outcome.row["status"] != "ok"
         self.progress.running = None
@@ -61,7 +66,7 @@ class LiveDashboard:
 
     def serve_on(self) -> int:
         """The run has ended: said so, and the dashboard served until Ctrl-C."""
-        from stepwatch.collector.cli.dashboard import served, stop
+        from stepwatch.collector.cli.dashboard import served
 
         self.progress.ended, self.progress.running = True, None
         self.progress.write(self.path)
@@ -70,11 +75,12 @@ class LiveDashboard:
         except KeyboardInterrupt:
             pass
         finally:
-            stop(self.server)
+            self.close()
         return served(self.server)
 
     def close(self) -> None:
-        """The run failed before its end: the server stopped with it."""
+        """The server stopped (the run's end, or its failure before it), and the progress file with it."""
         from stepwatch.collector.cli.dashboard import stop
 
         stop(self.server)
+        self.path.unlink(missing_ok=True)

@@ -174,16 +174,10 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"resuming {results.path}: {opened.done} of {len(plan)} trials already recorded")
     todo = execution.pending(plan, results.rows)
 
-    if args.find_max_batch:
-        for config in configs:
-            console.print(f"finding the largest per-device batch for {config.label()} ...")
-            found = options.max_batches[config.key] = max_batch.find_max_batch(
-                config, options.python, console.print, args.max_batch_memory, args.max_batch_budget
-            )
-            console.print(f"  largest per-device batch that trained: {found.largest} (the search ended: {found.ended})")
-
     dashboard = live.LiveDashboard(args, results.path, suite.name, len(todo)) if args.dashboard else None
     try:
+        if args.find_max_batch:
+            search_max_batches(configs, options, args)
         outcomes = run_trials(todo, results, suite.name, opened.suite_run_id, options, trials, dashboard)
     except BaseException:
         if dashboard:
@@ -211,6 +205,16 @@ def run(args: argparse.Namespace) -> int:
         served = dashboard.serve_on()
         return EXIT_FAILED if failed else served
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def search_max_batches(configs: list[Any], options: execution.RunOptions, args: argparse.Namespace) -> None:
+    """Each config's largest per-device batch, kept for its rows (``options.max_batches``)."""
+    for config in configs:
+        console.print(f"finding the largest per-device batch for {config.label()} ...")
+        found = options.max_batches[config.key] = max_batch.find_max_batch(
+            config, options.python, console.print, args.max_batch_memory, args.max_batch_budget
+        )
+        console.print(f"  largest per-device batch that trained: {found.largest} (the search ended: {found.ended})")
 
 
 def run_trials(

@@ -60,7 +60,6 @@ setup: $(STAMP)
 # Overview fills in (the Run page shows the suite's progress); it keeps serving after the last trial, until Ctrl-C.
 # Failed trials are shown there too.
 run: $(STAMP)
-	@echo "dashboard: http://$(DASHBOARD_ADDRESS):$(DASHBOARD_PORT) (the smoke suite's rows appear as they land; Ctrl-C to stop)"
 	$(BIN)/stepwatch run --suite smoke --trials 1 --dashboard --dashboard-address $(DASHBOARD_ADDRESS) \
 		--dashboard-port $(DASHBOARD_PORT) || echo "some smoke trials failed: see the dashboard's Overview and Run pages"
 

@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from stepwatch.collector.runner.results import read_rows  # noqa: E402
 
-FRAMEWORK = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
 PHASES = ("startup_python_s", "startup_environment_s", "startup_imports_s")
 
 
@@ -63,7 +62,7 @@ def main() -> None:
                 if side == "trial":
                     trials.append(trial(backend))
                 else:
-                    module = "keras" if side == "keras" else FRAMEWORK[backend]
+                    module = "keras" if side == "keras" else backend  # a backend is named as its module
                     (kerases if side == "keras" else frameworks).append(bare(f"import {module}", backend))
         to_imports = statistics.median(sum(t[p] for p in PHASES) for t in trials)
         own = statistics.median(t["startup_python_s"] + t["startup_environment_s"] for t in trials)

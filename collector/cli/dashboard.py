@@ -104,7 +104,9 @@ def _refresh(sources: list[str], db: Path) -> None:
 
 def serve(db: Path, address: str, port: int, env: dict[str, str] | None = None) -> subprocess.Popen:
     """The dashboard's server on the store ``db``, started (``python -m stepwatch.dashboard``), with ``env`` added to
-    its environment."""
+    its environment. A kill of this command (SIGTERM) then stops the server too: it unwinds through the caller's
+    ``finally``, which ``stop``s it."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     command = [sys.executable, "-m", "stepwatch.dashboard", f"--server.address={address}", f"--server.port={port}"]
     console.print(f"dashboard: http://{address}:{port} on {escape(shown(db))} (Ctrl-C to stop)")
     return subprocess.Popen(command, env={**os.environ, DB_ENV: named(db), **(env or {})})
@@ -133,8 +135,6 @@ def run(args: argparse.Namespace) -> int:
     db = db_path(args)
     db = db if attached(db) else db.resolve()
     _refresh(args.sources, db)
-    # A kill of this command (SIGTERM) stops the server too: it unwinds through the finally below.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server = serve(db, args.address, args.port)
     try:
         while server.poll() is None:

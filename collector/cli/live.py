@@ -6,8 +6,6 @@ reads it (``collector.runner.progress``). Once the trials are done the dashboard
 from __future__ import annotations
 
 import argparse
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +40,6 @@ class LiveDashboard:
         self.path = results.with_name(results.name + ".progress.json")
         self.progress = Progress(suite, total)
         self.progress.write(self.path)
-        # A kill of this command (SIGTERM) stops the server too: it unwinds through ``served``'s caller's finally.
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         self.server = serve(self.db, args.dashboard_address, args.dashboard_port, {PROGRESS_ENV: str(self.path)})
 
     def started(self, config: Any, trial: int, trials: int) -> None:

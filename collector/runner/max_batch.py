@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from stepwatch.collector.config import BenchmarkConfig
+from stepwatch.collector.metrics import METRICS
 from stepwatch.collector.runner import spawn
 from stepwatch.collector.trial.batch_search import MaxBatch, device_capacity, memory_bound, search_max_batch
 from stepwatch.collector.trial.runtime import COMPILE_CACHE_ENV
@@ -19,6 +20,7 @@ from stepwatch.trainers.workload import Kind
 
 DEFAULT_BUDGET_S = 90.0  # seconds of probes before the search stops trying larger batches
 PROBE_MODULE = "stepwatch.collector.trial.probe"
+STEP_MEMORY = METRICS["compiled_memory_bytes"]  # what a probe's step needs, shown as the metric is everywhere
 
 
 def cpu_refusal(config: BenchmarkConfig, capacity: int | None) -> str | None:
@@ -64,7 +66,7 @@ def find_max_batch(
         record, wall_s, _ = spawn.run_child(searching, python, Path(tmp), cache, module=(PROBE_MODULE, *extra))
         probes = record.get("probes") or []
         for probe in probes:
-            memory = f", {probe['bytes'] / 2**20:,.0f} MiB" if probe.get("bytes") else ""
+            memory = f", {STEP_MEMORY.shown(probe['bytes'])}" if probe.get("bytes") else ""
             took = f", {probe['s']:.1f} s" if probe.get("s") is not None else ""
             log(f"  batch {probe['batch']}: {probe['status']} ({probe['how']}{memory}{took})")
         tried = tuple((p["batch"], p["status"]) for p in probes)

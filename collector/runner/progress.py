@@ -10,6 +10,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from stepwatch.collector.trial.fields import write_json_atomically
+
 PROGRESS_ENV = "STEPWATCH_PROGRESS"
 
 
@@ -26,9 +28,7 @@ class Progress:
 
     def write(self, path: Path) -> None:
         self.updated = time.time()
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        os.replace(tmp, path)
+        write_json_atomically(path, asdict(self))
 
 
 def read(path: str | Path | None = None) -> Progress | None:

@@ -30,11 +30,12 @@ ENDED_BY = {"oom": "out of memory", "timeout": "timeout", "nonfinite_loss": "non
             BUDGET: "the time budget spent"}  # fmt: skip
 
 
+SEARCH_LIMIT = 1 << 16  # the largest batch a search tries unless told a smaller one
 GUIDED_PROBES = 3  # probes the memory estimate may pick before the search bisects plainly (an estimate that creeps)
 
 
 def search_max_batch(
-    probe: Callable[[int], str], start: int, limit: int = 1 << 16, bound: Callable[[], int | None] = lambda: None
+    probe: Callable[[int], str], start: int, limit: int = SEARCH_LIMIT, bound: Callable[[], int | None] = lambda: None
 ) -> MaxBatch:
     """The largest batch that trains: ``probe(batch)`` tries it and gives its status. Doubling from ``start``
     while it is ``ok``; out of memory above the largest that ran bisects between the two; any other failure (a

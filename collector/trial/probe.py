@@ -23,7 +23,14 @@ from typing import Any
 
 from stepwatch.collector.config import BenchmarkConfig, validate
 from stepwatch.collector.trial import runtime
-from stepwatch.collector.trial.batch_search import BUDGET, MaxBatch, device_capacity, memory_bound, search_max_batch
+from stepwatch.collector.trial.batch_search import (
+    BUDGET,
+    SEARCH_LIMIT,
+    MaxBatch,
+    device_capacity,
+    memory_bound,
+    search_max_batch,
+)
 from stepwatch.collector.trial.fields import write_json_atomically
 from stepwatch.collector.trial.host import host_environment
 from stepwatch.collector.trial.measure import WindowClock
@@ -116,11 +123,11 @@ class Prober:
         """The largest batch the compiler's analysis of the batches tried says fits (``memory_bound``)."""
         return memory_bound({p["batch"]: p["bytes"] for p in self.record if p["bytes"]}, self.capacity)
 
-    def search(self) -> MaxBatch:
+    def search(self, limit: int = SEARCH_LIMIT) -> MaxBatch:
         """The search from the config's batch; where its answer was only compiled, one step of it is run, and a
         step that runs out of memory there (the device allocates more than the compiler counted) searches again
         below it with steps that run."""
-        found = search_max_batch(self.probe, self.config.per_device_batch, bound=self.bound)
+        found = search_max_batch(self.probe, self.config.per_device_batch, limit, bound=self.bound)
         ran = {p["batch"] for p in self.record if p["how"] == "ran" and p["status"] == "ok"}
         if found.largest is None or found.largest in ran:
             return found
@@ -144,9 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--result", required=True, type=Path, help="where to write the search's record (JSON)")
     parser.add_argument("--capacity", type=int, default=None, help="the device memory a step may take, in bytes")
     parser.add_argument("--budget-s", type=float, default=float("inf"), help="seconds before no new probe starts")
+    parser.add_argument("--limit", type=int, default=SEARCH_LIMIT, help="the largest batch to try")
     args = parser.parse_args(argv)
     prober = Prober(validate(BenchmarkConfig.from_json(args.config)), args.capacity, args.budget_s, args.result)
-    found = prober.search()
+    found = prober.search(args.limit)
     if prober.error and found.ended.startswith("crash"):
         found = MaxBatch(found.largest, f"{found.ended}: {prober.error}", found.probes)
     prober.write(found)

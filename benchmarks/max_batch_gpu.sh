@@ -4,7 +4,7 @@
 # probes that run, out-of-memory caught and the cache emptied), each timed from the command's start to its answer
 # confirmed by a whole trial. OUT gets the log and the rows (their extras hold every probe).
 #
-#   bash benchmarks/max_batch_gpu.sh OUT
+#   bash benchmarks/max_batch_gpu.sh OUT      (SEARCH_TIMEOUT=400: seconds each side may take)
 #
 # On the GPU host after `bash ../shared/gpu/prepare.sh` here and `source .gpu-carry/setup.sh` there.
 set -euo pipefail
@@ -19,7 +19,7 @@ size=(--suite gpu-backends --models resnet50 --preset 224 --batch 256 --trials 1
     read -r backend loop xla <<<"$side"
     echo "== $backend ($loop, xla $xla): --find-max-batch"
     start=$(date +%s)
-    timeout 400 $sw run "${size[@]}" --keras-backend "$backend" --loop "$loop" --xla "$xla" \
+    timeout "${SEARCH_TIMEOUT:-400}" $sw run "${size[@]}" --keras-backend "$backend" --loop "$loop" --xla "$xla" \
       --precision mixed_bfloat16 --find-max-batch --out "$out/rows" || echo "search: exit $?"
     echo "== $backend: answered in $(( $(date +%s) - start )) s (search, whole trial at the answer and the suite's trial)"
   done

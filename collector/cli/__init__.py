@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stepwatch.collector.cli.arguments import OneLineParser
-from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_USAGE
+from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_UNKNOWN, EXIT_USAGE
 from stepwatch.collector.errors import Failure, UsageError
 from stepwatch.collector.project import Project, ProjectError, version
 from stepwatch.collector.store.files import DB_ENV
@@ -27,6 +27,7 @@ COMMANDS = {
     "ingest": "ingest",
     "rebuild": "ingest",
     "synthesize": "ingest",
+    "maintain": "ingest",
     "export": "export",
     "query": "query",
     "compare": "compare",
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except Failure as error:
         print(f"stepwatch: error: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_UNKNOWN if getattr(error, "outcome_unknown", False) else EXIT_FAILED
     except KeyboardInterrupt:
         hint = ", rerun with --resume to continue" if args.command == "run" else ""
         print(f"stepwatch: interrupted; finished trials are saved{hint}", file=sys.stderr)

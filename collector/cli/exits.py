@@ -4,7 +4,8 @@
 0 no problem (no regression), 1 regression (or a training whose numerics changed, with --numerics fail), 2 usage
 error (bad flags, suite, catalog, selection or metric),
 3 inconclusive (with --fail-on-inconclusive; a bisect the noise could not decide), 4 benchmarks failed to run,
-results could not be stored, or a file was quarantined.
+results could not be stored (none of them was), or a file was quarantined, 5 not known whether results were stored (a
+shared store's catalog went away while committing them: ingest again, it adds only what the store lacks).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ if TYPE_CHECKING:  # every command imports this module: it must not load the ana
     from stepwatch.collector.workflows.bisect import Step
     from stepwatch.collector.workflows.search import Search
 
-EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_FAILED = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_FAILED, EXIT_UNKNOWN = 0, 1, 2, 3, 4, 5
 
 
 def of_comparison(comparison: Comparison, fail_on_inconclusive: bool = False, numerics: str = "show") -> int:

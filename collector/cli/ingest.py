@@ -4,6 +4,7 @@ store rebuilt from its results and saved alerts, and synthetic history for load 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
 from stepwatch.collector.cli.progress import TerminalHooks
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.store import objectstore
-from stepwatch.collector.store.files import SYNTHETIC_DB
+from stepwatch.collector.store.files import DB_ENV, SYNTHETIC_DB
 from stepwatch.collector.workflows.hooks import ingest_into
 
 
@@ -38,6 +39,21 @@ def register(commands: Any) -> None:
     synth.add_argument("--db", type=Path, help=f"synthetic store (default {SYNTHETIC_DB})")
     synth.add_argument("--seed", type=int, default=0)
     synth.set_defaults(handler=run_synthesize)
+
+    keep = commands.add_parser(
+        "maintain", help="keep a shared store clean: compact, expire old snapshots, remove files nothing reads"
+    )
+    keep.add_argument("--db", help="the shared store's address (default $STEPWATCH_DB)")
+    keep.add_argument(
+        "--keep-days",
+        type=float,
+        default=30.0,
+        help="snapshots younger than this stay, so that as_of reads any time in them (default 30)",
+    )
+    keep.add_argument("--orphans-older-than", type=float, default=24.0, metavar="HOURS",
+                      help="remove a file nothing reads only when older than this: no writer still commits it "
+                           "(default 24)")  # fmt: skip
+    keep.set_defaults(handler=run_maintain)
 
 
 def add_recursive_argument(parser: argparse.ArgumentParser) -> None:
@@ -101,6 +117,23 @@ def ingest_and_report(
     _check_sources(sources, recursive, named)
     done = ingest_into(sources, db, synthetic, TerminalHooks(), recursive)
     return EXIT_FAILED if done.quarantined or done.refused else EXIT_OK
+
+
+def run_maintain(args: argparse.Namespace) -> int:
+    """Compact, expire and clean a shared store (``collector.store.maintain``), saying what it removed."""
+    from stepwatch.collector.store import address, maintain, shared
+
+    text = args.db or os.environ.get(DB_ENV, "")
+    if not address.is_shared(text):
+        raise UsageError("maintain keeps a shared store clean: --db iceberg+postgresql://...?warehouse=... (a DuckDB "
+                         "file compacts itself as it is written)")  # fmt: skip
+    if args.keep_days < 0 or args.orphans_older_than < 0:
+        raise UsageError("--keep-days and --orphans-older-than cannot be negative")
+    store = shared.SharedStore(address.parse(text))
+    store.writable()
+    console.print(f"maintaining {store.address.shown}")
+    maintain.maintain(store, args.keep_days, args.orphans_older_than * 3600, lambda line: console.print(f"  {line}"))
+    return EXIT_OK
 
 
 def run_synthesize(args: argparse.Namespace) -> int:

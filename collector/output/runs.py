@@ -171,6 +171,7 @@ def ingest_lines(done: IngestReport, db: Path) -> list[str]:
     for reason, uris in refused.items():
         more = f" and {len(uris) - 1} more" if len(uris) > 1 else ""
         lines.append(f"skipped {escape(uris[0])}{more}: {escape(reason)}")
+    lines += [f"note: {escape(note)}" for note in done.notes]
     lines.append(
         f"{done.files_seen} file(s): {done.files_ingested} ingested ({done.rows_added:,} new rows of "
         f"{done.rows_read:,} read), {done.files_unchanged} already in the store, {len(done.quarantined)} "

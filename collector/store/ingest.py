@@ -18,6 +18,7 @@ per-file way's decision for every file (tests/test_store.py runs both ways on th
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
 import time
 from collections import Counter
@@ -53,6 +54,7 @@ from stepwatch.collector.store.tables import (
     CHILD_TABLES,
     LIST_COLUMNS,
     STORE_VERSION,
+    has_table,
     list_type,
     store_kind,
     unnest_children,
@@ -61,6 +63,7 @@ from stepwatch.collector.store.tables import (
 BATCH_FILES = 2_000  # files staged and inserted together (bounds the memory an ingest holds)
 READ_THREADS = 4
 READ_AHEAD = 64  # files read ahead of the thread that stages them
+SPOOL = ".spool-"  # an ingest's local copies of remote files, beside the store: .spool-<pid>-<random>/
 
 
 def _known_files(db: Path) -> tuple[dict[str, tuple[int, int]], set[str], str | None, bool]:
@@ -94,6 +97,7 @@ class IngestReport:
     seconds: float = 0.0
     files_one_by_one: int = 0  # read the per-file way: no rows, or a fault the bulk reader or checks found
     commit_retries: int = 0  # a shared store's commits lost to another writer, then made again
+    notes: list[str] = field(default_factory=list)  # what else a user should know (a shared store's outage waited out)
 
 
 @dataclass
@@ -221,6 +225,8 @@ class _Ingest:
     on_file: Callable[[str, str], None]
     spool: Path  # local copies of remote files, for DuckDB's reader
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    collect: bool = False  # keep the rows added (temp table ``committed``) and the files recorded (``records``)
+    records: list[dict] = field(default_factory=list)
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -382,10 +388,18 @@ class _Ingest:
         )
         for table in CHILD_TABLES:
             self.write.append(table, unnest_children(table, "fresh"))
+        if self.collect:
+            kept = "SELECT * REPLACE (coalesce(ingested_at, ?) AS ingested_at) FROM fresh"
+            if has_table(con, "temp", "committed"):
+                con.execute(f"INSERT INTO committed BY NAME {kept}", [self.now])
+            else:
+                con.execute(f"CREATE TEMP TABLE committed AS {kept}", [self.now])
         con.execute("DROP TABLE fresh")
         if batch.manifest:
             for entry in batch.manifest:
                 entry["ingested_at"] = self.now
+            if self.collect:
+                self.records += batch.manifest
             con.register("manifest", pa.Table.from_pylist(batch.manifest))
             con.execute("DELETE FROM ingested_files WHERE uri IN (SELECT uri FROM manifest)")
             con.execute("INSERT INTO ingested_files BY NAME SELECT * FROM manifest")
@@ -448,12 +462,13 @@ def ingest(
     on_wait: Callable[[], None] = lambda: None,
     recursive: bool = False,
     bulk: bool = True,
-    known_from: Path | None = None,
+    on_commit: Callable[[Write, pa.Table, list[dict]], None] | None = None,
 ) -> IngestReport:
     """Ingest every *.parquet in ``sources`` (folders, files, s3:// or gs:// prefixes) into ``db``; with
     ``recursive``, those in the folders below them too (not in quarantine/). ``bulk`` False reads every file
-    the per-file way: the reference the bulk ways are held to. ``known_from``: the store whose files and kind say
-    what is already in (a shared store's local copy, where ``db`` is a store of this ingest's rows alone).
+    the per-file way: the reference the bulk ways are held to. ``on_commit``: called at the end of the write,
+    before it is published, with the rows it added (whole result rows, with their file and ingest time) and the
+    records of the files it read; an error there leaves ``db`` as it was (a shared store's copy: its commit).
 
     Files already ingested unchanged are skipped without being read; rows whose run_id is present are
     skipped; a file that fails validation is quarantined beside where it was, and the rest goes on.
@@ -467,16 +482,11 @@ def ingest(
             listed += objectstore.parquet_below(source) if recursive else []
         except FileNotFoundError:
             raise StoreError(f"{source} does not exist") from None
-    known, digests, kind, outdated = _known_files(known_from or db)
-    outdated = outdated and known_from is None
+    known, digests, kind, outdated = _known_files(db)
     if kind == "synthetic" and not synthetic:
-        raise StoreError(
-            f"{shown(known_from or db)} holds synthetic test data; pass --synthetic to add to it, or pick another --db"
-        )
+        raise StoreError(f"{shown(db)} holds synthetic test data; pass --synthetic to add to it, or pick another --db")
     if kind == "real" and synthetic:
-        raise StoreError(
-            f"{shown(known_from or db)} holds real results; synthetic test data goes into a store of its own"
-        )
+        raise StoreError(f"{shown(db)} holds real results; synthetic test data goes into a store of its own")
     todo = []
     for loc, entries in listed:
         for entry in entries:
@@ -487,20 +497,25 @@ def ingest(
                 todo.append((loc, entry))
     if todo or outdated:  # an older store is upgraded even when nothing is new
         kind = kind or ("synthetic" if synthetic else "real")
-        staging = known_from is not None  # a store of this ingest's rows alone: no derived tables
         with (
-            write(db, kind, on_wait, derived=not staging) as done,
-            tempfile.TemporaryDirectory(dir=db.parent, prefix=".spool-") as spool,
+            write(db, kind, on_wait) as done,
+            tempfile.TemporaryDirectory(dir=db.parent, prefix=f"{SPOOL}{os.getpid()}-") as spool,
         ):
             # A store written meanwhile by another ingest: what it added is known to this one now.
             digests |= {d for (d,) in done.con.execute("SELECT digest FROM ingested_files").fetchall()}
-            work = _Ingest(done, kind, digests, report, on_file, Path(spool))
+            work = _Ingest(done, kind, digests, report, on_file, Path(spool), collect=on_commit is not None)
             for start_at in range(0, len(todo), BATCH_FILES):
                 chunk = todo[start_at : start_at + BATCH_FILES]
                 batch = _Batch()
                 for (loc, entry), read in zip(chunk, _read_ahead(chunk, Path(spool), bulk)):
                     work.file(loc, entry, read, batch)
                 work.insert(batch)
+            if on_commit is not None:
+                rows = pa.table({})
+                if has_table(done.con, "temp", "committed"):
+                    rows = done.con.sql("SELECT * FROM committed").to_arrow_table()
+                    done.con.execute("DROP TABLE committed")
+                on_commit(done, rows, work.records)
     else:
         clean(db, on_wait)
     report.seconds = time.perf_counter() - start

@@ -33,7 +33,6 @@ import json
 import os
 import random
 import re
-import shutil
 import time
 import zlib
 from collections.abc import Iterator
@@ -44,24 +43,22 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from stepwatch.collector.config import ADDED_DIMENSIONS
-from stepwatch.collector.schema import SCHEMA
 from stepwatch.collector.store import address as addresses
-from stepwatch.collector.store import copies
+from stepwatch.collector.store import copies, iceberg, shared_rows
 from stepwatch.collector.store.copies import SYNCED
 from stepwatch.collector.store.engine import require, snapshot, write
-from stepwatch.collector.store.errors import NoStoreError, StoreError
+from stepwatch.collector.store.errors import CommitUnknownError, NoStoreError, StoreError, Unreachable
 from stepwatch.collector.store.files import one_line, writer_lock
-from stepwatch.collector.store.ingest import IngestReport, add_rows, ingest, unseen
-from stepwatch.collector.store.tables import DDL, STORE_VERSION, meta, store_kind, whole_rows
+from stepwatch.collector.store.ingest import IngestReport, add_rows, ingest
+from stepwatch.collector.store.shared_rows import ALERTS, BISECT, FILES, RUNS, TABLES
+from stepwatch.collector.store.tables import STORE_VERSION
 
-RUNS, FILES, ALERTS, BISECT = "runs", "ingested_files", "alerts", "bisect_steps"
-TABLES = (RUNS, FILES, ALERTS, BISECT)
 STATE = (ALERTS, BISECT)  # rewritten whole by ``update``
 ATTEMPTS_ENV = "STEPWATCH_SHARED_ATTEMPTS"
 POLL_ENV = "STEPWATCH_SHARED_POLL_S"
+OUTAGE_ENV = "STEPWATCH_SHARED_OUTAGE_S"  # how long a writer waits out storage or a catalog that does not answer
+STORAGE_TIMEOUT_ENV = "STEPWATCH_SHARED_STORAGE_TIMEOUT_S"
 PROPERTIES = {"commit.retry.num-retries": "0", "stepwatch.store_version": str(STORE_VERSION)}
 
 
@@ -74,34 +71,6 @@ def _pyiceberg() -> Any:
     return pyiceberg
 
 
-def _unreachable() -> tuple[type[BaseException], ...]:
-    """What storage or a catalog that cannot be reached raises."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    return (OSError, SQLAlchemyError)
-
-
-def _utc(schema: pa.Schema) -> pa.Schema:
-    return pa.schema(
-        f.with_type(pa.timestamp("us", "UTC")) if pa.types.is_timestamp(f.type) else f for f in schema
-    ).remove_metadata()
-
-
-@functools.cache
-def schemas() -> dict[str, pa.Schema]:
-    """Each shared table's Arrow schema: ``runs`` the result schema with its file and ingest time, the others as the
-    store's DDL creates them."""
-    con = duckdb.connect()
-    try:
-        for statement in DDL:
-            con.execute(statement)
-        ddl = {name: con.sql(f"SELECT * FROM {name} LIMIT 0").to_arrow_table().schema for name in TABLES}
-    finally:
-        con.close()
-    runs = pa.schema([*SCHEMA, ddl[RUNS].field("source_uri"), ddl[RUNS].field("ingested_at")])
-    return {RUNS: _utc(runs), **{name: _utc(ddl[name]) for name in TABLES if name != RUNS}}
-
-
 def _io_properties() -> dict[str, str]:
     """Object storage settings from the environment stepwatch reads for buckets (collector.store.objectstore)."""
     env = os.environ
@@ -111,8 +80,19 @@ def _io_properties() -> dict[str, str]:
         "s3.access-key-id": env.get("AWS_ACCESS_KEY_ID"),
         "s3.secret-access-key": env.get("AWS_SECRET_ACCESS_KEY"),
         "s3.session-token": env.get("AWS_SESSION_TOKEN"),
+        "s3.connect-timeout": "5",
+        "s3.request-timeout": str(_storage_timeout()),
     }
     return {key: value for key, value in found.items() if value}
+
+
+def _storage_timeout() -> float:
+    """Seconds a request to the store's storage may go unanswered before it counts as stalled."""
+    return float(os.environ.get(STORAGE_TIMEOUT_ENV, "30"))
+
+
+def _outage_s() -> float:
+    return float(os.environ.get(OUTAGE_ENV, "60"))
 
 
 def _attempts() -> int:
@@ -122,6 +102,51 @@ def _attempts() -> int:
 def _backoff(attempt: int) -> None:
     """A random wait that grows with the attempt (up to about 2 s), so that racing writers spread out."""
     time.sleep(random.uniform(0.05, 0.2) * min(2**attempt, 10))
+
+
+class _Outage:
+    """A writer waiting out storage or a catalog that does not answer: up to $STEPWATCH_SHARED_OUTAGE_S seconds from
+    the first failure, then one line that says what landed."""
+
+    def __init__(self, store: SharedStore) -> None:
+        self.store, self.since, self.notes = store, None, []
+
+    def _waited(self) -> float:
+        now = time.monotonic()
+        self.since = self.since if self.since is not None else now
+        return now - self.since
+
+    def wait(self, where: str, error: BaseException) -> None:
+        """After a failure that left nothing landed: wait and try again, or say so."""
+        waited = self._waited()
+        detail = self.store.storage_said(error) if where == "storage" else one_line(error)[:300]
+        if isinstance(error, Unreachable):
+            detail = str(error).removeprefix(f"{self.store.address.shown}: ")
+        if waited >= _outage_s():
+            raise StoreError(
+                f"{self.store.address.shown}: nothing of this ingest is in the store: {where} did not answer for "
+                f"{waited:.0f} s ({detail}); ingest again"
+            )
+        time.sleep(min(2.0, 0.25 + waited / 4))
+
+    def landed(self, staged: list[iceberg.Staged], detail: str) -> bool:
+        """Whether a commit the catalog did not answer landed, asking it until it answers or the wait is over."""
+        while True:
+            waited = self._waited()
+            try:
+                if iceberg.landed(self.store.catalog, staged):
+                    self.notes.append(f"the catalog did not answer the commit ({detail}); after {waited:.0f} s it "
+                                      "said the commit had landed")  # fmt: skip
+                    return True
+                return False
+            except (*iceberg.catalog_failures(), *iceberg.storage_failures(), StoreError):
+                if waited >= _outage_s():
+                    raise CommitUnknownError(
+                        f"{self.store.address.shown}: not known whether this ingest landed: the catalog went away "
+                        f"while committing ({detail}) and did not answer for {waited:.0f} s; ingest again (it adds "
+                        "only what the store lacks)"
+                    ) from None
+                time.sleep(1.0)
 
 
 @dataclass
@@ -138,7 +163,21 @@ class SharedStore:
         self._catalog: Any = None
 
     def _fail(self, error: BaseException, what: str) -> StoreError:
+        """One line naming the store once, and whether its storage or its catalog failed."""
+        if isinstance(error, StoreError):
+            return error
+        if isinstance(error, iceberg.catalog_failures()):
+            return Unreachable(f"{self.address.shown}: {what}: its catalog: {one_line(error)[:300]}", "the catalog")
+        if isinstance(error, iceberg.storage_failures()):
+            return Unreachable(f"{self.address.shown}: {what}: {self.storage_said(error)}", "storage")
         return StoreError(f"{self.address.shown}: {what}: {one_line(error)[:300]}")
+
+    def storage_said(self, error: BaseException) -> str:
+        """What storage's error means: a stall (no answer in time) named as such."""
+        detail = one_line(error)[:300]
+        if re.search(r"timeout was reached|timed out|curlcode: 28", detail, re.IGNORECASE):
+            return f"its storage ({self.address.warehouse}) stalled: no answer in {_storage_timeout():g} s ({detail})"
+        return f"its storage ({self.address.warehouse}) failed: {detail}"
 
     @property
     def catalog(self) -> Any:
@@ -184,7 +223,8 @@ class SharedStore:
             raise self._fail(error, f"cannot load its {table} table") from None
 
     def ensure(self, kind: str) -> None:
-        """The namespace and tables, made where missing; a runs table of an older stepwatch gains the new columns."""
+        """The namespace and tables, made where missing (a table that exists is not touched: making it anew writes a
+        metadata file first); the runs table checked (``_check``)."""
         for attempt in range(3):  # writers making a new store at once race to insert its namespace's row
             try:
                 self.catalog.create_namespace_if_not_exists(self.address.namespace)
@@ -193,29 +233,39 @@ class SharedStore:
                 if attempt == 2:
                     raise self._fail(error, "cannot create its namespace") from None
                 _backoff(attempt)
-        for name, schema in schemas().items():
+        have = self.locations()
+        runs = None
+        for name, schema in shared_rows.schemas().items():
+            if name in have:
+                continue
             properties = {**PROPERTIES, "stepwatch.kind": kind}
             try:
                 table = self.catalog.create_table_if_not_exists(self._name(name), schema=schema, properties=properties)
             except Exception as error:
                 raise self._fail(error, f"cannot create its {name} table") from None
-            have = table.properties.get("stepwatch.kind", kind)
-            if have != kind:
-                raise StoreError(
-                    f"{self.address.shown} holds {have} results; {kind} results go into a store of their own"
-                )
-            newer = int(table.properties.get("stepwatch.store_version", STORE_VERSION))
-            if newer > STORE_VERSION:
-                raise StoreError(f"{self.address.shown} was written by a newer stepwatch (layout {newer}): upgrade")
-            missing = set(schema.names) - {f.name for f in table.schema().fields}
-            for attempt in range(_attempts()) if missing else ():
-                try:
-                    with table.update_schema() as update:
-                        update.union_by_name(schema)
-                    break
-                except _pyiceberg().exceptions.CommitFailedException:
-                    _backoff(attempt)
-                    table = self.load(name)
+            runs = table if name == RUNS else runs
+        self._check(runs or self.load(RUNS), kind)
+
+    def _check(self, table: Any, kind: str) -> bool:
+        """The runs table holds ``kind`` results and a layout this stepwatch reads; it gains the columns this
+        stepwatch writes where it lacks them (True then: the table moved)."""
+        have = table.properties.get("stepwatch.kind", kind)
+        if have != kind:
+            raise StoreError(f"{self.address.shown} holds {have} results; {kind} results go into a store of their own")
+        newer = int(table.properties.get("stepwatch.store_version", STORE_VERSION))
+        if newer > STORE_VERSION:
+            raise StoreError(f"{self.address.shown} was written by a newer stepwatch (layout {newer}): upgrade")
+        schema = shared_rows.schemas()[RUNS]
+        missing = set(schema.names) - {f.name for f in table.schema().fields}
+        for attempt in range(_attempts()) if missing else ():
+            try:
+                with table.update_schema() as update:
+                    update.union_by_name(schema)
+                return True
+            except _pyiceberg().exceptions.CommitFailedException:
+                _backoff(attempt)
+                table = self.load(RUNS)
+        return False
 
     # Reading: the local copy follows the shared store.
 
@@ -238,19 +288,21 @@ class SharedStore:
             held = copies.held(cache)
             if self.address.as_of is None and copies.holds(held, locations):  # another reader of this copy was first
                 return Synced(locations, tables)
-            rows = _rows_since(tables[RUNS], json.loads(held.get("runs_snapshot") or "null") if held else None, at)
+            rows = shared_rows.rows_since(
+                tables[RUNS], json.loads(held.get("runs_snapshot") or "null") if held else None, at
+            )
             if rows is None:  # the table was rewritten (not only appended to): the copy is made again
                 copies.remove(cache)
-                held, rows = None, _read(tables[RUNS], at.get(RUNS, -1))
+                held, rows = None, shared_rows.read(tables[RUNS], at.get(RUNS, -1))
             cache.parent.mkdir(parents=True, exist_ok=True)
         with write(cache, kind) as done:
             con = done.con
             if rows is not None and rows.num_rows:
-                add_rows(done, kind, _filled(rows))
+                add_rows(done, kind, shared_rows.filled(rows))
             for name in (FILES, *STATE):
                 if name in tables and (held is None or held.get(name) != locations[name]):
-                    _replace(con, name, _read(tables[name], at.get(name, -1)))
-            runs_snapshot = at.get(RUNS) if RUNS in at else _snapshot_id(tables[RUNS])
+                    shared_rows.replace(con, name, shared_rows.read(tables[name], at.get(name, -1)))
+            runs_snapshot = at.get(RUNS) if RUNS in at else shared_rows.snapshot_id(tables[RUNS])
             state = {**locations, "runs_snapshot": json.dumps(runs_snapshot)}
             con.execute("INSERT OR REPLACE INTO store_meta VALUES (?, ?)", [SYNCED, json.dumps(state)])
         copies.remember(cache, state)
@@ -282,7 +334,7 @@ class SharedStore:
 
     # Writing.
 
-    def _writable(self) -> None:
+    def writable(self) -> None:
         if self.address.as_of is not None:
             raise StoreError(f"{self.address.shown}: a store as of a snapshot is read-only (drop as_of to write)")
 
@@ -297,92 +349,113 @@ class SharedStore:
                 return Synced(synced.locations, tables)
 
     def ingest(self, sources: list[str], cache: Path, synthetic: bool, **options: Any) -> IngestReport:
-        """Read and check the files as a local ingest does (into a store of their rows alone), then commit the rows
-        the shared store lacks; on losing a race, again against what the winner added."""
-        self._writable()
+        """Ingest into the local copy as a local ingest does and, before that write is published, commit the rows it
+        added and the records of its files to the shared store in one commit (``collector.store.iceberg``): both land
+        or neither. A commit lost to another writer is made again against what the winner added. Storage or the
+        catalog lost is waited out for $STEPWATCH_SHARED_OUTAGE_S seconds, then said in one line: nothing of the
+        ingest landed (StoreError), or whether it landed is not known (CommitUnknownError)."""
+        self.writable()
         start = time.perf_counter()
         errors = _pyiceberg().exceptions
-        self.sync(cache)
-        spool = Path(cache.parent / f".ingest-{os.getpid()}")
-        shutil.rmtree(spool, ignore_errors=True)
-        spool.mkdir(parents=True)
-        try:
-            scratch = spool / "rows.duckdb"
-            report = ingest(sources, scratch, synthetic, known_from=cache, **options)
-            if not scratch.exists():  # nothing new
-                report.seconds = time.perf_counter() - start
-                return report
-            with contextlib.closing(duckdb.connect(str(scratch), read_only=True)) as con:
-                rows = whole_rows(con, keep_source=True)
-                manifest = con.sql(f"SELECT * FROM {FILES}").to_arrow_table()
-                kind = store_kind(con) or "real"
-        finally:
-            shutil.rmtree(spool, ignore_errors=True)
-        self.ensure(kind)
-        schema = schemas()
-        report.rows_added, conflicts = 0, {}
+        outage, retries = _Outage(self), 0
         for attempt in range(_attempts()):
-            synced = self._current(cache, (RUNS,))
-            snap = snapshot(cache)
+            self._state, self._landed = None, None
             try:
-                fresh, conflicts = unseen(snap.con, rows) if snap is not None else (rows, {})
-            finally:
-                if snap is not None:
-                    snap.con.close()
-            if not fresh.num_rows:
-                break
-            try:
-                synced.tables[RUNS].append(_cast(fresh, schema[RUNS]))
-                report.rows_added = fresh.num_rows
-                self._hold_own(cache, synced.tables[RUNS], fresh, kind)
+                synced, held = self._ready(cache, "synthetic" if synthetic else "real")
+                commit = functools.partial(self._commit, synced, held, outage)
+                report = ingest(sources, cache, synthetic, on_commit=commit, **options)
                 break
             except errors.CommitFailedException:
-                report.commit_retries += 1
+                retries += 1
                 _backoff(attempt)
-            except _unreachable() as error:  # storage or the catalog gone mid-commit
-                raise self._fail(error, "its commit failed; none of these rows is in it (ingest again)") from None
+            except iceberg.Lost as lost:
+                outage.wait(lost.where, lost.error)
+            except Unreachable as lost:
+                outage.wait(lost.where, lost)
+            except Exception as error:
+                if self._landed is None or isinstance(error, CommitUnknownError):
+                    raise
+                rows, files = self._landed  # the commit landed; the copy's write after it did not
+                report = IngestReport(files_ingested=files, rows_added=rows, rows_read=rows)
+                report.notes.append(f"the local copy could not be written ({one_line(error)[:200]}); the next command "
+                                    "reads these rows from the store")  # fmt: skip
+                self._state = None
+                break
         else:
             raise StoreError(f"{self.address.shown}: {_attempts()} commits lost to other writers; nothing was added")
-        for uri, why in conflicts.items():
-            report.refused.append((uri, f"conflict: {why}; nothing of it was stored"))
-            report.files_ingested -= 1
-        refused = pa.array(list(conflicts), pa.string())
-        self._append(FILES, manifest.filter(pc.invert(pc.is_in(manifest["uri"], refused))))
-        self.sync(cache)
+        if self._state is not None:
+            copies.remember(cache, self._state)
+        report.commit_retries, report.notes = retries, report.notes + outage.notes
         report.seconds = time.perf_counter() - start
         return report
 
-    def _hold_own(self, cache: Path, runs: Any, fresh: pa.Table, kind: str) -> None:
-        """The rows this writer just committed, into its copy from memory (not read back from the files): the commit
-        landed only if the runs table was where the copy holds it, so the copy is then at the commit's snapshot."""
-        with write(cache, kind) as done:
-            add_rows(done, kind, _filled(fresh))
-            state = {**json.loads(meta(done.con, SYNCED) or "{}"), RUNS: runs.metadata_location}
-            state["runs_snapshot"] = json.dumps(_snapshot_id(runs))
-            done.con.execute("INSERT OR REPLACE INTO store_meta VALUES (?, ?)", [SYNCED, json.dumps(state)])
-        copies.remember(cache, state)
+    _state: dict[str, str] | None = None  # what the copy holds after this process's last commit
+    _landed: tuple[int, int] | None = None  # that commit's rows and file records, once it landed
 
-    def _append(self, name: str, rows: pa.Table) -> None:
-        """Rows no one else's commit can make wrong (a file's record), appended on top of whatever lands first."""
-        if not rows.num_rows:
-            return
-        table = self.load(name)
-        for attempt in range(_attempts()):
+    def _ready(self, cache: Path, kind: str) -> tuple[Synced, dict[str, tuple]]:
+        """The copy at the shared store's snapshot, its runs and files tables loaded there (the store and its tables
+        made if missing), and the records of files it holds: {uri: (size, mtime_ns, digest)}."""
+        synced = self.sync(cache)
+        if synced is None or not set(TABLES) <= set(synced.locations):
+            self.ensure(kind)
+        synced = self._current(cache, (RUNS, FILES))
+        if self._check(synced.tables[RUNS], kind):  # the runs table gained this stepwatch's columns
+            synced = self._current(cache, (RUNS, FILES))
+        snap = snapshot(cache, views=False)
+        held: dict[str, tuple] = {}
+        if snap is not None:
             try:
-                table.append(_cast(rows, schemas()[name]))
-                return
-            except _pyiceberg().exceptions.CommitFailedException:
-                _backoff(attempt)
-                table = self.load(name)
-            except _unreachable() as error:
-                raise self._fail(error, f"its {name} commit failed") from None
-        raise StoreError(f"{self.address.shown}: {_attempts()} commits of {name} lost to other writers")
+                found = snap.con.execute(f"SELECT uri, size, mtime_ns, digest FROM {snap.catalogs[-1]}.{FILES}")
+                held = {uri: tuple(rest) for uri, *rest in found.fetchall()}
+            finally:
+                snap.con.close()
+        return synced, held
+
+    def _commit(
+        self, synced: Synced, held: dict[str, tuple], outage: _Outage, done: Any, rows: pa.Table, records: list[dict]
+    ) -> None:
+        """The rows an ingest added to the copy and the records of its files, committed to the shared store in one
+        commit, before the copy's write is published (``ingest``'s ``on_commit``); the copy then holds the commit."""
+        from pyiceberg.expressions import In
+
+        self._state = None
+        fresh = [r for r in records if held.get(r["uri"]) != (r["size"], r["mtime_ns"], r["digest"])]
+        staged = []
+        try:
+            if rows.num_rows:
+                runs = synced.tables[RUNS].transaction()
+                runs.append(shared_rows.cast(rows, shared_rows.schemas()[RUNS]))
+                staged.append(iceberg.Staged(synced.tables[RUNS], runs))
+            if fresh:
+                files = synced.tables[FILES].transaction()
+                again = [r["uri"] for r in fresh if r["uri"] in held]
+                if again:  # a file changed since it was recorded: its record replaced, one row per file
+                    files.delete(In("uri", again))
+                files.append(shared_rows.cast(pa.Table.from_pylist(fresh), shared_rows.schemas()[FILES]))
+                staged.append(iceberg.Staged(synced.tables[FILES], files))
+        except iceberg.storage_failures() as error:
+            raise iceberg.Lost("storage", error) from None
+        if not staged:
+            return
+        try:
+            locations = iceberg.commit(self.catalog, staged)
+        except iceberg.Unsure as unsure:
+            if not outage.landed(staged, str(unsure)):
+                raise iceberg.Lost("the catalog", unsure) from None
+            self._landed = (rows.num_rows, len(fresh))
+            return  # landed; the copy keeps its old state, so its next sync reads the commit (adding nothing twice)
+        self._landed = (rows.num_rows, len(fresh))
+        state = {**synced.locations, **locations}
+        runs_snapshot = staged[0].snapshot_id if rows.num_rows else shared_rows.snapshot_id(synced.tables[RUNS])
+        state["runs_snapshot"] = json.dumps(runs_snapshot)
+        done.con.execute("INSERT OR REPLACE INTO store_meta VALUES (?, ?)", [SYNCED, json.dumps(state)])
+        self._state = state
 
     @contextlib.contextmanager
     def update(self, cache: Path, on_wait: Any) -> Iterator[duckdb.DuckDBPyConnection]:
         """Change alerts and bisect steps as in a local store; the tables a block changed are committed whole,
         under the catalog's advisory lock, only if no one else changed them since they were read."""
-        self._writable()
+        self.writable()
         with self._lock(on_wait):
             synced = self._current(cache, STATE)
             require(cache, StoreError)
@@ -399,7 +472,7 @@ class SharedStore:
                         continue
                     table = synced.tables[name]
                     try:
-                        table.overwrite(_cast(after, schemas()[name]))
+                        table.overwrite(shared_rows.cast(after, shared_rows.schemas()[name]))
                     except _pyiceberg().exceptions.CommitFailedException:
                         raise StoreError(
                             f"{self.address.shown}: its {name} changed meanwhile; nothing of this was stored: "
@@ -428,77 +501,6 @@ class SharedStore:
                 yield
             finally:
                 con.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-
-
-def _snapshot_id(table: Any) -> int | None:
-    current = table.current_snapshot()
-    return current.snapshot_id if current is not None else None
-
-
-def _rows_since(table: Any, since: int | None, at: dict[str, int | None]) -> pa.Table | None:
-    """The rows of the data files the snapshots after ``since`` added (all rows for a copy being made); None when
-    one of those snapshots did more than append, or ``since`` is not behind the current one."""
-    if at:  # a store as of a snapshot: read whole, once
-        return _read(table, at.get(RUNS, -1))
-    snap, chain = table.current_snapshot(), []
-    while snap is not None and snap.snapshot_id != since:
-        chain.append(snap)
-        snap = table.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
-    if since is not None and snap is None:
-        return None
-    if not chain:
-        return pa.table({})
-    from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.io.pyarrow import ArrowScan
-    from pyiceberg.manifest import ManifestEntryStatus
-    from pyiceberg.table import FileScanTask
-
-    tasks = []
-    for step in reversed(chain):
-        if step.summary is None or step.summary.operation.value != "append":
-            return None
-        for manifest in step.manifests(table.io):
-            if manifest.added_snapshot_id != step.snapshot_id:
-                continue
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                if entry.status == ManifestEntryStatus.ADDED:
-                    tasks.append(FileScanTask(entry.data_file))
-    return ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks)
-
-
-def _read(table: Any, snapshot_id: int | None) -> pa.Table:
-    """A table's rows at a snapshot (-1: its current one; None: before its first, so none)."""
-    if snapshot_id is None:
-        return pa.table({})
-    scan = table.scan() if snapshot_id == -1 else table.scan(snapshot_id=snapshot_id)
-    return scan.to_arrow()
-
-
-def _filled(rows: pa.Table) -> pa.Table:
-    """Rows written by an older stepwatch: the series dimensions added since, at their defaults."""
-    for name, default in ADDED_DIMENSIONS.items():
-        if name not in rows.column_names:
-            rows = rows.append_column(name, pa.array([default] * rows.num_rows, SCHEMA.field(name).type))
-        else:
-            index = rows.column_names.index(name)
-            rows = rows.set_column(index, name, pc.fill_null(rows[name], default))
-    return rows
-
-
-def _cast(rows: pa.Table, schema: pa.Schema) -> pa.Table:
-    columns = [rows[f.name] if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type) for f in schema]
-    return pa.Table.from_arrays(columns, schema=pa.schema([f.with_nullable(True) for f in schema])).cast(schema)
-
-
-def _replace(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -> None:
-    """A state table of the copy, replaced by the shared one's rows (a file's newest record where it has several)."""
-    con.execute(f"DELETE FROM {name}")
-    if not rows.num_rows:
-        return
-    con.register("shared_rows", rows)
-    newest = " QUALIFY row_number() OVER (PARTITION BY uri ORDER BY ingested_at DESC) = 1" if name == FILES else ""
-    con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM shared_rows{newest}")
-    con.unregister("shared_rows")
 
 
 # The stores of this process, by their copies.

@@ -38,6 +38,15 @@ class Postgres:
     host: str
     port: int
     folder: Path
+    as_user: tuple[str, ...] = ()
+
+    def restart(self) -> None:
+        """``pg_ctl restart -m fast``: every connection dropped, the server back on the same port."""
+        binaries = postgres_bin()
+        assert binaries is not None
+        subprocess.run([*self.as_user, str(binaries / "pg_ctl"), "-D", str(self.folder / "data"), "-l",
+                        str(self.folder / "log"), "-m", "fast", "-w", "restart"], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, cwd=self.folder)  # fmt: skip
 
     def url(self, database: str) -> str:
         return f"postgresql://{USER}@{self.host}:{self.port}/{database}"
@@ -73,7 +82,7 @@ def postgres() -> Iterator[Postgres]:
     subprocess.run([*as_user, str(binaries / "pg_ctl"), "-D", str(data), "-l", str(folder / "log"), "-o", options,
                     "-w", "start"], **run)  # fmt: skip
     try:
-        yield Postgres("127.0.0.1", port, folder)
+        yield Postgres("127.0.0.1", port, folder, tuple(as_user))
     finally:
         subprocess.run([*as_user, str(binaries / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
                        capture_output=True, cwd=folder)  # fmt: skip

@@ -269,6 +269,7 @@ def test_the_nightly_publishes_into_the_shared_store_its_secret_names(
     assert outcomes["A folder for the night's page (the shared store keeps the history)"] == "success"
     assert outcomes["Restore the store from the last publish (a cache, which may be gone)"] == "skipped"
     assert outcomes["Keep the store for the next run (also after a regression)"] == "skipped"
+    assert outcomes["Maintain the shared store"] == "success"
     assert "No alerts." in publish.summary
     heads = subprocess.run(["git", "--git-dir", str(gh.remote), "branch", "--list"], capture_output=True, text=True)
     assert "stepwatch-history" not in heads.stdout  # nothing pushed: the store keeps the history

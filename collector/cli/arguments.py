@@ -203,12 +203,12 @@ def add_db_argument(parser: argparse.ArgumentParser, default: Path | None = None
     )
 
 
-def db_path(args: argparse.Namespace, synthetic: bool = False) -> Path:
+def db_path(args: argparse.Namespace, synthetic: bool = False, follow: bool = True) -> Path:
     """The store a command works on: --db, else $STEPWATCH_DB, else the default store (a shared store's address
-    stands for its local copy, brought up to date)."""
+    stands for its local copy, brought up to date unless not ``follow``: an ingest does that itself)."""
     from stepwatch.collector.store import database  # DuckDB: only where a command opens the store
 
-    return database.resolve(args.db) if args.db else database.default_db(synthetic)
+    return database.resolve(args.db, follow) if args.db else database.default_db(synthetic, follow)
 
 
 def add_analysis_arguments(

@@ -65,7 +65,9 @@ def add_recursive_argument(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Load result parquet into the DuckDB store: new files and rows only; bad files quarantined."""
     sources = args.sources or [str(DEFAULT_OUT)]
-    return ingest_and_report(sources, db_path(args, args.synthetic), args.synthetic, args.recursive, bool(args.sources))
+    return ingest_and_report(
+        sources, db_path(args, args.synthetic, follow=False), args.synthetic, args.recursive, bool(args.sources)
+    )
 
 
 def run_rebuild(args: argparse.Namespace) -> int:

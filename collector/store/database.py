@@ -113,20 +113,20 @@ def open_store(db: Path) -> StoreReader:
     return StoreReader(db)
 
 
-def resolve(db: str | Path) -> Path:
+def resolve(db: str | Path, follow: bool = True) -> Path:
     """The path a command works on for the store ``db`` names: a DuckDB file's, or a shared store's local copy,
-    brought up to date (``collector.store.shared``)."""
+    brought up to date unless not ``follow`` (an ingest brings it up to date itself) (``collector.store.shared``)."""
     if address.is_shared(db):
-        return shared.attach(str(db))
+        return shared.attach(str(db), follow)
     return Path(db)
 
 
-def default_db(synthetic: bool = False) -> Path:
+def default_db(synthetic: bool = False, follow: bool = True) -> Path:
     """``STEPWATCH_DB`` if set (a path or a shared store's address), else data/stepwatch.duckdb
     (data/stepwatch-synthetic.duckdb for synthetic data)."""
     if synthetic:
         return SYNTHETIC_DB
-    return resolve(os.environ.get(DB_ENV) or DEFAULT_DB)
+    return resolve(os.environ.get(DB_ENV) or DEFAULT_DB, follow)
 
 
 def ingest(

@@ -203,17 +203,21 @@ class SharedStore:
         """Each shared table's current metadata location: one query of the catalog."""
         from sqlalchemy import text
 
-        try:
-            with self.catalog.engine.connect() as con:
-                rows = con.execute(
-                    text(
-                        "SELECT table_name, metadata_location FROM iceberg_tables "
-                        "WHERE catalog_name = :catalog AND table_namespace = :namespace"
-                    ),
-                    {"catalog": "stepwatch", "namespace": self.address.namespace},
-                ).fetchall()
-        except Exception as error:
-            raise self._fail(error, "cannot read the catalog") from None
+        for attempt in range(3):  # a connection the catalog dropped (a restart) is made again
+            try:
+                with self.catalog.engine.connect() as con:
+                    rows = con.execute(
+                        text(
+                            "SELECT table_name, metadata_location FROM iceberg_tables "
+                            "WHERE catalog_name = :catalog AND table_namespace = :namespace"
+                        ),
+                        {"catalog": "stepwatch", "namespace": self.address.namespace},
+                    ).fetchall()
+                break
+            except Exception as error:
+                if attempt == 2 or not isinstance(error, iceberg.catalog_failures()):
+                    raise self._fail(error, "cannot read the catalog") from None
+                time.sleep(0.5 * 2**attempt)
         return {name: location for name, location in rows if name in TABLES and location}
 
     def load(self, table: str) -> Any:
@@ -516,14 +520,16 @@ def store_of(db: Path) -> SharedStore | None:
     return _STORES.setdefault(address.text, SharedStore(address))
 
 
-def attach(text: str) -> Path:
-    """The local copy of the shared store at ``text``, brought up to date; its path stands for the store."""
+def attach(text: str, follow: bool = True) -> Path:
+    """The local copy of the shared store at ``text``, brought up to date (unless not ``follow``); its path stands for
+    the store."""
     address = addresses.parse(text)
     cache = address.cache()
     addresses.remember(cache, address)
     store = store_of(cache)
     assert store is not None
-    store.sync(cache)
+    if follow:
+        store.sync(cache)
     return cache
 
 

@@ -1,6 +1,7 @@
 """A network link a test cuts at a chosen moment: a TCP proxy on 127.0.0.1 in front of a real server (PostgreSQL,
 moto's S3), passing bytes both ways until what a client sends matches a trigger. Then the link goes down: its
-connections are closed and new ones refused, until the test restores it. No pytest here."""
+connections are closed and new ones refused (or, stalled, they stay open and carry nothing), until the test restores
+it. No pytest here."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from collections.abc import Iterator
 class Link:
     """``port`` forwards to ``target`` (a port of 127.0.0.1). ``arm(patterns, after)`` cuts the link when a client
     has sent each of ``patterns`` in order on one connection: before passing the last one on, or (``after``) just
-    after, so that the server gets it and the client never hears back."""
+    after, so that the server gets it and the client never hears back; with ``stall``, the link then carries nothing
+    while keeping its connections open (a server that stopped answering)."""
 
     def __init__(self, target: int) -> None:
         self.target = target
@@ -21,15 +23,17 @@ class Link:
         self.fired = threading.Event()
         self._patterns: list[bytes] = []
         self._after = False
+        self._stall = False
+        self.stalled = False
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = self._server.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def arm(self, patterns: list[bytes], after: bool = False) -> None:
+    def arm(self, patterns: list[bytes], after: bool = False, stall: bool = False) -> None:
         with self._lock:
-            self._patterns, self._after = list(patterns), after
+            self._patterns, self._after, self._stall = list(patterns), after, stall
             self.fired.clear()
 
     def cut(self) -> None:
@@ -44,8 +48,10 @@ class Link:
         self.fired.set()
 
     def restore(self) -> None:
+        if self.stalled:
+            self.cut()
         with self._lock:
-            self.down = False
+            self.down = self.stalled = False
 
     def close(self) -> None:
         self.cut()
@@ -89,11 +95,19 @@ class Link:
                     window = window[window.index(patterns[seen[0]]) + len(patterns[seen[0]]) :]
                     seen[0] += 1
                 if patterns and seen[0] == len(patterns):
-                    if not after:
+                    if self._stall:
+                        self.stalled, self._patterns = True, []
+                        self.fired.set()
+                    elif not after:
                         self.cut()
                         return
-                    cut_after = True
+                    else:
+                        cut_after = True
                 tail = (tail + data)[-64:]
+            while self.stalled:  # hold what came, answer nothing
+                if self.down:
+                    return
+                threading.Event().wait(0.05)
             try:
                 sink.sendall(data)
             except OSError:

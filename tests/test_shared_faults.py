@@ -60,6 +60,7 @@ def last_line(done: subprocess.CompletedProcess) -> str:
 FAULTS = {
     "catalog lost before the commit": ("pg", "down", 4, "nothing of this ingest is in the store: the catalog", False),
     "storage lost mid-upload": ("s3", [b"/runs/data/"], 4, "nothing of this ingest is in the store: storage", False),
+    "storage stalled mid-upload": ("s3", [b"/runs/data/", b"stall"], 4, "stalled: no answer in 2 s", False),
     "catalog lost at the commit, before it was sent": (
         "pg", [b"UPDATE iceberg_tables"], 4, "nothing of this ingest is in the store: the catalog", False),
     "catalog lost after the commit was sent": (
@@ -77,7 +78,7 @@ def test_a_fault_at_each_point_of_an_ingest_says_what_landed(servers: Servers, t
     with faults.link(port) as pg, faults.link(s3_port) as s3:
         through = direct.replace(f":{port}/", f":{pg.port}/")
         writer = {**machine(servers, tmp_path / "writer"), "AWS_ENDPOINT_URL": f"http://127.0.0.1:{s3.port}",
-                  "STEPWATCH_SHARED_OUTAGE_S": "3", "STEPWATCH_SHARED_STORAGE_TIMEOUT_S": "5"}  # fmt: skip
+                  "STEPWATCH_SHARED_OUTAGE_S": "3", "STEPWATCH_SHARED_STORAGE_TIMEOUT_S": "2"}  # fmt: skip
         write_results(tmp_path / "base" / "base-0.parquet", result_rows(3, "base-0"))
         assert stepwatch("ingest", str(tmp_path / "base"), "--db", through, env=writer).returncode == 0
         for k, (name, (which, trigger, code, line, lands)) in enumerate(FAULTS.items()):
@@ -89,7 +90,8 @@ def test_a_fault_at_each_point_of_an_ingest_says_what_landed(servers: Servers, t
             if trigger == "down":
                 link.cut()
             else:
-                link.arm(trigger, after=b"COMMIT" in trigger)
+                stall = trigger[-1] == b"stall"
+                link.arm(trigger[:-1] if stall else trigger, after=b"COMMIT" in trigger, stall=stall)
             if code == 0:  # the catalog comes back a second after the commit went unanswered
                 env = {**writer, "STEPWATCH_SHARED_OUTAGE_S": "30"}
                 threading.Thread(target=lambda: (pg.fired.wait(60), time.sleep(1), pg.restore()), daemon=True).start()

@@ -463,18 +463,21 @@ def ingest(
     recursive: bool = False,
     bulk: bool = True,
     on_commit: Callable[[Write, pa.Table, list[dict]], None] | None = None,
+    quarantined: list[tuple[str, str, str]] | None = None,
 ) -> IngestReport:
     """Ingest every *.parquet in ``sources`` (folders, files, s3:// or gs:// prefixes) into ``db``; with
     ``recursive``, those in the folders below them too (not in quarantine/). ``bulk`` False reads every file
     the per-file way: the reference the bulk ways are held to. ``on_commit``: called at the end of the write,
     before it is published, with the rows it added (whole result rows, with their file and ingest time) and the
     records of the files it read; an error there leaves ``db`` as it was (a shared store's copy: its commit).
+    ``quarantined``: the list the report's quarantined files go to (kept across a shared store's attempts: a file
+    moved to quarantine by an attempt whose commit lost is not there for the next).
 
     Files already ingested unchanged are skipped without being read; rows whose run_id is present are
     skipped; a file that fails validation is quarantined beside where it was, and the rest goes on.
     """
     start = time.perf_counter()
-    report = IngestReport()
+    report = IngestReport() if quarantined is None else IngestReport(quarantined=quarantined)
     listed = []
     for source in sources:
         try:

@@ -361,13 +361,13 @@ class SharedStore:
         self.writable()
         start = time.perf_counter()
         errors = _pyiceberg().exceptions
-        outage, retries = _Outage(self), 0
+        outage, retries, quarantined = _Outage(self), 0, []
         for attempt in range(_attempts()):
             self._state, self._landed = None, None
             try:
                 synced, held = self._ready(cache, "synthetic" if synthetic else "real")
                 commit = functools.partial(self._commit, synced, held, outage)
-                report = ingest(sources, cache, synthetic, on_commit=commit, **options)
+                report = ingest(sources, cache, synthetic, on_commit=commit, quarantined=quarantined, **options)
                 break
             except errors.CommitFailedException:
                 retries += 1
@@ -380,7 +380,7 @@ class SharedStore:
                 if self._landed is None or isinstance(error, CommitUnknownError):
                     raise
                 rows, files = self._landed  # the commit landed; the copy's write after it did not
-                report = IngestReport(files_ingested=files, rows_added=rows, rows_read=rows)
+                report = IngestReport(files_ingested=files, rows_added=rows, rows_read=rows, quarantined=quarantined)
                 report.notes.append(f"the local copy could not be written ({one_line(error)[:200]}); the next command "
                                     "reads these rows from the store")  # fmt: skip
                 self._state = None
@@ -389,6 +389,7 @@ class SharedStore:
             raise StoreError(f"{self.address.shown}: {_attempts()} commits lost to other writers; nothing was added")
         if self._state is not None:
             copies.remember(cache, self._state)
+        report.quarantined[:] = list(dict.fromkeys(report.quarantined))  # rows quarantined again by a later attempt
         report.commit_retries, report.notes = retries, report.notes + outage.notes
         report.seconds = time.perf_counter() - start
         return report

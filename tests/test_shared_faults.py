@@ -20,6 +20,7 @@ import psycopg2
 import pytest
 
 from stepwatch.collector.store import address as addresses
+from stepwatch.collector.store import files as store_files
 from tests import faults, services
 from tests.conftest import REPO, result_rows, stepwatch, write_results
 from tests.test_shared_store import Servers, machine, query
@@ -227,14 +228,20 @@ def test_rounds_of_writers_killed_then_maintenance_leave_a_clean_warehouse(
     read, _, _, _ = _read_by_snapshots(address, servers.env)
     orphans = set(before) - read
     assert orphans, "the rounds left no file unread: nothing to test"
-    # A dead writer's staging folder (an older stepwatch's), and a live one's: only the dead one goes.
+    # Staging folders beside the copy: a dead writer's (this host's; an older stepwatch's, an hour old) go; a live
+    # one's, and a dead one's of another host that shares this cache, stay.
     cache = tmp_path / "keeper"
     gone = subprocess.Popen(["true"])
     gone.wait()
     monkeypatch.setenv("STEPWATCH_CACHE", str(cache))
     folder = addresses.parse(address).cache_dir()
-    (folder / f".ingest-{gone.pid}").mkdir(parents=True)
-    (folder / f".ingest-{os.getpid()}").mkdir()
+    here = store_files.host()
+    dead, old, live, elsewhere = (folder / name for name in (
+        f".spool-{here}-{gone.pid}-x", f".ingest-{gone.pid}", f".spool-{here}-{os.getpid()}-x",
+        f".spool-another-host-{gone.pid}-x"))  # fmt: skip
+    for one in (dead, old, live, elsewhere):
+        one.mkdir(parents=True)
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
     keep_days = (datetime.now(UTC) - datetime.fromisoformat(as_of)).total_seconds() / 86400
     done = stepwatch("maintain", "--db", address, "--orphans-older-than", "0", "--keep-days", f"{keep_days:.8f}",
                      env=machine(servers, cache), timeout=300)  # fmt: skip
@@ -245,7 +252,7 @@ def test_rounds_of_writers_killed_then_maintenance_leave_a_clean_warehouse(
     assert set(after) == read  # no file that no live snapshot reads, and none that one reads is missing
     assert runs_files <= 2 and (rows, ids) == (60, 60)
     assert re.search(r"(\d+) snapshot\(s\) older than", done.stderr)[1] != "0"
-    assert not (folder / f".ingest-{gone.pid}").exists() and (folder / f".ingest-{os.getpid()}").exists()
+    assert (dead.exists(), old.exists(), live.exists(), elsewhere.exists()) == (False, False, True, True)
     # As of a time within the retention: the same rows as before maintenance; and a new reader reads every row once.
     then = query(f"{address}&as_of={as_of}", "SELECT count(*), count(DISTINCT run_id) FROM runs",
                  machine(servers, tmp_path / "then-after"))  # fmt: skip

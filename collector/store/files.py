@@ -129,3 +129,52 @@ def replace(tmp: Path, final: Path) -> None:
 
 def tmp_name(folder: Path, name: str) -> Path:
     return folder / f".{name}.{os.getpid()}.tmp"
+
+
+# An ingest's staging folder beside its store: .spool-<host>-<pid>-<random>/ (an older stepwatch's shared ingest:
+# .ingest-<pid>/). A cache may be on a disk several machines share, so a folder is another process's only when its
+# host is this one and that process is gone; an older one, without its host, only when also an hour old.
+STAGING = re.compile(r"^\.(?:spool-(?P<host>[A-Za-z0-9_.]+)-(?P<pid>\d+)-.*|ingest-(?P<old>\d+))$")
+OLD_STAGING_S = 3600.0
+
+
+def host() -> str:
+    """This machine's name as a staging folder carries it."""
+    import socket
+
+    return re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname()) or "host"
+
+
+def staging_prefix() -> str:
+    return f".spool-{host()}-{os.getpid()}-"
+
+
+def remove_dead_staging(folder: Path) -> int:
+    """The staging folders in ``folder`` of writers that are gone, removed; how many."""
+    import shutil
+    import time
+
+    removed, here = 0, host()
+    for path in folder.glob(".*") if folder.is_dir() else ():
+        found = STAGING.match(path.name)
+        if not found or not path.is_dir():
+            continue
+        if found["old"] is not None:
+            pid, mine = int(found["old"]), time.time() - path.stat().st_mtime > OLD_STAGING_S
+        else:
+            pid, mine = int(found["pid"]), found["host"] == here
+        if not mine or _alive(pid):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

@@ -18,7 +18,6 @@ per-file way's decision for every file (tests/test_store.py runs both ways on th
 from __future__ import annotations
 
 import hashlib
-import os
 import tempfile
 import time
 from collections import Counter
@@ -49,7 +48,7 @@ from stepwatch.collector.store import objectstore
 from stepwatch.collector.store.address import shown
 from stepwatch.collector.store.engine import Write, snapshot, write
 from stepwatch.collector.store.errors import StoreError
-from stepwatch.collector.store.files import clean
+from stepwatch.collector.store.files import clean, remove_dead_staging, staging_prefix
 from stepwatch.collector.store.tables import (
     CHILD_TABLES,
     LIST_COLUMNS,
@@ -63,7 +62,6 @@ from stepwatch.collector.store.tables import (
 BATCH_FILES = 2_000  # files staged and inserted together (bounds the memory an ingest holds)
 READ_THREADS = 4
 READ_AHEAD = 64  # files read ahead of the thread that stages them
-SPOOL = ".spool-"  # an ingest's local copies of remote files, beside the store: .spool-<pid>-<random>/
 
 
 def _known_files(db: Path) -> tuple[dict[str, tuple[int, int]], set[str], str | None, bool]:
@@ -500,9 +498,10 @@ def ingest(
                 todo.append((loc, entry))
     if todo or outdated:  # an older store is upgraded even when nothing is new
         kind = kind or ("synthetic" if synthetic else "real")
+        remove_dead_staging(db.parent)  # what a killed ingest left
         with (
             write(db, kind, on_wait) as done,
-            tempfile.TemporaryDirectory(dir=db.parent, prefix=f"{SPOOL}{os.getpid()}-") as spool,
+            tempfile.TemporaryDirectory(dir=db.parent, prefix=staging_prefix()) as spool,
         ):
             # A store written meanwhile by another ingest: what it added is known to this one now.
             digests |= {d for (d,) in done.con.execute("SELECT digest FROM ingested_files").fetchall()}

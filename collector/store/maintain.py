@@ -10,31 +10,26 @@ expired, files no live snapshot reads removed from the warehouse, and dead write
   live snapshot reads (the current metadata file, each snapshot's manifest list, its manifests and their live data
   files). A file nothing reads is removed only when older than the grace: a writer that has written its files and
   not yet committed is never younger than that (an ingest commits within seconds of writing them).
-- **Staging.** ``.ingest-<pid>/`` and ``.spool-<pid>-*/`` folders beside this machine's copy whose process is gone.
+- **Staging.** Staging folders beside this machine's copy whose writer is gone (``files.remove_dead_staging``).
 """
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pyarrow.fs as pafs
 
-from stepwatch.collector.store import iceberg, objectstore
+from stepwatch.collector.store import files, iceberg, objectstore
 from stepwatch.collector.store.shared_rows import COMPACTED, TABLES
 
 SMALL_FILE_BYTES = 64 * 1024**2  # data files smaller than this are compacted together
 KEEP_DAYS = 30.0
 GRACE_S = 24 * 3600.0
-STAGING = re.compile(r"^\.(?:ingest-(\d+)|spool-(\d+)-.*)$")
 
 
 @dataclass
@@ -71,11 +66,11 @@ def maintain(
         _orphans(store, name, grace_s, done)
     young = f" ({done.kept_young} younger than {grace_s:g} s kept)" if done.kept_young else ""
     say(f"{done.removed} file(s) no snapshot reads removed, {_bytes(done.removed_bytes)}{young}")
-    done.staging = _staging(store.address.cache_dir())
+    done.staging = files.remove_dead_staging(store.address.cache_dir())
     say(f"{done.staging} staging folder(s) of writers that are gone removed")
     done.after = _size(store, present)
-    (files, size), (files_after, size_after) = done.before, done.after
-    say(f"warehouse: {files} files, {_bytes(size)} -> {files_after} files, {_bytes(size_after)}")
+    (count, size), (count_after, size_after) = done.before, done.after
+    say(f"warehouse: {count} files, {_bytes(size)} -> {count_after} files, {_bytes(size_after)}")
     return done
 
 
@@ -198,28 +193,3 @@ def _orphans(store: Any, name: str, grace_s: float, done: Maintained) -> None:
         objectstore.with_retries(lambda path=info.path: fs.delete_file(path), f"removing {info.path}")
         done.removed += 1
         done.removed_bytes += info.size or 0
-
-
-def _staging(folder: Path) -> int:
-    """``.ingest-<pid>`` and ``.spool-<pid>-*`` folders in ``folder`` whose process is gone, removed."""
-    removed = 0
-    for path in folder.glob(".*") if folder.is_dir() else ():
-        found = STAGING.match(path.name)
-        if not found or not path.is_dir():
-            continue
-        pid = int(found[1] or found[2])
-        if _alive(pid):
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-        removed += 1
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

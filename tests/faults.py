@@ -47,6 +47,10 @@ class Link:
             self._open.clear()
         self.fired.set()
 
+    def release(self) -> None:
+        """A stalled link carries on: what it held goes through, late."""
+        self.stalled = False
+
     def restore(self) -> None:
         if self.stalled:
             self.cut()

@@ -113,6 +113,32 @@ def test_a_fault_at_each_point_of_an_ingest_says_what_landed(servers: Servers, t
             print(f"{name}: exit {done.returncode}: {last_line(done)[:160]}")
 
 
+def test_a_file_quarantined_by_an_attempt_that_lost_a_race_is_still_said(servers: Servers, tmp_path: Path) -> None:
+    """A writer's commit held back (the link stalls its UPDATE) while another writer commits: the first loses the race
+    and ingests again, by then without the file it moved to quarantine; its line and exit code still say so."""
+    direct = servers.store("race")
+    port = int(re.search(r":(\d+)/", direct)[1])
+    reader = machine(servers, tmp_path / "reader")
+    with faults.link(port) as pg:
+        night = tmp_path / "night"
+        write_results(night / "race-0.parquet", result_rows(3, "race-0"))
+        (night / "broken.parquet").write_bytes(b"not parquet")
+        write_results(tmp_path / "other" / "other-0.parquet", result_rows(3, "other-0"))
+        assert stepwatch("ingest", str(tmp_path / "other"), "--db", direct, env=reader).returncode == 0
+        write_results(tmp_path / "other" / "other-1.parquet", result_rows(3, "other-1"))
+        pg.arm([b"UPDATE iceberg_tables"], stall=True)
+        first = started(["ingest", str(night), "--db", direct.replace(f":{port}/", f":{pg.port}/")],
+                        machine(servers, tmp_path / "first"))  # fmt: skip
+        assert pg.fired.wait(120), first.communicate()[1][-2000:]
+        second = stepwatch("ingest", str(tmp_path / "other"), "--db", direct, env=machine(servers, tmp_path / "second"))
+        assert second.returncode == 0, second.stderr[-2000:]
+        pg.release()
+        out, err = first.communicate(timeout=180)
+    assert first.returncode == 4, err[-2000:]
+    assert "quarantined" in err and "broken.parquet" in err and "1 commit(s) made again" in err, err[-2000:]
+    assert held(direct, reader, "race-") == (3, 3, 1, 1)
+
+
 def test_postgres_restarted_under_a_commit_is_waited_out(servers: Servers, tmp_path: Path) -> None:
     """The reproduction of a nightly marked failed though its rows had landed: the catalog row of ingested_files held
     by another transaction, the writer's commit waiting on it, and PostgreSQL restarted. With one commit, nothing had

@@ -290,3 +290,19 @@ def test_rounds_of_writers_killed_then_maintenance_leave_a_clean_warehouse(
                  machine(servers, tmp_path / "new")) == [["20", "20"]]  # fmt: skip
     sizes = sum(before.values()), sum(after.values())
     print(json.dumps({"files": [len(before), len(after)], "bytes": list(sizes)}))
+
+
+def test_maintain_refuses_what_it_cannot_keep(tmp_path: Path) -> None:
+    """One line and a non-zero exit: a DuckDB file (it compacts itself), a store as of a snapshot (read-only), a
+    negative retention, and a catalog that cannot be reached, its password masked."""
+    file = stepwatch("maintain", "--db", str(tmp_path / "store.duckdb"))
+    assert file.returncode == 2 and "a DuckDB file compacts itself" in file.stderr, file.stderr
+    down = f"iceberg+postgresql://{services.USER}:hunter2@127.0.0.1:{services.free_port()}/x?warehouse=s3://none/x"
+    env = {"STEPWATCH_CACHE": str(tmp_path / "cache")}
+    then = stepwatch("maintain", "--db", f"{down}&as_of=1", env=env)
+    assert then.returncode == 4 and "read-only" in then.stderr, then.stderr
+    negative = stepwatch("maintain", "--db", down, "--keep-days", "-1", env=env)
+    assert negative.returncode == 2, negative.stderr
+    unreachable = stepwatch("maintain", "--db", down, env=env)
+    last = last_line(unreachable)
+    assert unreachable.returncode == 4 and "hunter2" not in unreachable.stderr and last.count("iceberg+") == 1, last

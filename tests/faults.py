@@ -25,6 +25,7 @@ class Link:
         self._after = False
         self._stall = False
         self.stalled = False
+        self.muted = False  # answers from the server are dropped (set before a trigger passed on "after")
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._server = socket.create_server(("127.0.0.1", 0))
@@ -55,7 +56,7 @@ class Link:
         if self.stalled:
             self.cut()
         with self._lock:
-            self.down = self.stalled = False
+            self.down = self.stalled = self.muted = False
 
     def close(self) -> None:
         self.cut()
@@ -106,12 +107,14 @@ class Link:
                         self.cut()
                         return
                     else:
-                        cut_after = True
+                        cut_after = self.muted = True  # muted first: the server's answer must not get through
                 tail = (tail + data)[-64:]
             while self.stalled:  # hold what came, answer nothing
                 if self.down:
                     return
                 threading.Event().wait(0.05)
+            if seen is None and self.muted:
+                continue  # an answer from the server after the trigger: the client never hears it
             try:
                 sink.sendall(data)
             except OSError:

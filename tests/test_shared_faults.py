@@ -111,6 +111,13 @@ def test_a_fault_at_each_point_of_an_ingest_says_what_landed(servers: Servers, t
             assert again.returncode == 0, f"{name}: {again.stderr[-2000:]}"
             assert held(direct, reader, f"fault{k}-") == (6, 6, 2, 2), name
             print(f"{name}: exit {done.returncode}: {last_line(done)[:160]}")
+        # Maintenance with storage gone: one line naming the store once, and nothing of the store lost.
+        s3.arm([b"GET /"])
+        stopped = stepwatch("maintain", "--db", through, "--orphans-older-than", "0", env=writer, timeout=180)
+        s3.restore()
+        assert stopped.returncode == 4 and last_line(stopped).count("iceberg+") == 1, stopped.stderr[-2000:]
+        assert "Traceback" not in stopped.stderr and "storage" in last_line(stopped), stopped.stderr[-2000:]
+        assert held(direct, reader, "fault") == (36, 36, 12, 12)
 
 
 def test_a_file_quarantined_by_an_attempt_that_lost_a_race_is_still_said(servers: Servers, tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from stepwatch.collector.store import files, iceberg, objectstore
+from stepwatch.collector.store.errors import StoreError
 from stepwatch.collector.store.shared_rows import COMPACTED, TABLES
 
 SMALL_FILE_BYTES = 64 * 1024**2  # data files smaller than this are compacted together
@@ -49,7 +50,17 @@ class Maintained:
 def maintain(
     store: Any, keep_days: float = KEEP_DAYS, grace_s: float = GRACE_S, say: Callable[[str], None] = lambda line: None
 ) -> Maintained:
-    """Compact, expire, remove orphans and dead staging folders of the shared store ``store`` (a SharedStore)."""
+    """Compact, expire, remove orphans and dead staging folders of the shared store ``store`` (a SharedStore). Storage
+    or the catalog lost on the way: one StoreError line; each step done so far is kept, and running it again is safe."""
+    try:
+        return _maintain(store, keep_days, grace_s, say)
+    except (iceberg.Lost, iceberg.Unsure) as error:
+        raise StoreError(f"{store.address.shown}: maintenance stopped: {error}; run it again") from None
+    except (*iceberg.storage_failures(), *iceberg.catalog_failures()) as error:
+        raise StoreError(f"{store._fail(error, 'maintenance stopped')}; run it again") from None
+
+
+def _maintain(store: Any, keep_days: float, grace_s: float, say: Callable[[str], None]) -> Maintained:
     done = Maintained()
     present = [name for name in TABLES if name in store.locations()]
     done.before = _size(store, present)
@@ -87,7 +98,7 @@ def _retrying(store: Any, action: Callable[[Any], Any], name: str) -> Any:
             return action(store.load(name))
         except CommitFailedException:
             time.sleep(min(2.0, 0.1 * 2**attempt))
-    raise RuntimeError(f"{name}: 30 commits lost to writers")
+    raise StoreError(f"{store.address.shown}: maintenance of {name}: 30 commits lost to writers; run it again")
 
 
 def _compact(store: Any, name: str) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from stepwatch.collector.store import address as addresses
 from stepwatch.collector.store import files as store_files
 from tests import faults, services
 from tests.conftest import REPO, result_rows, stepwatch, write_results
-from tests.test_shared_store import Servers, machine, query
+from tests.test_shared_store import Servers, _blocked_commits, machine, query
 
 pytestmark = pytest.mark.skipif(
     services.postgres_bin() is None, reason="needs PostgreSQL's server (apt-get install postgresql; make test does)"
@@ -161,7 +161,7 @@ def test_postgres_restarted_under_a_commit_is_waited_out(servers: Servers, tmp_p
     lock.cursor().execute("SELECT 1 FROM iceberg_tables WHERE table_name = 'ingested_files' FOR UPDATE")
     proc = started(["ingest", str(night), "--db", address], writer)
     deadline = time.monotonic() + 120
-    while not _waiting_on_a_lock(servers.pg, "restarted"):
+    while _blocked_commits(servers.pg, "restarted") == 0:
         assert proc.poll() is None, proc.communicate()[1][-2000:]
         assert time.monotonic() < deadline, "the writer never reached its commit"
         time.sleep(0.05)
@@ -172,16 +172,6 @@ def test_postgres_restarted_under_a_commit_is_waited_out(servers: Servers, tmp_p
     assert "(80 new rows of 80 read)" in err, err[-2000:]
     reader = machine(servers, tmp_path / "reader")
     assert held(address, reader, "night-") == (80, 80, 4, 4)
-
-
-def _waiting_on_a_lock(pg: services.Postgres, database: str) -> bool:
-    con = psycopg2.connect(host=pg.host, port=pg.port, user=services.USER, dbname=database)
-    try:
-        cur = con.cursor()
-        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE 'UPDATE%'")
-        return cur.fetchone()[0] > 0
-    finally:
-        con.close()
 
 
 def _bucket_files(endpoint: str, bucket: str) -> dict[str, int]:

@@ -8,20 +8,14 @@ import os
 import shutil
 from pathlib import Path
 
+from stepwatch.collector.store import files
+
 MARK = ".stepwatch-check-"  # a results folder being written holds MARK + the writer's pid until it is done
 
 
 def alive(pid: str) -> bool:
     """Whether process ``pid`` still runs (an unreadable pid is taken as running: nothing is removed for it)."""
-    if not pid.isdigit():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return not pid.isdigit() or files.alive(int(pid))
 
 
 def owner_alive(path: Path, prefix: str) -> bool:

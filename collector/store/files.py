@@ -163,18 +163,19 @@ def remove_dead_staging(folder: Path) -> int:
             pid, mine = int(found["old"]), time.time() - path.stat().st_mtime > OLD_STAGING_S
         else:
             pid, mine = int(found["pid"]), found["host"] == here
-        if not mine or _alive(pid):
+        if not mine or alive(pid):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed += 1
     return removed
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (another user's process counts as running: nothing is removed for it)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's process
+    except PermissionError:
         return True
     return True

@@ -71,7 +71,7 @@ def commit(catalog: Any, staged: list[Staged]) -> dict[str, str]:
     try:
         for one in staged:
             table, tx = one.table, one.transaction
-            requirements = (*tx._requirements, AssertTableUUID(uuid=tx.table_metadata.table_uuid))
+            requirements = (*tx._requirements, AssertTableUUID(uuid=table.metadata.table_uuid))  # never changes
             new = catalog._update_and_stage_table(table, table.name(), requirements, tx._updates)
             catalog._write_metadata(new.metadata, new.io, new.metadata_location)
             plans.append((table, new))

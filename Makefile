@@ -98,6 +98,10 @@ browser:
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; }; }; } || \
 	echo "warning: no PostgreSQL server (apt-get install postgresql); the shared store's tests will be skipped"
 
+# Two tiers. `make test`, the fast one: the unit tests of every module and the integration tests that share a few real
+# runs (tests/conftest.py: shared_runs, smoke_store). `make test-large`: the long end-to-end runs, marked `large`.
+# `.ci/run` runs both on every change. Each run prints its tier's wall time and its ten slowest tests, and names a fast
+# test over STEPWATCH_TEST_SLOW_S (10 s) as one that belongs in the large tier or a shared fixture.
 # The two set-ups at once: pip's downloads and unpacking beside apt's.
 test:
 	$(MAKE) --no-print-directory -j2 $(BACKENDS_STAMP) browser
@@ -105,7 +109,7 @@ test:
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadfile --no-loadscope-reorder
 
-# The tests marked `large` (slow end-to-end runs; CI runs them in a job of their own).
+# The tests marked `large` (the long end-to-end runs; .ci/run after `make test`, and CI's `large` job).
 test-large:
 	$(MAKE) --no-print-directory -j2 $(BACKENDS_STAMP) browser
 	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadfile --run-large -m large

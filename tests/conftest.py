@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import traceback
 import uuid
 from collections import Counter
@@ -48,10 +49,62 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-large", action="store_true", help="also run tests marked large (slow)")
 
 
+# The fast tier's guard: a test of `make test` whose call or setup takes longer than this on the machine running it is
+# named at the end of the run as one that belongs in the large tier or a shared fixture. Printed, never failed: timing
+# on a shared machine is noisy. The figure: a third of the largest test kept in the tier on a 2-core Intel Xeon (the
+# setup of the dashboard's store of real trials, which 25 tests share, excepted by SHARED_SETUPS).
+SLOW_S = float(os.environ.get("STEPWATCH_TEST_SLOW_S", "10"))
+# Session- and module-scoped fixtures of real runs that many tests read: their setup is the price of sharing them.
+SHARED_SETUPS = ("smoke_store", "backend_rows", "counted", "rows")
+_TIMES: dict[str, dict[str, float]] = {}
+_STARTED: list[float] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _STARTED.append(time.monotonic())
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when in ("setup", "call") and not report.skipped:
+        times = _TIMES.setdefault(report.nodeid, {})
+        times[report.when] = report.duration
+        times["shared_setup"] = float(dict(report.user_properties).get("shared_setup", False))
+
+
+def tier(config: pytest.Config) -> str:
+    """The tier this run is: `make test` (fast), `make test-large` (large) or both."""
+    if not config.getoption("--run-large"):
+        return "fast (make test)"
+    return "large (make test-large)" if config.getoption("markexpr") == "large" else "fast and large"
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or not _STARTED:  # a pytest-xdist worker: the controller prints it
+        return
+    wall = time.monotonic() - _STARTED[0]
+    write = terminalreporter.write_line
+    write(f"tier {tier(config)}: {len(_TIMES)} tests ran in {int(wall // 60)} min {wall % 60:.0f} s of wall time")
+    if config.getoption("--run-large"):
+        return
+    slow = sorted(((times.get(when, 0.0), when, nodeid) for nodeid, times in _TIMES.items()
+                   for when in ("setup", "call")), reverse=True)  # fmt: skip
+    named = [(seconds, when, nodeid) for seconds, when, nodeid in slow if seconds > SLOW_S
+             and not (when == "setup" and _TIMES[nodeid]["shared_setup"])]  # fmt: skip
+    for seconds, when, nodeid in named:
+        write(f"{seconds:.1f} s {when} over {SLOW_S:g} s: belongs in the large tier or a shared fixture: {nodeid}")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Say in the test's reports (which pytest-xdist's workers send to the process that prints the summary) whether it
+    asks for one of SHARED_SETUPS."""
+    if set(SHARED_SETUPS) & set(getattr(item, "fixturenames", ())):
+        item.user_properties.append(("shared_setup", True))
+
+
 # Under `make test` pytest-xdist hands whole modules (--dist loadfile) to its two workers in the order collected
 # (--no-loadscope-reorder): the order xdist itself picks, those with the most tests first, except that the new user's
-# module (two tests, 90 s) starts first instead of last, where it ran alone while the other worker had nothing left,
-# and the counters' module goes last (below).
+# module (all large: two tests of 90 s in `make test-large`) starts first instead of last, where it ran alone while the
+# other worker had nothing left, and the counters' module goes last (below).
 # Handing out every module longest first (measured) started every module that runs trials at once on both
 # workers, and the suite took 35 s longer.
 # The counters' module reads TensorFlow's shared run (TF_BASELINE) that the dashboard's store starts with: handed out

@@ -125,6 +125,7 @@ PARITY = textwrap.dedent(
 )
 
 
+@pytest.mark.large
 @pytest.mark.parametrize(
     "models",
     [

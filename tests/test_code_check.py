@@ -199,6 +199,7 @@ def test_a_pull_request_that_changes_no_code_passes_at_once_without_a_comment(te
     assert "-f name=stepwatch code " in calls[-1] and "output[title]=code check: no-code-change" in calls[-1]
 
 
+@pytest.mark.large
 def test_a_pull_request_with_a_layer_four_times_wider_fails_its_check_saying_by_how_much_and_the_aa_stays_quiet(
     team: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -322,6 +323,7 @@ def test_a_model_the_head_adds_is_new_and_runs_nothing(team: Path) -> None:
     assert "Added by the head, nothing to compare with (not run): `models/extra.py:extra`." in done.stdout
 
 
+@pytest.mark.large
 def test_a_head_whose_model_raises_is_an_error_that_says_first_where_and_why_after_one_trial_of_it(
     team: Path, tmp_path: Path
 ) -> None:
@@ -507,6 +509,7 @@ def test_a_models_setting_beside_a_suite_keeps_each_model_as_the_suite_configure
     assert "left out by --models (the `models` setting), not checked: `train.py`." in done.stdout
 
 
+@pytest.mark.large
 def test_a_check_of_the_working_tree_leaves_it_byte_for_byte_as_it_found_it(team: Path) -> None:
     """``--head .`` runs the candidate's trials in the team's own folder: they import its modules, and Python
     caches their bytecode beside them (``models/__pycache__/``) unless told not to, as a check's trials are."""

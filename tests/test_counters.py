@@ -20,7 +20,7 @@ from stepwatch.collector.metrics import COUNTERS, METRICS
 from stepwatch.collector.outcomes import CHANGED, IMPROVEMENT, INCONCLUSIVE, MISSING, NO_CHANGE, REGRESSION
 from stepwatch.collector.output.comparison import exact_change
 from stepwatch.collector.schema import OP_COLUMNS
-from stepwatch.collector.trial import counters
+from stepwatch.collector.trial import counters, profiles
 from tests.conftest import (
     BILSTM,
     JAX_BILSTM,
@@ -235,7 +235,8 @@ PROFILED = {
     ("jax", "bilstm", True): ({"dot", "copy"}, "*.xplane.pb"),  # HLO opcodes (XLA's ops on this CPU)
     ("tensorflow", "bilstm", True): ({"dot", "copy"}, "*.xplane.pb"),
     ("tensorflow", "bilstm", False): ({"MatMul", "AddV2"}, "*.xplane.pb"),  # graph ops
-    ("torch", "bilstm", True): ({"aten::mm", "Torch-Compiled Region"}, "trace.json.gz"),
+    # torch.compile's step: the operators inside its compiled graph (its wrapper regions are no ops: below).
+    ("torch", "bilstm", True): ({"aten::mm"}, "trace.json.gz"),
 }
 PROFILE_FIELDS = ("profile_steps", "profile_step_time_s", "profile_uri", *OP_COLUMNS)
 
@@ -312,6 +313,15 @@ def test_torch_compile_counters_and_op_table(tmp_path: Path) -> None:
     check_counters(rows, COMPILED_TORCH)
     check_read_after_measuring(rows)
     check_op_tables(rows, COMPILED_TORCH)
+    # The profiled steps ran compiled: the raw trace holds torch.compile's wrapper regions (the compiled graph's
+    # call, the guard check before it). They wrap operators that have their own rows, so the op table leaves them
+    # out (profiles.TORCH_WRAPPERS): counted, each step's time was counted twice.
+    [row] = rows
+    [written] = Path(row["profile_uri"]).rglob(profiles.TORCH_TRACE)
+    trace = profiles.torch_trace(written.parent)
+    ran = {profiles.torch_type(event.get("name", "")) for event in trace["traceEvents"] if event.get("ph") == "X"}
+    assert set(profiles.TORCH_WRAPPERS) <= ran, sorted(ran)[:40]
+    assert not set(profiles.TORCH_WRAPPERS) & set(row["op_types"]), sorted(row["op_types"])
 
 
 def test_a_compile_cache_makes_the_second_trial_warm_and_says_so(counted: list[dict]) -> None:
@@ -336,6 +346,7 @@ def mlp(preset: str = "tiny") -> dict:
 '''
 
 
+@pytest.mark.large
 def test_a_compile_cache_filled_in_one_checkout_holds_the_programs_for_another(tmp_path: Path) -> None:
     """The nightly fills the cache in its checkout; a pull request's job restores it into its own, whose absolute
     path differs on self-hosted runners. On JAX every program was compiled again there: JAX put a folder inside the
@@ -434,6 +445,7 @@ def test_the_overview_calls_a_counter_its_backend_does_not_read_missing_not_fail
     assert list(timed["verdict"]) != [MISSING]
 
 
+@pytest.mark.large
 def test_after_a_counter_changes_the_overview_says_changed_once_then_no_change_and_its_alert_is_no_regression(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

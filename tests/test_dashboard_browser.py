@@ -57,6 +57,7 @@ def clipped(page: Page) -> list[str]:
 
 
 @NEEDS_CHROMIUM
+@pytest.mark.large
 def test_every_page_opens_on_the_reference_history_without_errors(reference_store: Path, tmp_path: Path) -> None:
     shots = Path(os.environ.get("STEPWATCH_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
@@ -79,6 +80,7 @@ def test_every_page_opens_on_the_reference_history_without_errors(reference_stor
     assert "stepwatch" in tab_title
 
 
+@pytest.mark.large
 @NEEDS_CHROMIUM
 def test_an_empty_store_opens_on_the_getting_started_page(tmp_path: Path) -> None:
     with serve(tmp_path / "none.duckdb") as url, sync_playwright() as playwright:
@@ -93,6 +95,7 @@ def test_an_empty_store_opens_on_the_getting_started_page(tmp_path: Path) -> Non
         browser.close()
 
 
+@pytest.mark.large
 @NEEDS_CHROMIUM
 def test_a_copied_link_opened_first_on_a_fresh_server_gets_the_app_navigation(reference_store: Path) -> None:
     with serve(reference_store) as url, sync_playwright() as playwright:
@@ -120,6 +123,7 @@ def test_a_copied_link_opened_first_on_a_fresh_server_gets_the_app_navigation(re
     assert "first run" not in nav and (REPO / caption.removeprefix("store: ")).resolve() == reference_store.resolve()
 
 
+@pytest.mark.large
 @NEEDS_CHROMIUM
 def test_what_is_below_the_first_screen_is_drawn_when_opened(reference_store: Path) -> None:
     """Tables and options in on-demand expanders (``state.on_demand``) and a page's filters (``state.filters``)
@@ -183,6 +187,7 @@ def text_on(page: Page, address: str, key: str, text: str) -> str:
     return found.inner_text()
 
 
+@pytest.mark.large
 @NEEDS_CHROMIUM
 def test_time_to_target_is_plotted_on_history_and_numerics_shown_on_the_overview(tmp_path: Path) -> None:
     """The committed teacher-student trials (data/reference/cpu-2026-11-27-numerics, two runs: 200 and 3,000 steps):
@@ -214,6 +219,7 @@ def test_time_to_target_is_plotted_on_history_and_numerics_shown_on_the_overview
     assert "throughput" in compared and "best loss" in compared, compared
 
 
+@pytest.mark.large
 @NEEDS_CHROMIUM
 def test_a_suite_run_beside_the_dashboard_shows_each_row_as_it_lands_without_a_reload(tmp_path: Path) -> None:
     """``stepwatch run --dashboard`` (what ``make run`` runs): the server answers while the first trial still runs

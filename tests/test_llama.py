@@ -52,6 +52,7 @@ def test_parameters_and_flops_match_an_independent_count(preset: str) -> None:
         assert (size.intermediate_dim, size.vocabulary_size, size.rope_max_wavelength) == (14336, 128256, 500000)
 
 
+@pytest.mark.large
 def test_keras_builds_the_same_parameters_and_float8_training_runs(tmp_path: Path) -> None:
     """The Keras build (keras-hub's Llama3Backbone, JAX) holds as many weights as transformers' module. Then
     stepwatch's own fp8 build (``keras_backend.build_model``: every Dense and EinsumDense quantized for float8
@@ -174,6 +175,7 @@ def test_llama_trains_in_keras_on_tensorflow_and_torch(tmp_path: Path) -> None:
     assert [r["attention_kernel"] for r in rows if r["keras_backend"] == "tensorflow"] == ["math"]
 
 
+@pytest.mark.large
 def test_llama_trains_and_a_kernel_change_is_said_first(tmp_path: Path) -> None:
     """llama tiny in Keras on JAX (at sequence 32; the kernel read from its compiled step) and in plain PyTorch with
     attention auto and pinned to the math: every trial's loss falls and its row names the kernel. A compare of auto

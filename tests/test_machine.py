@@ -47,6 +47,7 @@ def cpu_cgroup(quota: float) -> tuple[Path, str]:
     return folder, str(folder / "cgroup.procs")
 
 
+@pytest.mark.large
 def test_a_trial_under_a_cpu_quota_beside_a_busy_process_is_flagged_throttled_and_shared(tmp_path: Path) -> None:
     folder, procs = cpu_cgroup(quota=0.2)
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])

@@ -118,6 +118,7 @@ def searched(tmp_path: Path, model: str, capacity: str) -> dict:
     return {**row, "probes": json.loads(row["extras"])["max_batch_probes"], "said": done.stdout + done.stderr}
 
 
+@pytest.mark.large
 def test_a_search_in_one_process_compiles_where_it_need_not_run(tmp_path: Path) -> None:
     """A model of yours on JAX with 2 MiB: the first batch ran, every larger one was only compiled (XLA's memory
     analysis against the capacity), the answer ran once in the search and once as a whole trial, and the row keeps
@@ -149,6 +150,7 @@ def test_probing_in_one_process_finds_todays_answer_by_trials(tmp_path: Path, mo
     assert [(p["batch"], p["status"]) for p in new["probes"][:-1]] == list(old.probes)
 
 
+@pytest.mark.large
 @pytest.mark.parametrize(
     ("model", "backend", "loop"), [("resnet50", "torch", "pytorch"), ("teacher", "tensorflow", "fit")]
 )

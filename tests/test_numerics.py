@@ -139,6 +139,7 @@ def build():
 '''
 
 
+@pytest.mark.large
 def test_planted_changes_in_a_models_code_give_the_right_numerics_verdict(tmp_path: Path) -> None:
     """One model's code run four ways, each a run of its own (on JAX, whose trials start in half the time
     TensorFlow's do): as it is, again (an A/A), with a comment added, and with its learning rate x10. Trial i of
@@ -194,6 +195,7 @@ def test_planted_changes_in_a_models_code_give_the_right_numerics_verdict(tmp_pa
     assert "**Numerics: 1 changed**" in shown.stdout
 
 
+@pytest.mark.large
 def test_mixed_bfloat16_against_fp32_changes_the_training_beside_its_speed_verdict(tmp_path: Path) -> None:
     """Trained far enough for precision to show (the teacher's loss falls to 1e-7 in fp32 within 3,000 steps),
     mixed_bfloat16's best loss stays orders of magnitude above fp32's on every seed."""
@@ -285,6 +287,7 @@ def test_a_scripts_reported_quality_gives_its_time_to_target_and_its_numerics(tm
     assert [r["verdict"] for r in json.loads(done.stdout)["numerics"]] == [IDENTICAL], done.stdout[-2000:]
 
 
+@pytest.mark.large
 def test_deterministic_kernels_are_a_dimension_the_row_states(tmp_path: Path) -> None:
     done = stepwatch("run", "--models", "teacher", "--xla", "off", "--precision", "fp32", "--deterministic", "on",
                      "--trials", "1", "--steps", "20", "--out", str(tmp_path))  # fmt: skip

@@ -378,6 +378,7 @@ if "STEPWATCH_SPAWN_TIME" in os.environ:  # set for a trial process by the paren
 """
 
 
+@pytest.mark.large
 def test_a_trial_profiles_where_pyarrow_is_not_installed(tmp_path: Path) -> None:
     """An upgrade check's sides recorded `profile_error: ModuleNotFoundError: No module named 'pyarrow'` in every
     trial: the op table imported the store's schema for its column names. A trial now profiles with what a side has."""

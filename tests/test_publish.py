@@ -117,6 +117,7 @@ def two_nights(tmp_path_factory: pytest.TempPathFactory) -> tuple[GitHub, list[d
     return gh, nights
 
 
+@pytest.mark.large
 def test_two_nights_reach_the_history_branch_and_the_store_survives_its_cache(
     two_nights: tuple[GitHub, list[dict]],
 ) -> None:
@@ -148,6 +149,7 @@ def test_two_nights_reach_the_history_branch_and_the_store_survives_its_cache(
     assert query(db, "SELECT count(*), count(DISTINCT suite_run_id) FROM runs", second.workspace) == ["2,2"]
 
 
+@pytest.mark.large
 def test_the_team_opens_the_history_branch_in_the_dashboard_and_the_page_in_a_browser(
     two_nights: tuple[GitHub, list[dict]], tmp_path: Path
 ) -> None:
@@ -198,6 +200,7 @@ def test_the_team_opens_the_history_branch_in_the_dashboard_and_the_page_in_a_br
         browser.close()
 
 
+@pytest.mark.large
 def test_any_artifact_layout_reaches_the_history(two_nights: tuple[GitHub, list[dict]], tmp_path: Path) -> None:
     """The layouts a night can arrive in: one folder per artifact (as the workflow downloads them), merged into one,
     and the nested one three upload paths made (their least common ancestor the workspace): the same files kept."""
@@ -232,6 +235,7 @@ def test_any_artifact_layout_reaches_the_history(two_nights: tuple[GitHub, list[
         assert query(folder / "store.duckdb", "SELECT count(*) FROM runs", folder) == [str(rows)], layout
 
 
+@pytest.mark.large
 def test_a_corrupt_file_is_quarantined_not_archived_and_foreign_history_is_read_as_far_as_valid(
     two_nights: tuple[GitHub, list[dict]], tmp_path: Path
 ) -> None:
@@ -264,6 +268,7 @@ def test_a_corrupt_file_is_quarantined_not_archived_and_foreign_history_is_read_
         str(pq.read_table(night).num_rows)]  # fmt: skip
 
 
+@pytest.mark.large
 def test_two_publishes_racing_lose_no_night(two_nights: tuple[GitHub, list[dict]], tmp_path: Path) -> None:
     """A manual run beside the schedule: both clone the branch, the second pushes after the first; both nights are
     on the branch."""
@@ -292,6 +297,7 @@ def test_two_publishes_racing_lose_no_night(two_nights: tuple[GitHub, list[dict]
     assert {"scheduled.parquet", "manual.parquet"} <= set(listed.split())
 
 
+@pytest.mark.large
 def test_the_history_can_live_in_another_repository(
     two_nights: tuple[GitHub, list[dict]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -320,6 +326,7 @@ def test_the_history_can_live_in_another_repository(
     assert done.returncode == 0 and query(tmp_path / "read.duckdb", "SELECT count(*) FROM runs", tmp_path) == ["1"]
 
 
+@pytest.mark.large
 def test_triage_by_hand_skips_collection_and_an_unknown_alert_is_one_line(
     two_nights: tuple[GitHub, list[dict]],
 ) -> None:
@@ -338,6 +345,7 @@ def test_triage_by_hand_skips_collection_and_an_unknown_alert_is_one_line(
     assert branch_files(gh, "results") == before
 
 
+@pytest.mark.large
 def test_a_triage_run_deploys_its_page_so_that_pages_stops_showing_the_regression(tmp_path: Path) -> None:
     """Five nights of one series on the history branch, the last three 4x slower: one confirmed regression. The
     workflow run by hand acknowledges it; its publish job uploads the page and the pages job deploys it, which says
@@ -393,6 +401,7 @@ if os.environ.get("STEPWATCH_TEST_FLAKY_RUNNER"):  # a runner that lost its devi
 )
 
 
+@pytest.mark.large
 def test_every_job_of_a_night_can_be_run_again_and_no_night_is_lost_or_doubled(tmp_path: Path) -> None:
     """A night whose collect job failed on a flaky runner, then "Re-run failed jobs" (collect, and the publish and
     pages jobs that need it), then "Re-run all jobs", as GitHub runs attempts of one run (its id and artifacts kept):
@@ -452,6 +461,7 @@ def a_night(folder: Path, night: str, source: Path) -> list[str]:
     return ids
 
 
+@pytest.mark.large
 def test_the_history_keeps_its_last_nights_profiles_a_file_a_month_and_one_commit(tmp_path: Path) -> None:
     """A history with a bound: three nights across a month's end published with --keep-profiles 2. The raw profiles
     of the oldest night leave the branch, October's results are one file once November starts, and the branch is one

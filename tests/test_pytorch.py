@@ -143,6 +143,7 @@ def test_what_the_pytorch_loop_cannot_run_is_one_line(args: tuple[str, ...], sai
     assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+@pytest.mark.large
 def test_the_plain_pytorch_loop_trains_data_parallel_on_several_devices_one_rank_each(tmp_path: Path) -> None:
     """--devices 2: DistributedDataParallel over two processes under torch's launcher (gloo on this CPU); rank 0's
     row, with the world size, the per-device and the global batch."""

@@ -221,6 +221,7 @@ def test_trials_are_interleaved_round_robin() -> None:
     ]
 
 
+@pytest.mark.large
 def test_a_multi_worker_trial_spans_two_local_workers(tmp_path: Path) -> None:
     done = stepwatch(
         "run", "--suite", "smoke", "--models", "bilstm", "--xla", "off", "--precision", "fp32",

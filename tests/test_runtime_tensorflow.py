@@ -32,6 +32,7 @@ def losses_of(loop: str, model_name: str) -> tuple[list[float], list[np.ndarray]
 
 
 # BERT through both loops takes about 25 s here: opt-in (--run-large); ResNet-50 runs by default.
+@pytest.mark.large
 @pytest.mark.parametrize("model_name", ["resnet50", pytest.param("bert", marks=pytest.mark.large)])
 def test_fit_and_ctl_train_the_same_thing(model_name: str) -> None:
     fit_losses, fit_weights = losses_of("fit", model_name)
@@ -61,6 +62,7 @@ def test_the_compiler_is_read_from_the_models_jit_compile(xla: bool) -> None:
     assert tfruntime.BACKEND.compiler(model, config) == ("xla" if xla else "none")
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("loop", ["fit", pytest.param("ctl", marks=pytest.mark.large)])
 def test_windows_close_on_execution_boundaries_with_a_pipeline(loop: str) -> None:
     config = BenchmarkConfig(

@@ -253,6 +253,7 @@ def examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.large
 def test_the_pytorch_example_trains_data_parallel_from_its_files_through_its_loaders_workers(examples: Path) -> None:
     [row] = [r for r in rows_of(examples / "out") if r["label"] == "torch"]
     assert (row["model"], row["nproc"], row["replicas"], row["per_device_batch"], row["global_batch"]) == (
@@ -276,6 +277,7 @@ def test_an_aa_comparison_of_the_pytorch_example_stays_quiet(tmp_path: Path) -> 
     assert verdicts <= {"no change", "inconclusive"}, compare.stdout
 
 
+@pytest.mark.large
 def test_the_keras_example_trains_with_fit_on_tf_data(examples: Path) -> None:
     [row] = [r for r in rows_of(examples / "out") if r["label"] == "keras"]
     records = examples / "examples.tfrecord"
@@ -323,6 +325,7 @@ def test_a_scripts_repro_command_runs_the_same_series_again() -> None:
     assert done.returncode == 0 and done.stdout.splitlines() == [config.label(), "1 configs x 3 trials"], done.stderr
 
 
+@pytest.mark.large
 @NEEDS_CHROMIUM
 def test_the_dashboards_pages_show_the_examples_by_name(examples: Path) -> None:
     db = examples / "store.duckdb"

@@ -118,6 +118,7 @@ FAILS_ONCE = (
 )
 
 
+@pytest.mark.large
 def test_a_check_that_cannot_tell_at_its_first_look_adds_a_round_with_more_steps_and_says_why_it_stopped(
     team_repository: Path,  # noqa: F811 (the fixture imported above)
 ) -> None:

@@ -71,6 +71,7 @@ FAULTS = {
 }  # fmt: skip
 
 
+@pytest.mark.large
 def test_a_fault_at_each_point_of_an_ingest_says_what_landed(servers: Servers, tmp_path: Path) -> None:
     direct = servers.store("faults")
     reader = machine(servers, tmp_path / "reader")
@@ -120,6 +121,7 @@ def test_a_fault_at_each_point_of_an_ingest_says_what_landed(servers: Servers, t
         assert held(direct, reader, "fault") == (36, 36, 12, 12)
 
 
+@pytest.mark.large
 def test_a_file_quarantined_by_an_attempt_that_lost_a_race_is_still_said(servers: Servers, tmp_path: Path) -> None:
     """A writer's commit held back (the link stalls its UPDATE) while another writer commits: the first loses the race
     and ingests again, by then without the file it moved to quarantine; its line and exit code still say so."""
@@ -146,6 +148,7 @@ def test_a_file_quarantined_by_an_attempt_that_lost_a_race_is_still_said(servers
     assert held(direct, reader, "race-") == (3, 3, 1, 1)
 
 
+@pytest.mark.large
 def test_postgres_restarted_under_a_commit_is_waited_out(servers: Servers, tmp_path: Path) -> None:
     """The reproduction of a nightly marked failed though its rows had landed: the catalog row of ingested_files held
     by another transaction, the writer's commit waiting on it, and PostgreSQL restarted. With one commit, nothing had
@@ -210,6 +213,7 @@ def _read_by_snapshots(address: str, env: dict[str, str]) -> tuple[set[str], int
     return {key.split("://", 1)[1].split("/", 1)[1] for key in keys}, runs_files, rows, ids
 
 
+@pytest.mark.large
 def test_rounds_of_writers_killed_then_maintenance_leave_a_clean_warehouse(
     servers: Servers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -81,6 +81,7 @@ def added(done: subprocess.CompletedProcess) -> int:
     return int(re.search(r"\(([\d,]+) new rows? of", done.stderr)[1].replace(",", ""))
 
 
+@pytest.mark.large
 def test_four_writers_at_once_leave_every_row_exactly_once(servers: Servers, tmp_path: Path) -> None:
     address = servers.store("four_writers")
     files = [write_results(tmp_path / "results" / f"night-{i:02d}.parquet", result_rows(3, f"night-{i}"))
@@ -154,6 +155,7 @@ def test_a_writer_killed_mid_commit_leaves_the_store_as_it_was(servers: Servers,
     assert query(address, "SELECT count(*), count(DISTINCT run_id) FROM runs", reader) == [["9", "9"]]
 
 
+@pytest.mark.large
 def test_alerts_are_shared_and_the_store_reads_as_of_a_time(servers: Servers, tmp_path: Path) -> None:
     import numpy as np
 
@@ -197,6 +199,7 @@ def test_alerts_are_shared_and_the_store_reads_as_of_a_time(servers: Servers, tm
     assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
 
 
+@pytest.mark.large
 @pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (Debian's; `make test` installs it as root) or Chrome")
 def test_the_dashboard_reads_the_shared_store_and_follows_it(servers: Servers, tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright

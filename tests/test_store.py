@@ -479,6 +479,7 @@ def _derived_equal_full_recompute(db: Path) -> None:
             )
 
 
+@pytest.mark.large
 def test_deltas_merges_and_compaction_keep_every_table_as_a_full_rebuild_would(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

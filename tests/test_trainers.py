@@ -23,10 +23,13 @@ def conv_dense_macs(model: keras.Model) -> float:
     return total
 
 
-# ResNet-50's loss falling under fit is also checked by test_runtime_tensorflow: opt-in here (--run-large); the
-# v1.5 network's is checked here.
+# keras-hub's encoders (bert, transformer: 10 s each) and ResNet-50 (its loss falling under fit is also checked by
+# test_runtime_tensorflow) in the large tier; the v1.5 network's, the LSTM's, Llama's and the teacher's here.
+LARGE_TRAINERS = ("resnet50", "bert", "transformer")
+
+
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.large) if n == "resnet50" else n for n in sorted(MODELS)]
+    "name", [pytest.param(n, marks=pytest.mark.large) if n in LARGE_TRAINERS else n for n in sorted(MODELS)]
 )
 def test_tiny_preset_trains_and_loss_falls(name: str) -> None:
     spec = MODELS[name]

@@ -51,6 +51,7 @@ def test_a_model_of_yours_runs_with_the_suites_defaults_beside_the_bundled_ones(
     assert refused.returncode == 2 and "a model of yours trains with loop fit" in refused.stderr
 
 
+@pytest.mark.large
 def test_what_goes_wrong_in_a_model_of_yours_is_a_row_that_names_it_and_the_suite_goes_on(tmp_path: Path) -> None:
     broken = ("raises", "wrong_type", "misfit")
     torch_model = "tests/data/models/recommender.py:two_tower"  # imports torch, which a JAX trial hides

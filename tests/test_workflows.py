@@ -4,6 +4,7 @@ audit (offline), and every command they call: each `stepwatch ...` line parses w
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -169,6 +170,45 @@ def test_the_tests_marked_large_run_in_a_ci_job_of_their_own() -> None:
     assert ("ci.yml", ["make", "test-large"]) in commands("make ")
     done = subprocess.run(["make", "-n", "test-large"], cwd=REPO, capture_output=True, text=True)
     assert "--run-large -m large" in done.stdout
+
+
+def test_ci_runs_both_tiers_on_every_change() -> None:
+    """`.ci/run` (what runs on every change) calls the README's two test commands, the fast tier then the large one:
+    a path only the large tier tests is still tested on every change."""
+    lines = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
+    assert [line for line in lines if line.startswith("make ")] == ["make test", "make test-large"]
+    readme = (REPO / "README.md").read_text()
+    assert "make test " in readme and "make test-large" in readme
+
+
+SLOW_TEST = """
+import time
+
+def test_slow():
+    time.sleep(0.3)
+
+def test_quick():
+    pass
+"""
+
+
+def test_a_fast_tier_test_over_the_set_figure_is_named_at_the_end_and_fails_nothing(tmp_path: Path) -> None:
+    """The fast tier's guard (tests/conftest.py SLOW_S): every run prints its tier and wall time, and names each test
+    that took longer than the figure as one that belongs in the large tier or a shared fixture, without failing."""
+    (tmp_path / "test_guarded.py").write_text(SLOW_TEST)
+    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "STEPWATCH_TEST_SLOW_S": "0.2"})  # fmt: skip
+    # (the run's own process prints the summary: this test may run in a pytest-xdist worker, whose variables the
+    # subprocess inherits, and conftest tells a worker by its config, not its environment)
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert re.search(r"tier fast \(make test\): 2 tests ran in 0 min \d+ s of wall time", done.stdout), done.stdout
+    named = [line for line in done.stdout.splitlines() if "belongs in the large tier" in line]
+    # The slow test only: the quick one is under the figure.
+    assert len(named) == 1 and named[0].endswith("test_guarded.py::test_slow"), named
+    assert re.match(r"0\.\d s call over 0\.2 s: ", named[0]), named
 
 
 def test_a_pull_request_restores_the_default_branchs_cache_never_another_pull_requests(tmp_path: Path) -> None:

@@ -15,12 +15,15 @@ import pytest
 from stepwatch.collector.config import auto_threads, resolve, thread_counts, usable_cores
 from tests.conftest import JAX_BILSTM, REPO, SHORT, shared_rows, stepwatch
 
-# (keras_backend, model, precision, xla) -> what the trial must read back.
+# (keras_backend, model, precision, xla) -> what the trial must read back. What each reads back is its backend's and
+# precision's setting, not its model's: the LSTM is the quickest to compile (JAX's bf16 step of the Transformer took
+# 34 s of a loaded worker, the LSTM's 8 s); keras-hub's models train on JAX in the large tier (the parity test below,
+# the smoke suite).
 TRIALS = {
     ("jax", "bilstm", "fp32", True): dict(
         compiler="xla", tf32_enabled=False, matmul_precision="highest", compute_dtype="float32", loss_scaling=False
     ),
-    ("jax", "transformer", "mixed_bfloat16", True): dict(
+    ("jax", "bilstm", "mixed_bfloat16", True): dict(
         compiler="xla", tf32_enabled=True, matmul_precision="default", compute_dtype="bfloat16", loss_scaling=False
     ),
     ("torch", "bilstm", "fp32", False): dict(
@@ -35,13 +38,13 @@ VERSION_OF = {"tensorflow": "tf_version", "jax": "jax_version", "torch": "torch_
 
 @pytest.fixture(scope="module")
 def backend_rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    """One trial of each of TRIALS (threads auto): JAX's bilstm is the first trial of the run test_counters and the
+    """One trial of each of TRIALS (threads auto): JAX's fp32 bilstm is the first trial of the run test_counters and the
     dashboard's store read too (threads default: JAX has no setting of its own, so auto leaves it there)."""
     own = [
         ("--suite", "smoke", "--models", m, *SHORT, "--keras-backend", b, "--precision", p, "--xla", "on" if x else
          "off", "--threads", "auto", "--trials", "1")
         for b, m, p, x in TRIALS
-        if (b, m) != ("jax", "bilstm")
+        if (b, m, p, x) != ("jax", "bilstm", "fp32", True)
     ]  # fmt: skip
     return [row for row in shared_rows(tmp_path_factory, JAX_BILSTM, *own) if row["trial"] == 0]
 

@@ -131,9 +131,37 @@ WAYS = {  # script_args -> (status, error_type, what the message says)
     "hangs": ("timeout", "Timeout", "ran past its timeout of 2 s"),
     "exits": ("crash", "ScriptExit", "exited with code 5 after marking 5 of 41 steps"),
     "twice": ("crash", "StepsMisuse", "stepwatch.steps inside another stepwatch.steps loop"),
+}
+# The ranks of a data-parallel script that go wrong under torch's launcher (torch.distributed.run: torch imported by
+# the launcher and by both ranks): the large tier's test below. Under stepwatch's own launcher they are checked here.
+RANK_WAYS = {
     "rank-1-dies": ("crash", "RankFailed", "rank 1 of 2: ended without a result (exit code 7)"),
     "rank-1-hangs": ("timeout", "RankFailed", "rank 1 of 2: was still running at the timeout of 5 s"),
 }
+
+
+def run_ways(tmp_path: Path, configs: list[str], failed: str) -> list[dict]:
+    """The rows of a suite of ``configs`` (``[[configs]]`` tables) of scripts, once its run exits 4 saying ``failed``
+    (``N of M trials failed``); no process this run started outlives it."""
+    suite = write_suite(tmp_path / "bad.toml", "[defaults]\nsteps = 20\ntimeout_s = 60\n\n" + "\n".join(configs))
+    out = tmp_path / "out"
+    mark = {OWN_MARK: uuid.uuid4().hex}  # inherited by every process this run starts, and by no other's
+    done = stepwatch("run", "--suite", str(suite), "--out", str(out), env=mark)
+    assert done.returncode == 4 and f"{failed} trials failed" in done.stderr, done.stderr[-3000:]
+    # Every rank was killed with its trial: the hung ones, and those torch's launcher put in sessions of their own.
+    # Only this run's processes are looked at: another test may be running the same script beside this one.
+    assert started_by(mark) == [], started_by(mark)
+    return rows_of(out)
+
+
+def check_ways(rows: list[dict], ways: dict[str, tuple[str, str, str]], backend: str) -> None:
+    """Each of ``ways`` is one row of its status and error that names what went wrong."""
+    found = {(r["script_args"], r["keras_backend"]): r for r in rows}
+    for way, (status, error_type, said) in ways.items():
+        row = found[way, backend]
+        assert (row["status"], row["error_type"]) == (status, error_type), (way, row["error_message"])
+        assert said in row["error_message"], (way, row["error_message"])
+        assert row["model"] == BAD and row["model_hash"] and row["examples_per_sec"] is None
 
 
 def test_what_goes_wrong_in_a_script_is_one_row_naming_it_the_suite_goes_on_and_no_process_outlives_it(
@@ -141,29 +169,18 @@ def test_what_goes_wrong_in_a_script_is_one_row_naming_it_the_suite_goes_on_and_
 ) -> None:
     configs = []
     for way in WAYS:
-        extra = {"hangs": "timeout_s = 2\n", "rank-1-hangs": 'timeout_s = 5\nkeras_backend = "torch"\nnproc = 2\n',
-                 "rank-1-dies": 'keras_backend = "torch"\nnproc = 2\n'}.get(way, "")  # fmt: skip
+        extra = {"hangs": "timeout_s = 2\n"}.get(way, "")
         configs.append(f'[[configs]]\nmodel = "{BAD}"\nscript_args = "{way}"\n{extra}')
-    # The same death under stepwatch's own launcher (TensorFlow's TF_CONFIG), and two that go well.
+    # A rank's death under stepwatch's own launcher (TensorFlow's TF_CONFIG), and two that go well.
     configs.append(f'[[configs]]\nmodel = "{BAD}"\nscript_args = "rank-1-dies"\nnproc = 2\n')
     configs += [f'[[configs]]\nmodel = "{BAD}"\nscript_args = "good"\nnproc = {n}\n' for n in (1, 2)]
     configs += [f'[[configs]]\nmodel = "{BAD}"\nscript_args = "{way}"\n' for way in
                 ("marks-each-step", "swallows-the-stop", "marks-in-a-thread")]  # fmt: skip
     configs.append(f'[[configs]]\nmodel = "{BAD}"\nscript_args = "swallows-and-stays"\ntimeout_s = 3\n')
-    configs.append('[[configs]]\nmodel = "tests/data/scripts/jax_ranks.py"\nkeras_backend = "jax"\nnproc = 2\n')
-    suite = write_suite(tmp_path / "bad.toml", "[defaults]\nsteps = 20\ntimeout_s = 60\n\n" + "\n".join(configs))
-    out = tmp_path / "out"
-    mark = {OWN_MARK: uuid.uuid4().hex}  # inherited by every process this run starts, and by no other's
-    done = stepwatch("run", "--suite", str(suite), "--out", str(out), env=mark)
-    assert done.returncode == 4 and "9 of 16 trials failed" in done.stderr, done.stderr[-3000:]
-    rows = rows_of(out)
+    rows = run_ways(tmp_path, configs, "7 of 13")
+    check_ways(rows, WAYS, "tensorflow")
     found = {(r["script_args"], r["keras_backend"]): r for r in rows}
-    for way, (status, error_type, said) in WAYS.items():
-        row = found[way, "torch" if way.startswith("rank") else "tensorflow"]
-        assert (row["status"], row["error_type"]) == (status, error_type), (way, row["error_message"])
-        assert said in row["error_message"], (way, row["error_message"])
-        assert row["model"] == BAD and row["model_hash"] and row["examples_per_sec"] is None
-    assert "rank 1 of 2: ended without a result (exit code 7)" in found["rank-1-dies", "tensorflow"]["error_message"]
+    check_ways(rows, {"rank-1-dies": RANK_WAYS["rank-1-dies"]}, "tensorflow")
     raised = found["raises", "tensorflow"]
     assert "ValueError: the loss went the wrong way" in raised["log_tail"]  # the traceback is in the log
     good = [r for r in rows if r["script_args"] == "good"]
@@ -181,11 +198,23 @@ def test_what_goes_wrong_in_a_script_is_one_row_naming_it_the_suite_goes_on_and_
     assert "marked its steps in thread 'trainer'" in json.loads(threaded["extras"])["script_note"]
     assert "ran on after its last measured step" in json.loads(stays["extras"])["script_note"]
     assert "was killed at the timeout of 3 s" in json.loads(stays["extras"])["script_note"]
+
+
+@pytest.mark.large  # torch imported by its launcher and two ranks, twice, and two JAX ranks: 12 s of one worker
+def test_ranks_that_go_wrong_under_a_frameworks_launcher_are_one_row_and_no_rank_outlives_its_trial(
+    tmp_path: Path,
+) -> None:
+    """The ranks under torch's launcher, which puts them in sessions of their own, and two JAX processes that
+    initialise jax.distributed and run a collective across them."""
+    configs = [f'[[configs]]\nmodel = "{BAD}"\nscript_args = "rank-1-dies"\nkeras_backend = "torch"\nnproc = 2\n',
+               f'[[configs]]\nmodel = "{BAD}"\nscript_args = "rank-1-hangs"\ntimeout_s = 5\nkeras_backend = "torch"\n'
+               "nproc = 2\n",
+               '[[configs]]\nmodel = "tests/data/scripts/jax_ranks.py"\nkeras_backend = "jax"\nnproc = 2\n',
+               ]  # fmt: skip
+    rows = run_ways(tmp_path, configs, "2 of 3")
+    check_ways(rows, RANK_WAYS, "torch")
     [jax_ranks] = [r for r in rows if r["keras_backend"] == "jax"]  # jax.distributed, then a collective
     assert jax_ranks["status"] == "ok" and jax_ranks["replicas"] == 2, jax_ranks["error_message"]
-    # Every rank was killed with its trial: the hung ones, and those torch's launcher put in sessions of their own.
-    # Only this run's processes are looked at: another test may be running the same script beside this one.
-    assert started_by(mark) == [], started_by(mark)
 
 
 OWN_MARK = "STEPWATCH_TEST_RUN"

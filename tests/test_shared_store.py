@@ -124,6 +124,7 @@ def _blocked_commits(pg: services.Postgres, database: str) -> int:
         con.close()
 
 
+@pytest.mark.large
 def test_a_writer_killed_mid_commit_leaves_the_store_as_it_was(servers: Servers, tmp_path: Path) -> None:
     address = servers.store("killed_writer")
     files = [write_results(tmp_path / f"night-{i}.parquet", result_rows(3, f"night-{i}")) for i in range(3)]

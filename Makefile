@@ -112,7 +112,7 @@ test:
 # The tests marked `large` (the long end-to-end runs; .ci/run after `make test`, and CI's `large` job).
 test-large:
 	$(MAKE) --no-print-directory -j2 $(BACKENDS_STAMP) browser
-	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadfile --run-large -m large
+	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadfile --no-loadscope-reorder --run-large -m large
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -101,15 +101,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         item.user_properties.append(("shared_setup", True))
 
 
-# Under `make test` pytest-xdist hands whole modules (--dist loadfile) to its two workers in the order collected
-# (--no-loadscope-reorder): the order xdist itself picks, those with the most tests first, except that the new user's
-# module (all large: two tests of 90 s in `make test-large`) starts first instead of last, where it ran alone while the
-# other worker had nothing left, and the counters' module goes last (below).
+# pytest-xdist hands whole modules (--dist loadfile) to its two workers in the order collected
+# (--no-loadscope-reorder): the order xdist itself picks, those with the most tests first, except that the modules of
+# the longest large tests (FIRST, in its order: a young history's five nights 5-8 min, the new user's four tests of
+# 2-2.5 min, the whole smoke suite 5 min) start first, one a worker, instead of running alone at the end while the
+# other worker has nothing left, and the counters' module goes last (below). In `make test` FIRST's modules hold few
+# or no tests.
 # Handing out every module longest first (measured) started every module that runs trials at once on both
 # workers, and the suite took 35 s longer.
 # The counters' module reads TensorFlow's shared run (TF_BASELINE) that the dashboard's store starts with: handed out
 # with the first modules, it waited 25-40 s idle for the other worker to make it. Handed out last, it finds it made.
-FIRST = ("tests/test_adoption.py",)
+FIRST = ("tests/test_publish.py", "tests/test_adoption.py", "tests/test_smoke_suite.py")
 LAST = ("tests/test_counters.py",)
 
 
@@ -118,8 +120,9 @@ def module_order(items: list[pytest.Item]) -> None:
     modules = [item.nodeid.split("::")[0] for item in items]
     counts = Counter(modules)
     first_seen = {module: index for index, module in reversed(list(enumerate(modules)))}
-    order = {id(item): (module not in FIRST, module in LAST, -counts[module], first_seen[module]) for item, module in
-             zip(items, modules)}  # fmt: skip
+    first = {module: index for index, module in enumerate(FIRST)}
+    order = {id(item): (first.get(module, len(FIRST)), module in LAST, -counts[module], first_seen[module]) for item,
+             module in zip(items, modules)}  # fmt: skip
     items.sort(key=lambda item: order[id(item)])
 
 

@@ -111,8 +111,11 @@ def initialised(user: User) -> str:
     config = (user.repo / "stepwatch.toml").read_text()
     assert 'models = ["model.py:cifar_cnn"]' in config and 'keras-backend = ["jax"]' in config
     # What a user edits: one compile mode, two trials.
-    (user.repo / "stepwatch.toml").write_text(config.replace('xla = ["off", "on"]', 'xla = ["off"]').replace(
-        "trials = 3", "trials = 2"))  # fmt: skip
+    # (init writes the trial count commented out, at stepwatch's default: a user uncomments it and sets theirs)
+    edited = re.sub(r"^# trials = \d+$", "trials = 2", config.replace('xla = ["off", "on"]', 'xla = ["off"]'), count=1,
+                    flags=re.M)  # fmt: skip
+    assert 'xla = ["off"]' in edited and "\ntrials = 2\n" in edited, edited
+    (user.repo / "stepwatch.toml").write_text(edited)
     again = user.stepwatch("init")
     assert again.returncode == 0 and "wrote" not in again.stdout and "kept stepwatch.toml" in again.stdout
     (user.repo / ".gitignore").write_text("stepwatch-results/\n")
@@ -121,8 +124,9 @@ def initialised(user: User) -> str:
     return user.git("rev-parse", "HEAD")
 
 
-# Two minutes and more of both cores (a wheel, an environment, real trials): CI's large job. make test covers the
-# team's repository from init to the dashboard and the page in test_publish, with stepwatch installed editable.
+# Two minutes and more of both cores (a wheel, an environment, real trials): the large tier, as is the team's repository
+# from init to the dashboard and the page in test_publish, with stepwatch installed editable. The fast tier covers
+# init's files and settings (test_project) and the nightly's publish into a bucket (test_objectstore).
 @pytest.mark.large
 def test_a_new_user_installs_the_wheel_inits_runs_compares_and_opens_the_dashboard_from_their_repository(
     user: User,
@@ -191,11 +195,12 @@ def test_a_new_user_installs_the_wheel_inits_runs_compares_and_opens_the_dashboa
 
 
 def expand(text: str, matrix: dict[str, str]) -> str:
-    """A workflow value as GitHub expands it here: matrix values, and no secrets set (``secrets.X || 'default'`` is
-    the default)."""
-    text = re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m: matrix[m.group(1)], text)
-    text = re.sub(r"\$\{\{\s*secrets\.\w+\s*\|\|\s*'([^']*)'\s*\}\}", lambda m: m.group(1), text)
-    return re.sub(r"\$\{\{\s*(secrets|inputs)\.\w+\s*\}\}", "", text)
+    """A workflow value as GitHub expands it here, each ``${{ }}`` evaluated by the replay's expressions
+    (tests/github.py): the matrix's values, and no secret or input set (a missing one is null)."""
+    from tests.github import Expression, text_of
+
+    contexts = {"matrix": matrix, "secrets": {}, "inputs": {}}
+    return re.sub(r"\$\{\{(.*?)\}\}", lambda m: text_of(Expression(m.group(1), contexts, {}).value()), text)
 
 
 @pytest.mark.large

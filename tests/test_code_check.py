@@ -454,7 +454,8 @@ def test_a_pull_request_that_changes_pins_and_code_runs_each_side_on_its_own_com
     wheels = build_wheels(tmp_path / "wheels")
     pins_and_code(team)
     env = {"STEPWATCH_ENV_CACHE": str(tmp_path / "envs")}
-    done = stepwatch("code-check", "--trials", "2", "--models", CLASSIFIER_NAME, *env_args(wheels), cwd=team, env=env)
+    done = stepwatch("code-check", "--trials", "2", "--max-trials", "2", "--models", CLASSIFIER_NAME, *env_args(wheels),
+                     cwd=team, env=env)  # fmt: skip
     assert done.returncode in (0, 1, 3), done.stderr[-3000:]
     [folder] = (team / "data" / "code-check").iterdir()
     text = (folder / "report.md").read_text()

@@ -51,12 +51,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 # The fast tier's guard: a test of `make test` whose call or setup takes longer than this on the machine running it is
 # named at the end of the run as one that belongs in the large tier or a shared fixture. Printed, never failed: timing
-# on a shared machine is noisy. The figure: a third of the largest test kept in the tier on a 2-core Intel Xeon (the
-# setup of the dashboard's store of real trials, which 25 tests share, excepted by SHARED_SETUPS).
+# on a shared machine is noisy.
 SLOW_S = float(os.environ.get("STEPWATCH_TEST_SLOW_S", "10"))
 # Session- and module-scoped fixtures of real runs that many tests read: their setup is the price of sharing them.
 SHARED_SETUPS = ("smoke_store", "backend_rows", "counted", "rows")
-_TIMES: dict[str, dict[str, float]] = {}
+_TIMES: dict[str, dict[str, float]] = {}  # nodeid -> {"setup": s, "call": s}
+_SHARED: set[str] = set()  # the tests that ask for one of SHARED_SETUPS
 _STARTED: list[float] = []
 
 
@@ -68,7 +68,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when in ("setup", "call") and not report.skipped:
         times = _TIMES.setdefault(report.nodeid, {})
         times[report.when] = report.duration
-        times["shared_setup"] = float(dict(report.user_properties).get("shared_setup", False))
+        if dict(report.user_properties).get("shared_setup"):
+            _SHARED.add(report.nodeid)
 
 
 def tier(config: pytest.Config) -> str:
@@ -89,7 +90,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     slow = sorted(((times.get(when, 0.0), when, nodeid) for nodeid, times in _TIMES.items()
                    for when in ("setup", "call")), reverse=True)  # fmt: skip
     named = [(seconds, when, nodeid) for seconds, when, nodeid in slow if seconds > SLOW_S
-             and not (when == "setup" and _TIMES[nodeid]["shared_setup"])]  # fmt: skip
+             and not (when == "setup" and nodeid in _SHARED)]  # fmt: skip
     for seconds, when, nodeid in named:
         write(f"{seconds:.1f} s {when} over {SLOW_S:g} s: belongs in the large tier or a shared fixture: {nodeid}")
 
@@ -104,14 +105,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # pytest-xdist hands whole modules (--dist loadfile) to its two workers in the order collected
 # (--no-loadscope-reorder): the order xdist itself picks, those with the most tests first, except that the modules of
 # the longest large tests (FIRST, in its order: a young history's five nights 5-8 min, the new user's four tests of
-# 2-2.5 min, the whole smoke suite 5 min) start first, one a worker, instead of running alone at the end while the
+# 2-2.5 min) start first, one a worker (not the whole smoke suite beside them: an A/A upgrade check beside it saw
+# -31.9%), instead of running alone at the end while the
 # other worker has nothing left, and the counters' module goes last (below). In `make test` FIRST's modules hold few
 # or no tests.
 # Handing out every module longest first (measured) started every module that runs trials at once on both
 # workers, and the suite took 35 s longer.
 # The counters' module reads TensorFlow's shared run (TF_BASELINE) that the dashboard's store starts with: handed out
 # with the first modules, it waited 25-40 s idle for the other worker to make it. Handed out last, it finds it made.
-FIRST = ("tests/test_publish.py", "tests/test_adoption.py", "tests/test_smoke_suite.py")
+FIRST = ("tests/test_publish.py", "tests/test_adoption.py")
 LAST = ("tests/test_counters.py",)
 
 

@@ -227,7 +227,9 @@ def check_read_after_measuring(rows: list[dict]) -> None:
         extras = json.loads(row["extras"])
         assert extras["counters_s"] >= 0 and "counters_error" not in extras
         assert row["peak_memory_bytes"] > 0 and extras["memory_samples"] > 0
-        assert extras["peak_anon_missed_bytes"] <= 0.01 * row["peak_memory_bytes"]  # sampled near the true peak
+        # sampled near the true peak (a loaded host wakes the parent late: about 1% missed), and never below the floor
+        assert extras["peak_anon_missed_bytes"] <= 0.05 * row["peak_memory_bytes"]
+        assert row["peak_memory_bytes"] >= extras["peak_anon_floor_bytes"]
 
 
 # What a profile of each backend's trial must hold: op types of its compiler, and the raw profile's file.

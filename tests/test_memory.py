@@ -91,6 +91,31 @@ def test_the_trial_end_floor_is_a_lower_bound_on_the_anonymous_peak() -> None:
     assert floor >= 64 * MIB  # the freed buffer still counts: VmHWM is the kernel's exact peak
 
 
+# A process whose peak is a buffer held for under a millisecond, between two of the parent's readings at most.
+BRIEF = """
+import json, time
+from stepwatch.collector.trial import memory
+time.sleep(0.2)
+buffer = bytearray(64 << 20)
+buffer[::4096] = b"x" * (len(buffer) // 4096)
+del buffer
+time.sleep(0.2)
+print(json.dumps({**memory.trial_end_fields(memory.own_status()), **memory.own_anon_fields()}))
+"""
+
+
+def test_a_peak_too_brief_for_the_sampler_is_held_by_the_floor() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", BRIEF], stdout=subprocess.PIPE, text=True)
+    sampler, code, timed_out = memory.sample_until_exit(proc.pid, proc.poll, timeout_s=60)
+    child = json.loads(proc.stdout.read())
+    proc.stdout.close()
+    assert code == 0 and not timed_out
+    judged = memory.judged_peak(sampler.fields(), child)
+    assert judged["peak_memory_bytes"] >= 64 * MIB > child["anon_end_bytes"]  # the buffer, freed long before the end
+    assert judged["peak_memory_bytes"] == max(sampler.peak_anon, child["peak_anon_floor_bytes"])
+    assert judged["peak_anon_missed_bytes"] == max(0, child["peak_anon_floor_bytes"] - sampler.peak_anon)
+
+
 def test_a_real_trial_with_a_known_buffer_reports_it_in_its_peak(tmp_path: Path) -> None:
     """Two real trials of a script without a framework (its own memory is small and steady), one with 256 MiB of
     ballast allocated at interpreter start (sitecustomize): the judged peak memory rises by the ballast within 5%,
@@ -190,7 +215,7 @@ def test_the_trials_own_last_reading_raises_a_sampled_peak_that_missed_it() -> N
     judged = memory.judged_peak(sampled, child)
     assert (judged["peak_memory_bytes"], judged["peak_file_bytes"], judged["peak_anon_missed_bytes"]) == (
         101 * MIB, 51 * MIB, 0)  # fmt: skip
-    lower = memory.judged_peak(sampled, {**child, "anon_end_bytes": 90 * MIB})
+    lower = memory.judged_peak(sampled, {**child, "anon_end_bytes": 90 * MIB, "peak_anon_floor_bytes": 95 * MIB})
     assert lower["peak_memory_bytes"] == 100 * MIB  # a peak earlier in the trial stays the peak
     own = memory.own_anon_fields()
     assert 0 < own["anon_end_bytes"] < 4 * 2**30 and own["file_end_bytes"] > 0

@@ -11,7 +11,12 @@ How well sampling catches the peak is checked per trial: the trial reports, at i
 peak of the whole resident set (VmHWM) and its file-backed and shared part then. File-backed pages only grow
 during a trial (libraries are mapped, not unmapped), so at the moment of the resident peak the anonymous part
 was at least VmHWM minus the final file-backed part: ``peak_anon_floor_bytes``. A sampled peak below that
-floor missed the true peak by at least the difference (``peak_anon_missed_bytes`` in the row's extras).
+floor missed the true peak by at least the difference (``peak_anon_missed_bytes`` in the row's extras), and
+the row's peak is then the floor: each of the three (the sampled peak, the trial's last reading, the floor) is a
+lower bound on the true peak, and the highest is the nearest. Under load the parent wakes late and misses a peak
+that lasts less than a few readings (a compiler's brief buffers: about 1% of a torch.compile trial's peak); the
+floor, from the kernel's exact VmHWM, does not. (It could only exceed the true anonymous peak where the kernel
+dropped mapped file pages during the trial, under memory pressure.)
 """
 
 from __future__ import annotations
@@ -134,12 +139,16 @@ def own_anon_fields() -> dict[str, int]:
 
 def judged_peak(parent: dict[str, int], child: dict[str, Any]) -> dict[str, int]:
     """Merge the parent's sampled peak into a CPU trial's row, with the trial's own last reading (the peak when it
-    is higher) and the check against the child's floor."""
+    is higher) and the child's floor: the peak is the highest of the three lower bounds, and the row keeps how far
+    the sampling alone fell below the floor (``peak_anon_missed_bytes``)."""
     out = dict(parent)
     end = child.get("anon_end_bytes")
     if end is not None and "peak_memory_bytes" in out and end > out["peak_memory_bytes"]:
         out.update(peak_memory_bytes=end, peak_file_bytes=child.get("file_end_bytes", out.get("peak_file_bytes")))
     floor = child.get("peak_anon_floor_bytes")
     if floor is not None and "peak_memory_bytes" in out:
-        out["peak_anon_missed_bytes"] = max(0, floor - out["peak_memory_bytes"])
+        missed = max(0, floor - out["peak_memory_bytes"])
+        out["peak_anon_missed_bytes"] = missed  # what sampling alone missed: how well the parent kept up
+        if missed:  # a brief peak between two readings (a loaded host wakes the parent late): the exact bound
+            out.update(peak_memory_bytes=floor, peak_file_bytes=child.get("file_end_bytes", out.get("peak_file_bytes")))
     return out

@@ -43,13 +43,11 @@ manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.sca
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ["KERAS_BACKEND"] = "tensorflow"  # the in-process runtime tests are TensorFlow's; trials set their own
 os.environ["STEPWATCH_CALIBRATION"] = "none"  # a calibration of this machine must not widen the tests' intervals
-# One thread in each framework's default pools unless the environment says otherwise: the tests run trials two or
-# three at a time on as few as 2 cores, where a default of a thread per core spins against the other processes (a
-# Keras-on-torch LSTM trial took 18 s there with 2 threads, 9.5 s with 1; a TensorFlow trial took as long with 1 and
-# used half the CPU). Trials that set their threads (--threads auto or N/M) are unaffected, and each row records
-# OMP_NUM_THREADS among its environment (tf_env), as it would a user's.
-for variable in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
-    os.environ.setdefault(variable, "1")
+# One OpenMP thread a process unless the environment says otherwise: the tests run trials two or three at a time on as
+# few as 2 cores, where torch's default of a thread per core spins against the other processes (a Keras-on-torch LSTM
+# trial took 18 s there with 2 threads, 9.5 s with 1). Trials that set their threads (--threads auto or N/M) are
+# unaffected, and each row records the variable among its environment (tf_env), as it would a user's.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -111,9 +111,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # (--no-loadscope-reorder): the order xdist itself picks, those with the most tests first, except that the modules of
 # the longest large tests (FIRST, in its order: a young history's five nights 5-8 min, the new user's four tests of
 # 2-2.5 min) start first, one a worker (not the whole smoke suite beside them: an A/A upgrade check beside it saw
-# -31.9%), instead of running alone at the end while the
-# other worker has nothing left, and the counters' module goes last (below). In `make test` FIRST's modules hold few
-# or no tests.
+# -31.9%), instead of running alone at the end while the other worker has nothing left, and the counters' module goes
+# last (below). In `make test` FIRST's modules hold few or no tests.
 # Handing out every module longest first (measured) started every module that runs trials at once on both
 # workers, and the suite took 35 s longer.
 # The counters' module reads TensorFlow's shared run (TF_BASELINE) that the dashboard's store starts with: handed out

@@ -138,17 +138,19 @@ def own_anon_fields() -> dict[str, int]:
 
 
 def judged_peak(parent: dict[str, int], child: dict[str, Any]) -> dict[str, int]:
-    """Merge the parent's sampled peak into a CPU trial's row, with the trial's own last reading (the peak when it
-    is higher) and the child's floor: the peak is the highest of the three lower bounds, and the row keeps how far
-    the sampling alone fell below the floor (``peak_anon_missed_bytes``)."""
+    """Merge the parent's sampled peak into a CPU trial's row with the trial's own last reading and its floor: the
+    peak is the highest of these lower bounds, and the row keeps how far the readings (the parent's and the trial's
+    last) fell below the floor (``peak_anon_missed_bytes``: how well the parent kept up)."""
     out = dict(parent)
-    end = child.get("anon_end_bytes")
-    if end is not None and "peak_memory_bytes" in out and end > out["peak_memory_bytes"]:
-        out.update(peak_memory_bytes=end, peak_file_bytes=child.get("file_end_bytes", out.get("peak_file_bytes")))
+    if "peak_memory_bytes" not in out:
+        return out
+    read = max(out["peak_memory_bytes"], child.get("anon_end_bytes") or 0)
     floor = child.get("peak_anon_floor_bytes")
-    if floor is not None and "peak_memory_bytes" in out:
-        missed = max(0, floor - out["peak_memory_bytes"])
-        out["peak_anon_missed_bytes"] = missed  # what sampling alone missed: how well the parent kept up
-        if missed:  # a brief peak between two readings (a loaded host wakes the parent late): the exact bound
-            out.update(peak_memory_bytes=floor, peak_file_bytes=child.get("file_end_bytes", out.get("peak_file_bytes")))
+    if floor is not None:
+        out["peak_anon_missed_bytes"] = max(0, floor - read)
+    # A peak the parent missed (the trial's last moment, or a brief peak between two readings on a loaded host):
+    # the file-backed part is then the trial's own at its end.
+    peak = max(read, floor or 0)
+    if peak > out["peak_memory_bytes"]:
+        out.update(peak_memory_bytes=peak, peak_file_bytes=child.get("file_end_bytes", out.get("peak_file_bytes")))
     return out

@@ -400,6 +400,118 @@ def noisy(args: argparse.Namespace) -> None:
     )
 
 
+NIGHTLY_NIGHTS = 20  # a team's first month of nights
+NIGHTLY_AT = 3  # the step's first night (night 4): three quiet nights before it
+NIGHTLY_STEPS = (-0.20, -0.50)
+NIGHTLY_TRIALS = 2
+SIBLINGS = 8  # the other series of the suite, on the same hosts each night, where the prior is learned from them
+
+
+def _pool(rng: np.random.Generator, nights: int) -> np.ndarray:
+    """A pool of 4 hosts whose speeds spread 4% (drawn once per history), each night on one of them."""
+    return rng.normal(0, 0.04, 4)[rng.integers(0, 4, nights)]
+
+
+def _two_hosts(rng: np.random.Generator, nights: int) -> np.ndarray:
+    return np.where(rng.random(nights) < 0.5, math.log(0.90), 0.0)
+
+
+def _weekends(rng: np.random.Generator, nights: int) -> np.ndarray:
+    return np.where((np.arange(nights) + rng.integers(0, 7)) % 7 >= 5, math.log(1.06), 0.0)
+
+
+def _cold_first(rng: np.random.Generator, nights: int) -> np.ndarray:
+    return np.where(np.arange(nights) == 0, math.log(0.75), 0.0)
+
+
+# Per kind of machine: the offset every series of a suite run shares each night (its host), and each trial's own noise.
+NIGHTLY_SHAPES: dict[str, tuple[Callable[[np.random.Generator, int], np.ndarray], Callable]] = {
+    "pool of hosts 4%": (_pool, lambda rng, shape: 0.02 * rng.standard_normal(shape)),
+    "two hosts 10%": (_two_hosts, lambda rng, shape: 0.02 * rng.standard_normal(shape)),
+    "faster weekends": (_weekends, lambda rng, shape: 0.02 * rng.standard_normal(shape)),
+    "heavy tails": (lambda rng, nights: np.zeros(nights), lambda rng, shape: 0.02 * rng.standard_t(3, shape)),
+    "cold first night": (_cold_first, lambda rng, shape: 0.02 * rng.standard_normal(shape)),
+}
+
+
+def nightly_suite(rng: np.random.Generator, shape: str, step: float) -> tuple[np.ndarray, list[np.ndarray]]:
+    """One history (nights x trials) of the shape with ``step`` from ``NIGHTLY_AT`` (0: quiet), and the quiet
+    histories of its ``SIBLINGS`` other series, which ran on the same hosts the same nights."""
+    hosts, noise = NIGHTLY_SHAPES[shape]
+    offsets = hosts(rng, NIGHTLY_NIGHTS)[:, None]
+    series = [1000 * np.exp(offsets + noise(rng, (NIGHTLY_NIGHTS, NIGHTLY_TRIALS))) for _ in range(SIBLINGS + 1)]
+    series[0][NIGHTLY_AT:] *= 1 + step
+    return series[0], series[1:]
+
+
+def judged_nightly(trials: np.ndarray, siblings: list[np.ndarray] | None) -> list[list[tuple[int, str]]]:
+    """The history judged as the nightly judges it, night after night from the 4th: per length, its changes (night,
+    status), each judgment given the nights the one before it confirmed (``confirmed``: the alerts it opened), and
+    with ``siblings`` the variance of a night's offset pooled with theirs (``latest.night_variances``)."""
+    from stepwatch.collector.analysis import latest, stats  # noqa: PLC0415 (only this mode pools)
+
+    out, confirmed = [], []
+    for length in range(4, NIGHTLY_NIGHTS + 1):
+        part = np.log(trials[:length])
+        night = None
+        if siblings is not None:
+            own = [stats.between_nights(list(s)) for s in (part, *(np.log(t[:length]) for t in siblings))]
+            keys = [str(i) for i in range(len(own))]
+            night = latest.night_variances(keys, own, dict.fromkeys(keys, "pool"), None)[0]
+        found = detect_changes(np.median(trials[:length], axis=1), THRESHOLD, True, trials=trials[:length],
+                               night=night, confirmed=confirmed).changes  # fmt: skip
+        confirmed = [c.index for c in found if c.status == "confirmed"]
+        out.append([(c.index, c.status) for c in found])
+    return out
+
+
+def nightly_score(job: tuple[str, float, int, int, bool]) -> tuple[str, float, bool, dict[str, float]]:
+    """One shape and step (0: quiet), with or without the siblings' prior: what the nightly judgments said."""
+    shape, step, series, seed, pooled = job
+    rng = np.random.default_rng([seed, list(NIGHTLY_SHAPES).index(shape), int(-step * 100)])
+    by3 = by6 = confirmed = stayed = kept_night = alarms = 0
+    for _ in range(series):
+        trials, siblings = nightly_suite(rng, shape, step)
+        judged = judged_nightly(trials, siblings if pooled else None)
+        if not step:
+            alarms += any(status == "confirmed" for changes in judged for _, status in changes)
+            continue
+        hits = [[i for i, status in changes if status == "confirmed" and abs(i - NIGHTLY_AT) <= TOLERANCE]
+                for changes in judged]  # fmt: skip
+        length = lambda k: NIGHTLY_AT + k - 4  # noqa: E731 (the judgment at the k-th slow night)
+        by3 += bool(hits[length(3)])
+        by6 += bool(hits[length(6)])
+        first = next((i for i, h in enumerate(hits) if h), None)
+        if first is None:
+            continue
+        confirmed += 1
+        stayed += all(hits[first:])
+        kept_night += all(h and h[0] == hits[first][0] for h in hits[first:])
+    if not step:
+        return shape, step, pooled, {"false alarms": alarms / series}
+    return shape, step, pooled, {"by 3rd slow night": by3 / series, "by 6th": by6 / series,
+                                 "stays confirmed": stayed / max(confirmed, 1),
+                                 "keeps its night": kept_night / max(confirmed, 1)}  # fmt: skip
+
+
+def nightly(args: argparse.Namespace) -> None:
+    """A team's first month: young histories judged night by night, per kind of machine, alone and with the prior
+    of their suite's other series."""
+    jobs = [(shape, step, args.series, args.seed, pooled) for pooled in (False, True) for shape in NIGHTLY_SHAPES
+            for step in (0.0, *NIGHTLY_STEPS)]  # fmt: skip
+    print(f"a team's first month: {args.series} histories per kind of machine and step, {NIGHTLY_NIGHTS} nights of "
+          f"{NIGHTLY_TRIALS} trials, the step on night {NIGHTLY_AT + 1}, judged every night from the 4th with the "
+          f"nights confirmed the night before; 'with its suite': the variance of a night's offset pooled with "
+          f"{SIBLINGS} other series on the same hosts\n")  # fmt: skip
+    started = time.perf_counter()
+    with multiprocessing.Pool() as pool:
+        for shape, step, pooled, found in pool.imap(nightly_score, jobs):
+            what = "quiet" if not step else f"{step:+.0%}"
+            cells = ", ".join(f"{name} {share:.1%}" for name, share in found.items())
+            print(f"{'with its suite' if pooled else 'alone':<15}{shape:<19}{what:>6}  {cells}", flush=True)
+    print(f"({time.perf_counter() - started:.0f} s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series", type=int, default=1000, help="series per shape and condition")
@@ -410,9 +522,13 @@ def main() -> None:
     parser.add_argument("--grid", choices=["bimodal-hosts"], help="run the grid of bimodal hosts instead")
     parser.add_argument("--young", action="store_true", help="young histories of 3 to 30 nights instead")
     parser.add_argument("--noisy-start", action="store_true", help="young histories whose first nights disagree")
+    parser.add_argument("--nightly", action="store_true", help="a team's first month, judged night by night")
     parser.add_argument("--spread", choices=list(SPREADS), default="log-uniform",
                         help="with --noisy-start: how the off night's distance is drawn")  # fmt: skip
     args = parser.parse_args()
+    if args.nightly:
+        nightly(args)
+        return
     if args.noisy_start:
         noisy(args)
         return

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from stepwatch.collector.analysis import changepoints, noise, stats
+from stepwatch.collector.analysis import changepoints, latest, noise, stats
 from stepwatch.collector.analysis.stats import Side
 from stepwatch.collector.outcomes import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
 
@@ -495,3 +495,85 @@ def test_a_step_in_a_series_history_is_stepped_not_bimodal_across_processes() ->
     warning = bimodal_warning("s", "examples_per_sec", interleaved)
     assert warning and "e+0" not in warning and "near 995.6 and 39,995" in warning, warning
     assert noise.noise_of(history).bimodal  # order unknown: as before
+
+
+# A team's first month (issue's examples: examples/s, trials a night, oldest first).
+STEP_ON_NIGHT_4 = [[1028.5, 981.9], [1003.9, 995.4], [984.2, 984.7], [499.9, 503.3], [496.0, 500.4], [535.8, 532.4],
+                   [537.0, 533.7], [503.7, 513.9], [504.7, 501.0], [505.4, 493.2], [497.5, 506.0], [504.8, 511.7],
+                   [530.1, 518.5], [545.7, 538.8], [492.1, 510.4], [500.2, 486.6], [496.9, 496.2], [512.1, 494.1],
+                   [498.1, 497.9], [527.0, 522.8]]  # fmt: skip
+COLD_FIRST_NIGHT = [[797.4, 694.6], [1012.6, 983.1], [986.5, 993.6], [753.0, 794.5], [779.5, 883.9], [805.4, 791.6],
+                    [793.3, 784.1], [775.1, 790.7], [811.7, 794.3], [823.3, 795.2], [800.6, 838.0],
+                    [813.2, 788.0]]  # fmt: skip
+QUIET_POOL = [[957.8, 917.3], [961.2, 981.0], [987.4, 979.3], [924.9, 930.2], [975.4, 959.1], [1046.3, 1077.3],
+              [1042.0, 1072.1], [1050.0, 1020.9]]  # fmt: skip
+
+
+def judged_night_by_night(
+    history: list, lengths: range, night: stats.Between | None = None, carry: bool = True
+) -> dict[int, list[tuple[int, str, int | None]]]:
+    """Per length, the changes (night, status, moved from) as the nightly judges them: each judgment given the nights
+    the one before confirmed (the alerts it holds), unless ``carry`` is false."""
+    seen, confirmed = {}, []
+    for length in lengths:
+        trials = history[:length]
+        found = changepoints.detect_changes([float(np.median(t)) for t in trials], 0.03, True, trials=trials,
+                                            night=night, confirmed=confirmed if carry else ()).changes  # fmt: skip
+        confirmed = [c.index for c in found if c.status == "confirmed"]
+        seen[length] = [(c.index, c.status, c.moved_from) for c in found]
+    return seen
+
+
+@pytest.mark.parametrize("carry", [True, False], ids=["nightly", "each-length-alone"])
+def test_a_confirmed_step_keeps_its_night_as_later_nights_arrive(carry: bool) -> None:
+    """A -50% step on night 4 (index 3) of a pool whose nights 6-7 ran 7% faster: before, the nights beside the step
+    were set aside as outliers one after another (a window centred on them took its median from the other level),
+    and the change walked to night 5 with 7 nights, 6 with 8, 7 with 9, 8 with 10-14, then 6. Now it stays on night 4
+    at every length from 6 to 20, judged alone or with the nights confirmed the night before."""
+    seen = judged_night_by_night(STEP_ON_NIGHT_4, range(4, 21), carry=carry)
+    for length in range(6, 21):
+        assert [(i, moved) for i, status, moved in seen[length] if status == "confirmed"] == [(3, None)], seen
+
+
+def test_a_cold_first_night_does_not_hide_a_step() -> None:
+    """A first night 25% slower (a compile cache filled for the first time), two nights at the level, then -20%
+    for nine nights: before, nothing at any length from 6 to 12. The first night is set aside (the two nights after
+    it agree), and the step on night 4 is confirmed by 9 nights and stays confirmed through 12."""
+    seen = judged_night_by_night(COLD_FIRST_NIGHT, range(4, 13))
+    assert all([(i, s) for i, s, _ in seen[length]] == [(3, "confirmed")] for length in range(9, 13)), seen
+    [change] = changepoints.detect_changes([float(np.median(t)) for t in COLD_FIRST_NIGHT], 0.03, True,
+                                           trials=COLD_FIRST_NIGHT).changes  # fmt: skip
+    assert change.ratio == pytest.approx(0.8, abs=0.03) and change.regression
+
+
+def test_a_quiet_pool_raises_no_alarm_where_its_runners_other_series_show_the_hosts_spread() -> None:
+    """Five nights within 6%, then three on a host 9% faster. Alone, eight nights cannot tell a pool's host from a
+    step (its own night-to-night spread rests on few nights): +9% is confirmed with 8 nights, as before. Judged with
+    the variance of a night's offset its runner's other series measured (4%, on 40 degrees of freedom, pooled as
+    ``latest.night_variances`` pools it), nothing is confirmed at any length from 4 to 8."""
+    alone = judged_night_by_night(QUIET_POOL, range(4, 9))
+    assert [(i, s) for i, s, _ in alone[8]] == [(5, "confirmed")], alone
+    others = stats.Between(0.04**2, 40.0)
+    own = [stats.between_nights([np.log(n) for n in QUIET_POOL]), others]
+    [night, _] = latest.night_variances(["pool", "others"], own, {"pool": "r", "others": "r"}, None)
+    assert night is not None and night.df > 30 and "pooled with its runner's 1 other series" in night.source
+    pooled = judged_night_by_night(QUIET_POOL, range(4, 9), night)
+    assert all(s != "confirmed" for length in range(4, 9) for _, s, _ in pooled[length]), pooled
+
+
+def test_a_confirmed_change_moves_only_on_decisive_evidence_and_says_from_where() -> None:
+    """A change an earlier judgment confirmed on a night next to the real step keeps its night while its segments
+    still hold (p < KEEP), and moves where the nights fit the other night better by more than a change is worth;
+    the change says the night it moved from. A night confirmed where nothing happened no longer stands."""
+    rng = np.random.default_rng(5)
+    nights = [1000 * np.exp(0.01 * rng.standard_normal(2)) * (0.8 if i >= 10 else 1.0) for i in range(20)]
+    values = [float(np.median(n)) for n in nights]
+    [plain] = changepoints.detect_changes(values, 0.03, True, trials=nights).changes
+    assert (plain.index, plain.moved_from) == (10, None)
+    [held] = changepoints.detect_changes(values, 0.03, True, trials=nights, confirmed=[10]).changes
+    assert (held.index, held.status, held.moved_from) == (10, "confirmed", None)
+    [moved] = changepoints.detect_changes(values, 0.03, True, trials=nights, confirmed=[12]).changes
+    assert (moved.index, moved.status, moved.moved_from) == (10, "confirmed", 12)
+    quiet = [1000 * np.exp(0.01 * rng.standard_normal(2)) for _ in range(20)]
+    gone = changepoints.detect_changes([float(np.median(n)) for n in quiet], 0.03, True, trials=quiet, confirmed=[10])
+    assert gone.changes == []

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import duckdb
+import numpy as np
 import pandas as pd
 
-from stepwatch.collector.analysis import changepoints, noise
+from stepwatch.collector.analysis import changepoints, latest, noise, stats
 from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for
 from stepwatch.collector.metrics import Metric
 from stepwatch.collector.schema import VERSION_COLUMNS
@@ -38,6 +39,7 @@ class Found:
     change_at: datetime
     suite_run_id: str
     nights: list[datetime]
+    moved_from: datetime | None = None  # the night a confirmed alert had, where the change moved from it
 
 
 @dataclass(frozen=True)
@@ -60,27 +62,45 @@ def scan(
     history = queries.history_points(con, selection, metric.name)
     starts = records.baselines(con, metric.name)
     fields = {row["series_key"]: row for row in queries.series_catalog(con).to_dict("records")}
+    held: dict[str, list[datetime]] = {}  # per series, the nights its confirmed alerts were confirmed on
+    for _, key, change_at, status in records.alerts_of(con, metric.name):
+        if status == CONFIRMED:
+            held.setdefault(key, []).append(change_at)
     found, seen, outliers = [], {}, 0
+    series = []
     for key, nights in history.groupby("series_key", sort=False):
         if key in starts:
             nights = nights[nights["night"] >= pd.Timestamp(starts[key])]
-        nights = nights.tail(nights_limit)
+        series.append((key, nights.tail(nights_limit)))
+    # The variance of a night's offset, as the Overview judges a night with: each series' own, pooled with the other
+    # series of its runner while its own rests on few nights (a young history cannot yet show its host's spread).
+    trials = {key: [np.log(np.asarray(v if v is not None else [], dtype=float)) for v in nights["trial_values"]]
+              for key, nights in series}  # fmt: skip
+    keys = [key for key, _ in series]
+    own = [stats.between_nights(trials[key]) for key in keys]
+    runners = dict(zip(*(queries.latest_per_series(con, selection)[c] for c in ("series_key", "runner"))))
+    offsets = dict(zip(keys, latest.night_variances(keys, own, runners, None)))
+    for key, nights in series:
         times = [t.to_pydatetime() for t in nights["night"]]
         seen[key] = times
         text = nights[list(VERSION_COLUMNS)].astype(object)
         versions = text.where(text.notna(), None).to_dict("records")
         threshold = threshold_for(metric, fields.get(key, {}), overrides)
+        index = {t: i for i, t in enumerate(times)}
         detection = changepoints.detect_changes(
             nights["value"].to_numpy(dtype=float),
             threshold,
             direction_for(metric, fields.get(key, {}), overrides),
             versions,
             trials=[v if v is not None else [] for v in nights["trial_values"]],
+            night=offsets[key],
+            confirmed=[index[t] for t in held.get(key, []) if t in index],
         )
         outliers += len(detection.outliers)
         runs = nights["suite_run_id"].tolist()
         for change in detection.changes:
-            found.append(Found(key, metric.name, change, times[change.index], runs[change.index], times))
+            moved = times[change.moved_from] if change.moved_from is not None else None
+            found.append(Found(key, metric.name, change, times[change.index], runs[change.index], times, moved))
     values = queries.trial_values(con, list(seen), metric.name, noise.NOISE_TRIALS)
     noises = noise.noises_of(values, ordered=True)  # newest first: a step in its history is no bimodality
     return Scan(found, seen, outliers, noises, {key: fields.get(key, {}) for key in seen})
@@ -90,7 +110,7 @@ def record(con: duckdb.DuckDBPyConnection, result: Scan, metric: str, now: datet
     """Merge a scan into the store's alerts (a writable connection): new changes become alerts, a suspected one
     the nights have confirmed becomes confirmed, and a suspected one no longer seen is withdrawn as a false
     positive. Statuses a person set are kept. Returns counts of what happened."""
-    counts = {"created": 0, "confirmed": 0, "updated": 0, "withdrawn": 0}
+    counts = {"created": 0, "confirmed": 0, "updated": 0, "withdrawn": 0, "moved": 0}
     by_series: dict[str, list[tuple[int, datetime, str]]] = {}
     for alert_id, key, change_at, status in records.alerts_of(con, metric):
         by_series.setdefault(key, []).append((alert_id, change_at, status))
@@ -101,6 +121,8 @@ def record(con: duckdb.DuckDBPyConnection, result: Scan, metric: str, now: datet
         measured = AlertChange(item.change_at, item.suite_run_id, change.before, change.after, change.ratio,
                                change.ci_low, change.ci_high, change.versions_changed)  # fmt: skip
         twin = _match(item, by_series.get(item.series_key, []), matched)
+        if item.moved_from is not None:  # the confirmed alert it moved from, wherever the change went
+            twin = next((a for a in by_series.get(item.series_key, []) if a[1] == item.moved_from), twin)
         if twin is None:
             records.add_alert(con, item.series_key, metric, status, measured, now)
             counts["created"] += 1
@@ -109,6 +131,12 @@ def record(con: duckdb.DuckDBPyConnection, result: Scan, metric: str, now: datet
         matched.add(alert_id)
         new_status = status if old_status in OPEN else old_status
         records.revise_alert(con, alert_id, new_status, measured, now)
+        if item.moved_from is not None and item.moved_from != item.change_at:
+            versions = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in change.versions_changed.items()) or "none"
+            note = (f"moved from night {item.moved_from:%Y-%m-%d %H:%M} to night {item.change_at:%Y-%m-%d %H:%M}: "
+                    f"the nights since fit it better there (versions changed there: {versions})")  # fmt: skip
+            records.set_status(con, alert_id, new_status, note, now)
+            counts["moved"] += 1
         counts["confirmed" if (old_status, new_status) == (NEW, CONFIRMED) else "updated"] += 1
     for key, nights in result.nights.items():
         for alert_id, change_at, status in by_series.get(key, []):

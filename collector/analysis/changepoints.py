@@ -37,10 +37,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided, sliding_window_view
+from numpy.lib.stride_tricks import as_strided
 
 from stepwatch.collector.analysis.noise import level_returns, noise_of
-from stepwatch.collector.analysis.stats import Ratio, Side, is_worse, t_p_value, welch_ratio
+from stepwatch.collector.analysis.stats import (
+    Between,
+    Ratio,
+    Side,
+    is_worse,
+    t_p_value,
+    welch_ratio,
+)
 
 MIN_SIZE = 2  # nights in a segment: one night alone is an outlier, never a level
 HAMPEL_HALF = 3  # a night is judged against the median of the 3 nights either side
@@ -48,6 +55,8 @@ HAMPEL_K = 4.0  # ... and is an outlier when it is further than 4 robust sigmas 
 PENALTY = 3.0  # PELT penalty per change, in units of robust sigma x log(nights)
 CONFIRM_NIGHTS = 3  # nights after a change before it can be confirmed
 CONFIRM_ALPHA = 0.001
+KEEP = 0.05  # a change an earlier judgment confirmed stays confirmed on its night while p < this (and its size holds)
+MOVE_NIGHTS = 2  # a candidate this near a confirmed change is that change (the alerts' MATCH_NIGHTS)
 ORDER_SIGMAS = 4.0  # an ordered step's gap, in standard deviations of the trials since it (benchmarks/detection.py)
 
 
@@ -61,24 +70,30 @@ def robust_sigma(logs: np.ndarray) -> float:
 
 
 def outlier_nights(logs: np.ndarray, threshold: float, sigma: float) -> np.ndarray:
-    """Nights far from the median of their neighbours (a one- or two-night dip that recovers). The last
-    nights are never outliers: there is no later night yet to say they recovered. A night near the start is
-    judged by as many nights before it as after it (the first by the nights after it, only where they agree), so
-    that the first nights of a young history are not measured against the level that follows a step: two quiet
-    nights then a slower model were both set aside, and no change was left to find."""
+    """Nights that leave their level and come back to it (a one- or two-night dip or spike that recovers): further
+    than max(``HAMPEL_K`` robust sigmas, the threshold) from the median of the up to ``HAMPEL_HALF`` kept nights
+    before them and from the median of the ``HAMPEL_HALF`` nights after them, on the same side of both, where those
+    two agree with each other. Where they do not agree the night sits beside a step, on one of its levels: it is
+    never set aside, so a step's first nights stay where they are (a window centred on a night beside a step takes
+    its median from whichever level holds more of the window, and set aside a new level's first nights one after
+    another as later nights arrived, moving the change a night each time). The last nights are never outliers:
+    there is no later night yet to say they recovered. The first night, which has no night before it, is set aside
+    when the ``MIN_SIZE`` nights after it agree with each other and it does not agree with them (a cold first
+    night: a level is never a night alone, so no step is lost)."""
     n = len(logs)
-    padded = np.concatenate([np.full(HAMPEL_HALF, np.nan), logs, np.full(HAMPEL_HALF, np.nan)])
-    windows = sliding_window_view(padded, 2 * HAMPEL_HALF + 1).copy()
-    for night in range(min(HAMPEL_HALF, n)):  # as many after it as there are before it
-        windows[night, HAMPEL_HALF + night + 1 :] = np.nan
-    medians = np.nanmedian(windows, axis=1)
     limit = max(HAMPEL_K * sigma, math.log1p(threshold))
-    mask = np.abs(logs - medians) > limit
-    # The first night has no night before it; it is set aside only when the nights after it agree among themselves
-    # (no step among them) and it disagrees with them: a cold first night, not the level a step left.
-    after = logs[1 : 1 + HAMPEL_HALF]
-    mask[0] = n > 2 * HAMPEL_HALF and np.ptp(after) <= limit and abs(logs[0] - np.median(after)) > limit
-    mask[max(0, n - HAMPEL_HALF) :] = False
+    mask = np.zeros(n, dtype=bool)
+    first = logs[1 : 1 + MIN_SIZE]
+    mask[0] = n > 2 * HAMPEL_HALF and np.ptp(first) <= limit and abs(logs[0] - np.median(first)) > limit
+    for night in range(1, n - HAMPEL_HALF):
+        kept = logs[:night][~mask[:night]][-HAMPEL_HALF:]
+        if not len(kept):
+            continue
+        before, after = float(np.median(kept)), float(np.median(logs[night + 1 : night + 1 + HAMPEL_HALF]))
+        off_before, off_after = logs[night] - before, logs[night] - after
+        mask[night] = (
+            min(abs(off_before), abs(off_after)) > limit and off_before * off_after > 0 and abs(before - after) <= limit
+        )
     return mask
 
 
@@ -158,6 +173,7 @@ class Change:
     regression: bool
     versions_changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     nights: int = 0  # the nights of the new level it rests on (outliers set aside): a confirmation needs CONFIRM_NIGHTS
+    moved_from: int | None = None  # the night an earlier judgment confirmed this change on, where it moved from
 
     def nights_text(self) -> str:
         """How many nights this verdict needed: 'confirmed on 4 nights since it', 'suspected on 1 night since it: 2
@@ -197,29 +213,40 @@ def versions_between(before: Mapping[str, Any], after: Mapping[str, Any]) -> dic
     return {k: (before.get(k), after.get(k)) for k in after if before.get(k) != after.get(k)}
 
 
-def design_effect(nights: Sequence[np.ndarray]) -> float:
-    """How many trials count as one, per trial of a night: ``1 + (k - 1) x ICC``, with the within-night variance
-    pooled over the nights that have two trials or more and the between-night variance from the robust spread
-    of successive nights' mean logs (a step or an outlier night barely moves it). 1.0 when the trials of a
-    night are as independent as trials of different nights; ``k`` when they move together."""
-    counts = np.array([len(n) for n in nights])
+def within_between(nights: Sequence[np.ndarray]) -> tuple[float, float] | None:
+    """The variance of a trial about its night's mean (pooled over the nights that have two trials or more) and that
+    of a night's offset, from the robust spread of successive nights' mean logs (a step or an outlier night barely
+    moves it); None where fewer than two nights have two trials, or fewer than three nights."""
     multi = [n for n in nights if len(n) >= 2]
     if len(multi) < 2 or len(nights) < 3:
-        return float(counts.mean()) if len(counts) else 1.0  # nothing to tell them apart: nights alone
+        return None
     within = sum(float(n.var(ddof=1)) * (len(n) - 1) for n in multi) / sum(len(n) - 1 for n in multi)
-    k = float(counts.mean())
+    k = float(np.mean([len(n) for n in nights]))
     night_mean = robust_sigma(np.array([float(n.mean()) for n in nights])) ** 2  # between + within / k
-    between = max(0.0, night_mean - within / k)
+    return within, max(0.0, night_mean - within / k)
+
+
+def design_effect(nights: Sequence[np.ndarray], between_floor: float = 0.0) -> float:
+    """How many trials count as one, per trial of a night: ``1 + (k - 1) x ICC``, with the variances of
+    ``within_between``, the between-night one raised to ``between_floor`` (a night's offset the other series of its
+    runner have shown, which a young history has not yet). 1.0 when the trials of a night are as independent as
+    trials of different nights; ``k`` when they move together."""
+    counts = np.array([len(n) for n in nights])
+    parts = within_between(nights)
+    if parts is None:
+        return float(counts.mean()) if len(counts) else 1.0  # nothing to tell them apart: nights alone
+    within, between = parts[0], max(parts[1], between_floor)
     icc = between / (between + within) if between + within > 0 else 0.0
-    return 1.0 + (k - 1.0) * icc
+    return 1.0 + (float(counts.mean()) - 1.0) * icc
 
 
-def trial_side(nights: Sequence[np.ndarray], deff: float | None = None) -> Side:
+def trial_side(nights: Sequence[np.ndarray], deff: float | None = None, var_floor: float = 0.0) -> Side:
     """A segment's trials (log values, per night) pooled, counted as ``trials / deff`` (never fewer than its
-    nights); ``deff`` is the nights' own ``design_effect`` unless given."""
+    nights); ``deff`` is the nights' own ``design_effect`` unless given. Their variance is at least ``var_floor``
+    (a trial's own and a night's offset, where the nights of a segment have not yet spread as far)."""
     pooled = Side.of_logs(np.concatenate(nights))
     deff = design_effect(nights) if deff is None else deff
-    return Side(max(pooled.n / deff, len(nights)), pooled.mean_log, pooled.var_log)
+    return Side(max(pooled.n / deff, len(nights)), pooled.mean_log, max(pooled.var_log, var_floor))
 
 
 def one_trial_nights(values: np.ndarray) -> list[np.ndarray]:
@@ -233,13 +260,15 @@ def _segment_test(
     trials: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None,
     deff: float = 1.0,
     by_mean: bool = False,
+    var_floor: float = 0.0,
 ) -> Ratio:
-    """Welch test of two segments: on their nights' values, or on every trial of those nights when given. The
-    change is the segments' medians' ratio, or with ``by_mean`` their means' (nights on two levels)."""
+    """Welch test of two segments: on their nights' values, or on every trial of those nights when given (counted as
+    ``trials / deff``, their variance at least ``var_floor``). The change is the segments' medians' ratio, or with
+    ``by_mean`` their means' (nights on two levels)."""
     if trials is None:
         ratio = welch_ratio(Side.of_logs(before), Side.of_logs(after))
     else:
-        ratio = welch_ratio(trial_side(trials[0], deff), trial_side(trials[1], deff))
+        ratio = welch_ratio(trial_side(trials[0], deff, var_floor), trial_side(trials[1], deff, var_floor))
     centre = np.mean if by_mean else np.median
     level = math.exp(float(centre(after)) - float(centre(before)))
     return Ratio(level, ratio.ci_low, ratio.ci_high, ratio.p_value)
@@ -288,12 +317,19 @@ def detect_changes(
     versions: Sequence[Mapping[str, Any]] | None = None,
     penalty: float = PENALTY,
     trials: Sequence[Sequence[float]] | None = None,
+    night: Between | None = None,
+    confirmed: Sequence[int] = (),
 ) -> Detection:
     """Change points in one series of per-night values (oldest first). Each change is at least
     ``threshold`` in size and either confirmed (Welch p < 0.001 between the segments, at least
     ``CONFIRM_NIGHTS`` nights after it) or suspected (too recent to test, but beyond the threshold and
     3 sigmas of the night-to-night noise). ``trials``, when given, holds every trial's value of each night
-    (``values`` being their medians): the confirming test then uses them all (see the module's note)."""
+    (``values`` being their medians): the confirming test then uses them all (see the module's note).
+
+    ``night``: the variance of a night's offset this series is judged with (``stats.night_offset``: its own
+    estimate, pooled with what the other series of its runner say while its own rests on few nights), a floor
+    under the between-night variance its own nights show. ``confirmed``: the nights (indices
+    into ``values``) of the changes an earlier judgment confirmed: each keeps its night while it holds (``KEEP``)."""
     raw = np.asarray(values, dtype=float)
     valid = np.flatnonzero(np.isfinite(raw) & (raw > 0))
     if trials is not None:
@@ -314,8 +350,16 @@ def detect_changes(
     kept = valid[~outliers]
     logs = logs_all[~outliers]
     kept_trials = [t for t, out in zip(night_trials, outliers) if not out] if trials is not None else None
-    deff = design_effect(kept_trials) if kept_trials is not None else 1.0
-    starts = pelt_l1(logs, penalty * floor * math.log(len(logs)))
+    # A night's offset the series' own nights have not yet shown (a young history on a pool of hosts) widens the
+    # test of its segments: never narrows it.
+    offset = night.var_log if night is not None and night.var_log > 0 else 0.0
+    parts = within_between(kept_trials) if kept_trials is not None else None
+    deff = design_effect(kept_trials, offset) if kept_trials is not None else 1.0
+    var_floor = parts[0] + offset if parts is not None and offset else 0.0
+    floor = max(floor, math.sqrt(offset))
+    change_cost = penalty * floor * math.log(len(logs))
+    costs = l1_costs(logs)
+    starts = _optimal_partition(costs, change_cost, MIN_SIZE) if len(logs) >= 2 * MIN_SIZE else []
     if levels:
         spread = max(floor, float(np.std(np.diff(logs), ddof=1)) / math.sqrt(2))
         more = pelt_l2(logs, penalty * spread**2 * math.log(len(logs)))
@@ -326,7 +370,30 @@ def detect_changes(
     kept_before = np.cumsum(~outliers) - ~outliers  # kept nights before each night: where it starts among them
     ordered = {int(kept_before[s]) for s in ordered_starts(per_night, band)}  # an outlier there: the next kept night
     starts = sorted(set(starts) | {s for s in ordered if 0 < s < len(logs)})
-    # Drop the weakest unconfirmed change and re-test its neighbours, until every change stands.
+    # The changes confirmed before keep their nights: a candidate beside one is that change, unless it fits the
+    # nights better by more than a change is worth (then the change moves there); its own test, later.
+    positions = np.searchsorted(valid, np.asarray(sorted(confirmed), dtype=int))
+    known = {int(kept_before[p]): int(c) for p, c in zip(positions, sorted(confirmed)) if p < len(valid)}
+    known = {k: c for k, c in known.items() if 0 < k < len(logs)}
+    moved: dict[int, int] = {}  # a start -> the confirmed night (an index into values) it moved from
+    beside: dict[int, list[int]] = {}  # a confirmed start -> the candidates it stands for
+    for k in sorted(known):
+        near = [c for c in starts if c != k and abs(c - k) <= MOVE_NIGHTS and c not in known]
+        others = [c for c in starts if c not in near and c != k] + [o for o in known if o != k]
+        lo = max([o for o in others if o < min([k, *near])], default=0)
+        hi = min([o for o in others if o > max([k, *near])], default=len(logs))
+        fit = {c: costs[lo, c] + costs[c, hi] for c in [k, *near] if lo < c < hi}
+        best = min(fit, key=fit.get) if fit else k
+        starts = [c for c in starts if c not in near and c != k]
+        if best != k and fit[k] - fit[best] > change_cost:
+            starts.append(best)
+            moved[best] = known[k]
+        else:
+            starts.append(k)
+            beside[k] = near
+    starts = sorted(set(starts))
+    # Drop the weakest unconfirmed change and re-test its neighbours, until every change stands. A change confirmed
+    # before stands while its size holds and p < KEEP; where it no longer does, the candidates beside it are tried.
     while True:
         bounds = [0, *starts, len(logs)]
         tested = []
@@ -335,13 +402,14 @@ def detect_changes(
             parts = (
                 None if kept_trials is None else (kept_trials[bounds[i] : start], kept_trials[start : bounds[i + 2]])
             )
-            test = _segment_test(before, after, parts, deff, by_mean=levels)
+            test = _segment_test(before, after, parts, deff, levels, var_floor)
             size = abs(math.log(test.ratio))
-            recent = len(logs) - start < CONFIRM_NIGHTS
+            recent = len(logs) - start < CONFIRM_NIGHTS and start not in beside
             if recent:
                 ok = size >= band and size >= 3 * floor
             else:
-                ok = size >= band and test.p_value < (CONFIRM_ALPHA / 10 if levels else CONFIRM_ALPHA)
+                alpha = KEEP if start in beside else CONFIRM_ALPHA / 10 if levels else CONFIRM_ALPHA
+                ok = size >= band and test.p_value < alpha
                 nights = parts or (one_trial_nights(before), one_trial_nights(after))
                 by_order = None if ok else ordered_step(*nights, band)
                 if by_order is not None:
@@ -351,15 +419,18 @@ def detect_changes(
         if not failing:
             break
         weakest = min(failing, key=lambda i: tested[i][1])
+        dropped = starts[weakest]
         starts = starts[:weakest] + starts[weakest + 1 :]
+        for c in beside.pop(dropped, []):  # a confirmed change that no longer holds: the nights beside it, tried
+            starts, moved[c] = sorted({*starts, c}), known[dropped]
     changes = []
     bounds = [0, *starts, len(logs)]
     for i, (start, (_, _, test, recent)) in enumerate(zip(starts, tested)):
-        night = int(kept[start])
-        changed = versions_between(versions[int(kept[start - 1])], versions[night]) if versions else {}
+        night_index = int(kept[start])
+        changed = versions_between(versions[int(kept[start - 1])], versions[night_index]) if versions else {}
         changes.append(
             Change(
-                index=night,
+                index=night_index,
                 before=math.exp(float(np.median(logs[bounds[i] : start]))),
                 after=math.exp(float(np.median(logs[start : bounds[i + 2]]))),
                 ratio=test.ratio,
@@ -370,6 +441,7 @@ def detect_changes(
                 regression=is_worse(test.ratio, higher_is_better),
                 versions_changed=changed,
                 nights=len(logs) - start,
+                moved_from=moved.get(start) if moved.get(start) != night_index else None,
             )
         )
     return Detection(changes, [int(i) for i in valid[outliers]], sigma)

@@ -6,7 +6,6 @@ acknowledged or fixed alert accepted), each through the same statistics and verd
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from collections.abc import Mapping
@@ -40,7 +39,6 @@ VARIANCE_NIGHTS = 90  # a series' night-to-night variance reads up to this many 
 LEVEL_NIGHTS = 7  # the level: the last this many nights, the latest included...
 LEVEL_BASE_NIGHTS = 28  # ...against up to this many nights before them, since the last change
 MIN_LEVEL_NIGHTS = 3  # nights each side of the level needs
-ENOUGH_DF = 10  # a series' own night-to-night estimate stands alone from this many degrees of freedom
 AGAINST = ("previous", "baseline", "level")
 EMPTY = stats.Side(0, math.nan, math.nan)
 COLUMNS = [
@@ -78,7 +76,7 @@ def changes(
     A night is two nights' offsets from the one before it and one from a pooled baseline, which the trials of one
     night cannot show: those intervals also cover the variance of a night's offset (``night_variance`` says where
     it came from). It is the series' own, estimated from up to ``VARIANCE_NIGHTS`` nights since its last change
-    (``stats.between_nights``); where that rests on fewer than ``ENOUGH_DF`` degrees of freedom or came out at
+    (``stats.between_nights``); where that rests on fewer than ``stats.ENOUGH_DF`` degrees of freedom or came out at
     or below zero, it is pooled with the estimate of every series of its runner (or, where its runner has none,
     ``prior``: the runner's calibration), so that a noisy estimate of zero cannot switch the widening off. With
     neither, the latest night's verdicts are inconclusive. ``night_to_night`` False: the former plain tests of the
@@ -174,7 +172,7 @@ def night_variances(
     keys: list[str], own: list[stats.Between | None], runners: Mapping[str, Any], prior: stats.Between | None
 ) -> list[stats.Between | None]:
     """Per series, the variance of a night's offset its latest night is judged with: its own estimate where it
-    rests on ``ENOUGH_DF`` degrees of freedom and is above zero, else pooled (weighted by degrees of freedom) with
+    rests on ``stats.ENOUGH_DF`` degrees of freedom and is above zero, else pooled (weighted by degrees of freedom) with
     the estimates of the other series of its runner, or with ``prior`` where its runner has none to give."""
     sums: dict[Any, list[float]] = {}  # runner -> [sum of var x df, sum of df, series]
     for key, estimate in zip(keys, own):
@@ -185,20 +183,12 @@ def night_variances(
             total[2] += 1
     out = []
     for key, estimate in zip(keys, own):
-        if estimate is not None and estimate.df >= ENOUGH_DF and estimate.var_log > 0:
-            out.append(dataclasses.replace(estimate, source=f"its own ({estimate.df:.0f} df)"))
-            continue
         weighted, df, count = sums.get(runners.get(key), [0.0, 0.0, 0])
         if estimate is not None:  # the others of its runner: this series' own estimate is pooled once, below
             weighted, df, count = weighted - estimate.var_log * estimate.df, df - estimate.df, count - 1
         others = stats.Between(weighted / df, df) if count and df > 0 else None
         floor = others if others is not None else prior
-        if floor is None:
-            out.append(estimate if estimate is not None and estimate.var_log > 0 else None)
-            continue
-        what = f"its runner's {count} other series" if floor is others else (floor.source or "the runner's calibration")
-        both = stats.pool_between([estimate, floor])
-        out.append(dataclasses.replace(both, source=f"pooled with {what} ({both.df:.0f} df)"))
+        out.append(stats.night_offset(estimate, floor, f"its runner's {count} other series" if floor is others else ""))
     return out
 
 

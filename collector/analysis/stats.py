@@ -8,6 +8,7 @@ Benjamini-Hochberg across the whole matrix, and a verdict against the smallest c
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -173,6 +174,23 @@ def between_nights(nights: Sequence[np.ndarray]) -> Between | None:
     return Between(offset, max(1.0, df), "nights' offsets")
 
 
+ENOUGH_DF = 10  # a series' own night-to-night estimate stands alone from this many degrees of freedom
+
+
+def night_offset(own: Between | None, floor: Between | None, what: str = "") -> Between | None:
+    """The variance of a night's offset a series is judged with: ``own`` (``between_nights`` of its nights) where
+    it rests on ``ENOUGH_DF`` degrees of freedom and is above zero, else pooled (weighted by degrees of freedom) with
+    ``floor`` (what the other series of its runner say, or its runner's calibration: ``what`` names it), so that a
+    young or noisy estimate of zero cannot switch the widening off; None where neither says anything."""
+    if own is not None and own.df >= ENOUGH_DF and own.var_log > 0:
+        return dataclasses.replace(own, source=f"its own ({own.df:.0f} df)")
+    if floor is None:
+        return own if own is not None and own.var_log > 0 else None
+    both = pool_between([own, floor])
+    what = what or floor.source or "the runner's calibration"
+    return dataclasses.replace(both, source=f"pooled with {what} ({both.df:.0f} df)")
+
+
 def between_pair(a: Side, b: Side) -> Between | None:
     """The between-environment variance from one A/A pair (the same packages in two environments): half of what
     the difference of their means exceeds its own standard error by, with one degree of freedom."""
@@ -193,9 +211,9 @@ def pool_between(parts: Sequence[Between | None], source: str = "") -> Between |
     )
 
 
-def _with_between(se: float, df: float, between: Between | None, offsets: int = 2) -> tuple[float, float]:
+def _with_between(se: float, df: float, between: Between | None, offsets: float = 2) -> tuple[float, float]:
     """The standard error and degrees of freedom of a difference of means that also carries ``offsets``
-    environment offsets (two for two environments)."""
+    environment offsets (two for two environments; 1/m + 1/n for the means of m and n nights)."""
     if between is None or between.var_log <= 0:
         return se, df
     extra = offsets * between.var_log

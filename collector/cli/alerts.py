@@ -90,11 +90,12 @@ def run_detect(args: argparse.Namespace) -> int:
     console.print(
         f"{len(scanned.nights)} series, {len(scanned.found)} change(s) found, {scanned.outliers} outlier night(s) "
         f"set aside; alerts: {counts['created']} new, {counts['confirmed']} confirmed, {counts['updated']} updated, "
-        f"{counts['withdrawn']} withdrawn"
+        f"{counts['withdrawn']} withdrawn, {counts['moved']} moved"
     )
     for item in scanned.found:  # how many nights each verdict needed
         label = series_label(scanned.fields.get(item.series_key, {})) or item.series_key
-        console.print(f"{escape(label)}: {item.change.ratio - 1:+.1%} from {str(item.change_at)[:10]}, "
+        moved = f" (moved from {str(item.moved_from)[:10]})" if item.moved_from not in (None, item.change_at) else ""
+        console.print(f"{escape(label)}: {item.change.ratio - 1:+.1%} from {str(item.change_at)[:10]}{moved}, "
                       f"{item.change.nights_text()}")  # fmt: skip
     show_alerts(open_alerts, args.format, args.out, f"stepwatch: open {metric.name} alerts", compare_url())
     for key, noise in scanned.noise.items():

@@ -133,7 +133,6 @@ def is_worse(ratio: float, higher_is_better: bool | None) -> bool:
     return higher_is_better is not None and (ratio < 1 if higher_is_better else ratio > 1)
 
 
-NORMAL_MAD = 0.6745  # the median of |x| for a standard normal x
 
 
 def night_moments(nights: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -153,23 +152,30 @@ def night_moments(nights: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray,
     return counts, means, variances
 
 
+TRIM = 0.1  # between_nights leaves out this share of the largest differences between successive nights (1 at least)
+TRIMMED_NORMAL = 0.623  # the mean of x^2 for a standard normal x below its 90th percentile of x^2
+
+
 def between_nights(nights: Sequence[np.ndarray]) -> Between | None:
     """The variance of a night's offset from consecutive nights' trials (log values, in night order): from the
-    median of the differences between one night's mean and the next (a robust estimate, so that a step in the
-    history counts as one large difference, not as spread), less the trials' own part. Its degrees of freedom are
-    those of a difference of two estimates (Satterthwaite): the spread's, about a third of the differences' (a
-    median's), shrunk by how much of it the trials' part is; where the trials' part is most of the spread, few.
-    An estimate at or below zero is zero on one degree of freedom: it says nothing of the offset's size. None
-    with fewer than three nights of 2+ trials."""
+    mean square of the differences between one night's mean and the next, the largest ``TRIM`` of them (one at
+    least) left out, so that a step in the history counts as one large difference, not as spread, less the trials'
+    own part. A median of the differences (before) understated the spread of nights on two hosts, half of whose
+    differences are near zero. Its degrees of freedom are those of a difference of two estimates (Satterthwaite):
+    the spread's, about half of the differences', shrunk by how much of it the trials' part is; where the trials'
+    part is most of the spread, few. An estimate at or below zero is zero on one degree of freedom: it says nothing
+    of the offset's size. None with fewer than three nights of 2+ trials."""
     counts, means, variances = night_moments([g for g in nights if len(g) >= 2])
     if len(counts) < 3:
         return None
     within = float(np.mean(variances / counts))
-    spread = (float(np.median(np.abs(np.diff(means)))) / (NORMAL_MAD * math.sqrt(2))) ** 2
+    squares = np.sort(np.diff(means) ** 2)
+    kept = squares[: len(squares) - max(1, int(TRIM * len(squares)))]
+    spread = float(kept.mean()) / (2 * TRIMMED_NORMAL)
     offset = spread - within
     if offset <= 0:
         return Between(0.0, 1.0, "nights' offsets")
-    df_spread, df_within = (len(counts) - 2) / 3, float((counts - 1).sum())
+    df_spread, df_within = (len(counts) - 2) / 2, float((counts - 1).sum())
     df = offset**2 / (spread**2 / max(df_spread, 1.0) + within**2 / df_within)
     return Between(offset, max(1.0, df), "nights' offsets")
 

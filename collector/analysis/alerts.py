@@ -25,7 +25,7 @@ from stepwatch.collector.store import queries, records
 from stepwatch.collector.store.records import CONFIRMED, FALSE_POSITIVE, NEW, OPEN, AlertChange
 from stepwatch.collector.store.selection import Selection
 
-MATCH_NIGHTS = 2  # a change found within this many nights of an alert's is the same change
+MATCH_NIGHTS = changepoints.MOVE_NIGHTS  # a change found within this many nights of an alert's is the same change
 DEFAULT_NIGHTS = 180  # nights of history looked at per series
 
 

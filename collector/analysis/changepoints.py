@@ -40,14 +40,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from stepwatch.collector.analysis.noise import level_returns, noise_of
-from stepwatch.collector.analysis.stats import (
-    Between,
-    Ratio,
-    Side,
-    is_worse,
-    t_p_value,
-    welch_ratio,
-)
+from stepwatch.collector.analysis.stats import Between, Ratio, Side, is_worse, t_p_value, welch_ratio
 
 MIN_SIZE = 2  # nights in a segment: one night alone is an outlier, never a level
 HAMPEL_HALF = 3  # a night is judged against the median of the 3 nights either side
@@ -56,7 +49,7 @@ PENALTY = 3.0  # PELT penalty per change, in units of robust sigma x log(nights)
 CONFIRM_NIGHTS = 3  # nights after a change before it can be confirmed
 CONFIRM_ALPHA = 0.001
 KEEP = 0.05  # a change an earlier judgment confirmed stays confirmed on its night while p < this (and its size holds)
-MOVE_NIGHTS = 2  # a candidate this near a confirmed change is that change (the alerts' MATCH_NIGHTS)
+MOVE_NIGHTS = 2  # a candidate this near a confirmed change is that change (and an alert's: alerts.MATCH_NIGHTS)
 ORDER_SIGMAS = 4.0  # an ordered step's gap, in standard deviations of the trials since it (benchmarks/detection.py)
 
 
@@ -353,9 +346,9 @@ def detect_changes(
     # A night's offset the series' own nights have not yet shown (a young history on a pool of hosts) widens the
     # test of its segments: never narrows it.
     offset = night.var_log if night is not None and night.var_log > 0 else 0.0
-    parts = within_between(kept_trials) if kept_trials is not None else None
+    variances = within_between(kept_trials) if kept_trials is not None else None
     deff = design_effect(kept_trials, offset) if kept_trials is not None else 1.0
-    var_floor = parts[0] + offset if parts is not None and offset else 0.0
+    var_floor = variances[0] + offset if variances is not None and offset else 0.0
     floor = max(floor, math.sqrt(offset))
     change_cost = penalty * floor * math.log(len(logs))
     costs = l1_costs(logs)

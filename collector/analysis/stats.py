@@ -133,8 +133,6 @@ def is_worse(ratio: float, higher_is_better: bool | None) -> bool:
     return higher_is_better is not None and (ratio < 1 if higher_is_better else ratio > 1)
 
 
-
-
 def night_moments(nights: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per night with values: how many, their mean and their sample variance (NaN for one), in one pass over all
     of them (a few values a night: numpy's per-array calls cost more than the arithmetic)."""

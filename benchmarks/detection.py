@@ -27,6 +27,7 @@ and t-test of Hunter) runs on the nights' medians, at its defaults (window 50, p
     .venv/bin/python benchmarks/detection.py --grid bimodal-hosts [--series 300] [--rules "stepwatch detect" otava]
     .venv/bin/python benchmarks/detection.py --young [--series 200]
     .venv/bin/python benchmarks/detection.py --noisy-start [--series 200] [--spread half-normal]
+    .venv/bin/python benchmarks/detection.py --nightly [--series 200]
 
 ``--young`` runs young histories instead, 3 to 30 nights, as every new installation and every new series starts:
 per shape and length, how often a 10% step and a model made 4x slower (-75%), 3 nights before the end and 2 or
@@ -41,6 +42,12 @@ after the two noisy nights (night 2), or after 3 quiet nights more (night 5). Ea
 length from its step to 30 nights, as the nightly judges it night after night: *by the k-th slow night* means a
 confirmed change within 2 nights of the step at that night and at every later one (never withdrawn). Quiet
 histories (the same starts, no step) count as a false alarm if anything is confirmed at any length of 3 to 30.
+
+``--nightly`` runs a team's first month: 20 nights of 2 trials on kinds of machine whose nights move (a pool of hosts,
+two hosts, faster weekends, heavy tails, a cold first night), judged every night from the 4th with the nights the
+judgment before confirmed, alone and with the variance of a night's offset pooled with 8 other series of its suite
+(as ``detect`` judges them): quiet alarms, a step's recall by its 3rd and 6th slow night, and whether a confirmed
+step stays confirmed on its night.
 """
 
 from __future__ import annotations

@@ -509,6 +509,14 @@ QUIET_POOL = [[957.8, 917.3], [961.2, 981.0], [987.4, 979.3], [924.9, 930.2], [9
               [1042.0, 1072.1], [1050.0, 1020.9]]  # fmt: skip
 
 
+# Two hosts 10% apart, each night on one, and -20% from night 4: three nights before it (one on the fast host, two
+# on the slow one), the nights since it on both hosts (benchmarks/detection.py --nightly, two hosts, history 154).
+TWO_HOSTS_STEP = [[1005.5, 1028.0], [879.1, 895.4], [916.2, 881.2], [715.5, 725.5], [718.4, 737.4], [703.0, 732.1],
+                  [795.1, 793.8], [787.5, 798.6], [695.5, 736.4], [729.1, 703.7], [809.2, 780.1], [722.6, 734.4],
+                  [796.9, 793.1], [733.6, 705.9], [705.9, 721.0], [821.2, 777.1], [810.9, 812.5], [809.5, 789.7],
+                  [802.2, 782.3], [805.8, 812.3]]  # fmt: skip
+
+
 def judged_night_by_night(
     history: list, lengths: range, night: stats.Between | None = None, carry: bool = True
 ) -> dict[int, list[tuple[int, str, int | None]]]:
@@ -559,6 +567,20 @@ def test_a_quiet_pool_raises_no_alarm_where_its_runners_other_series_show_the_ho
     assert night is not None and night.df > 30 and "pooled with its runner's 1 other series" in night.source
     pooled = judged_night_by_night(QUIET_POOL, range(4, 9), night)
     assert all(s != "confirmed" for length in range(4, 9) for _, s, _ in pooled[length]), pooled
+
+
+def test_a_confirmed_step_on_two_hosts_stays_confirmed_while_nights_at_its_new_level_accrue() -> None:
+    """A -20% step confirmed with 6 nights, judged with the night's offset its runner's other series measured (two
+    hosts: 5.8%, on 72 degrees of freedom). Its segment before is three nights: tested on their own degrees of
+    freedom, it fell past p = 0.05 at 20 nights as the new level's host mix moved, and the alert's change was
+    withdrawn. A change confirmed before is held with the degrees of freedom of the variance it is judged with, so
+    it stays confirmed on night 4 through 20; a new change is still raised on its segments' own (the same history
+    judged without the nights it confirmed: withdrawn, as before)."""
+    night = stats.Between(0.0034, 72.0, "its runner's 8 other series")
+    seen = judged_night_by_night(TWO_HOSTS_STEP, range(4, 21), night)
+    assert all([(i, s) for i, s, _ in seen[length]] == [(3, "confirmed")] for length in range(6, 21)), seen
+    fresh = judged_night_by_night(TWO_HOSTS_STEP, range(20, 21), night, carry=False)
+    assert all(s != "confirmed" for _, s, _ in fresh[20]), fresh
 
 
 def test_a_confirmed_change_moves_only_on_decisive_evidence_and_says_from_where() -> None:

@@ -233,13 +233,20 @@ def design_effect(nights: Sequence[np.ndarray], between_floor: float = 0.0) -> f
     return 1.0 + (float(counts.mean()) - 1.0) * icc
 
 
-def trial_side(nights: Sequence[np.ndarray], deff: float | None = None, var_floor: float = 0.0) -> Side:
+def trial_side(
+    nights: Sequence[np.ndarray], deff: float | None = None, var_floor: float = 0.0, floor_df: float | None = None
+) -> Side:
     """A segment's trials (log values, per night) pooled, counted as ``trials / deff`` (never fewer than its
     nights); ``deff`` is the nights' own ``design_effect`` unless given. Their variance is at least ``var_floor``
-    (a trial's own and a night's offset, where the nights of a segment have not yet spread as far)."""
+    (a trial's own and a night's offset, where the nights of a segment have not yet spread as far), and where the
+    floor is what it rests on, so are its degrees of freedom (``floor_df``): a segment of three nights judged with a
+    night's offset that its runner's other series measured knows that variance better than its three nights do."""
     pooled = Side.of_logs(np.concatenate(nights))
     deff = design_effect(nights) if deff is None else deff
-    return Side(max(pooled.n / deff, len(nights)), pooled.mean_log, max(pooled.var_log, var_floor))
+    n = max(pooled.n / deff, len(nights))
+    if floor_df is not None and var_floor > pooled.var_log:
+        return Side(n, pooled.mean_log, var_floor, max(floor_df, n - 1))
+    return Side(n, pooled.mean_log, max(pooled.var_log, var_floor))
 
 
 def one_trial_nights(values: np.ndarray) -> list[np.ndarray]:
@@ -254,14 +261,16 @@ def _segment_test(
     deff: float = 1.0,
     by_mean: bool = False,
     var_floor: float = 0.0,
+    floor_df: float | None = None,
 ) -> Ratio:
     """Welch test of two segments: on their nights' values, or on every trial of those nights when given (counted as
-    ``trials / deff``, their variance at least ``var_floor``). The change is the segments' medians' ratio, or with
-    ``by_mean`` their means' (nights on two levels)."""
+    ``trials / deff``, their variance at least ``var_floor`` on ``floor_df`` degrees of freedom). The change is the
+    segments' medians' ratio, or with ``by_mean`` their means' (nights on two levels)."""
     if trials is None:
         ratio = welch_ratio(Side.of_logs(before), Side.of_logs(after))
     else:
-        ratio = welch_ratio(trial_side(trials[0], deff, var_floor), trial_side(trials[1], deff, var_floor))
+        sides = (trial_side(part, deff, var_floor, floor_df) for part in trials)
+        ratio = welch_ratio(*sides)
     centre = np.mean if by_mean else np.median
     level = math.exp(float(centre(after)) - float(centre(before)))
     return Ratio(level, ratio.ci_low, ratio.ci_high, ratio.p_value)
@@ -349,6 +358,10 @@ def detect_changes(
     variances = within_between(kept_trials) if kept_trials is not None else None
     deff = design_effect(kept_trials, offset) if kept_trials is not None else 1.0
     var_floor = variances[0] + offset if variances is not None and offset else 0.0
+    floor_df = None
+    if var_floor and night is not None:  # a trial's variance and a night's offset: Satterthwaite's degrees of freedom
+        within_df = float(sum(len(t) - 1 for t in kept_trials))
+        floor_df = var_floor**2 / (variances[0] ** 2 / max(within_df, 1.0) + offset**2 / night.df)
     floor = max(floor, math.sqrt(offset))
     change_cost = penalty * floor * math.log(len(logs))
     costs = l1_costs(logs)
@@ -395,7 +408,11 @@ def detect_changes(
             parts = (
                 None if kept_trials is None else (kept_trials[bounds[i] : start], kept_trials[start : bounds[i + 2]])
             )
-            test = _segment_test(before, after, parts, deff, levels, var_floor)
+            # A change confirmed before is held with the degrees of freedom of the night's offset it is judged with;
+            # a new one with those of its own segments only (hysteresis: as strict to raise as before, and a
+            # confirmed step's short segment before it no longer withdraws it while nights at its new level accrue).
+            kept_df = floor_df if start in beside else None
+            test = _segment_test(before, after, parts, deff, levels, var_floor, kept_df)
             size = abs(math.log(test.ratio))
             recent = len(logs) - start < CONFIRM_NIGHTS and start not in beside
             if recent:

@@ -168,6 +168,16 @@ def seen(ratio: stats.Ratio) -> float:
     return math.expm1((math.log(ratio.ci_high) - math.log(ratio.ci_low)) / 2)
 
 
+def runner_prior(metric: Metric) -> stats.Between | None:
+    """This runner's calibration of ``metric`` (``stepwatch calibrate``): what a night's offset is pooled with where
+    a series' runner has no other series to say it (the Overview and ``detect`` alike); None without one."""
+    try:
+        calibrated = calibration.find(None)
+    except calibration.CalibrationError:
+        return None
+    return calibrated.between().get(metric.name) if calibrated else None
+
+
 def night_variances(
     keys: list[str], own: list[stats.Between | None], runners: Mapping[str, Any], prior: stats.Between | None
 ) -> list[stats.Between | None]:
@@ -266,12 +276,7 @@ def overview(
     keys = list(runs["series_key"])
     points = queries.recent_points(con, keys, metric.name, VARIANCE_NIGHTS)
     fields = {row["series_key"]: row for row in runs.to_dict("records")}
-    try:
-        calibrated = calibration.find(None)  # this runner's calibration: the floor where its series have none
-    except calibration.CalibrationError:
-        calibrated = None
-    prior = calibrated.between().get(metric.name) if calibrated else None
-    found = changes(points, metric, fields, overrides, records.baselines(con, metric.name), prior=prior)
+    found = changes(points, metric, fields, overrides, records.baselines(con, metric.name), prior=runner_prior(metric))
     table = runs.merge(found, on="series_key", how="left")
     open_alerts = records.list_alerts(con, records.OPEN)
     worse_ones = worse_alerts(open_alerts, overrides)

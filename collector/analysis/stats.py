@@ -58,6 +58,7 @@ class Side:
     n: int
     mean_log: float
     var_log: float
+    df: float | None = None  # of var_log, where it is not n - 1 (a variance that rests on other trials too)
 
     @classmethod
     def of(cls, values: Sequence[float] | np.ndarray) -> Side:
@@ -276,7 +277,8 @@ def _welch_se_df(baseline: Side, candidate: Side) -> tuple[float, float]:
     qa, qb = baseline.var_log / baseline.n, candidate.var_log / candidate.n
     if qa + qb == 0:
         return 0.0, math.inf
-    df = (qa + qb) ** 2 / ((qa**2 / (baseline.n - 1) if qa else 0.0) + (qb**2 / (candidate.n - 1) if qb else 0.0))
+    da, db = (s.n - 1 if s.df is None else s.df for s in (baseline, candidate))
+    df = (qa + qb) ** 2 / ((qa**2 / da if qa else 0.0) + (qb**2 / db if qb else 0.0))
     return math.sqrt(qa + qb), df
 
 

@@ -57,7 +57,7 @@ import math
 import multiprocessing
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +65,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from stepwatch.collector.analysis import latest, stats  # noqa: E402
 from stepwatch.collector.analysis.changepoints import detect_changes  # noqa: E402
 
 STEPS = (0.03, 0.05, 0.10)
@@ -129,8 +130,10 @@ def simulate(rng: np.random.Generator, shape: str, nights: int, step: float) -> 
 
 
 def _confirmed(trials: np.ndarray, all_trials: bool) -> list[int]:
-    detection = detect_changes(np.median(trials, axis=1), THRESHOLD, True, trials=trials if all_trials else None)
-    return [c.index for c in detection.changes if c.status == "confirmed"]
+    """The confirmed nights: as ``detect`` judges a series alone on its runner (every trial, a night's offset from
+    its own nights), or on the nights' medians alone."""
+    changes = judged(trials) if all_trials else detect_changes(np.median(trials, axis=1), THRESHOLD, True).changes
+    return [c.index for c in changes if c.status == "confirmed"]
 
 
 def rule_detect(trials: np.ndarray) -> list[int]:
@@ -268,7 +271,7 @@ def young_score(job: tuple[str, int, int, int]) -> tuple[str, int, dict[float, t
         confirmed = seen = 0
         for _ in range(series):
             trials, at = young_history(rng, shape, nights, step)
-            changes = detect_changes(np.median(trials, axis=1), THRESHOLD, True, trials=trials).changes
+            changes = judged(trials)
             near = [c for c in changes if abs(c.index - at) <= TOLERANCE]
             confirmed += any(c.status == "confirmed" for c in near)
             seen += bool(near)
@@ -276,7 +279,7 @@ def young_score(job: tuple[str, int, int, int]) -> tuple[str, int, dict[float, t
     alarms = 0
     for _ in range(series):
         trials, _ = young_history(rng, shape, nights, 0.0)
-        changes = detect_changes(np.median(trials, axis=1), THRESHOLD, True, trials=trials).changes
+        changes = judged(trials)
         alarms += any(c.status == "confirmed" for c in changes)
     return shape, nights, found, alarms / series
 
@@ -333,8 +336,7 @@ def confirmed_from(trials: np.ndarray, at: int | None) -> tuple[int | None, bool
     whether anything at all was confirmed at some length (for a quiet history: a false alarm)."""
     first, ever = None, False
     for length in range(3 if at is None else at + 1, len(trials) + 1):
-        part = trials[:length]
-        changes = detect_changes(np.median(part, axis=1), THRESHOLD, True, trials=part).changes
+        changes = judged(trials[:length])
         hit = any(c.status == "confirmed" and (at is None or abs(c.index - at) <= TOLERANCE) for c in changes)
         ever |= hit
         first = (first if first is not None else length) if hit else None
@@ -451,23 +453,28 @@ def nightly_suite(rng: np.random.Generator, shape: str, step: float) -> tuple[np
     return series[0], series[1:]
 
 
+def judged(trials: np.ndarray, siblings: Sequence[np.ndarray] = (), confirmed: Sequence[int] = ()) -> list:
+    """``detect``'s changes of one history (nights x trials) as ``alerts.scan`` judges it: with the variance of a
+    night's offset pooled with its ``siblings`` (the other series of its runner), or alone on its runner, with
+    ``stats.LONE_RUNNER`` while its nights are few (``latest.night_variances``), and the nights ``confirmed``."""
+    logs = [np.log(t) for t in (trials, *siblings)]
+    own = [stats.between_nights(list(t)) for t in logs]
+    lone = [stats.between_nights(list(t), stats.LONE_RUNNER) for t in logs]
+    keys = [str(i) for i in range(len(own))]
+    night = latest.night_variances(keys, own, dict.fromkeys(keys, "runner"), None, lone)[0]
+    return detect_changes(np.median(trials, axis=1), THRESHOLD, True, trials=trials, night=night,
+                          confirmed=confirmed).changes  # fmt: skip
+
+
 def judged_nightly(trials: np.ndarray, siblings: list[np.ndarray] | None) -> list[list[tuple[int, str]]]:
     """The history judged as the nightly judges it, night after night from the 4th: per length, its changes (night,
-    status), each judgment given the nights the one before it confirmed (``confirmed``: the alerts it opened), and
-    with ``siblings`` the variance of a night's offset pooled with theirs (``latest.night_variances``)."""
-    from stepwatch.collector.analysis import latest, stats  # noqa: PLC0415 (only this mode pools)
-
-    out, confirmed = [], []
+    status), each judgment given the nights of the alerts confirmed so far (``alerts.record`` keeps a confirmed
+    alert open, and moves it with its change), and with ``siblings`` the variance of a night's offset pooled with
+    theirs (``latest.night_variances``)."""
+    out, held = [], set()
     for length in range(4, NIGHTLY_NIGHTS + 1):
-        part = np.log(trials[:length])
-        night = None
-        if siblings is not None:
-            own = [stats.between_nights(list(s)) for s in (part, *(np.log(t[:length]) for t in siblings))]
-            keys = [str(i) for i in range(len(own))]
-            night = latest.night_variances(keys, own, dict.fromkeys(keys, "pool"), None)[0]
-        found = detect_changes(np.median(trials[:length], axis=1), THRESHOLD, True, trials=trials[:length],
-                               night=night, confirmed=confirmed).changes  # fmt: skip
-        confirmed = [c.index for c in found if c.status == "confirmed"]
+        found = judged(trials[:length], [t[:length] for t in siblings or ()], sorted(held))
+        held = (held - {c.moved_from for c in found}) | {c.index for c in found if c.status == "confirmed"}
         out.append([(c.index, c.status) for c in found])
     return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -517,17 +518,36 @@ TWO_HOSTS_STEP = [[1005.5, 1028.0], [879.1, 895.4], [916.2, 881.2], [715.5, 725.
                   [802.2, 782.3], [805.8, 812.3]]  # fmt: skip
 
 
+# An A/A recorded on a 2-core cloud VM: a numpy training script, 2 trials a run, 16 runs a few seconds apart, read as
+# 16 nights (examples/s). Nothing changed; the machine's speed wandered 2-5% from run to run, the first two high.
+LONE_AA = [[356503, 353705], [357244, 353385], [338367, 338648], [343029, 334156], [335808, 335680], [355603, 355936],
+           [343730, 340782], [343883, 342190], [333390, 340921], [338530, 334247], [328708, 333096], [338533, 333271],
+           [339721, 337025], [336218, 340202], [342022, 349807], [334642, 342309]]  # fmt: skip
+
+
+def lone_night(history: list) -> stats.Between | None:
+    """The variance of a night's offset ``detect`` judges a series alone on its runner with (no calibration)."""
+    logs = [np.log(n) for n in history]
+    own, lone = stats.between_nights(logs), stats.between_nights(logs, stats.LONE_RUNNER)
+    return latest.night_variances(["s"], [own], {"s": "r"}, None, [lone])[0]
+
+
 def judged_night_by_night(
-    history: list, lengths: range, night: stats.Between | None = None, carry: bool = True
+    history: list,
+    lengths: range,
+    night: stats.Between | Callable[[list], stats.Between | None] | None = None,
+    carry: bool = True,
 ) -> dict[int, list[tuple[int, str, int | None]]]:
     """Per length, the changes (night, status, moved from) as the nightly judges them: each judgment given the nights
-    the one before confirmed (the alerts it holds), unless ``carry`` is false."""
-    seen, confirmed = {}, []
+    of the alerts confirmed so far (``alerts.record`` keeps a confirmed alert, and moves it with its change), unless
+    ``carry`` is false. ``night``: the variance of a night's offset, or how to compute it from the nights so far."""
+    seen, held = {}, set()
     for length in lengths:
         trials = history[:length]
+        offset = night(trials) if callable(night) else night
         found = changepoints.detect_changes([float(np.median(t)) for t in trials], 0.03, True, trials=trials,
-                                            night=night, confirmed=confirmed if carry else ()).changes  # fmt: skip
-        confirmed = [c.index for c in found if c.status == "confirmed"]
+                                            night=offset, confirmed=sorted(held) if carry else ()).changes  # fmt: skip
+        held = (held - {c.moved_from for c in found}) | {c.index for c in found if c.status == "confirmed"}
         seen[length] = [(c.index, c.status, c.moved_from) for c in found]
     return seen
 
@@ -581,6 +601,34 @@ def test_a_confirmed_step_on_two_hosts_stays_confirmed_while_nights_at_its_new_l
     assert all([(i, s) for i, s, _ in seen[length]] == [(3, "confirmed")] for length in range(6, 21)), seen
     fresh = judged_night_by_night(TWO_HOSTS_STEP, range(20, 21), night, carry=False)
     assert all(s != "confirmed" for _, s, _ in fresh[20]), fresh
+
+
+def own_night(history: list) -> stats.Between | None:
+    """The variance of a night's offset from a series' own nights alone (what ``detect`` judged a lone series with)."""
+    own = stats.between_nights([np.log(n) for n in history])
+    return own if own is not None and own.var_log > 0 else None
+
+
+def test_a_series_alone_on_its_runner_stays_quiet_on_a_real_aa_and_a_quiet_runners_step_still_confirms() -> None:
+    """A series whose runner nothing else measured (no other series, no calibration) is judged, while its nights
+    are few, with its own spread pooled with ``stats.LONE_RUNNER``. A real A/A on a cloud VM whose first two runs
+    were 5% faster: judged on its own nights alone, -4.7% on night 3 was confirmed on the 5th night and its alert
+    held to the 16th; with the prior nothing is confirmed at any length from 4 to 16. On a quiet runner (trials
+    independent, nights that do not move) the prior is outweighed within a few nights: a -10% step after 6 nights
+    is confirmed by its 3rd slow night, and at 30 nights the series is judged with its own spread alone."""
+    bare = judged_night_by_night(LONE_AA, range(4, 17), own_night)
+    assert [(i, s) for i, s, _ in bare[5]] == [(2, "confirmed")] and [(i, s) for i, s, _ in bare[16]] == [
+        (2, "confirmed")
+    ], bare
+    assert all("a lone runner's prior" in lone_night(LONE_AA[:n]).source for n in range(4, 17))
+    quiet = judged_night_by_night(LONE_AA, range(4, 17), lone_night)
+    assert all(s != "confirmed" for length in quiet for _, s, _ in quiet[length]), quiet
+    rng = np.random.default_rng(3)
+    stepped = [1000 * np.exp(0.02 * rng.standard_normal(3)) * (0.9 if i >= 6 else 1.0) for i in range(30)]
+    seen = judged_night_by_night(stepped, range(9, 31), lone_night)
+    assert all([(i, s) for i, s, _ in seen[length]] == [(6, "confirmed")] for length in seen), seen
+    long = lone_night(stepped)
+    assert long is None or "prior" not in long.source  # 30 nights: its own spread rests on 10+ df
 
 
 def test_a_confirmed_change_moves_only_on_decisive_evidence_and_says_from_where() -> None:

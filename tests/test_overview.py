@@ -96,9 +96,11 @@ def test_the_baseline_starts_again_after_an_acknowledged_change() -> None:
     spanning = latest.changes(points, metric, {}, [], {}, prior=prior)
     accepted = latest.changes(points, metric, {}, [], {"k": START - timedelta(days=5)}, prior=prior)
     assert set(spanning["night_variance"]) == {"pooled with calibrate on this runner (51 df)"}
-    alone = latest.changes(points, metric, {}, [], {})  # no floor to pool the zero with: no verdict on one night
-    assert alone["baseline_verdict"].iloc[0] == outcomes.INCONCLUSIVE
-    assert alone["night_variance"].iloc[0] == "unknown: zero, and nothing to pool it with"
+    # No calibration and no other series: its few nights' spread, pooled with a lone runner's prior (2% a night),
+    # against which a 10% step still reads as one; nothing at all would leave one night no verdict.
+    alone = latest.changes(points, metric, {}, [], {})
+    assert alone["baseline_verdict"].iloc[0] == outcomes.REGRESSION
+    assert alone["night_variance"].iloc[0].startswith("nights' offsets, pooled with a lone runner's prior")
     assert spanning["baseline_verdict"].iloc[0] == outcomes.REGRESSION and spanning["baseline_nights"].iloc[0] == 7
     assert accepted["baseline_verdict"].iloc[0] == outcomes.NO_CHANGE and accepted["baseline_nights"].iloc[0] == 4
     assert accepted["previous_verdict"].iloc[0] == outcomes.NO_CHANGE

@@ -73,14 +73,15 @@ def scan(
             nights = nights[nights["night"] >= pd.Timestamp(starts[key])]
         series.append((key, nights.tail(nights_limit)))
     # The variance of a night's offset, as the Overview judges a night with: each series' own, pooled with the other
-    # series of its runner (or where it has none, the runner's calibration) while its own rests on few nights (a
-    # young history cannot yet show its host's spread).
+    # series of its runner (or where it has none, the runner's calibration, else stats.LONE_RUNNER) while its own
+    # rests on few nights (a young history cannot yet show its host's spread).
     trials = {key: [np.log(np.asarray(v if v is not None else [], dtype=float)) for v in nights["trial_values"]]
               for key, nights in series}  # fmt: skip
     keys = [key for key, _ in series]
     own = [stats.between_nights(trials[key]) for key in keys]
+    lone = [stats.between_nights(trials[key], stats.LONE_RUNNER) for key in keys]
     runners = dict(zip(*(queries.latest_per_series(con, selection)[c] for c in ("series_key", "runner"))))
-    offsets = dict(zip(keys, latest.night_variances(keys, own, runners, latest.runner_prior(metric))))
+    offsets = dict(zip(keys, latest.night_variances(keys, own, runners, latest.runner_prior(metric), lone)))
     for key, nights in series:
         times = [t.to_pydatetime() for t in nights["night"]]
         seen[key] = times

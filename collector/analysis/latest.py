@@ -6,6 +6,7 @@ acknowledged or fixed alert accepted), each through the same statistics and verd
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping
@@ -78,11 +79,13 @@ def changes(
     it came from). It is the series' own, estimated from up to ``VARIANCE_NIGHTS`` nights since its last change
     (``stats.between_nights``); where that rests on fewer than ``stats.ENOUGH_DF`` degrees of freedom or came out at
     or below zero, it is pooled with the estimate of every series of its runner (or, where its runner has none,
-    ``prior``: the runner's calibration), so that a noisy estimate of zero cannot switch the widening off. With
-    neither, the latest night's verdicts are inconclusive. ``night_to_night`` False: the former plain tests of the
+    ``prior``: the runner's calibration; with neither, ``stats.LONE_RUNNER`` while its nights are few), so that a
+    noisy estimate of zero cannot switch the widening off. Where nothing gives one, the latest night's verdicts are
+    inconclusive. ``night_to_night`` False: the former plain tests of the
     trials, which ``benchmarks/overview_aa.py`` measures against this."""
     rows, pairs = [], {against: [] for against in AGAINST}
     own: list[stats.Between | None] = []  # per series, its own estimate of a night's offset variance
+    lone: list[stats.Between | None] = []  # ... pooled with stats.LONE_RUNNER, where nothing else measured its runner
     spans: dict[str, list[tuple[stats.Span, stats.Span]]] = {against: [] for against in AGAINST}  # counters
     ordered = points.sort_values(["series_key", "back"])
     by_series: dict[str, list[tuple]] = {}
@@ -103,7 +106,9 @@ def changes(
         pairs["previous"].append((stats.Side.of_logs(logs[before[0]]) if before else EMPTY, newest))
         pairs["baseline"].append((trial_side([logs[i] for i in base]) if base else EMPTY, newest))
         pairs["level"].append(level_sides([logs[i] for i in since]))
-        own.append(stats.between_nights([logs[i] for i in before[:VARIANCE_NIGHTS]]))
+        recent = [logs[i] for i in before[:VARIANCE_NIGHTS]]
+        own.append(stats.between_nights(recent))
+        lone.append(stats.between_nights(recent, stats.LONE_RUNNER))
         if metric.deterministic:  # a counter's values as they are, for the exact comparison
             raw = [list(v) if v is not None else [] for v in values]
             spans["previous"].append((stats.Span.of(raw[before[0]] if before else []), stats.Span.of(raw[0])))
@@ -120,7 +125,7 @@ def changes(
             }
         )
     keys = [row["series_key"] for row in rows]
-    nightly = night_variances(keys, own, {k: series.get(k, {}).get("runner") for k in keys}, prior)
+    nightly = night_variances(keys, own, {k: series.get(k, {}).get("runner") for k in keys}, prior, lone)
     thresholds = [threshold_for(metric, series.get(row["series_key"], {}), overrides) for row in rows]
     directions = [direction_for(metric, series.get(row["series_key"], {}), overrides) for row in rows]
     for row, estimate, mine in zip(rows, nightly, own):
@@ -179,11 +184,16 @@ def runner_prior(metric: Metric) -> stats.Between | None:
 
 
 def night_variances(
-    keys: list[str], own: list[stats.Between | None], runners: Mapping[str, Any], prior: stats.Between | None
+    keys: list[str],
+    own: list[stats.Between | None],
+    runners: Mapping[str, Any],
+    prior: stats.Between | None,
+    lone: list[stats.Between | None] | None = None,
 ) -> list[stats.Between | None]:
     """Per series, the variance of a night's offset its latest night is judged with: its own estimate where it
     rests on ``stats.ENOUGH_DF`` degrees of freedom and is above zero, else pooled (weighted by degrees of freedom) with
-    the estimates of the other series of its runner, or with ``prior`` where its runner has none to give."""
+    the estimates of the other series of its runner, or with ``prior`` where its runner has none to give; where
+    neither says anything, ``lone`` (its nights' estimate pooled with ``stats.LONE_RUNNER``, per series) where given."""
     sums: dict[Any, list[float]] = {}  # runner -> [sum of var x df, sum of df, series]
     for key, estimate in zip(keys, own):
         if estimate is not None:
@@ -192,12 +202,17 @@ def night_variances(
             total[1] += estimate.df
             total[2] += 1
     out = []
-    for key, estimate in zip(keys, own):
+    for i, (key, estimate) in enumerate(zip(keys, own)):
         weighted, df, count = sums.get(runners.get(key), [0.0, 0.0, 0])
         if estimate is not None:  # the others of its runner: this series' own estimate is pooled once, below
             weighted, df, count = weighted - estimate.var_log * estimate.df, df - estimate.df, count - 1
         others = stats.Between(weighted / df, df) if count and df > 0 else None
         floor = others if others is not None else prior
+        if floor is None and lone is not None and (estimate is None or estimate.df < stats.ENOUGH_DF):
+            mine = lone[i]  # nothing has measured its runner: its own nights, pooled with the prior while few
+            named = None if mine is None else dataclasses.replace(mine, source=f"{mine.source} ({mine.df:.0f} df)")
+            out.append(named if named is not None and named.var_log > 0 else None)
+            continue
         out.append(stats.night_offset(estimate, floor, f"its runner's {count} other series" if floor is others else ""))
     return out
 

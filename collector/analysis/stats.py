@@ -155,7 +155,13 @@ TRIM = 0.1  # between_nights leaves out this share of the largest differences be
 TRIMMED_NORMAL = 0.623  # the mean of x^2 for a standard normal x below its 90th percentile of x^2
 
 
-def between_nights(nights: Sequence[np.ndarray]) -> Between | None:
+# What a night's offset is taken to be on a runner that nothing has measured (a series alone on its runner, no
+# calibration), while its own nights are few: 2% (a shared 2-core runner's nights wander about that far), worth 6
+# nights (2 degrees of freedom). ``benchmarks/detection.py --nightly`` and ``--young`` measure what it costs and buys.
+LONE_RUNNER = Between(0.02**2, 2.0, "a lone runner's prior (2% a night, 2 df)")
+
+
+def between_nights(nights: Sequence[np.ndarray], prior: Between | None = None) -> Between | None:
     """The variance of a night's offset from consecutive nights' trials (log values, in night order): from the
     mean square of the differences between one night's mean and the next, the largest ``TRIM`` of them (one at
     least) left out, so that a step in the history counts as one large difference, not as spread, less the trials'
@@ -163,7 +169,13 @@ def between_nights(nights: Sequence[np.ndarray]) -> Between | None:
     differences are near zero. Its degrees of freedom are those of a difference of two estimates (Satterthwaite):
     the spread's, about half of the differences', shrunk by how much of it the trials' part is; where the trials'
     part is most of the spread, few. An estimate at or below zero is zero on one degree of freedom: it says nothing
-    of the offset's size. None with fewer than three nights of 2+ trials."""
+    of the offset's size. None with fewer than three nights of 2+ trials.
+
+    ``prior`` (a night's offset no other series has measured, ``LONE_RUNNER``): while the spread rests on fewer than
+    ``ENOUGH_DF`` degrees of freedom, it is pooled with the spread the prior implies (the prior's offset plus this
+    series' trials' part), weighted by degrees of freedom. Pooled on the spread, not on the offset: where nights do
+    not move, the spread's own degrees of freedom say so and outweigh the prior within a few nights, which a zero
+    offset (one degree of freedom) never could."""
     counts, means, variances = night_moments([g for g in nights if len(g) >= 2])
     if len(counts) < 3:
         return None
@@ -171,12 +183,17 @@ def between_nights(nights: Sequence[np.ndarray]) -> Between | None:
     squares = np.sort(np.diff(means) ** 2)
     kept = squares[: len(squares) - max(1, int(TRIM * len(squares)))]
     spread = float(kept.mean()) / (2 * TRIMMED_NORMAL)
+    df_spread, df_within = (len(counts) - 2) / 2, float((counts - 1).sum())
+    source = "nights' offsets"
+    if prior is not None and df_spread < ENOUGH_DF:
+        spread = (prior.df * (prior.var_log + within) + df_spread * spread) / (prior.df + df_spread)
+        df_spread += prior.df
+        source = f"nights' offsets, pooled with {prior.source}"
     offset = spread - within
     if offset <= 0:
-        return Between(0.0, 1.0, "nights' offsets")
-    df_spread, df_within = (len(counts) - 2) / 2, float((counts - 1).sum())
+        return Between(0.0, 1.0, source)
     df = offset**2 / (spread**2 / max(df_spread, 1.0) + within**2 / df_within)
-    return Between(offset, max(1.0, df), "nights' offsets")
+    return Between(offset, max(1.0, df), source)
 
 
 ENOUGH_DF = 10  # a series' own night-to-night estimate stands alone from this many degrees of freedom

@@ -1,16 +1,26 @@
 """The models a trial trains: the bundled ones (Keras 3 builders, and plain PyTorch builds of ResNet-50 in
-``torch_resnet50.py`` and of Llama in ``llama.py``), each with synthetic batches and analytic FLOPs, and a model of
-yours (``user.py``). A script of yours (``script.py``) is run, not built; ``workload.py`` tells the three apart."""
+``torch_resnet50.py``, of Llama in ``llama.py`` and of GPT-OSS's mixture of experts in ``gpt_oss.py``), each with
+synthetic batches and analytic FLOPs, and a model of yours (``user.py``). A script of yours (``script.py``) is run,
+not built; ``workload.py`` tells the three apart."""
 
 from __future__ import annotations
 
-from stepwatch.trainers import bert, bilstm, llama, resnet50, teacher, transformer, user
+from stepwatch.trainers import bert, bilstm, gpt_oss, llama, resnet50, teacher, transformer, user
 from stepwatch.trainers.spec import ModelSpec
 from stepwatch.trainers.workload import Kind, kind_of
 
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
-    for spec in (resnet50.SPEC, resnet50.SPEC_V15, bert.SPEC, transformer.SPEC, bilstm.SPEC, teacher.SPEC, llama.SPEC)
+    for spec in (
+        resnet50.SPEC,
+        resnet50.SPEC_V15,
+        bert.SPEC,
+        transformer.SPEC,
+        bilstm.SPEC,
+        teacher.SPEC,
+        llama.SPEC,
+        gpt_oss.SPEC,
+    )
 }
 
 

@@ -63,7 +63,6 @@ PRESETS = {
 
 def build(size: LlamaSize) -> Any:
     """keras-hub's Llama3Backbone of explicit sizes and the untied output projection, logits for every position."""
-    import keras
     import keras_hub
 
     backbone = keras_hub.models.Llama3Backbone(
@@ -81,8 +80,16 @@ def build(size: LlamaSize) -> Any:
         layer_norm_epsilon=size.norm_epsilon,
         tie_word_embeddings=False,
     )
-    logits = backbone.token_embedding(backbone.output, reverse=True)  # as Llama3CausalLM: the untied projection
-    return keras.Model(inputs=backbone.input, outputs=logits, name="llama_causal_lm")
+    return causal_lm(backbone, "llama_causal_lm")  # as Llama3CausalLM: the untied projection
+
+
+def causal_lm(backbone: Any, name: str) -> Any:
+    """A keras-hub decoder backbone and its embedding's untied reverse (the output projection its CausalLM task
+    applies): logits for every position."""
+    import keras
+
+    logits = backbone.token_embedding(backbone.output, reverse=True)
+    return keras.Model(inputs=backbone.input, outputs=logits, name=name)
 
 
 def torch_config(size: LlamaSize) -> Any:
@@ -119,13 +126,20 @@ def build_torch(size: LlamaSize) -> Any:
     """``LlamaForCausalLM`` from its config, random weights, taking the synthetic batch's inputs and returning the
     logits. The padding mask (all ones) is not passed on: given one, transformers builds a dense 4-D mask, and SDPA
     with an explicit mask cannot run the flash kernel; without it the mask is causal, as in pre-training."""
-    from torch import nn
     from transformers import LlamaForCausalLM
+
+    return TorchCausalLM(LlamaForCausalLM(torch_config(size)))
+
+
+def TorchCausalLM(model: Any) -> Any:  # noqa: N802 (builds an nn.Module, which torch is imported for only here)
+    """A transformers causal LM that takes the synthetic batch's inputs and returns the logits; the padding mask (all
+    ones) is not passed on."""
+    from torch import nn
 
     class CausalLM(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.model = LlamaForCausalLM(torch_config(size))
+            self.model = model
 
         def forward(self, token_ids: Any, padding_mask: Any = None) -> Any:
             return self.model(input_ids=token_ids).logits

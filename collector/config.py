@@ -40,6 +40,12 @@ ATTENTION = (ATTENTION_AUTO, "flash", "efficient", "cudnn", "math")
 # What each backend can pin (beyond auto): torch's SDPA has every kernel; JAX's dot_product_attention cuDNN's (GPU)
 # and the XLA math, Keras' splash kernel on a TPU as "flash"; TensorFlow has only the math.
 ATTENTION_PINS = {"torch": ATTENTION[1:], "jax": ("flash", "cudnn", "math"), "tensorflow": ("math",)}
+# The experts kernel of a model with experts (``trainers.spec.ModelSpec.experts``) in the plain PyTorch loop:
+# transformers' ``experts_implementation`` (its choice, or one pinned: one grouped matmul over the experts, batched
+# matmuls of each token's experts' weights, or a loop over the experts that got tokens). Keras' MoE backbones compute
+# every expert for every token (dense): nothing to pin there.
+EXPERTS_AUTO = "auto"
+EXPERTS = (EXPERTS_AUTO, "grouped_mm", "batched_mm", "eager")
 # Keras fit, a TensorFlow custom loop, a plain PyTorch loop (no Keras), the user's own training script (its loop).
 SCRIPT_LOOP = "script"
 LOOPS = ("fit", "ctl", "pytorch", SCRIPT_LOOP)
@@ -112,6 +118,11 @@ class BenchmarkConfig:
         ATTENTION_AUTO, series=True, flag="--attention", choices=ATTENTION, added=True,
         help="the attention kernel of a model with attention: auto (the framework's choice) or one pinned: flash, "
         "efficient, cudnn, math",
+    )  # fmt: skip
+    experts: str = _field(
+        EXPERTS_AUTO, series=True, flag="--experts", choices=EXPERTS, added=True,
+        help="the experts kernel of a model with experts, in the plain PyTorch loop: auto (transformers' choice) or "
+        "one pinned: grouped_mm, batched_mm, eager",
     )  # fmt: skip
     loop: str = _field(DEFAULT_LOOP, series=True, flag="--loop", choices=LOOPS)
     data: str = _field("synthetic", series=True, flag="--data", choices=DATA)
@@ -360,7 +371,7 @@ def _validate_keras_backend(config: BenchmarkConfig) -> None:
 # config keeps these fields at their defaults, so that one script and arguments is one series.
 SCRIPT_OWNS = (
     "xla", "precision", "per_device_batch", "steps_per_execution", "strategy", "data", "num_devices", "threads",
-    "sequence_length", "attention",
+    "sequence_length", "attention", "experts",
 )  # fmt: skip
 
 
@@ -433,6 +444,18 @@ def _validate_attention(config: BenchmarkConfig) -> None:
     needs = on.get((backend, config.attention))
     if needs and config.device != needs:
         raise ConfigError(f"attention {config.attention} on {backend} runs on a {needs}, not a {config.device}")
+
+
+def _validate_experts(config: BenchmarkConfig) -> None:
+    """An experts kernel pinned only for a model with experts, in the plain PyTorch loop."""
+    if config.experts == EXPERTS_AUTO:
+        return
+    spec = get_model(config.model) if config.workload is not Kind.SCRIPT else None
+    if spec is None or not spec.experts:
+        raise ConfigError(f"experts {config.experts}: model {config.model} has no experts stepwatch can pin")
+    if config.loop != "pytorch":
+        raise ConfigError(f"experts {config.experts}: only the plain PyTorch loop (loop pytorch) can pin the experts "
+                          "kernel; Keras' backbone computes every expert for every token")  # fmt: skip
 
 
 def _validate_fp8(config: BenchmarkConfig) -> None:
@@ -512,6 +535,7 @@ def validate(config: BenchmarkConfig) -> BenchmarkConfig:
         raise ConfigError("num_devices > 1 needs strategy 'mirrored' (GPU) or 'tpu'")
     _validate_keras_backend(config)
     _validate_attention(config)
+    _validate_experts(config)
     _validate_fp8(config)
     if config.threads != THREADS_AUTO:
         thread_counts(config.threads)

@@ -47,9 +47,10 @@ SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, wh
 # with the quality a script reports (quality, quality_name); whose price a row was costed at (price_whose) and how far
 # it is trusted (price_confidence). Earlier rows have none.
 # 10: sequence_length and attention, two series dimensions (earlier rows ran 0, the preset's, and auto; series keys are
-# unchanged), the attention kernel that ran (attention_kernel; earlier rows have none), and precision fp8.
-SCHEMA_VERSION = 10
-
+# unchanged), the attention kernel that ran (attention_kernel; earlier rows have none), and precision fp8. 11: experts,
+# a series dimension (earlier rows ran auto; keys unchanged), and the experts kernel that ran (or none).
+SCHEMA_VERSION = 11
+KERNELS = {"attention": "attention_kernel", "experts": "experts_kernel"}  # the kernels a row records, by kind
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -102,6 +103,8 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("sequence_length", _I64, "config"),
     ("attention", _STR, "config"),
     ("attention_kernel", _STR, "config"),  # what ran: flash, efficient, cudnn or math (a model with attention)
+    ("experts", _STR, "config"),
+    ("experts_kernel", _STR, "config"),  # what ran: grouped_mm, batched_mm, eager or dense (a model with experts)
     ("loop", _STR, "config"),
     ("data", _STR, "config"),
     ("threads", _STR, "config"),

@@ -139,7 +139,7 @@ def build(size: GptOssSize) -> Any:
 
 
 def torch_config(size: GptOssSize, experts: str | None = None) -> Any:
-    """The same sizes as a transformers ``GptOssConfig``: attention ``eager``, experts ``experts`` (None:
+    """The same sizes as a transformers ``GptOssConfig``: attention ``eager``, experts ``experts`` (None or auto:
     transformers' own choice), no auxiliary loss (MLPerf v6.0 trains without one)."""
     from transformers import GptOssConfig
 
@@ -147,7 +147,7 @@ def torch_config(size: GptOssSize, experts: str | None = None) -> Any:
             "original_max_position_embeddings": size.rope_pretraining_sequence_length,
             "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}  # fmt: skip
     kinds = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(size.num_layers)]
-    options = {} if experts is None else {"experts_implementation": experts}
+    options = {} if experts in (None, "auto") else {"experts_implementation": experts}
     return GptOssConfig(
         num_hidden_layers=size.num_layers,
         num_local_experts=size.num_experts,
@@ -194,4 +194,5 @@ SPEC = ModelSpec(
     "GptOssForCausalLM for the plain PyTorch loop), random weights",
     torch=TorchParts(build=build_torch, optimizer=llama.torch_optimizer, loss=llama.torch_loss),
     attention=True,
+    experts=True,
 )

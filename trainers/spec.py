@@ -63,6 +63,9 @@ class ModelSpec:
     target_loss: Callable[[Any], float | None] = lambda preset: None
     torch: TorchParts | None = None  # the same model in plain PyTorch (loop "pytorch"), where there is one
     attention: bool = False  # the model has attention: its rows record the kernel that ran (``attention_kernel``)
+    experts: bool = (
+        False  # the model routes tokens to experts: its rows record the kernel that ran (``experts_kernel``)
+    )
 
     def learning_rate(self, override: float | None) -> float:
         """The learning rate a run uses: the config's when it sets one, else this model's default."""

@@ -16,6 +16,7 @@ from stepwatch.collector.analysis.stats import plain
 from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for
 from stepwatch.collector.metrics import Metric, get_metric
 from stepwatch.collector.outcomes import FAILED, VERDICT_ORDER
+from stepwatch.collector.schema import KERNELS
 from stepwatch.collector.store import queries, trajectories
 from stepwatch.collector.store.selection import Selection
 
@@ -48,7 +49,8 @@ class Comparison:
     aa: Comparison | None = None  # an upgrade check's A/A: the baseline against a second environment of it
     model_code: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # side -> user model -> hashes
     machine: dict[str, dict[str, int]] = field(default_factory=dict)  # side -> its trials flagged (queries)
-    attention: dict[str, dict[str, int]] = field(default_factory=dict)  # side -> attention kernel -> its ok trials
+    # schema.KERNELS' kind (attention, experts) -> side -> the kernel that ran -> its ok trials
+    kernels: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     own_noise: bool = False  # each row's noise is its sides' own (a check), not its series' history's
     alpha: float = stats.ALPHA  # the level of its tests; its intervals are 1 - alpha (a sequential check's look)
     looks: dict[str, Any] | None = None  # a sequential check's looks (``sequential.Sequential.payload``)
@@ -64,10 +66,11 @@ class Comparison:
         models = sorted(set(sides[0]) & set(sides[1]))
         return [(m, sides[0][m], sides[1][m]) for m in models if len({*sides[0][m], *sides[1][m]}) > 1]
 
-    def attention_differs(self) -> bool:
-        """Whether the sides ran different attention kernels (a fused kernel on one, the math on the other): their
-        change is then partly the kernel's, whatever else changed."""
-        sides = [set(self.attention.get(side, {})) for side in ("baseline", "candidate")]
+    def kernel_differs(self, kind: str) -> bool:
+        """Whether the sides ran different kernels of ``kind`` (``schema.KERNELS``: a fused attention kernel on one,
+        the math on the other; grouped experts on one, a loop over them on the other): their change is then partly
+        the kernel's, whatever else changed."""
+        sides = [set(self.kernels.get(kind, {}).get(side, {})) for side in ("baseline", "candidate")]
         return all(sides) and sides[0] != sides[1]
 
     def by_verdict(self, verdict: str) -> list[Row]:
@@ -147,8 +150,8 @@ def build(
     versions = {"baseline": queries.side_versions(con, baseline), "candidate": queries.side_versions(con, candidate)}
     code = {"baseline": queries.model_code(con, baseline), "candidate": queries.model_code(con, candidate)}
     machine = {"baseline": queries.machine_state(con, baseline), "candidate": queries.machine_state(con, candidate)}
-    attention = {"baseline": queries.attention_kernels(con, baseline),
-                 "candidate": queries.attention_kernels(con, candidate)}  # fmt: skip
+    kernels = {kind: {"baseline": queries.kernels_ran(con, baseline, kind),
+                      "candidate": queries.kernels_ran(con, candidate, kind)} for kind in KERNELS}  # fmt: skip
     return Comparison(
         baseline,
         candidate,
@@ -158,7 +161,7 @@ def build(
         versions,
         model_code=code,
         machine=machine,
-        attention=attention,
+        kernels=kernels,
         own_noise=own_noise,
         alpha=alpha,
         numerics=numerics_of(con, baseline, candidate, alpha, rows),

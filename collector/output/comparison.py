@@ -18,7 +18,7 @@ from stepwatch.collector.analysis.stats import plain
 from stepwatch.collector.metrics import Metric
 from stepwatch.collector.outcomes import CHANGED, FAILED, IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
 from stepwatch.collector.output import numerics as numerics_output
-from stepwatch.collector.output.sides import attention_line, flagged, machine_line
+from stepwatch.collector.output.sides import flagged, kernel_lines, machine_line
 from stepwatch.collector.output.text import (
     MARKS,
     interval,
@@ -29,6 +29,7 @@ from stepwatch.collector.output.text import (
     stdout_console,
     write_file,
 )
+from stepwatch.collector.schema import KERNELS
 
 CodeOf = Callable[[Comparison], int]  # the exit code a comparison gives (the CLI's, stepwatch.collector.cli.exits)
 
@@ -272,7 +273,7 @@ def to_markdown(
     resolve, headline, sides, geomeans, the verdict table, gaps; then ``appendix`` (where the time went, from the
     profiles) as preformatted text."""
     lead = resolution_lead(comparison)
-    changed = [line for line in (attention_line(comparison),) if line] + numerics_output.lead_lines(comparison)
+    changed = kernel_lines(comparison) + numerics_output.lead_lines(comparison)
     lines = [f"## {title}", "", *first, *(f"**⚠️ {line}**" for line in changed), *([""] if changed else [])]
     lines += [*(f"**{line}**" for line in lead), *([""] if lead else [])]
     lines += [f"**{headline(comparison)}**", "", *preface]
@@ -394,7 +395,7 @@ def json_payload(comparison: Comparison, code_of: CodeOf) -> dict[str, Any]:
         "versions": comparison.versions,
         "model_code": comparison.model_code,
         "machine": comparison.machine,
-        "attention": {**comparison.attention, "differs": comparison.attention_differs()},
+        **{kind: {**comparison.kernels.get(kind, {}), "differs": comparison.kernel_differs(kind)} for kind in KERNELS},
         "summaries": summaries,
         "rows": rows,
         "alpha": comparison.alpha,
@@ -448,7 +449,7 @@ def show_comparison(
     for line in first:
         if line:
             stdout.print(escape(line))
-    for line in [attention_line(comparison), *numerics_output.lead_lines(comparison)]:
+    for line in [*kernel_lines(comparison), *numerics_output.lead_lines(comparison)]:
         if not line:
             continue
         stdout.print(f"[bold red]{escape(line)}[/bold red]")

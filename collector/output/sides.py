@@ -1,9 +1,11 @@
-"""How the two sides of a comparison ran, said before any verdict: which attention kernel each ran, and whether its
-machine was throttled or shared (collector.trial.machine). Either can move a verdict without the software."""
+"""How the two sides of a comparison ran, said before any verdict: which attention and experts kernels each ran, and
+whether its machine was throttled or shared (collector.trial.machine). Either can move a verdict without the
+software."""
 
 from __future__ import annotations
 
 from stepwatch.collector.analysis.comparison import Comparison
+from stepwatch.collector.schema import KERNELS
 
 
 def machine_line(comparison: Comparison) -> str | None:
@@ -23,21 +25,23 @@ def machine_line(comparison: Comparison) -> str | None:
     return "machine: " + "; ".join(parts) if parts else None
 
 
-def attention_line(comparison: Comparison) -> str | None:
-    """Where the sides ran different attention kernels, what each ran (said before any verdict: a fused kernel
-    that fell back to the math path changes the speed on its own, often 2-4x on long sequences); else None."""
-    if not comparison.attention_differs():
-        return None
+def kernel_lines(comparison: Comparison) -> list[str]:
+    """Per kind of kernel (``schema.KERNELS``) whose sides ran different ones, what each ran (said before any
+    verdict: a fused attention kernel that fell back to the math path changes the speed on its own, often 2-4x on
+    long sequences; so do experts that fell back from one grouped matmul to a loop over them)."""
+    lines = []
+    for kind in KERNELS:
+        if not comparison.kernel_differs(kind):
+            continue
 
-    def ran(side: str) -> str:
-        kernels = comparison.attention[side]
-        total = sum(kernels.values())
-        return ", ".join(f"{kernel} ({count} of {total} trials)" for kernel, count in kernels.items())
+        def ran(side: str, kind: str = kind) -> str:
+            kernels = comparison.kernels[kind][side]
+            total = sum(kernels.values())
+            return ", ".join(f"{kernel} ({count} of {total} trials)" for kernel, count in kernels.items())
 
-    return (
-        f"attention kernel differs: the baseline ran {ran('baseline')}, the candidate {ran('candidate')}; the change "
-        "is partly the kernel's, not only the software's"
-    )
+        lines.append(f"{kind} kernel differs: the baseline ran {ran('baseline')}, the candidate {ran('candidate')}; "
+                     "the change is partly the kernel's, not only the software's")  # fmt: skip
+    return lines
 
 
 def flagged(comparison: Comparison) -> bool:

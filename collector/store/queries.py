@@ -13,7 +13,7 @@ import pandas as pd
 
 from stepwatch.collector.config import FIELD_NAMES, FRAMEWORK_VERSION_COLUMNS, SERIES_DIMENSIONS
 from stepwatch.collector.metrics import COUNTERS, METRICS, RECENT_TRIALS
-from stepwatch.collector.schema import VERSION_COLUMNS
+from stepwatch.collector.schema import KERNELS, VERSION_COLUMNS
 from stepwatch.collector.store.selection import ALIASES, ALL, FLAGS, Selection, SelectionError, as_fields, named
 from stepwatch.collector.store.tables import (
     RECENCY,
@@ -298,15 +298,17 @@ def machine_state(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[
     return dict(zip(("trials", "read", "throttled", "shared"), (int(v) for v in row)))
 
 
-def attention_kernels(con: duckdb.DuckDBPyConnection, selection: Selection) -> dict[str, int]:
-    """Among the selected ok trials of models with attention: how many ran each attention kernel (flash, efficient,
-    cudnn, math), as their rows recorded it."""
-    if not has_column(con, "attention_kernel"):
+def kernels_ran(con: duckdb.DuckDBPyConnection, selection: Selection, kind: str) -> dict[str, int]:
+    """Among the selected ok trials of models that have them: how many ran each kernel of ``kind`` (``schema.KERNELS``:
+    attention's flash, efficient, cudnn or math; the experts' grouped_mm, batched_mm, eager or dense), as their rows
+    recorded it."""
+    column = KERNELS[kind]
+    if not has_column(con, column):
         return {}
     where, params = selection.where()
     rows = con.sql(
-        f"SELECT attention_kernel, count(*) FROM runs WHERE ({where}) AND status = 'ok' "
-        "AND attention_kernel IS NOT NULL GROUP BY 1 ORDER BY 2 DESC, 1",
+        f"SELECT {column}, count(*) FROM runs WHERE ({where}) AND status = 'ok' "
+        f"AND {column} IS NOT NULL GROUP BY 1 ORDER BY 2 DESC, 1",
         params=params,
     ).fetchall()
     return {str(kernel): int(count) for kernel, count in rows}

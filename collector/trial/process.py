@@ -112,6 +112,8 @@ def run_model(config: BenchmarkConfig, result_path: Path, phases: Phases) -> dic
         result.update(compiler_flops(result, config))
         if spec.attention:  # after the counters: JAX reads the kernel from the step they compiled
             result.update(after_training("attention", lambda: attention_of(backend, model, data, config)))
+        if spec.experts:
+            result.update(after_training("experts", lambda: experts_of(backend, model, data, config)))
         write_json_atomically(result_path, result)
     profile_dir = os.environ.get(profiles.PROFILE_ENV)
     if result["status"] == "ok" and profile_dir:
@@ -168,6 +170,16 @@ def attention_of(backend: runtime.Backend, model: Any, data: Any, config: Benchm
     backend's own name for it (kept in extras as ``attention_op``)."""
     kernel, reported = backend.attention_kernel(model, data, config)
     return {"attention_kernel": kernel, "attention_op": reported}
+
+
+def experts_of(backend: runtime.Backend, model: Any, data: Any, config: BenchmarkConfig) -> dict[str, Any]:
+    """The experts kernel the model ran (grouped_mm, grouped_mm_fallback, batched_mm or eager in the plain PyTorch
+    loop, read from a profiled step; dense in Keras, whose MoE backbones compute every expert for every token), and
+    the operator it was read from (kept in extras as ``experts_op``)."""
+    if config.loop != "pytorch":
+        return {"experts_kernel": "dense", "experts_op": "keras-hub computes every expert for every token"}
+    kernel, reported = backend.experts_kernel(model, data, config)  # the plain PyTorch backend's own
+    return {"experts_kernel": kernel, "experts_op": reported}
 
 
 # Each kind of workload (``trainers.workload``) and the one place that runs it in the trial process.

@@ -23,7 +23,7 @@ from stepwatch.collector.output.comparison import (
     summary_text,
 )
 from stepwatch.collector.output.explain import header_line, pair_lines
-from stepwatch.collector.output.sides import attention_line, flagged, machine_line
+from stepwatch.collector.output.sides import flagged, kernel_lines, machine_line
 from stepwatch.collector.output.text import interval, percent, plain_rows, repro_command, series_label
 from stepwatch.collector.store.profiled import OP_KEYS
 from stepwatch.collector.store.queries import version_key
@@ -134,7 +134,7 @@ counts = {side: int(comparison.versions[side]["runs"][0]) for side in ("baseline
 for side, count in counts.items():
     if count == 0:
         st.warning(f"The {side} selection matches no runs.")
-for line in [attention_line(comparison), *numerics_output.lead_lines(comparison)]:  # a kernel, a training changed
+for line in [*kernel_lines(comparison), *numerics_output.lead_lines(comparison)]:  # a kernel, a training changed
     if line:
         st.warning(line)
 for line in resolution_lead(comparison):

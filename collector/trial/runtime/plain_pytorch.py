@@ -60,6 +60,26 @@ def sdpa_seen(run: Any) -> tuple[str, str]:
     return "math", "no scaled_dot_product_attention operator ran (attention as matmuls and a softmax)"
 
 
+# What each experts kernel leaves in torch's profiler (transformers' integrations/moe.py): its fallback where
+# ``torch._grouped_mm`` cannot run (a loop over the experts, a custom op), the grouped matmul itself, or the eager
+# loop's scatter of each expert's tokens back (``index_add_``); batched_mm leaves none of these, only bmm.
+EXPERTS_OPS = (("grouped_mm_fallback", "grouped_mm_fallback"), ("aten::_grouped_mm", "grouped_mm"),
+               ("aten::grouped_mm", "grouped_mm"), ("aten::index_add_", "eager"))  # fmt: skip
+
+
+def experts_seen(run: Any) -> tuple[str, str]:
+    """The experts kernel ``run()`` (a step) used, read from torch's profiler (``EXPERTS_OPS``, the first found), or
+    batched_mm where none of them ran; and the operator the profiler named."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as recorded:
+        run()
+    names = {event.name for event in recorded.events()}
+    for op, kernel in EXPERTS_OPS:
+        found = sorted(name for name in names if op in name)
+        if found:
+            return kernel, found[0]
+    return "batched_mm", "no grouped matmul and no per-expert scatter ran (batched matmuls)"
+
+
 def float8_training(module: Any) -> Any:
     """torchao's float8 training on the module's linear layers (dynamic tensorwise scaling, torchao's default
     recipe), leaving out the output projection and any layer whose sizes are not multiples of 16, as torchtitan does."""
@@ -220,7 +240,8 @@ class PlainTorchBackend(TorchDevice, TrialBackend):
         optimizer and loss. (``config.validate`` has refused a model without a PyTorch build.)"""
         torch.manual_seed(config.seed)
         preset = spec.preset(config.preset, config.sequence_length)
-        module = spec.torch.build(preset).to(self.device(config))
+        options = {"experts": config.experts} if spec.experts else {}  # a pinned experts kernel, or auto
+        module = spec.torch.build(preset, **options).to(self.device(config))
         if config.precision == FP8:
             module = float8_training(module)
         module.train()
@@ -302,6 +323,10 @@ class PlainTorchBackend(TorchDevice, TrialBackend):
     def attention_kernel(self, model: Trainee, data: Any, config: BenchmarkConfig) -> tuple[str, str]:
         """One more step under torch's profiler: the kernel SDPA ran."""
         return sdpa_seen(lambda: self.step(model, data).item())
+
+    def experts_kernel(self, model: Trainee, data: Any, config: BenchmarkConfig) -> tuple[str, str]:
+        """One more step under torch's profiler: the experts kernel that ran."""
+        return experts_seen(lambda: self.step(model, data).item())
 
     def loss_scaling(self, model: Trainee, optimizer: Any) -> bool:
         return bool(model.scaler.is_enabled())

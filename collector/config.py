@@ -434,7 +434,7 @@ def _validate_attention(config: BenchmarkConfig) -> None:
             raise ConfigError(str(error.args[0])) from None
     if config.attention == ATTENTION_AUTO:
         return
-    if spec is None or not spec.attention:
+    if spec is None or not (spec.attention or config.workload is Kind.FUNCTION):  # yours says so once built
         raise ConfigError(f"attention {config.attention}: model {config.model} has no attention stepwatch can pin")
     backend = "torch" if config.loop == "pytorch" else config.keras_backend
     if config.attention not in ATTENTION_PINS[backend]:

@@ -29,6 +29,7 @@ class Metric:
     short: str = ""  # a column heading in a run's summary (its label if empty)
     headline: bool = False  # one of the few figures a run shows first (the Run page's tiles, `run`'s summary)
     deterministic: bool = False  # the same for every trial of one program and stack: compared exactly
+    follows: bool = False  # judged in every comparison whose rows have it, beside the metrics asked for
 
     @property
     def heading(self) -> str:
@@ -69,6 +70,10 @@ METRICS: dict[str, Metric] = {
         Metric("cost_per_1m_examples_usd", "Cost per 1M examples", "USD", False, 0.03),
         Metric("gpu_wh_per_1m_examples", "GPU energy per 1M examples", "Wh", False, 0.03),  # NVML's energy counter
         Metric("final_loss", "Final loss", "", False, 0.05),
+        # A model with experts (collector.trial.routing): its busiest expert's tokens over an even share, in the worst
+        # layer. A step waits on that expert, so a router that unbalances slows training without any kernel changing:
+        # judged beside the speed wherever the rows have it.
+        Metric("routing_max_load", "Busiest expert's load (x even)", "x", False, 0.05, short="max load", follows=True),
         # Time to a target quality, MLPerf's metric: the first step (compiling) left out, as MLPerf leaves out
         # initialisation; resolved to a timing window (collector.trial.measure.to_target).
         Metric("time_to_target_s", "Time to target", "s", False, 0.05, short="to target"),
@@ -142,6 +147,7 @@ def trial_time(row: Mapping[str, Any]) -> dict[str, float]:
 DEFAULT_METRIC = "examples_per_sec"
 HEADLINE = tuple(m for m in METRICS.values() if m.headline)  # in the table's order
 COUNTERS = tuple(m.name for m in METRICS.values() if m.deterministic)
+FOLLOWING = tuple(m for m in METRICS.values() if m.follows)
 # What peak_memory_bytes measured (its peak_memory_kind): on a CPU the peak anonymous memory the parent samples
 # (collector.trial.memory), or, on rows before schema 4, ru_maxrss (which the migration moves to peak_rss_bytes);
 # on an accelerator the framework allocator's peak ("device").

@@ -48,8 +48,9 @@ SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, wh
 # it is trusted (price_confidence). Earlier rows have none.
 # 10: sequence_length and attention, two series dimensions (earlier rows ran 0, the preset's, and auto; series keys are
 # unchanged), the attention kernel that ran (attention_kernel; earlier rows have none), and precision fp8. 11: experts,
-# a series dimension (earlier rows ran auto; keys unchanged), and the experts kernel that ran (or none).
-SCHEMA_VERSION = 11
+# a series dimension (earlier rows ran auto; keys unchanged), and the experts kernel that ran (or none). 12: routing
+# balance of a model with experts (collector.trial.routing): routing_max_load, routing_idle_experts; earlier rows none.
+SCHEMA_VERSION = 12
 KERNELS = {"attention": "attention_kernel", "experts": "experts_kernel"}  # the kernels a row records, by kind
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 _TS = pa.timestamp("us", tz="UTC")
@@ -150,6 +151,8 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("peak_memory_kind", _STR, "metrics"),
     ("peak_rss_bytes", _I64, "metrics"),
     ("peak_file_bytes", _I64, "metrics"),
+    ("routing_max_load", _F64, "metrics"),  # the busiest expert's tokens over an even share, worst layer
+    ("routing_idle_experts", _I64, "metrics"),  # experts, over all layers, that got no token
     ("flops_per_example", _F64, "metrics"),
     ("achieved_tflops", _F64, "metrics"),
     ("peak_tflops", _F64, "metrics"),
@@ -250,22 +253,9 @@ SCHEMA = pa.schema([pa.field(name, dtype) for name, dtype, _ in COLUMNS]).with_m
 )
 COLUMN_NAMES = frozenset(SCHEMA.names)
 # The software a run was measured with: the axes versions are compared along (never part of the series key).
-VERSION_COLUMNS = (
-    "tf_version",
-    "keras_version",
-    "keras_hub_version",
-    "jax_version",
-    "torch_version",
-    "python_version",
-    "cuda_build_version",
-    "cudnn_build_version",
-    "cuda_runtime_version",
-    "cudnn_runtime_version",
-    "driver_version",
-    "container_image",
-    "stepwatch_git_sha",
-    "project_commit",
-)
+VERSION_COLUMNS = ("tf_version", "keras_version", "keras_hub_version", "jax_version", "torch_version", "python_version",
+                   "cuda_build_version", "cudnn_build_version", "cuda_runtime_version", "cudnn_runtime_version",
+                   "driver_version", "container_image", "stepwatch_git_sha", "project_commit")  # fmt: skip
 
 
 # A file missing one of these (or with a null in the first five) is not a stepwatch results file.

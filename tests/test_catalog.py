@@ -80,7 +80,28 @@ def test_the_peaks_keep_the_ratios_of_their_tensor_cores() -> None:
         if re.search(r"A100|H100|H200", peak.match):
             assert t["tf32"] == pytest.approx(t["mixed_bfloat16"] / 2, rel=1e-3), peak.match
         if "fp32" in t and "mixed_float16" in t:
-            assert t["fp32"] < t["mixed_float16"] and t["fp32"] <= t["tf32"], peak.match
+            assert t["fp32"] < t["mixed_float16"] and t["fp32"] <= t.get("tf32", t["fp32"]), peak.match
+        if "fp8" in t:  # every fp8 tensor core listed runs twice its bf16 rate, and fp4 at least twice fp8's
+            assert t["fp8"] == pytest.approx(2 * t["mixed_bfloat16"], rel=1e-3), peak.match
+        if "fp4" in t:
+            assert t["fp4"] >= 2 * t["fp8"] * (1 - 1e-3), peak.match
+
+
+def test_the_accelerators_mlperf_training_v6_ran_on_have_their_peaks_each_from_its_page() -> None:
+    """B200, B300, GB200, GB300, MI300X, MI355X and the TPUs v6e and 7x: a dense bf16 peak per device, each with the
+    address of the page it was read from (TPU7x's two TensorCores are two JAX devices: half a chip's each)."""
+    peaks = catalog.load_peaks()
+    bf16 = {name: catalog.peak_tflops(peaks, name, "mixed_bfloat16", 1) for name in
+            ("NVIDIA B200", "NVIDIA GB200", "NVIDIA B300 SXM6 AC", "NVIDIA GB300", "AMD Instinct MI300X",
+             "AMD Instinct MI355X", "TPU v6 lite", "TPU7x")}  # fmt: skip
+    assert {name: total for name, (total, _) in bf16.items()} == {
+        "NVIDIA B200": 2250.0, "NVIDIA GB200": 2500.0, "NVIDIA B300 SXM6 AC": 2250.0, "NVIDIA GB300": 2500.0,
+        "AMD Instinct MI300X": 1307.4, "AMD Instinct MI355X": 2516.6, "TPU v6 lite": 918.0, "TPU7x": 2307.0 / 2,
+    }  # fmt: skip
+    assert all(re.search(r"\(https://[\w./-]+\)$", source) for _, source in bf16.values()), bf16
+    fp4 = {p.match: p.tflops.get("fp4") for p in peaks if "fp4" in p.tflops}
+    assert fp4 == {"NVIDIA B200": 9000.0, "NVIDIA GB200": 10000.0, "NVIDIA GB300": 15000.0,
+                   "AMD Instinct MI355X( VF)?": 10066.3}  # fmt: skip
 
 
 def test_peak_is_per_exact_product_and_precision_and_absent_rather_than_guessed() -> None:

@@ -130,3 +130,37 @@ def test_a_function_that_returns_a_torch_module_trains_in_the_plain_pytorch_loop
                          "--dry-run", cwd=tmp_path)  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert f"b8 {word} keras_backend=torch" in done.stdout, (model, loop, done.stdout)
+
+
+@pytest.mark.parametrize(
+    ("said", "refused"),
+    [
+        ('"unit": 3', "'unit' must be a unit's name, not 3"),
+        ('"units_per_example": 0', "'units_per_example' must be a positive integer, not 0"),
+        ('"attention": "yes"', "'attention' must be True or False, not 'yes'"),
+        ('"experts": 1', "'experts' must be True or False, not 1"),
+    ],
+    ids=["unit", "units-per-example", "attention", "experts"],
+)
+def test_what_a_model_of_yours_says_it_counts_and_has_is_checked_in_one_line(
+    tmp_path: Path, said: str, refused: str
+) -> None:
+    """A model's unit, units per example, attention and experts, where its function gives them: a spec as built
+    takes them (so its rows read tokens/s and name its kernels); one of the wrong kind is one line naming it."""
+    from stepwatch.trainers.user import Built, Reference, UserModelError, user_spec
+
+    body = (
+        '{"model": object(), "loss": "mse", "batch": lambda size, seed: ([], []), "unit": "tokens", '
+        '"units_per_example": 64, '
+    )
+    (tmp_path / "decoder.py").write_text(f'def build(preset):\n    return {body}"attention": True}}\n')
+    spec = user_spec(f"{tmp_path}/decoder.py:build")
+    spec.synthetic_batch("tiny", 8, 0)  # its function runs once, when first needed (in a trial, by the build)
+    built = spec.as_built()
+    assert (built.unit, built.units_per_example("tiny"), built.attention, built.experts) == ("tokens", 64, True, False)
+    assert user_spec(HELD_OUT).unit == "examples"  # before its function runs, and where it says nothing
+    (tmp_path / "wrong.py").write_text(f"def build(preset):\n    return {{\"model\": object(), \"loss\": \"mse\", "
+                                       f"\"batch\": None, {said}}}\n")  # fmt: skip
+    with pytest.raises(UserModelError) as error:
+        Built(Reference.parse(f"{tmp_path}/wrong.py:build")).get("tiny")
+    assert str(error.value) == f"model {tmp_path}/wrong.py:build: {refused}"

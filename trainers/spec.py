@@ -63,9 +63,15 @@ class ModelSpec:
     target_loss: Callable[[Any], float | None] = lambda preset: None
     torch: TorchParts | None = None  # the same model in plain PyTorch (loop "pytorch"), where there is one
     attention: bool = False  # the model has attention: its rows record the kernel that ran (``attention_kernel``)
-    experts: bool = (
-        False  # the model routes tokens to experts: its rows record the kernel that ran (``experts_kernel``)
-    )
+    experts: bool = False  # it routes tokens to experts: its rows record the kernel that ran and the routing balance
+    # What a model of yours said of itself once its function ran (its unit, attention, experts): ``as_built``.
+    said: Callable[[], Mapping[str, Any]] = dict
+
+    def as_built(self) -> ModelSpec:
+        """This spec as the model says it is once built: a model of yours may give its unit, and say that it has
+        attention or experts (``trainers.user.SAYS``); a bundled model is what its spec says."""
+        said = self.said()
+        return replace(self, **said) if said else self
 
     def learning_rate(self, override: float | None) -> float:
         """The learning rate a run uses: the config's when it sets one, else this model's default."""

@@ -30,7 +30,11 @@ import numpy as np
 from stepwatch.trainers.spec import Batch, ModelSpec, TorchParts, adam
 
 DEFAULT_LEARNING_RATE = 1e-3
-KEYS = ("model", "loss", "inputs", "labels", "batch", "optimizer", "flops_per_example")
+# What a model of yours may say of itself, and what each must be: the unit its throughput counts (tokens) and how many
+# of them an example holds (its sequence length), and whether it has attention or experts (its rows then name the
+# kernels that ran, and the experts' routing balance, as a bundled model's do).
+SAYS = (("unit", str), ("units_per_example", int), ("attention", bool), ("experts", bool))
+KEYS = ("model", "loss", "inputs", "labels", "batch", "optimizer", "flops_per_example", *(said for said, _ in SAYS))
 
 
 class UserModelError(ValueError):
@@ -182,6 +186,11 @@ class Built:
         unknown = sorted(set(declared) - set(KEYS))
         if unknown:
             raise UserModelError(f"model {name}: unknown key(s) {', '.join(unknown)} (known: {', '.join(KEYS)})")
+        for key, kind in SAYS:
+            given = declared.get(key)
+            if given is not None and (type(given) is not kind or (kind is int and given < 1) or given == ""):
+                want = {str: "a unit's name", int: "a positive integer", bool: "True or False"}[kind]
+                raise UserModelError(f"model {name}: '{key}' must be {want}, not {given!r}")
         if "loss" not in declared:
             raise UserModelError(f"model {name}: no 'loss' (a Keras loss, or its name)")
         if "batch" not in declared:
@@ -316,10 +325,11 @@ def user_spec(name: str) -> ModelSpec:
         build=built.keras_model,
         synthetic_batch=batch,
         flops_per_example=lambda preset: built.given("flops_per_example"),
-        units_per_example=lambda preset: 1,
+        units_per_example=lambda preset: built.given("units_per_example") or 1,
         optimizer=optimizer,
         default_learning_rate=DEFAULT_LEARNING_RATE,
         description=f"your model: {name}",
         loss=lambda **options: loss_with(built.given("loss"), options),
         torch=TorchParts(build=built.torch_module, optimizer=torch_optimizer, loss=lambda: built.given("loss")),
+        said=lambda: {key: built.given(key) for key, _ in SAYS if key != "units_per_example" and built.given(key)},
     )

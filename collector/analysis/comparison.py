@@ -14,7 +14,7 @@ import pandas as pd
 from stepwatch.collector.analysis import noise, numerics, stats
 from stepwatch.collector.analysis.stats import plain
 from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for
-from stepwatch.collector.metrics import Metric, get_metric
+from stepwatch.collector.metrics import FOLLOWING, Metric, get_metric
 from stepwatch.collector.outcomes import FAILED, VERDICT_ORDER
 from stepwatch.collector.schema import KERNELS
 from stepwatch.collector.store import queries, trajectories
@@ -110,6 +110,7 @@ def build(
     spread (a check: its store holds its other sides and earlier checks), not the series' history's. ``alpha``: the
     level of the tests and one minus the intervals' confidence (``collector.analysis.sequential``: a look's share)."""
     metrics = [get_metric(name) for name in metric_names]
+    metrics += [m for m in FOLLOWING if m not in metrics]  # where the rows have them (routing balance)
     tables: list[tuple[Metric, pd.DataFrame]] = [
         (m, queries.compare_sides(con, baseline, candidate, m.name)) for m in metrics
     ]
@@ -120,12 +121,15 @@ def build(
             span = (_span(record, "baseline"), _span(record, "candidate")) if metric.deterministic else None
             if span and not (span[0].n or span[1].n or record["failed_baseline"] or record["failed_candidate"]):
                 continue  # a counter this series' backend does not read (flops on TensorFlow): not a missing value
+            if metric.name not in metric_names and not (record["n_baseline"] or record["n_candidate"]):
+                continue  # a following metric this series does not have (a dense model beside one with experts)
             cells.append((metric, series, int(record["failed_baseline"]), int(record["failed_candidate"])))
             pairs.append((_side(record, "baseline"), _side(record, "candidate")))
             thresholds.append(threshold_for(metric, series, overrides))
             directions.append(direction_for(metric, series, overrides))
             offsets.append((between or {}).get(metric.name))
             spans.append(span)
+    metrics = [m for m in metrics if m.name in metric_names or any(cell[0] == m for cell in cells)]
     # Timed metrics through the tests (Benjamini-Hochberg across all of them); counters exactly.
     tested = [i for i, span in enumerate(spans) if span is None]
     columns = (pairs, thresholds, directions, offsets)

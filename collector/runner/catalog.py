@@ -183,10 +183,10 @@ def costed_at(rows: list[Mapping[str, Any]], today: datetime.date) -> str:
 
 
 def load_peaks(path: Path = ACCELERATORS_PATH) -> list[Peak]:
-    """Peak dense TFLOP/s per precision for known accelerators."""
+    """Peak dense TFLOP/s per precision for known accelerators (and fp4's, for reference: no run trains in it)."""
     peaks = []
     for entry in _read(path, "accelerator"):
-        tflops = {p: float(entry[p]) for p in PRECISIONS if p in entry}
+        tflops = {p: float(entry[p]) for p in (*PRECISIONS, FP4) if p in entry}
         peaks.append(Peak(entry["match"], tflops, int(entry.get("cores_per_chip", 1)), entry.get("source", "")))
     return peaks
 
@@ -213,6 +213,7 @@ def no_price_note(device: str, accelerator: str | None, cores: int | None) -> st
     )
 
 
+FP4 = "fp4"  # a peak the catalog keeps for reference (Blackwell, MI355X), not a precision a run can train in
 # A precision whose MFU is stated against another's peak, and why (kept in the row's peak_tflops_source).
 PEAK_OF = {FP8: "mixed_bfloat16"}
 PEAK_NOTES = {

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stepwatch.collector.config import BenchmarkConfig, usable_cores, validate
-from stepwatch.collector.trial import counters, machine, profiles, ranks, runtime, script
+from stepwatch.collector.config import ATTENTION_AUTO, BenchmarkConfig, usable_cores, validate
+from stepwatch.collector.trial import counters, machine, profiles, ranks, routing, runtime, script
 from stepwatch.collector.trial.fields import SPAWN_TIME_ENV, Phases, measured_fields, write_json_atomically
 from stepwatch.collector.trial.host import host_environment
 from stepwatch.collector.trial.measure import NonFiniteLoss, WindowClock, loss_target
@@ -76,6 +76,10 @@ def run_model(config: BenchmarkConfig, result_path: Path, phases: Phases) -> dic
         model, optimizer = backend.build_model(spec, config, setup)
         phases.done("build")
         # After the build: a model of yours says what it is when its function runs, inside the build.
+        spec = spec.as_built()
+        if config.attention != ATTENTION_AUTO and not spec.attention:
+            raise ValueError(f"attention {config.attention} is pinned, but the model does not say it has attention "
+                             "(return 'attention': True)")  # fmt: skip
         result.update(unit=spec.unit, units_per_example=spec.units_per_example(preset), **flops_of(spec, preset))
         data = backend.make_data(spec, config, setup)
         phases.done("data")
@@ -112,8 +116,10 @@ def run_model(config: BenchmarkConfig, result_path: Path, phases: Phases) -> dic
         result.update(compiler_flops(result, config))
         if spec.attention:  # after the counters: JAX reads the kernel from the step they compiled
             result.update(after_training("attention", lambda: attention_of(backend, model, data, config)))
-        if spec.experts:
+        if spec.experts:  # the kernel that ran, and how evenly the router spread the tokens (collector.trial.routing)
             result.update(after_training("experts", lambda: experts_of(backend, model, data, config)))
+            routed = lambda: routing.balance(backend.routed_tokens(model, data, config))  # noqa: E731
+            result.update(after_training("routing", routed))
         write_json_atomically(result_path, result)
     profile_dir = os.environ.get(profiles.PROFILE_ENV)
     if result["status"] == "ok" and profile_dir:

@@ -198,6 +198,10 @@ class Backend(Protocol):
         """The attention kernel a model with attention ran (flash, efficient, cudnn or math), and what the backend
         called it."""
 
+    def routed_tokens(self, model: Any, data: Any, config: BenchmarkConfig) -> list[list[int]]:
+        """A model with experts: the tokens each expert of each layer got over a forward pass of the trial's batches
+        (``collector.trial.routing``)."""
+
     def peak_memory(self, config: BenchmarkConfig) -> tuple[int | None, str | None]:
         """The peak memory and its kind (``collector.metrics``: host_anon on a CPU, device on an accelerator)."""
 

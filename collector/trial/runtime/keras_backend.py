@@ -13,7 +13,7 @@ from typing import Any
 import keras
 
 from stepwatch.collector.config import FP8, BenchmarkConfig
-from stepwatch.collector.trial import counters, profiles
+from stepwatch.collector.trial import counters, profiles, routing
 from stepwatch.collector.trial.measure import WindowClock, window_mean_from_running
 from stepwatch.collector.trial.runtime.trial_backend import (  # noqa: F401 - the backends read these here too
     Runtime,
@@ -21,7 +21,7 @@ from stepwatch.collector.trial.runtime.trial_backend import (  # noqa: F401 - th
     cudnn_text,
     wrapped,
 )
-from stepwatch.trainers.spec import ModelSpec, batch_pool
+from stepwatch.trainers.spec import POOL, ModelSpec, batch_pool
 
 # fp8: bfloat16 compute, and the model's Dense and EinsumDense layers quantized for float8 training after the build.
 POLICIES = {"fp32": "float32", "tf32": "float32", "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16",
@@ -229,6 +229,11 @@ class KerasBackend(TrialBackend):
 
     def compiler(self, model: Any, config: BenchmarkConfig) -> str:
         return compiler_of(model, config, self.compiled_by)
+
+    def routed_tokens(self, model: Any, data: Any, config: BenchmarkConfig) -> list[list[int]]:
+        """The trial's batches (``POOL`` of what ``fit`` took) through the model, eagerly: the tokens its routers
+        sent to each expert."""
+        return routing.keras_routed(model, data, POOL)
 
     def loss_scaling(self, model: Any, optimizer: Any) -> bool:
         return loss_scaling(model, optimizer)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from stepwatch.collector.config import ATTENTION_AUTO, FP8, BenchmarkConfig, ConfigError, thread_counts
-from stepwatch.collector.trial import counters, profiles
+from stepwatch.collector.trial import counters, profiles, routing
 from stepwatch.collector.trial.measure import WindowClock
 from stepwatch.collector.trial.runtime.trial_backend import Runtime, TrialBackend, cudnn_text
 from stepwatch.trainers.spec import ModelSpec, batch_pool
@@ -327,6 +327,16 @@ class PlainTorchBackend(TorchDevice, TrialBackend):
     def experts_kernel(self, model: Trainee, data: Any, config: BenchmarkConfig) -> tuple[str, str]:
         """One more step under torch's profiler: the experts kernel that ran."""
         return experts_seen(lambda: self.step(model, data).item())
+
+    def routed_tokens(self, model: Trainee, data: Batches, config: BenchmarkConfig) -> list[list[int]]:
+        """Each of the trial's batches through the module (not torch.compile's: hooks would recompile it) under the
+        step's autocast: the tokens its routers sent to each expert."""
+
+        def forward(x: Any) -> Any:
+            with model.autocast():
+                return model.module(**x) if isinstance(x, dict) else model.module(x)
+
+        return routing.torch_routed(model.module, data.batches, forward)
 
     def loss_scaling(self, model: Trainee, optimizer: Any) -> bool:
         return bool(model.scaler.is_enabled())

@@ -79,6 +79,13 @@ loop = "pytorch"
 experts = ["auto", "eager"]
 
 [[matrix]]
+keras_backend = "torch"
+loop = "pytorch"
+xla = "on"
+precision = "fp32"
+experts = "grouped_mm"
+
+[[matrix]]
 keras_backend = "tensorflow"
 xla = "on"
 
@@ -183,15 +190,18 @@ def test_gpt_oss_tiny_trains_in_keras_on_every_backend_and_in_plain_pytorch(tmp_
     """Every trial ok, its loss fallen, its throughput in tokens with the FLOPs of its active parameters, its
     attention kernel named (transformers runs GPT-OSS's attention eagerly, its sinks ruling out SDPA: math) and its
     experts kernel: dense in Keras (every expert for every token), grouped_mm in plain PyTorch by transformers' own
-    choice, eager where pinned. A compare of the two plain PyTorch sides says first that the experts kernels
-    differ; an A/A of one does not."""
+    choice, eager where pinned, transformers' fallback where grouped_mm is pinned but cannot run (torch.compile in
+    fp32). A compare of the two plain PyTorch sides says first that the experts kernels differ; an A/A of one does
+    not. The routing balance is in every row."""
     out, db = tmp_path / "out", tmp_path / "store.duckdb"
     done = stepwatch("run", "--suite", str(write_suite(tmp_path / "suite.toml", SUITE)), "--out", str(out))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = pq.read_table(next(out.glob("*.parquet"))).to_pylist()
-    assert len(rows) == 5 and {r["status"] for r in rows} == {"ok"}
+    assert len(rows) == 6 and {r["status"] for r in rows} == {"ok"}
     kernels = {(r["loop"], r["experts"]): r["experts_kernel"] for r in rows}
-    assert kernels == {("fit", "auto"): "dense", ("pytorch", "auto"): "grouped_mm", ("pytorch", "eager"): "eager"}
+    # grouped_mm asked where it cannot run (under torch.compile in fp32): transformers' fallback, as it ran
+    assert kernels == {("fit", "auto"): "dense", ("pytorch", "auto"): "grouped_mm", ("pytorch", "eager"): "eager",
+                       ("pytorch", "grouped_mm"): "grouped_mm_fallback"}  # fmt: skip
     assert stepwatch("ingest", str(out), "--db", str(db)).returncode == 0
     plain = "loop=pytorch"
     shown = stepwatch("compare", "--baseline", f"{plain},experts=auto", "--candidate", f"{plain},experts=eager",
@@ -208,7 +218,9 @@ def test_gpt_oss_tiny_trains_in_keras_on_every_backend_and_in_plain_pytorch(tmp_
         assert r["unit"] == "tokens" and r["units_per_example"] == size.sequence_length
         assert r["flops_per_example"] == gpt_oss.flops_per_example(size)
         assert r["attention_kernel"] in ("flash", "efficient", "cudnn", "math"), r
-    assert [r["attention_kernel"] for r in rows if r["loop"] == "pytorch"] == ["math", "math"]
+    assert [r["attention_kernel"] for r in rows if r["loop"] == "pytorch"] == ["math"] * 3
+    for r in (r for r in rows if r["loop"] == "pytorch"):  # what transformers was asked to run: eager (no SDPA)
+        assert json.loads(r["extras"])["attention_op"].endswith("transformers' attn_implementation eager"), r
     for r in rows:  # routing balance in every row, Keras' and plain PyTorch's: each layer routed every token 2 times
         tokens = json.loads(r["extras"])["routing_tokens"]
         assert [sum(layer) for layer in tokens] == [POOL * 8 * size.sequence_length * 2] * 2, r["extras"]

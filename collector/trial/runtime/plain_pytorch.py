@@ -321,8 +321,12 @@ class PlainTorchBackend(TorchDevice, TrialBackend):
         return self.compiled_by if config.xla else "none"
 
     def attention_kernel(self, model: Trainee, data: Any, config: BenchmarkConfig) -> tuple[str, str]:
-        """One more step under torch's profiler: the kernel SDPA ran."""
-        return sdpa_seen(lambda: self.step(model, data).item())
+        """One more step under torch's profiler: the kernel SDPA ran; and the attention implementation a transformers
+        model was configured with (its ``attn_implementation``: GPT-OSS's sinks rule out SDPA, so eager)."""
+        kernel, reported = sdpa_seen(lambda: self.step(model, data).item())
+        chosen = {getattr(getattr(m, "config", None), "_attn_implementation", None) for m in model.module.modules()}
+        chosen = sorted(str(name) for name in chosen if name)
+        return kernel, reported + (f"; transformers' attn_implementation {', '.join(chosen)}" if chosen else "")
 
     def experts_kernel(self, model: Trainee, data: Any, config: BenchmarkConfig) -> tuple[str, str]:
         """One more step under torch's profiler: the experts kernel that ran."""

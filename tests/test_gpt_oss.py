@@ -266,8 +266,11 @@ def test_a_model_of_yours_with_experts_says_its_unit_and_kernels_and_a_planted_r
     shown = stepwatch("compare", "--baseline", plain, "--candidate", biased, "--db", db, "--format", "json", "--out",
                       str(report))  # fmt: skip
     assert shown.returncode == 1, shown.stdout + shown.stderr
-    judged = {r["metric"]: r["verdict"] for r in json.loads(report.read_text())["rows"]}
+    payload = json.loads(report.read_text())
+    judged = {r["metric"]: r["verdict"] for r in payload["rows"]}
     assert judged["routing_max_load"] == "regression" and "examples_per_sec" in judged, judged
+    [numerics] = payload["numerics"]  # the numerics verdict of the same trials, beside: 3 seeds a side
+    assert numerics["seeds"] == 3 and numerics["verdict"], numerics
     quiet = stepwatch("compare", "--baseline", plain, "--candidate", f"label=b,model={MOE}:build", "--db", db)
     assert quiet.returncode == 0 and "regression" not in quiet.stdout, quiet.stdout
     assert "routing_max_load" in quiet.stdout  # judged there too: no change

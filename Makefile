@@ -14,7 +14,7 @@ TORCH ?= torch==2.13.0+cpu
 # TensorFlow the reference history was measured with.
 TENSORFLOW ?= tensorflow==2.21.0
 
-.PHONY: run demo demo-gpu dashboard test test-large browser lint setup clean
+.PHONY: run demo demo-gpu dashboard test test-large browser engines lint setup clean
 
 # uv installs into the environment: it unpacks TensorFlow, JAX and torch in parallel and links them from its cache
 # (7 s on a fresh clone, where pip took 2 min 12 s). uv reads no pip configuration, so pip's find-links and extra index
@@ -98,6 +98,14 @@ browser:
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; }; }; } || \
 	echo "warning: no PostgreSQL server (apt-get install postgresql); the shared store's tests will be skipped"
 
+# The image tests (tests/test_images.py, large) run trials in containers: podman and runc start them, mmdebstrap makes
+# the images' root filesystems from Debian's packages (no registry). Installed here when missing and we are root.
+engines:
+	@command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 && command -v mmdebstrap >/dev/null 2>&1 || \
+	{ [ "$$(id -u)" = 0 ] && { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc mmdebstrap || \
+	{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc mmdebstrap; }; }; } || \
+	echo "warning: no podman, runc or mmdebstrap (apt-get install podman runc mmdebstrap); the image tests will be skipped"
+
 # Two tiers. `make test`, the fast one: the unit tests of every module and the integration tests that share a few real
 # runs (tests/conftest.py: shared_runs, smoke_store). `make test-large`: the long end-to-end runs, marked `large`.
 # `.ci/run` runs both on every change. Each run prints its tier's wall time and its ten slowest tests, and names a fast
@@ -111,7 +119,7 @@ test:
 
 # The tests marked `large` (the long end-to-end runs; .ci/run after `make test`, and CI's `large` job).
 test-large:
-	$(MAKE) --no-print-directory -j2 $(BACKENDS_STAMP) browser
+	$(MAKE) --no-print-directory -j2 $(BACKENDS_STAMP) browser engines
 	$(BIN)/python -m pytest -q --durations=10 -n 2 --dist loadfile --no-loadscope-reorder --run-large -m large
 
 lint: $(STAMP)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from typing import Any
 
@@ -18,7 +19,7 @@ from stepwatch.collector.cli.arguments import (
 from stepwatch.collector.cli.checks import add_check_arguments, budget_of, deadline_of, design_of, report
 from stepwatch.collector.cli.exits import EXIT_OK
 from stepwatch.collector.cli.progress import TerminalHooks
-from stepwatch.collector.environments import virtualenvs
+from stepwatch.collector.environments import containers, virtualenvs
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output.comparison import (
     upgrade_preface,
@@ -33,8 +34,13 @@ def register(commands: Any) -> None:
     parser = commands.add_parser(
         "upgrade-check", help="the suite under two package sets, interleaved on this machine, compared"
     )
-    parser.add_argument("--baseline", required=True, help="pip requirements, e.g. 'tensorflow==2.20.0'")
-    parser.add_argument("--candidate", required=True, help="pip requirements, e.g. 'tensorflow==2.21.0 keras==3.15.1'")
+    parser.add_argument("--baseline", required=True, help="pip requirements, e.g. 'tensorflow==2.20.0', or a container "
+                        "image, image=REF (each trial a fresh container of it)")  # fmt: skip
+    parser.add_argument("--candidate", required=True, help="pip requirements, e.g. 'tensorflow==2.21.0 keras==3.15.1', "
+                        "or image=REF")  # fmt: skip
+    parser.add_argument("--container-engine", choices=containers.ENGINES, help="the engine that runs an image "
+                        "side's containers (default: $STEPWATCH_CONTAINER_ENGINE, else the first of podman and docker "
+                        "found)")  # fmt: skip
     add_check_arguments(parser, virtualenvs.RESULTS_DIR, numerics="fail")
     parser.add_argument("--fail-on-inconclusive", action="store_true", help="exit 3 when any verdict is inconclusive")
     parser.add_argument("--dry-run", action="store_true", help="print the interleaved plan and exit")
@@ -46,6 +52,8 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build (or reuse) an environment per side, run the suite interleaved, look by look, ingest, compare, report."""
     started = time.monotonic()
+    if args.container_engine:  # read where each image side is set up (containers.engine)
+        os.environ[containers.ENGINE_ENV] = args.container_engine
     try:
         sides = {side: virtualenvs.parse_side(getattr(args, side), side) for side in virtualenvs.SIDES}
     except ValueError as error:

@@ -37,7 +37,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from stepwatch.collector.config import BenchmarkConfig
-from stepwatch.collector.environments import owners
+from stepwatch.collector.environments import containers, owners
 from stepwatch.collector.errors import Failure
 from stepwatch.collector.metrics import TIME_PARTS, trial_time
 from stepwatch.collector.runner import catalog, execution
@@ -73,7 +73,10 @@ def cache_root() -> Path:
 
 
 def parse_side(text: str, side: str) -> tuple[str, ...]:
-    """Whitespace-separated pip requirements; raises ValueError naming the one that does not parse."""
+    """Whitespace-separated pip requirements, or one container image (``image=REF``: collector.environments.
+    containers); raises ValueError naming the one that does not parse."""
+    if containers.is_image(text):
+        return (f"{containers.IMAGE}{containers.parse_image(text, side)}",)
     requirements = tuple(text.split())
     if not requirements:
         raise ValueError(f"--{side} is empty: give pip requirements such as tensorflow==2.20.0")
@@ -252,6 +255,11 @@ def ensure(
     ``describe`` names the requirements in the log and errors where listing them all would not read. ``copy``
     n > 0: the n-th other environment of the same requirements, built separately (its own files on disk: an
     A/A side, a calibration's environments)."""
+    if len(requirements) == 1 and containers.is_image(requirements[0]):  # a container image: its trials run in it
+        ref = containers.parse_image(requirements[0], side)
+        folder, launcher, said = containers.ensure(side, ref, cache_root(), copy_stepwatch, log=log, copy=copy)
+        log(said)
+        return Environment(side, requirements, folder, cached=False, interpreter=launcher)
     base = environment_requirements(requirements, reuse_site_packages)[len(requirements) :]
     identity = _identity(requirements, base, reuse_site_packages, pip_args, copy)
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
@@ -337,7 +345,9 @@ def ensure_all(
         side: ensure(side, requirements, reuse_site_packages, pip_args, log) for side, requirements in sides.items()
     }
     for side, env in envs.items():
-        log(f"{side}: " + ", ".join(f"{k} {v}" for k, v in installed(env).items()))
+        tracked = installed(env)
+        if tracked:
+            log(f"{side}: " + ", ".join(f"{k} {v}" for k, v in tracked.items()))
     return envs
 
 

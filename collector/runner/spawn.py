@@ -146,8 +146,13 @@ def run_child(
 
 
 def with_peak(child: dict[str, Any], sampler: memory.PeakSampler) -> dict[str, Any]:
-    """A CPU trial's fields with the peak anonymous memory the parent sampled (``memory.judged_peak``)."""
-    if child.get("peak_memory_kind") == ANON_KIND:
+    """A CPU trial's fields with the peak anonymous memory the parent sampled (``memory.judged_peak``). A trial in a
+    container (an image side) is not the parent's to sample (its process is the engine's client): its peak is what
+    it read itself, the floor from the kernel's VmHWM and its last reading."""
+    if child.get("peak_memory_kind") == ANON_KIND and child.get("in_container"):
+        child.update(memory.judged_peak({"peak_memory_bytes": 0}, child))
+        child["peak_memory_note"] = "in a container: the trial's own VmHWM floor and last reading, not sampled"
+    elif child.get("peak_memory_kind") == ANON_KIND:
         child.update(memory.judged_peak(sampler.fields(), child))
     return child
 

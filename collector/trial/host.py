@@ -16,6 +16,9 @@ from typing import Any
 import psutil
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Set in the container of a trial of an image side (collector.environments.containers): the image it runs, and that
+# the trial's memory is its own to read (the parent samples the engine's client, not the trial: spawn.with_peak).
+IMAGE_ENV, INSIDE_ENV = "STEPWATCH_CONTAINER_IMAGE", "STEPWATCH_IN_CONTAINER"
 # Environment variables that change what TensorFlow, XLA or the GPU runtime does (TF_ alone would catch
 # unrelated tools' variables, such as Terraform's).
 TF_ENV_PREFIXES = (
@@ -133,7 +136,8 @@ def host_environment(device: str) -> dict[str, Any]:
         "stepwatch_git_sha": git_sha(),
         "xla_flags": os.environ.get("XLA_FLAGS"),
         "tf_env": json.dumps(tf_env),
-        "container_image": os.environ.get("STEPWATCH_CONTAINER_IMAGE"),
+        "container_image": os.environ.get(IMAGE_ENV),
+        "in_container": bool(os.environ.get(INSIDE_ENV)) or None,
         "runner_label": os.environ.get("STEPWATCH_RUNNER_LABEL") or os.environ.get("RUNNER_NAME"),
         "cpu_model": cpu_model(),
         "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),

@@ -98,13 +98,16 @@ def _cpu_seconds(process: psutil.Process) -> float:
 
 def own_processes() -> list[psutil.Process]:
     """The trial's processes: the runner that started it and everything under the runner (launcher, ranks, data
-    loader workers); without a runner (a trial started by hand), this process and its children."""
+    loader workers), and this process and its children, which are not under the runner when the trial runs in a
+    container (its engine starts it); without a runner (a trial started by hand), this process and its children."""
+    me = psutil.Process()
+    mine = [me, *me.children(recursive=True)]
     try:
         root = psutil.Process(int(os.environ.get(RUNNER_PID_ENV, os.getpid())))
-        return [root, *root.children(recursive=True)]
+        tree = [root, *root.children(recursive=True)]
     except (psutil.Error, ValueError):
-        me = psutil.Process()
-        return [me, *me.children(recursive=True)]
+        return mine
+    return [*tree, *(p for p in mine if p.pid not in {t.pid for t in tree})]
 
 
 def cgroup_cpu_stats() -> list[Path]:

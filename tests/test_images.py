@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,49 @@ def test_a_trial_killed_at_its_timeout_takes_its_container_with_it(images: dict[
             break
         subprocess.run(["sleep", "0.2"], check=True)
     assert "stepwatch-trial-" not in podman(images, "ps", "-a", "--format", "{{.Names}}").stdout
+
+
+@pytest.mark.large
+def test_a_pull_request_that_changes_its_dockerfiles_from_line_gets_an_image_check_and_one_comment(
+    images: dict[str, str], tmp_path: Path
+) -> None:
+    """The upgrade-pr workflow's steps, replayed as GitHub runs them, on a team's repository whose image is built from
+    its Dockerfile: the pull request moves its FROM line from the OpenBLAS image to the reference BLAS one. Both
+    commits' images are built, checked against each other (each trial a fresh container), and the verdict workflow
+    posts one comment naming the images and what differs between them; the package sets are not derived."""
+    from tests.conftest import commit, git
+    from tests.test_upgrade_pr import job, posts_one_comment, run_steps
+
+    repo = tmp_path / "team"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "ci@example.com")
+    git(repo, "config", "user.name", "ci")
+    script = Path(SCRIPT).read_text()
+    base = commit(repo, "the image and the script", {"Dockerfile": f"FROM {FAST}\nENV TEAM=1\n", "train.py": script})
+    git(repo, "checkout", "-q", "-b", "blas")
+    head = commit(repo, "another base image", {"Dockerfile": f"FROM {SLOW}\nENV TEAM=1\n"})
+    check = job("stepwatch-upgrade-pr.yml")
+    env = {
+        "PR": "12", "BASE_SHA": base, "HEAD_SHA": head, "SUITE": "smoke", "TRIALS": "3", "METRIC": "examples_per_sec",
+        "CHECK_ARGS": f"{' '.join(TRIALS[2:6])} --script train.py --max-trials 3", "ENV_ARGS": "",
+        "RUN_URL": "https://github.com/o/r/actions/runs/12", virtualenvs.CACHE_ENV: str(tmp_path / "envs"),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **images,
+    }  # fmt: skip
+    outputs = run_steps(check["steps"], repo, env, tmp_path / "summary.md")
+    pr = repo / "pr"
+    built = {
+        "baseline": f"image=localhost/stepwatch-pr:{base[:12]}",
+        "candidate": f"image=localhost/stepwatch-pr:{head[:12]}",
+    }
+    assert outputs["images"] == {"changed": "true", **built}, (pr / "images.log").read_text()
+    assert not outputs.get("sets") and not (pr / "sets.md").exists()  # the image's check is the pull request's
+    verdict = (pr / "verdict").read_text().strip()
+    comment = (pr / "comment.md").read_text()
+    assert verdict == "regression", comment[-3000:]
+    assert comment.startswith(f"<!-- stepwatch upgrade-pr -->\n## stepwatch upgrade check: {built['baseline']} -> ")
+    assert f"**Images**: the merge base {base[:12]} runs in Dockerfile (FROM {FAST})" in comment
+    assert f"the head {head[:12]} in Dockerfile (FROM {SLOW})" in comment
+    assert "deb-libopenblas0-pthread" in comment and "Verdict: **regression**" in comment
+    assert check["steps"][-1]["result"].returncode == 1  # a regression fails the job, as its check run does
+    posts_one_comment(tmp_path, pr, head, verdict, comment)

@@ -37,6 +37,7 @@ COMMANDS = {
     "upgrade-check": "upgrade_check",
     "code-check": "code_check",
     "package-sets": "package_sets",
+    "image-sides": "image_sides",
     "bisect": "bisect",
     "calibrate": "calibrate",
     "dashboard": "dashboard",

@@ -209,3 +209,41 @@ def test_a_pull_request_that_changes_its_dockerfiles_from_line_gets_an_image_che
     assert "deb-libopenblas0-pthread" in comment and "Verdict: **regression**" in comment
     assert check["steps"][-1]["result"].returncode == 1  # a regression fails the job, as its check run does
     posts_one_comment(tmp_path, pr, head, verdict, comment)
+
+
+def test_image_sides_reads_each_commits_image_setting_and_says_when_nothing_changed(tmp_path: Path) -> None:
+    """stepwatch.toml's image at the merge base and at the head (no engine needed: nothing to build); the same image,
+    or no image on either side, is nothing to check; a side that loses its image is one line."""
+    from tests.conftest import commit, git
+
+    repo = tmp_path / "team"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "ci@example.com")
+    git(repo, "config", "user.name", "ci")
+    nothing = commit(repo, "no image", {"train.py": "print(1)\n"})
+    base = commit(repo, "runs in an image", {"stepwatch.toml": 'image = "nvcr.io/nvidia/pytorch:25.10-py3"\n'})
+    git(repo, "checkout", "-q", "-b", "bump")
+    head = commit(repo, "a newer image", {"stepwatch.toml": 'image = "nvcr.io/nvidia/pytorch:25.11-py3"\n'})
+    out = tmp_path / "outputs"
+
+    def sides(a: str, b: str) -> tuple[subprocess.CompletedProcess, str]:
+        out.write_text("")
+        done = stepwatch("image-sides", "--base", a, "--head", b, "--github-output", str(out), cwd=repo)
+        return done, out.read_text()
+
+    done, said = sides(base, head)
+    assert done.returncode == 0, done.stderr
+    assert said == ("changed=true\nbaseline=image=nvcr.io/nvidia/pytorch:25.10-py3\n"
+                    "candidate=image=nvcr.io/nvidia/pytorch:25.11-py3\n")  # fmt: skip
+    assert f"the merge base {base[:12]} runs in stepwatch.toml's image nvcr.io/nvidia/pytorch:25.10-py3" in done.stdout
+    for a, b in ((base, base), (nothing, nothing)):
+        done, said = sides(a, b)
+        assert done.returncode == 0 and said == "changed=false\nbaseline=\ncandidate=\n", done.stderr
+    git(repo, "checkout", "-q", "main")
+    lost = commit(repo, "no image again", {"stepwatch.toml": "trials = 3\n"})
+    done, said = sides(base, lost)
+    assert done.returncode == 4 and said == "", done.stdout
+    assert done.stderr.strip().splitlines() == [
+        f"stepwatch: error: the head ({lost[:12]}) names no image: no image setting in stepwatch.toml and no "
+        "Dockerfile"]  # fmt: skip

@@ -29,7 +29,7 @@ mkdir -p "$out/rows"
 cd "$root"
 if [ "$scale" = cpu ]; then
   device=cpu; llama=tiny; moe=(--preset tiny); precisions=mixed_bfloat16; steps=(--steps 20 --warmup 20 --window 10)
-  search=(--models resnet50 --preset tiny --batch 8 --max-batch-memory 2GiB); trials=2
+  search=(--models resnet50 --preset tiny --batch 8 --max-batch-memory 256MiB); trials=2
 else
   device=gpu; llama=8b-4l; moe=(--preset 20b-2l --seq-len 4096 --batch 1); precisions=mixed_bfloat16,fp8
   steps=(--steps 20 --warmup 20 --window 10); search=(--suite gpu-backends --models resnet50 --preset 224 --batch 256)
@@ -80,9 +80,9 @@ plain=(--keras-backend torch --loop pytorch --xla off --device "$device")
     [ "$device" = cpu ] && sides=("jax fit on")  # on a CPU the search reads XLA's memory analysis: JAX only
     for side in "${sides[@]}"; do
       read -r backend loop xla <<<"$side"
-      part "4. --find-max-batch, $backend ($loop, xla $xla)" 130 $sw run "${search[@]}" --device "$device" --trials 1 \
+      part "4. --find-max-batch, $backend ($loop, xla $xla)" 170 $sw run "${search[@]}" --device "$device" --trials 1 \
         "${steps[@]}" --keras-backend "$backend" --loop "$loop" --xla "$xla" --precision mixed_bfloat16 \
-        --find-max-batch --out "$out/rows"
+        --find-max-batch --max-batch-budget 60 --max-batch-probe-limit 60 --out "$out/rows"
     done
   fi
   if wanted 5; then

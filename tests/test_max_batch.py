@@ -103,6 +103,37 @@ def test_a_search_on_a_cpu_needs_a_capacity_and_xlas_analysis(args: tuple[str, .
     assert len(result.stderr.strip().splitlines()) == 1 or "usage:" in result.stderr
 
 
+def test_the_search_says_each_probe_as_its_record_has_it_and_stops_one_past_its_limit(tmp_path: Path) -> None:
+    """The parent's watch of the search process (``max_batch.Watcher``): each probe said once, as soon as the record
+    the process writes before and after every probe has it; the probe under way stopped once it has run past the
+    limit (its start as the parent first saw it), a record not yet written skipped."""
+    record = tmp_path / "result.json"
+    said: list[str] = []
+    watcher = max_batch.Watcher(said.append, limit_s=0.05)
+    assert watcher(record) is False  # nothing written yet
+    probe = {"batch": 8, "status": "ok", "how": "ran", "bytes": 2 * 2**20, "s": 12.5}
+    record.write_text(json.dumps({"probes": [probe], "current": {"batch": 16, "how": "compiling", "since_s": 13.0}}))
+    assert watcher(record) is False and said == ["  batch 8: ok (ran, 2.00 MiB, 12.5 s)"]
+    assert watcher(record) is False and len(said) == 1  # said once
+    import time
+
+    time.sleep(0.1)
+    assert watcher(record) is True and watcher.stopped == {"batch": 16, "how": "compiling", "since_s": 13.0}
+    patient = max_batch.Watcher(said.append, limit_s=None)
+    assert patient(record) is False
+
+
+def test_a_step_that_needs_more_than_its_compiled_analysis_goes_on_from_the_analysis_scaled() -> None:
+    """A search whose answer, compiled at batch 100 (fits in 1,000 bytes: 10 a batch), ran out of memory when it ran
+    (1,100 bytes: 10% more): it goes on from the batch the compiled analysis scaled by 1.1 says fits (90), not from
+    the smallest batch that ran; without a running step's bytes, from that batch."""
+    record = [{"batch": 8, "how": "ran", "bytes": 80}, {"batch": 50, "how": "compiled", "bytes": 500},
+              {"batch": 100, "how": "compiled", "bytes": 1000},
+              {"batch": 100, "how": "ran", "bytes": 1100}]  # fmt: skip
+    assert batch_search.scaled_start(record, 1000, failed=100, floor=8) == 90
+    assert batch_search.scaled_start(record[:3], 1000, failed=100, floor=8) == 8
+
+
 SENTIMENT = "tests/data/models/sentiment.py:sentiment"  # a small Keras model of yours: quick to compile
 
 
@@ -134,6 +165,25 @@ def test_a_search_in_one_process_compiles_where_it_need_not_run(tmp_path: Path) 
     assert all(p["status"] == ("ok" if fits[p["batch"]] else "oom") for p in probes)
     assert len(probes) < 10, probes  # guided by the analysis (5-6 here); doubling and bisecting from 8 took 13
     assert f"a whole trial at batch {largest}: ok" in row["said"]
+
+
+@pytest.mark.large
+def test_a_probe_past_its_limit_stops_the_search_which_says_each_probe_and_answers_what_fit(tmp_path: Path) -> None:
+    """A search whose probes may take half a second each: the first (a step that compiles and runs) takes longer on
+    any machine, so the search stops there and says so, with no batch that fit before it; the run goes on to its
+    trials at the batch it was given."""
+    done = stepwatch(
+        "run", "--models", SENTIMENT, "--preset", "tiny", "--keras-backend", "jax", "--xla", "on", "--precision",
+        "fp32", "--trials", "1", "--steps", "10", "--warmup", "20", "--window", "10", "--find-max-batch",
+        "--max-batch-memory", "2MiB", "--max-batch-probe-limit", "0.5", "--out", str(tmp_path),
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said[-3000:]
+    [row] = read_rows(next(tmp_path.glob("*.parquet")))
+    # The first probe compiles and runs a step: on any machine longer than half a second, so the search stops there.
+    assert row["max_per_device_batch"] is None, said[-3000:]
+    assert row["max_batch_ended"] == "a probe at batch 8 (running) ran past its limit of 0.5 s"
+    assert "  batch 8: stopped (running past 0.5 s)" in said
 
 
 @pytest.mark.large

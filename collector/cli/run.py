@@ -74,6 +74,11 @@ def register(commands: Any) -> None:
         "--max-batch-budget", type=float, default=max_batch.DEFAULT_BUDGET_S, metavar="SECONDS",
         help="with --find-max-batch: seconds of probes before no larger batch is tried (default %(default)g)",
     )  # fmt: skip
+    parser.add_argument(
+        "--max-batch-probe-limit", type=float, default=max_batch.DEFAULT_PROBE_LIMIT_S, metavar="SECONDS",
+        help="with --find-max-batch: seconds one probe may take before the search stops there, answering the largest "
+        "batch that fit (default %(default)g)",
+    )  # fmt: skip
     live.add_arguments(parser)
     parser.add_argument("--dry-run", action="store_true", help="list the configs and exit")
     parser.add_argument(
@@ -212,7 +217,12 @@ def search_max_batches(configs: list[Any], options: execution.RunOptions, args: 
     for config in configs:
         console.print(f"finding the largest per-device batch for {config.label()} ...")
         found = options.max_batches[config.key] = max_batch.find_max_batch(
-            config, options.python, console.print, args.max_batch_memory, args.max_batch_budget
+            config,
+            options.python,
+            console.print,
+            args.max_batch_memory,
+            args.max_batch_budget,
+            args.max_batch_probe_limit,
         )
         console.print(f"  largest per-device batch that trained: {found.largest} (the search ended: {found.ended})")
 

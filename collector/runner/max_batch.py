@@ -5,8 +5,10 @@ answer; a script of yours by short trials, each in a process of its own."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from stepwatch.collector.trial.runtime import COMPILE_CACHE_ENV
 from stepwatch.trainers.workload import Kind
 
 DEFAULT_BUDGET_S = 90.0  # seconds of probes before the search stops trying larger batches
+DEFAULT_PROBE_LIMIT_S = 60.0  # seconds one probe may take (a compile of a large batch) before the search stops there
 PROBE_MODULE = "stepwatch.collector.trial.probe"
 STEP_MEMORY = METRICS["compiled_memory_bytes"]  # what a probe's step needs, shown as the metric is everywhere
 
@@ -43,18 +46,60 @@ def cpu_refusal(config: BenchmarkConfig, capacity: int | None) -> str | None:
     return None
 
 
+def said(probe: dict[str, Any]) -> str:
+    """One probe, as the search says it: its batch, status, how it was tried, the memory its step needs, its time."""
+    memory = f", {STEP_MEMORY.shown(probe['bytes'])}" if probe.get("bytes") else ""
+    took = f", {probe['s']:.1f} s" if probe.get("s") is not None else ""
+    return f"  batch {probe['batch']}: {probe['status']} ({probe['how']}{memory}{took})"
+
+
+class Watcher:
+    """The search process watched while it runs (``spawn.run_child``'s ``watch``): each probe said as soon as its
+    record has it, and the search stopped where one probe runs past ``limit_s`` (the record so far is its answer)."""
+
+    def __init__(self, log: Callable[[str], None], limit_s: float | None) -> None:
+        self.log, self.limit_s = log, limit_s
+        self.said = 0
+        self.current: tuple[Any, ...] | None = None  # the probe under way, and when this process first saw it
+        self.seen_at = 0.0
+        self.stopped: dict[str, Any] | None = None  # the probe that ran past its limit
+
+    def say(self, record: dict[str, Any]) -> None:
+        probes = record.get("probes") or []
+        for probe in probes[self.said :]:
+            self.log(said(probe))
+        self.said = max(self.said, len(probes))
+
+    def __call__(self, path: Path) -> bool:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):  # not written yet (written whole, by rename, so never half)
+            return False
+        self.say(record)
+        current = record.get("current")
+        key = (current["batch"], current["since_s"]) if current else None
+        if key != self.current:
+            self.current, self.seen_at = key, time.monotonic()
+        if current and self.limit_s is not None and time.monotonic() - self.seen_at > self.limit_s:
+            self.stopped = current
+            return True
+        return False
+
+
 def find_max_batch(
     config: BenchmarkConfig,
     python: str,
     log: Callable[[str], None] = lambda _: None,
     capacity: int | None = None,
     budget_s: float = DEFAULT_BUDGET_S,
+    probe_limit_s: float | None = DEFAULT_PROBE_LIMIT_S,
 ) -> MaxBatch:
     """The largest per-device batch that trains: probed in one process (``collector.trial.probe``: one step per
     batch, or only its compiled program where XLA's memory analysis tells), within ``budget_s`` seconds of probes,
-    then confirmed by one whole trial at the answer. A script of yours runs only as a whole process, and a trial of
-    several processes (ranks under torch's launcher) only under its launcher, so they are probed by short trials
-    (``find_max_batch_by_trials``)."""
+    then confirmed by one whole trial at the answer. Each probe is said as it ends; one that runs past
+    ``probe_limit_s`` stops the search, whose answer is then the largest batch that fit before it. A script of yours
+    runs only as a whole process, and a trial of several processes (ranks under torch's launcher) only under its
+    launcher, so they are probed by short trials (``find_max_batch_by_trials``)."""
     if config.workload is Kind.SCRIPT or config.processes > 1:
         return find_max_batch_by_trials(config, python, log, capacity)
     searching = config.with_changes(timeout_s=budget_s + config.timeout_s)
@@ -63,13 +108,20 @@ def find_max_batch(
         # The compiler's output kept for the search (the answer's step, compiled once for its analysis, is loaded
         # when it runs, and by the whole trial that confirms it), unless the run keeps a cache of its own.
         cache = {COMPILE_CACHE_ENV: os.environ.get(COMPILE_CACHE_ENV) or str(Path(tmp) / "compiled")}
-        record, wall_s, _ = spawn.run_child(searching, python, Path(tmp), cache, module=(PROBE_MODULE, *extra))
+        watcher = Watcher(log, probe_limit_s)
+        record, wall_s, _ = spawn.run_child(searching, python, Path(tmp), cache, module=(PROBE_MODULE, *extra),
+                                            watch=watcher)  # fmt: skip
+        watcher.say(record)  # the probes it wrote last
         probes = record.get("probes") or []
-        for probe in probes:
-            memory = f", {STEP_MEMORY.shown(probe['bytes'])}" if probe.get("bytes") else ""
-            took = f", {probe['s']:.1f} s" if probe.get("s") is not None else ""
-            log(f"  batch {probe['batch']}: {probe['status']} ({probe['how']}{memory}{took})")
         tried = tuple((p["batch"], p["status"]) for p in probes)
+        if watcher.stopped is not None:  # a probe ran past its limit: the largest batch that fit before it
+            stopped = watcher.stopped
+            fit = [p["batch"] for p in probes if p["status"] == "ok"]
+            ended = (f"a probe at batch {stopped['batch']} ({stopped['how']}) ran past its limit of "
+                     f"{probe_limit_s:g} s")  # fmt: skip
+            log(f"  batch {stopped['batch']}: stopped ({stopped['how']} past {probe_limit_s:g} s)")
+            found = MaxBatch(max(fit) if fit else None, ended, (*tried, (stopped["batch"], "timeout")), probes)
+            return confirmed(found, config, python, capacity, log, cache)
         if "ended" not in record:  # the probe process failed before it could say
             why = record.get("error_message") or "the search process ended without an answer"
             return MaxBatch(None, f"the search failed: {why}", tried, probes)

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -67,10 +68,15 @@ def run_child(
     env_extra: dict[str, str] | None = None,
     cwd: Path | None = None,
     module: tuple[str, ...] = (TRIAL_MODULE,),
+    watch: Callable[[Path], bool] | None = None,
 ) -> tuple[dict[str, Any], float, int | None]:
     """Start ``collector.trial.process`` (or another ``module`` with its arguments, which runs the same way: the
     batch search's probes) in its own process group (in ``cwd``, where the workload's paths are read: default
     here), wait up to the timeout, read its result.
+
+    ``watch(result_path)``, called while the child runs (a few times a second), may read what it has written so far
+    and stop it (true: the child is killed, and what it wrote is its result): the batch search's probes, said as
+    they happen, and its limit on one probe's time.
 
     Returns the child's fields (or a failure description), the wall time and the exit code.
     """
@@ -99,8 +105,9 @@ def run_child(
         )
         try:  # the parent samples the child's memory while it waits (collector.trial.memory)
             sampled = proc.pid if config.processes == 1 else functools.partial(_rank0_pid, result_path)
+            poll = proc.poll if watch is None else _watched(proc, lambda: watch(result_path))
             sampler, code, timed_out = memory.sample_until_exit(
-                sampled, proc.poll, config.timeout_s, measured=result_path.exists
+                sampled, poll, config.timeout_s, measured=result_path.exists
             )
             if timed_out:
                 _kill_group(proc)
@@ -143,6 +150,25 @@ def run_child(
         return failure("killed", name, f"trial process was killed by {name}{hint}")
     last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
     return failure("crash", "ProcessExit", f"trial process exited with code {code}: {last[:300]}")
+
+
+WATCH_EVERY_S = 0.25
+
+
+def _watched(proc: subprocess.Popen, stop: Callable[[], bool]) -> Callable[[], int | None]:
+    """``proc.poll`` that asks ``stop()`` every ``WATCH_EVERY_S`` and, where it says so, kills the child's group."""
+    last = [0.0]
+
+    def poll() -> int | None:
+        now = time.monotonic()
+        if now - last[0] >= WATCH_EVERY_S:
+            last[0] = now
+            if stop():
+                _kill_group(proc)
+                proc.wait()
+        return proc.poll()
+
+    return poll
 
 
 def with_peak(child: dict[str, Any], sampler: memory.PeakSampler) -> dict[str, Any]:

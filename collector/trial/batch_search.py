@@ -107,3 +107,16 @@ def device_capacity(host: dict[str, Any], config: BenchmarkConfig) -> int | None
     jax = config.keras_backend == "jax" and config.loop == "fit"
     fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.75")) if jax else 1.0
     return int(total * fraction)
+
+
+def scaled_start(record: list[dict[str, Any]], capacity: int | None, failed: int, floor: int) -> int:
+    """Where a search goes on below ``failed``, whose step ran out of memory where its compiled analysis said it fits
+    (the probes' ``record``: batch, how, bytes): the largest batch the compiled analysis says fits in ``capacity``
+    once scaled by the running step's excess at ``failed``; ``floor`` (the largest batch whose step ran) where that
+    cannot be told."""
+    by = {(p["batch"], p["how"]): p["bytes"] for p in record if p.get("bytes")}
+    compiled, running = by.get((failed, "compiled")), by.get((failed, "ran"))
+    if not compiled or not running or running <= compiled:
+        return floor
+    points = {p["batch"]: p["bytes"] * running / compiled for p in record if p.get("bytes") and p["how"] == "compiled"}
+    return min(max(memory_bound(points, capacity) or floor, floor), failed - 1)

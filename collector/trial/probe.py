@@ -7,8 +7,9 @@ of memory (torch's ``OutOfMemoryError`` and its cache emptied, XLA's and TensorF
 Where the backend's compiler says how much memory a step needs before anything runs (XLA's memory analysis of the
 train step, on JAX), a batch above the first is tried by compiling the step for its shapes only: it fits when
 that is within the device's capacity, so the search bisects on compiled programs and runs only its answer. The
-search is ``collector.runner.max_batch.search_max_batch``; its record is written after every probe, so a process
-killed at its timeout still says how far it got.
+search is ``collector.runner.max_batch.search_max_batch``; its record is written before and after every probe, so
+the parent says each probe as it ends and a process killed at its timeout, or at a probe's limit, still says how far
+it got.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from stepwatch.collector.trial.batch_search import (
     MaxBatch,
     device_capacity,
     memory_bound,
+    scaled_start,
     search_max_batch,
 )
 from stepwatch.collector.trial.fields import write_json_atomically
@@ -51,6 +53,7 @@ class Prober:
         self.setup = self.backend.configure(config)
         self.spec = get_model(config.model)
         self.record: list[dict[str, Any]] = []  # every probe: batch, status, how (ran / compiled), bytes, seconds
+        self.current: dict[str, Any] | None = None  # the probe under way: its batch, how, and when it started
         self.error: str | None = None  # what stopped the search other than memory (a compile error, a crash)
 
     def elapsed(self) -> float:
@@ -65,6 +68,7 @@ class Prober:
         if not self.record:  # the first batch runs: it records the step a compiler can analyse at other batches
             return self.ran(batch)
         start = time.perf_counter()
+        self.trying(batch, "compiling")
         try:
             needed = self.backend.step_memory(batch * self.setup.replicas)
         except Exception as error:  # noqa: BLE001 - a compiler that cannot fit the program is an answer; else a stop
@@ -78,12 +82,20 @@ class Prober:
     def ran(self, batch: int) -> str:
         """One step of ``batch`` run, kept in the record."""
         start = time.perf_counter()
+        self.trying(batch, "running")
         status, needed = self.step(batch)
         return self.kept(batch, status, "ran", needed, start)
+
+    def trying(self, batch: int, how: str) -> None:
+        """The probe under way, written before it starts: a watcher (``collector.runner.max_batch``) says it, and
+        stops a probe that runs past its limit."""
+        self.current = {"batch": batch, "how": how, "since_s": round(self.elapsed(), 3)}
+        self.write(None)
 
     def kept(self, batch: int, status: str, how: str, needed: int | None, start: float) -> str:
         self.record.append({"batch": batch, "status": status, "how": how, "bytes": needed,
                             "s": round(time.perf_counter() - start, 3)})  # fmt: skip
+        self.current = None
         self.write(None)
         return status
 
@@ -119,27 +131,36 @@ class Prober:
             return "oom", needed
         return "ok", needed
 
-    def bound(self) -> int | None:
-        """The largest batch the compiler's analysis of the batches tried says fits (``memory_bound``)."""
-        return memory_bound({p["batch"]: p["bytes"] for p in self.record if p["bytes"]}, self.capacity)
+    def bound(self, how: str | None = None) -> int | None:
+        """The largest batch the compiler's analysis of the batches tried (those ``how`` tried them: ran or compiled;
+        all by default) says fits (``memory_bound``)."""
+        points = {p["batch"]: p["bytes"] for p in self.record if p["bytes"] and how in (None, p["how"])}
+        return memory_bound(points, self.capacity)
 
     def search(self, limit: int = SEARCH_LIMIT) -> MaxBatch:
-        """The search from the config's batch; where its answer was only compiled, one step of it is run, and a
-        step that runs out of memory there (the device allocates more than the compiler counted) searches again
-        below it with steps that run."""
+        """The search from the config's batch; where its answer was only compiled, one step of it is run. A step
+        that runs out of memory there needed more than the analysis of its shapes alone said (on JAX the step that
+        runs, 5% more at ResNet-50's largest batch on a CPU): the search goes on below it with steps that run,
+        from the batch the compiled analysis scaled by that excess says fits, guided by the running steps' own
+        memory (doubling again from the smallest batch by running steps took minutes: the stall of a search on
+        JAX)."""
         found = search_max_batch(self.probe, self.config.per_device_batch, limit, bound=self.bound)
         ran = {p["batch"] for p in self.record if p["how"] == "ran" and p["status"] == "ok"}
         if found.largest is None or found.largest in ran:
             return found
         if self.ran(found.largest) == "ok":
             return found
-        again = search_max_batch(self.ran, max(ran), limit=found.largest - 1)
+        start = scaled_start(self.record, self.capacity, found.largest, max(ran))
+        again = search_max_batch(self.ran, start, limit=found.largest - 1, bound=lambda: self.bound("ran"))
+        if again.largest is None and start > max(ran):  # the scaled estimate was still too large: from what ran
+            again = search_max_batch(self.ran, max(ran), limit=start - 1, bound=lambda: self.bound("ran"))
         return MaxBatch(again.largest, f"{again.ended} (a step at batch {found.largest} ran out of memory where the "
                         "compiler's analysis said it fits)", found.probes + again.probes)  # fmt: skip
 
     def write(self, found: MaxBatch | None) -> None:
         payload: dict[str, Any] = {"probes": self.record, "capacity_bytes": self.capacity, "error": self.error,
-                                   "elapsed_s": round(self.elapsed(), 3), "setup_s": self.setup_s}  # fmt: skip
+                                   "elapsed_s": round(self.elapsed(), 3), "setup_s": self.setup_s,
+                                   "current": self.current}  # fmt: skip
         if found is not None:
             payload.update(largest=found.largest, ended=found.ended)
         write_json_atomically(self.result_path, payload)

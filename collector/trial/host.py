@@ -137,7 +137,6 @@ def host_environment(device: str) -> dict[str, Any]:
         "xla_flags": os.environ.get("XLA_FLAGS"),
         "tf_env": json.dumps(tf_env),
         "container_image": os.environ.get(IMAGE_ENV),
-        "in_container": bool(os.environ.get(INSIDE_ENV)) or None,
         "runner_label": os.environ.get("STEPWATCH_RUNNER_LABEL") or os.environ.get("RUNNER_NAME"),
         "cpu_model": cpu_model(),
         "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
@@ -146,6 +145,8 @@ def host_environment(device: str) -> dict[str, Any]:
         "cuda_runtime_version": None,
         "accelerator_memory_bytes": None,
     }
+    if os.environ.get(INSIDE_ENV):  # kept in extras: a trial of an image side, in its container
+        env["in_container"] = True
     if device == "gpu":
         drivers = _nvidia_smi("driver_version")
         memory = _nvidia_smi("memory.total")

@@ -238,8 +238,8 @@ def test_a_model_of_yours_with_experts_says_its_unit_and_kernels_and_a_planted_r
 ) -> None:
     """A team's own MoE (tests/data/models/moe.py, its function saying tokens, attention and experts): tokens/s, both
     kernels and the routing balance in every row. Its planted router bias (``skewed``) sends most tokens to 2 of 8
-    experts: a compare of the two says routing_max_load regressed, unasked, beside the speed and the numerics; an
-    A/A of two runs of the unbiased model stays quiet. The team's Keras decoder (examples/team_llm.py) reads
+    experts: a compare of the two says routing_max_load regressed, unasked, beside the speed and the numerics; the
+    routing of two runs of the unbiased model stays quiet. The team's Keras decoder (examples/team_llm.py) reads
     tokens/s and names its attention kernel."""
     out, db = tmp_path / "out", str(tmp_path / "store.duckdb")
     for label, models in (("a", f"{MOE}:build,{MOE}:skewed"), ("b", f"{MOE}:build")):
@@ -271,9 +271,13 @@ def test_a_model_of_yours_with_experts_says_its_unit_and_kernels_and_a_planted_r
     assert judged["routing_max_load"] == "regression" and "examples_per_sec" in judged, judged
     [numerics] = payload["numerics"]  # the numerics verdict of the same trials, beside: 3 seeds a side
     assert numerics["seeds"] == 3 and numerics["verdict"], numerics
-    quiet = stepwatch("compare", "--baseline", plain, "--candidate", f"label=b,model={MOE}:build", "--db", db)
-    assert quiet.returncode == 0 and "regression" not in quiet.stdout, quiet.stdout
-    assert "routing_max_load" in quiet.stdout  # judged there too: no change
+    # The A/A: the routing of two runs of the same model is quiet. (Their speed is not asserted: the two runs are not
+    # interleaved, and on a machine another test loads, a run can be 20-30% slower than the other.)
+    quiet = stepwatch("compare", "--baseline", plain, "--candidate", f"label=b,model={MOE}:build", "--db", db,
+                      "--format", "json", "--out", str(report))  # fmt: skip
+    assert quiet.returncode in (0, 1), quiet.stderr
+    aa = {r["metric"]: r["verdict"] for r in json.loads(report.read_text())["rows"]}
+    assert aa["routing_max_load"] in ("no change", "inconclusive"), aa
 
 
 MOE_SUITE = (

@@ -55,7 +55,7 @@ plain=(--keras-backend torch --loop pytorch --xla off --device "$device")
 {
   echo "gpu_checks: parts $parts on $device, deadline in $(( deadline - $(date +%s) )) s"
   if wanted 1; then
-    part "1. llama $llama: stepwatch against a bare loop" 200 python benchmarks/llama_harness.py --device "$device" \
+    part "1. llama $llama: stepwatch against a bare loop" 200 python benchmarks/decoder_harness.py --device "$device" \
       --preset "$llama" --batch 2 --precision mixed_bfloat16 --steps 20 --warmup 20 --rounds 1 \
       | tee "$out/harness-llama.txt"
   fi
@@ -67,7 +67,7 @@ plain=(--keras-backend torch --loop pytorch --xla off --device "$device")
       --trials 1 "${plain[@]}" --precision mixed_bfloat16 --attention math --out "$out/rows"
   fi
   if wanted 3; then
-    part "3. gpt_oss ${moe[*]}: grouped_mm against a bare loop" 150 python benchmarks/llama_harness.py --model gpt_oss \
+    part "3. gpt_oss ${moe[*]}: grouped_mm against a bare loop" 150 python benchmarks/decoder_harness.py --model gpt_oss \
       --device "$device" "${moe[@]}" --precision mixed_bfloat16 --experts grouped_mm --steps 10 --warmup 20 \
       --rounds 1 | tee "$out/harness-moe.txt"
     part "3. gpt_oss ${moe[*]}: experts eager" 90 $sw run --suite moe --models gpt_oss "${moe[@]}" "${steps[@]}" --trials 1 \

@@ -21,7 +21,7 @@ precisions=mixed_bfloat16,fp8
 size=(--preset "$preset" --device "$device" --batch 2 --steps 30 --warmup 20 --window 10 --trials "$trials")
 {
   echo "== harness: stepwatch against a bare loop"
-  timeout 600 python benchmarks/llama_harness.py --device "$device" --preset "$preset" --batch 2 \
+  timeout 600 python benchmarks/decoder_harness.py --device "$device" --preset "$preset" --batch 2 \
     --precision mixed_bfloat16 --steps 30 --warmup 20 --rounds 2 || echo "harness: exit $?"
   echo "== plain PyTorch: bf16 and fp8 x attention auto and math"
   timeout 900 $sw run --suite gpu-nightly --models llama "${size[@]}" --keras-backend torch --loop pytorch \

@@ -294,6 +294,16 @@ def loss_with(given: Any, options: Mapping[str, Any]) -> Any:
     return given
 
 
+def said_of(built: Built) -> dict[str, Any]:
+    """The spec's fields as the model's function said them (``SAYS``): its unit, units per example (a field that is
+    a function of the preset), attention and experts; none it did not say."""
+    said: dict[str, Any] = {key: built.given(key) for key, _ in SAYS if built.given(key)}
+    if "units_per_example" in said:
+        count = said["units_per_example"]
+        said["units_per_example"] = lambda preset: count
+    return said
+
+
 def user_spec(name: str) -> ModelSpec:
     """The ModelSpec of a user's model: its function is called (once) when the model is built; batches, loss,
     optimizer and FLOPs come from what it returned."""
@@ -325,11 +335,11 @@ def user_spec(name: str) -> ModelSpec:
         build=built.keras_model,
         synthetic_batch=batch,
         flops_per_example=lambda preset: built.given("flops_per_example"),
-        units_per_example=lambda preset: built.given("units_per_example") or 1,
+        units_per_example=lambda preset: 1,
         optimizer=optimizer,
         default_learning_rate=DEFAULT_LEARNING_RATE,
         description=f"your model: {name}",
         loss=lambda **options: loss_with(built.given("loss"), options),
         torch=TorchParts(build=built.torch_module, optimizer=torch_optimizer, loss=lambda: built.given("loss")),
-        said=lambda: {key: built.given(key) for key, _ in SAYS if key != "units_per_example" and built.given(key)},
+        said=lambda: said_of(built),
     )

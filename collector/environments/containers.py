@@ -146,7 +146,7 @@ def run_command(spec: dict[str, Any], args: list[str], environ: dict[str, str], 
         command += ["-v", f"{folder}:{folder}:ro"]
     for key, value in sorted(passed.items()):
         command += ["-e", f"{key}={value}"]
-    return [*command, *spec.get("engine_args", []), spec["ref"], "python3", *args]
+    return [*command, spec["ref"], "python3", *args]
 
 
 def launcher_script(spec_path: Path) -> str:
@@ -236,8 +236,7 @@ def launch(spec_path: str, args: list[str]) -> int:
                               start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)  # fmt: skip
     reaper.wait()  # it has forked its watcher off and left
-    code = subprocess.run(run_command(spec, args, dict(os.environ), os.getcwd(), name), check=False).returncode
-    return code
+    return subprocess.run(run_command(spec, args, dict(os.environ), os.getcwd(), name), check=False).returncode
 
 
 def main(argv: list[str] | None = None) -> int:

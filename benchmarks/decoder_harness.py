@@ -9,10 +9,10 @@ writes (autocast, forward, float32 cross-entropy, backward, step), timed with pe
 after ``--warmup`` steps, a device sync at each end. MFU is the model's own count (trainers/llama.py,
 trainers/gpt_oss.py) against the peak in collector/data/accelerators.toml.
 
-    .venv/bin/python benchmarks/llama_harness.py                                 # CPU: tiny, fp32, 3 rounds
-    python benchmarks/llama_harness.py --device gpu --preset 8b-4l --batch 2 --precision mixed_bfloat16 \\
+    .venv/bin/python benchmarks/decoder_harness.py                                 # CPU: tiny, fp32, 3 rounds
+    python benchmarks/decoder_harness.py --device gpu --preset 8b-4l --batch 2 --precision mixed_bfloat16 \\
         --steps 30 --warmup 20 --rounds 2                                        # an H100 or H200
-    python benchmarks/llama_harness.py --model gpt_oss --device gpu --preset 20b-2l --seq-len 4096 --batch 1 \\
+    python benchmarks/decoder_harness.py --model gpt_oss --device gpu --preset 20b-2l --seq-len 4096 --batch 1 \\
         --precision mixed_bfloat16 --experts grouped_mm --steps 20 --warmup 10 --rounds 1
 """
 

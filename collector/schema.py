@@ -208,6 +208,7 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("xla_flags", _STR, "software"),
     ("tf_env", _STR, "software"),
     ("container_image", _STR, "software"),
+    ("package_set", _STR, "software"),  # every distribution installed, JSON name -> version (alerts verify)
     ("stepwatch_version", _STR, "software"),
     ("stepwatch_git_sha", _STR, "software"),
     ("model_hash", _STR, "software"),

@@ -36,7 +36,7 @@ def add_nights(results: Path, nights: range, level_a, rng: np.random.Generator) 
 
 
 def detect(db: Path) -> tuple[int, list[dict], str]:
-    done = stepwatch("detect", "--db", str(db), "--format", "json", timeout=120)
+    done = stepwatch("detect", "--db", str(db), "--format", "json", "--issue-on", "confirmed", timeout=120)
     return done.returncode, json.loads(done.stdout), done.stderr
 
 
@@ -161,14 +161,14 @@ def test_a_newly_confirmed_regression_is_posted_once_to_a_webhook_and_a_webhook_
     add_nights(results, range(40), lambda i: 1000.0 if i < 30 else 940.0, rng)
     ingest(results, db)
     try:
-        done = stepwatch("detect", "--db", str(db), "--webhook", url)
+        done = stepwatch("detect", "--db", str(db), "--webhook", url, "--issue-on", "confirmed")
         assert done.returncode == 1 and "posted 1 confirmed regression(s) to the webhook" in done.stderr, done.stderr
         [message] = posted
         assert message["text"].startswith("stepwatch: 1 confirmed training-speed regression(s) in throughput")
         # The planted 6% drop, as the segments' medians measure it (-5.7% with these seeds).
         assert re.search(r"on CPU A: -[56]\.\d%", message["text"]) and "tf_version 2.20.0 -> 2.21.0" in message["text"]
         assert "CPU B" not in message["text"]
-        again = stepwatch("detect", "--db", str(db), "--webhook", url)
+        again = stepwatch("detect", "--db", str(db), "--webhook", url, "--issue-on", "confirmed")
         assert again.returncode == 1 and len(posted) == 1  # still open, said once
     finally:
         server.shutdown()
@@ -177,7 +177,7 @@ def test_a_newly_confirmed_regression_is_posted_once_to_a_webhook_and_a_webhook_
     shutil.rmtree(results)
     add_nights(results, range(40, 45), lambda i: 800.0, rng)
     ingest(results, db)
-    down = stepwatch("detect", "--db", str(db), "--webhook", url)
+    down = stepwatch("detect", "--db", str(db), "--webhook", url, "--issue-on", "confirmed")
     assert down.returncode == 1 and "note: the webhook did not take the regression:" in down.stderr, down.stderr
-    wrong = stepwatch("detect", "--db", str(db), "--webhook", "file:///etc/passwd")
+    wrong = stepwatch("detect", "--db", str(db), "--webhook", "file:///etc/passwd", "--issue-on", "confirmed")
     assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and "not an http(s) address" in wrong.stderr

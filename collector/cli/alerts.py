@@ -7,30 +7,40 @@ import argparse
 import json
 import os
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
 from stepwatch.collector import metrics
-from stepwatch.collector.analysis import alerts, changepoints
+from stepwatch.collector.analysis import alerts, changepoints, sequential
 from stepwatch.collector.analysis.thresholds import worse
 from stepwatch.collector.cli.arguments import (
     FORMATS,
     OneLineParser,
     add_analysis_arguments,
     add_db_argument,
+    add_environment_arguments,
+    add_issue_argument,
     console,
     db_path,
     overrides,
     selection,
 )
 from stepwatch.collector.cli.exits import EXIT_OK, EXIT_REGRESSION
+from stepwatch.collector.cli.progress import TerminalHooks
+from stepwatch.collector.config import TRIALS
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output import webhook
 from stepwatch.collector.output.comparison import bimodal_warning
 from stepwatch.collector.output.runs import show_alerts
 from stepwatch.collector.output.text import plain_rows, series_label
+from stepwatch.collector.runner import execution
 from stepwatch.collector.store import database, history, records
+from stepwatch.collector.workflows import verify
+
+NIGHT_BUDGET = 60.0  # minutes a night's verifications may take in all
+MOST = 3  # alerts a night verifies at most
 
 
 def register(commands: Any) -> None:
@@ -42,6 +52,7 @@ def register(commands: Any) -> None:
         help=f"post a newly confirmed regression to this chat webhook (Slack-compatible JSON; default ${webhook.ENV})",
     )  # fmt: skip
     add_analysis_arguments(detect, several_metrics=False, stored=True)
+    add_issue_argument(detect)
     detect.set_defaults(handler=run_detect)
 
     alert = commands.add_parser("alerts", help="list alerts or move one along (ack, false-positive, fixed)")
@@ -57,6 +68,33 @@ def register(commands: Any) -> None:
     save.add_argument("--out", required=True, help="file path or s3:// / gs:// URI (e.g. history/alerts.parquet)")
     add_db_argument(save)
     save.set_defaults(handler=run_save)
+    check = actions.add_parser(
+        "verify", help="measure suspected changes again: the nights either side interleaved here, bisected to a commit"
+    )  # fmt: skip
+    check.add_argument("ids", nargs="*", type=int, metavar="ID",
+                       help="alerts to verify (default: every open alert not verified yet, the largest change first)")
+    check.add_argument("--trials", type=int, default=TRIALS,
+                       help=f"trials per side at the first look (default {TRIALS})")
+    check.add_argument("--max-trials", type=int, default=sequential.MAX_TRIALS, metavar="N",
+                       help=f"trials per side at the last look (default {sequential.MAX_TRIALS})")
+    check.add_argument("--night-budget", type=float, default=NIGHT_BUDGET, metavar="MINUTES",
+                       help=f"minutes for the night's verifications in all (default {NIGHT_BUDGET:g}; 0: none); an "
+                       "alert left over is verified on a later night")
+    check.add_argument("--most", type=int, default=MOST, metavar="N",
+                       help=f"alerts verified a night at most, the largest change first (default {MOST})")
+    check.add_argument("--no-aa", dest="aa", action="store_false",
+                       help="no A/A beside each check (it says whether this runner raises false alarms)")
+    check.add_argument("--results", type=Path, default=verify.RESULTS_DIR,
+                       help=f"folder for the checks' parquet (default {verify.RESULTS_DIR})")
+    check.add_argument("--checks-db", type=Path, default=verify.STORE,
+                       help=f"the checks' own store (default {verify.STORE}; the history's is --db)")
+    check.add_argument("--thresholds", type=Path, help="per-series threshold overrides")
+    check.add_argument("--format", choices=FORMATS, default="table")
+    check.add_argument("--out", help="also write the open alerts' report (markdown, or JSON) to this file")
+    add_issue_argument(check)
+    add_environment_arguments(check)
+    add_db_argument(check)
+    check.set_defaults(handler=run_verify)
     for name, status, needs_note in (
         ("ack", records.ACKNOWLEDGED, True),
         ("false-positive", records.FALSE_POSITIVE, False),
@@ -102,14 +140,64 @@ def run_detect(args: argparse.Namespace) -> int:
         warning = bimodal_warning(series_label(scanned.fields[key]), metric.name, noise)
         if warning:
             console.print(f"[yellow]{escape(warning)}[/yellow]")
-    regressions = [a for a in open_alerts if a["status"] == records.CONFIRMED
+    regressions = [a for a in open_alerts if pages(a, args.issue_on)
                    and worse(metric, scanned.fields.get(a["series_key"], {}), thresholds, a["ratio"])]  # fmt: skip
     if regressions and args.webhook and counts["created"] + counts["confirmed"]:  # new tonight: said once
         why = webhook.post(args.webhook, regression_text(regressions, scanned.fields, metric))
         console.print(f"note: the webhook did not take the regression: {escape(why)}" if why else
                       f"posted {len(regressions)} confirmed regression(s) to the webhook")  # fmt: skip
+    suspected = [a for a in open_alerts if args.issue_on == "reproduced" and not a.get("verification")
+                 and worse(metric, scanned.fields.get(a["series_key"], {}), thresholds, a["ratio"])]  # fmt: skip
+    if suspected:
+        console.print(f"{len(suspected)} suspected regression(s) not verified yet: `stepwatch alerts verify` measures "
+                      "them again on this runner, and only a reproduced one opens the issue")  # fmt: skip
     if regressions:
-        console.print(f"[red]{len(regressions)} confirmed regression(s)[/red]: triage with `stepwatch alerts ack ID`")
+        console.print(f"[red]{len(regressions)} {args.issue_on} regression(s)[/red]: triage with `stepwatch alerts "
+                      "ack ID`")  # fmt: skip
+        return EXIT_REGRESSION
+    return EXIT_OK
+
+
+def pages(alert: dict[str, Any], issue_on: str) -> bool:
+    """Whether an open alert opens the regression issue: one a verifying check reproduced (``issue_on`` reproduced,
+    whatever the history says now), or one the history confirmed and no check has found not there."""
+    if issue_on == "reproduced":
+        return alert.get("verification") == records.REPRODUCED
+    return alert["status"] == records.CONFIRMED and alert.get("verification") not in (
+        records.NOT_REPRODUCED, records.MACHINE,
+    )  # fmt: skip
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """Measure suspected changes again on this runner and record each verdict on its alert; then the open alerts'
+    report, and exit 1 while a regression that opens the issue (``--issue-on``) is open."""
+    if args.night_budget < 0 or args.most < 0:
+        raise UsageError("--night-budget and --most are 0 (none) or more")
+    if args.trials < 2 or args.max_trials < args.trials:
+        raise UsageError("--trials must be at least 2, and --max-trials at least --trials")
+    plan = verify.Plan(
+        Path.cwd(), sequential.Design.of(args.trials, args.max_trials), overrides(args), args.results,
+        args.checks_db, execution.RunOptions(), args.aa, args.night_budget or None, args.most or None,
+        args.reuse_site_packages, tuple(args.pip_arg),
+    )  # fmt: skip
+    db = db_path(args)
+    hooks = TerminalHooks()
+    done = verify.verify(db, args.ids or None, plan, hooks)
+    for item in done:
+        for line in item.lines:
+            console.print(escape(line))
+        console.print(f"alert {item.alert_id}: [bold]{escape(item.found.verification)}[/bold]")
+    if not done:
+        console.print("no alert to verify: every open one is verified (`stepwatch alerts list` says how)")
+    with database.open_store(db) as reader:
+        open_alerts = plain_rows(records.list_alerts(reader.connection(), records.OPEN))
+    show_alerts(open_alerts, args.format, args.out, "stepwatch: open alerts, verified", compare_url())
+    thresholds = overrides(args)
+    regressions = [a for a in open_alerts if pages(a, args.issue_on)
+                   and worse(metrics.get_metric(a["metric"]), a, thresholds, a["ratio"])]  # fmt: skip
+    if regressions:
+        console.print(f"[red]{len(regressions)} {args.issue_on} regression(s)[/red]: triage with `stepwatch alerts "
+                      "ack ID`")  # fmt: skip
         return EXIT_REGRESSION
     return EXIT_OK
 

@@ -139,6 +139,20 @@ def add_environment_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pip-arg", action="append", default=[], help="extra pip install argument (repeatable)")
 
 
+# What opens the regression issue (and posts the webhook): a regression a verifying check reproduced (the default:
+# the history only nominates), or one the history alone confirmed (for a team that cannot spare the check's minutes).
+ISSUE_ON = ("reproduced", "confirmed")
+
+
+def add_issue_argument(parser: argparse.ArgumentParser) -> None:
+    """--issue-on: what makes a regression one that fails the night and opens its issue (detect, verify, publish)."""
+    parser.add_argument(
+        "--issue-on", choices=ISSUE_ON, default=ISSUE_ON[0],
+        help="what opens the regression issue and fails the night: a regression that `stepwatch alerts verify` "
+        "reproduced on one runner (default), or one the nightly history alone confirmed",
+    )  # fmt: skip
+
+
 PROFILE_ALL = 1 << 30  # --profile without a count: every trial
 
 

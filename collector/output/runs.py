@@ -50,6 +50,26 @@ def _number(value: Any) -> str:
     return f"{value:,.1f}" if isinstance(value, int | float) and value == value else "?"
 
 
+def verified_text(alert: dict[str, Any]) -> str:
+    """What an alert's verifying check said (``stepwatch alerts verify``), in a line; '' where none ran yet."""
+    state = alert.get("verification")
+    if not state:
+        return ""
+    parts = [state]
+    if alert.get("verify_ratio") is not None:
+        shown = interval(alert.get("verify_ci_low"), alert.get("verify_ci_high"))
+        parts[0] += f" {percent(alert['verify_ratio'])} {shown}"
+    if alert.get("verify_aa"):
+        parts.append(f"A/A {alert['verify_aa']}")
+    if alert.get("verify_commit"):
+        parts.append(f"first slow commit {str(alert['verify_commit'])[:12]}")
+    if alert.get("verify_minutes") is not None:
+        parts.append(f"{alert['verify_minutes']:.1f} min")
+    if state in ("the machine's", "unverifiable") and alert.get("verify_note"):
+        parts.append(str(alert["verify_note"]))
+    return ", ".join(parts)
+
+
 def alerts_markdown(
     alerts: list[dict[str, Any]], title: str = "stepwatch alerts", compare_url: str | None = None
 ) -> str:
@@ -60,14 +80,14 @@ def alerts_markdown(
     if not alerts:
         return "\n".join([*lines, "No alerts.", ""])
     lines += ["| id | status | series | metric | change at | before -> after | change | 95% CI | commits | versions "
-              "changed | note |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              "changed | verified | note |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for a in alerts:
         when = a["change_at"].strftime("%Y-%m-%d %H:%M") if a.get("change_at") is not None else "?"
         values = f"{_number(a.get('before_value'))} -> {_number(a.get('after_value'))}"
         lines.append(
             f"| {a['id']} | {a['status']} | {series_label(a)} | {a['metric']} | {when} | {values} | "
             f"{percent(a['ratio'])} | {interval(a['ci_low'], a['ci_high'])} | {_commits(a, compare_url)} | "
-            f"{versions_text(a['versions_changed'])} | {a.get('note') or ''} |"
+            f"{versions_text(a['versions_changed'])} | {verified_text(a)} | {a.get('note') or ''} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -83,14 +103,15 @@ def show_alerts(
         publish(alerts_markdown(rows, title, compare_url), out)
         return
     table = Table(title=title)
-    for name in ("id", "status", "series", "metric", "change at", "change", "95% CI", "versions changed", "note"):
+    for name in ("id", "status", "series", "metric", "change at", "change", "95% CI", "versions changed", "verified",
+                 "note"):
         table.add_column(name)
     for a in rows:
         table.add_row(
             str(a["id"]), a["status"], escape(series_label(a)), a["metric"],
             a["change_at"].strftime("%Y-%m-%d %H:%M"), percent(a["ratio"]),
             interval(a["ci_low"], a["ci_high"]), escape(versions_text(a["versions_changed"])),
-            escape(a.get("note") or ""),
+            escape(verified_text(a)), escape(a.get("note") or ""),
         )  # fmt: skip
     stdout_console().print(table)
     if out:

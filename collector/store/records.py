@@ -9,17 +9,30 @@ import json
 import math
 from dataclasses import astuple, dataclass, fields
 from datetime import datetime
+from typing import Any
 
 import duckdb
 import pandas as pd
 import pyarrow as pa
 
 from stepwatch.collector.errors import UsageError
+from stepwatch.collector.schema import VERSION_COLUMNS
+from stepwatch.collector.store import queries
 
 NEW, CONFIRMED, ACKNOWLEDGED, FALSE_POSITIVE, FIXED = "new", "confirmed", "acknowledged", "false positive", "fixed"
 STATUSES = (NEW, CONFIRMED, ACKNOWLEDGED, FALSE_POSITIVE, FIXED)
 OPEN = (NEW, CONFIRMED)
 NEW_BASELINE = (ACKNOWLEDGED, FIXED)  # a change a person accepted starts a new baseline segment
+
+
+# What a verifying check made of an alert (``alerts verify``): its regression measured again, interleaved on one
+# runner (REPRODUCED: the only state that opens an issue by default); not there (NOT_REPRODUCED); not decided
+# within its budget (INCONCLUSIVE: the alert stays suspected); nothing recorded differs between the nights either side
+# (MACHINE: the host's, a driver's or a neighbour's); or the check could not run (UNVERIFIABLE, with its reason).
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, MACHINE, UNVERIFIABLE = (
+    "reproduced", "not reproduced", "inconclusive", "the machine's", "unverifiable",
+)  # fmt: skip
+VERIFIED_STATES = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, MACHINE, UNVERIFIABLE)
 
 
 class AlertError(UsageError):
@@ -46,6 +59,50 @@ class AlertChange:
 
 
 _CHANGE_COLUMNS = tuple(f.name for f in fields(AlertChange))
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What a verifying check recorded on an alert (tables.VERIFICATION_COLUMNS, less its time)."""
+
+    verification: str
+    verify_check: str | None = None
+    verify_sides: str | None = None
+    verify_ratio: float | None = None
+    verify_ci_low: float | None = None
+    verify_ci_high: float | None = None
+    verify_aa: str | None = None
+    verify_minutes: float | None = None
+    verify_commit: str | None = None
+    verify_note: str | None = None
+
+
+def record_verification(con: duckdb.DuckDBPyConnection, alert_id: int, found: Verification, now: datetime) -> None:
+    """An alert's verifying check, as it ended (a writable connection); its status is left as the history set it."""
+    if found.verification not in VERIFIED_STATES:
+        raise AlertError(f"verification {found.verification!r} is not one of {', '.join(VERIFIED_STATES)}")
+    names = [f.name for f in fields(Verification)]
+    values = [None if isinstance(v, float) and math.isnan(v) else v for v in astuple(found)]
+    assignments = ", ".join(f"{name} = ?" for name in (*names, "verified_at", "updated_at"))
+    con.execute(f"UPDATE alerts SET {assignments} WHERE id = ?", [*values, now, now, alert_id])
+
+
+def alerts_by_id(con: duckdb.DuckDBPyConnection, ids: list[int] | None = None) -> list[dict]:
+    """Alerts as dicts (every column): those ``ids`` (AlertError naming one that is not there), or the open ones
+    no check has verified yet, the largest change first."""
+    if ids:
+        rows = con.sql(f"SELECT * FROM alerts WHERE id IN ({', '.join('?' * len(ids))})", params=ids)
+    else:
+        rows = con.sql(
+            f"SELECT * FROM alerts WHERE status IN ({', '.join('?' * len(OPEN))}) AND verification IS NULL "
+            "ORDER BY abs(ln(ratio)) DESC NULLS LAST, id",
+            params=list(OPEN),
+        )
+    found = rows.to_arrow_table().to_pylist()
+    missing = sorted(set(ids or ()) - {row["id"] for row in found})
+    if missing:
+        raise AlertError(f"no alert with id {missing[0]} (see `stepwatch alerts list --status all`)")
+    return found
 
 
 def baselines(con: duckdb.DuckDBPyConnection, metric: str) -> dict[str, datetime]:
@@ -170,3 +227,44 @@ def change_commits(con: duckdb.DuckDBPyConnection, series_key: str, suite_run_id
         [series_key, suite_run_id],
     ).fetchone()
     return tuple(found) if found else (None, None)
+
+
+# What a verifying check reads of the nights either side of a change (analysis.verification.Night): the versions,
+# the project and its commit, the whole package set, and what the rows say of the machine.
+NIGHT_COLUMNS = tuple(dict.fromkeys((*VERSION_COLUMNS, "project_repository", "package_set", "host", "runner_label",
+                                     "cpu_model", "accelerator", "label", "suite")))  # fmt: skip
+
+
+def change_nights(
+    con: duckdb.DuckDBPyConnection, series_key: str, suite_run_id: str
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The series' suite run before ``suite_run_id`` and that suite run itself, each as one mapping: every column
+    of NIGHT_COLUMNS (several values of one night joined with ', '), its other load and steal averaged, and its
+    suite_run_id. None for a night that is not there."""
+    present = [c for c in NIGHT_COLUMNS if queries.has_column(con, c)]
+    shared = ", ".join(f"""string_agg(DISTINCT CAST("{c}" AS VARCHAR), ', ') AS "{c}" """ for c in present)
+    loads = "".join(
+        f', avg("{c}") AS "{c}"' for c in ("host_other_cpu", "host_steal_cpu") if queries.has_column(con, c)
+    )
+    rows = (
+        con.sql(
+            f"""WITH nights AS (SELECT suite_run_id, min(started_at) AS night_at, {shared}{loads}
+                            FROM runs WHERE series_key = ? GROUP BY suite_run_id),
+                changed AS (SELECT night_at FROM nights WHERE suite_run_id = ?)
+           (SELECT * FROM nights WHERE night_at < (SELECT night_at FROM changed) ORDER BY night_at DESC LIMIT 1)
+           UNION ALL (SELECT * FROM nights WHERE suite_run_id = ?)""",
+            params=[series_key, suite_run_id, suite_run_id],
+        )
+        .to_arrow_table()
+        .to_pylist()
+    )
+    after = next((r for r in rows if r["suite_run_id"] == suite_run_id), None)
+    before = next((r for r in rows if r["suite_run_id"] != suite_run_id), None)
+    return before, after
+
+
+def one_row(con: duckdb.DuckDBPyConnection, series_key: str, suite_run_id: str) -> dict[str, Any] | None:
+    """One row of a series' suite run (its config as that night ran it), or None."""
+    rows = con.sql("SELECT * FROM runs WHERE series_key = ? AND suite_run_id = ? ORDER BY trial LIMIT 1",
+                   params=[series_key, suite_run_id]).to_arrow_table().to_pylist()  # fmt: skip
+    return rows[0] if rows else None

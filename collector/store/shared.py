@@ -476,8 +476,11 @@ class SharedStore:
                     if after.equals(before[name]):
                         continue
                     table = synced.tables[name]
+                    wanted = shared_rows.schemas()[name]
                     try:
-                        table.overwrite(shared_rows.cast(after, shared_rows.schemas()[name]))
+                        if set(wanted.names) - {f.name for f in table.schema().fields}:  # an older stepwatch's
+                            table.update_schema().union_by_name(wanted).commit()
+                        table.overwrite(shared_rows.cast(after, wanted))
                     except _pyiceberg().exceptions.CommitFailedException:
                         raise StoreError(
                             f"{self.address.shown}: its {name} changed meanwhile; nothing of this was stored: "

@@ -100,6 +100,16 @@ def whole_rows(
     return rows
 
 
+# What a verifying check (``stepwatch alerts verify``) recorded on an alert: its state (records.VERIFIED_STATES),
+# the check's id, what its sides were, its ratio and interval, its A/A, what it cost, the first slow commit a bisect
+# named, and what it said (or why it could not run). Added to an older store's alerts on its next write.
+VERIFICATION_COLUMNS = {
+    "verification": "VARCHAR", "verified_at": "TIMESTAMPTZ", "verify_check": "VARCHAR", "verify_sides": "VARCHAR",
+    "verify_ratio": "DOUBLE", "verify_ci_low": "DOUBLE", "verify_ci_high": "DOUBLE", "verify_aa": "VARCHAR",
+    "verify_minutes": "DOUBLE", "verify_commit": "VARCHAR", "verify_note": "VARCHAR",
+}  # fmt: skip
+
+
 # Tables. Every column of ``runs`` comes from collector/schema.py; new schema columns are added
 # to an older store on its next ingest.
 DDL = (
@@ -117,7 +127,9 @@ DDL = (
     "CREATE TABLE IF NOT EXISTS alerts (id BIGINT DEFAULT nextval('alert_ids') PRIMARY KEY, "
     "created_at TIMESTAMPTZ, updated_at TIMESTAMPTZ, series_key VARCHAR, metric VARCHAR, status VARCHAR, "
     "change_at TIMESTAMPTZ, suite_run_id VARCHAR, before_value DOUBLE, after_value DOUBLE, ratio DOUBLE, "
-    "ci_low DOUBLE, ci_high DOUBLE, versions_changed VARCHAR, note VARCHAR)",
+    "ci_low DOUBLE, ci_high DOUBLE, versions_changed VARCHAR, note VARCHAR"
+    + "".join(f", {name} {kind}" for name, kind in VERIFICATION_COLUMNS.items())
+    + ")",
     # The path of each ``stepwatch bisect``: one row per measured step and target series (a skipped step has
     # no series). ``applied`` is the step's changes as JSON [[package, good version, bad version], ...].
     "CREATE TABLE IF NOT EXISTS bisect_steps (bisect_id VARCHAR, step INTEGER, created_at TIMESTAMPTZ, "
@@ -318,6 +330,8 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, kind: str) -> None:
             "SELECT column_name FROM duckdb_columns() WHERE table_name = 'runs' AND database_name = current_database()"
         ).fetchall()
     }
+    for name, sql_type in VERIFICATION_COLUMNS.items():  # an older store's alerts
+        con.execute(f"ALTER TABLE alerts ADD COLUMN IF NOT EXISTS {name} {sql_type}")
     for column in RUN_COLUMNS:
         if column.name not in present:
             con.execute(f'ALTER TABLE runs ADD COLUMN "{column.name}" {_duck_type(column.type)}')

@@ -6,6 +6,7 @@ import ctypes
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -53,6 +54,17 @@ def distribution_version(distribution: str) -> str | None:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return None
+
+
+def package_set() -> str:
+    """Every distribution installed where the trial runs, as JSON (canonical name -> version, sorted): what a
+    verifying check of two nights installs for each (``stepwatch alerts verify``), beyond the versions of columns."""
+    found: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").strip()
+        if name:
+            found.setdefault(re.sub(r"[-_.]+", "-", name).lower(), dist.version)
+    return json.dumps(dict(sorted(found.items())))
 
 
 def cpu_model() -> str | None:
@@ -131,6 +143,7 @@ def host_environment(device: str) -> dict[str, Any]:
         "os": platform.platform(),
         "python_version": platform.python_version(),
         "numpy_version": distribution_version("numpy"),
+        "package_set": package_set(),
         "keras_hub_version": distribution_version("keras-hub"),
         "stepwatch_version": distribution_version("stepwatch"),
         "stepwatch_git_sha": git_sha(),

@@ -57,8 +57,10 @@ def scan(
     metric: Metric,
     overrides: list[Override],
     nights_limit: int = DEFAULT_NIGHTS,
+    nominate: bool = False,
 ) -> Scan:
-    """Run change-point detection on the last ``nights_limit`` nights (since its baseline) of each series."""
+    """Run change-point detection on the last ``nights_limit`` nights (since its baseline) of each series; with
+    ``nominate`` (a verifying check decides), a last night that steps off its level is suspected too."""
     history = queries.history_points(con, selection, metric.name)
     starts = records.baselines(con, metric.name)
     fields = {row["series_key"]: row for row in queries.series_catalog(con).to_dict("records")}
@@ -97,6 +99,7 @@ def scan(
             trials=[v if v is not None else [] for v in nights["trial_values"]],
             night=offsets[key],
             confirmed=[index[t] for t in held.get(key, []) if t in index],
+            nominate=nominate,
         )
         outliers += len(detection.outliers)
         runs = nights["suite_run_id"].tolist()
@@ -117,6 +120,7 @@ def record(con: duckdb.DuckDBPyConnection, result: Scan, metric: str, now: datet
     for alert_id, key, change_at, status in records.alerts_of(con, metric):
         by_series.setdefault(key, []).append((alert_id, change_at, status))
     matched: set[int] = set()
+    reproduced = records.reproduced_ids(con, metric)  # a check measured it again: later nights do not withdraw it
     for item in result.found:
         change = item.change
         status = CONFIRMED if change.status == "confirmed" else NEW
@@ -142,7 +146,8 @@ def record(con: duckdb.DuckDBPyConnection, result: Scan, metric: str, now: datet
         counts["confirmed" if (old_status, new_status) == (NEW, CONFIRMED) else "updated"] += 1
     for key, nights in result.nights.items():
         for alert_id, change_at, status in by_series.get(key, []):
-            if status == NEW and alert_id not in matched and nights and nights[0] <= change_at <= nights[-1]:
+            if (status == NEW and alert_id not in matched and alert_id not in reproduced and nights
+                    and nights[0] <= change_at <= nights[-1]):  # fmt: skip
                 note = "withdrawn: later nights did not show this change (an outlier)"
                 records.set_status(con, alert_id, FALSE_POSITIVE, note, now)
                 counts["withdrawn"] += 1

@@ -50,6 +50,7 @@ CONFIRM_NIGHTS = 3  # nights after a change before it can be confirmed
 CONFIRM_ALPHA = 0.001
 KEEP = 0.05  # a change an earlier judgment confirmed stays confirmed on its night while p < this (and its size holds)
 MOVE_NIGHTS = 2  # a candidate this near a confirmed change is that change (and an alert's: alerts.MATCH_NIGHTS)
+NOMINATE_BEFORE = 2  # nights of a level a last night's nomination is judged against (``nominated``)
 ORDER_SIGMAS = 4.0  # an ordered step's gap, in standard deviations of the trials since it (benchmarks/detection.py)
 
 
@@ -321,11 +322,14 @@ def detect_changes(
     trials: Sequence[Sequence[float]] | None = None,
     night: Between | None = None,
     confirmed: Sequence[int] = (),
+    nominate: bool = False,
 ) -> Detection:
     """Change points in one series of per-night values (oldest first). Each change is at least
     ``threshold`` in size and either confirmed (Welch p < 0.001 between the segments, at least
     ``CONFIRM_NIGHTS`` nights after it) or suspected (too recent to test, but beyond the threshold and
-    3 sigmas of the night-to-night noise). ``trials``, when given, holds every trial's value of each night
+    3 sigmas of the night-to-night noise). With ``nominate`` (a verifying check decides, not the history), the
+    last night alone is suspected too where every one of its trials lies beyond the threshold on one side of the
+    level it follows (``nominated``). ``trials``, when given, holds every trial's value of each night
     (``values`` being their medians): the confirming test then uses them all (see the module's note).
 
     ``night``: the variance of a night's offset this series is judged with (``stats.night_offset``: its own
@@ -340,8 +344,14 @@ def detect_changes(
         valid, night_trials = valid[keep], [t for t, k in zip(night_trials, keep) if k]
     logs_all = np.log(raw[valid])
     sigma = robust_sigma(logs_all)
-    if math.isnan(sigma) or len(logs_all) < 2 * MIN_SIZE:
-        return Detection([], [], sigma)
+    if math.isnan(sigma) or len(logs_all) < 2 * MIN_SIZE:  # too few nights for a level either side: a nomination
+        last = nominated(logs_all, night_trials if trials is not None else None, [], math.log1p(threshold))
+        if not nominate or last is None:
+            return Detection([], [], sigma)
+        changed = versions_between(versions[int(valid[-2])], versions[int(valid[-1])]) if versions else {}
+        change = Change(int(valid[-1]), last[0], float(raw[valid[-1]]), last[1], math.nan, math.nan, math.nan,
+                        "suspected", is_worse(last[1], higher_is_better), changed, 1)  # fmt: skip
+        return Detection([change], [], sigma)
     floor = max(sigma, 1e-4)  # a perfectly flat history still needs a positive penalty
     # Nights on two levels (a pool of fast and slow hosts): successive differences jump between the levels, so
     # their median spread says little, and a median does not move with a step the size of the gap.
@@ -454,4 +464,26 @@ def detect_changes(
                 moved_from=moved.get(start) if moved.get(start) != night_index else None,
             )
         )
+    last = nominated(logs, kept_trials, starts, band) if nominate else None
+    if last is not None:
+        night_index = int(kept[-1])
+        changed = versions_between(versions[int(kept[-2])], versions[night_index]) if versions else {}
+        changes.append(Change(night_index, last[0], math.exp(float(logs[-1])), last[1], math.nan, math.nan, math.nan,
+                              "suspected", is_worse(last[1], higher_is_better), changed, 1))  # fmt: skip
     return Detection(changes, [int(i) for i in valid[outliers]], sigma)
+
+
+def nominated(
+    logs: np.ndarray, trials: Sequence[np.ndarray] | None, starts: Sequence[int], band: float
+) -> tuple[float, float] | None:
+    """Whether the last night steps off the level it follows (the nights since the last change, at least
+    ``NOMINATE_BEFORE`` of them): every trial of it beyond ``band`` (the threshold, in logs) on one side of that
+    level's median. A nomination, not a verdict: only a verifying check decides it. Returns (level, ratio)."""
+    begin = starts[-1] if starts else 0
+    if len(logs) - 1 - begin < NOMINATE_BEFORE:
+        return None
+    level = float(np.median(np.concatenate(trials[begin:-1]) if trials is not None else logs[begin:-1]))
+    tonight = np.asarray(trials[-1] if trials is not None else logs[-1:], dtype=float) - level
+    if not (np.all(tonight < -band) or np.all(tonight > band)):
+        return None
+    return math.exp(level), math.exp(float(np.median(tonight)))

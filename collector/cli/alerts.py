@@ -118,7 +118,8 @@ def run_detect(args: argparse.Namespace) -> int:
         raise UsageError(f"--nights must be at least {2 * changepoints.MIN_SIZE}")
     db = db_path(args)
     with database.open_store(db) as reader:
-        scanned = alerts.scan(reader.connection(), picked, metric, thresholds, args.nights)
+        nominate = args.issue_on == "reproduced"  # a check decides: the history may nominate on its last night
+        scanned = alerts.scan(reader.connection(), picked, metric, thresholds, args.nights, nominate)
     with database.update(db) as con:
         counts = alerts.record(con, scanned, metric.name, datetime.now(UTC))
         open_alerts = plain_rows(records.list_alerts(con, records.OPEN, metric.name))

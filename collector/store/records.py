@@ -87,6 +87,12 @@ def record_verification(con: duckdb.DuckDBPyConnection, alert_id: int, found: Ve
     con.execute(f"UPDATE alerts SET {assignments} WHERE id = ?", [*values, now, now, alert_id])
 
 
+def reproduced_ids(con: duckdb.DuckDBPyConnection, metric: str) -> set[int]:
+    """The alerts on ``metric`` whose verifying check reproduced their change."""
+    rows = con.execute("SELECT id FROM alerts WHERE metric = ? AND verification = ?", [metric, REPRODUCED])
+    return {row[0] for row in rows.fetchall()}
+
+
 def alerts_by_id(con: duckdb.DuckDBPyConnection, ids: list[int] | None = None) -> list[dict]:
     """Alerts as dicts (every column): those ``ids`` (AlertError naming one that is not there), or the open ones
     no check has verified yet, the largest change first."""

@@ -1,0 +1,169 @@
+"""``stepwatch alerts verify``: the history nominates, a controlled check decides. Its pure parts on their own; on a
+real store and a real repository, the paths where no trial runs (nothing recorded differs: the machine's; commits
+gone after a force-push: unverifiable, nothing lost; verified twice: never); and, large, the whole loop on a team's
+repository of five commits, one of which makes its training script 25% slower."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stepwatch.collector.analysis import verification
+from stepwatch.collector.analysis.verification import COMMITS, IMAGE, PACKAGES, Night
+from stepwatch.collector.outcomes import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
+from stepwatch.collector.store import records
+from tests.conftest import commit, git, result_rows, stepwatch, write_results
+
+START = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
+
+
+def night_of(**fields: object) -> Night:
+    return Night("run", fields)
+
+
+def test_causes_name_each_thing_that_differs_and_nothing_when_only_the_machine_moved() -> None:
+    before = {"project_commit": "a" * 40, "host": "runner-1", "package_set": json.dumps({"numpy": "2.2.0", "pip": "24"})}
+    after = {**before, "project_commit": "b" * 40, "host": "runner-2",
+             "package_set": json.dumps({"numpy": "2.3.0", "pip": "25"})}  # fmt: skip
+    found = verification.causes(night_of(**before), night_of(**after))
+    assert [c.kind for c in found] == [COMMITS, PACKAGES]
+    assert found[1].baseline == ("numpy==2.2.0",) and found[1].candidate == ("numpy==2.3.0",)  # pip never pinned
+    assert found[1].text == "numpy 2.2.0 -> 2.3.0" and found[0].sides() == f"commit {'a' * 12} -> {'b' * 12}"
+    # Only the host moved: no cause, and the machine's text names both hosts.
+    same = {**before, "host": "runner-2", "host_other_cpu": 0.9}
+    assert verification.causes(night_of(**before), night_of(**same)) == []
+    text = verification.machine_text(Night("a", before, {"other load": 0.1}), Night("b", same, {"other load": 0.9}))
+    assert "host runner-1 -> runner-2" in text and "other load 0.10 -> 0.90 cores" in text
+    # Images: their packages come with them, so no package check beside the image check.
+    images = verification.causes(night_of(container_image="team:1", package_set=before["package_set"]),
+                                 night_of(container_image="team:2", package_set=after["package_set"]))  # fmt: skip
+    assert [(c.kind, c.baseline, c.candidate) for c in images] == [(IMAGE, ("image=team:1",), ("image=team:2",))]
+    # Older rows without a whole package set: the frameworks their version columns name.
+    old = verification.causes(night_of(tf_version="2.20.0"), night_of(tf_version="2.21.0"))
+    assert [(c.kind, c.baseline, c.candidate) for c in old] == [(PACKAGES, ("tensorflow==2.20.0",),
+                                                                  ("tensorflow==2.21.0",))]  # fmt: skip
+    assert verification.unexplained(night_of(driver_version="550"), night_of(driver_version="560")) == [
+        "driver_version 550 -> 560"
+    ]
+
+
+def test_a_verdict_decides_the_alert_only_when_it_measures_the_same_change() -> None:
+    assert verification.state_of(REGRESSION, regression=True) == records.REPRODUCED
+    assert verification.state_of(NO_CHANGE, regression=True) == records.NOT_REPRODUCED
+    assert verification.state_of(IMPROVEMENT, regression=True) == records.NOT_REPRODUCED
+    assert verification.state_of(IMPROVEMENT, regression=False) == records.REPRODUCED
+    assert verification.state_of(INCONCLUSIVE, regression=True) == records.INCONCLUSIVE
+    assert verification.combined([records.NOT_REPRODUCED, records.REPRODUCED]) == records.REPRODUCED
+    assert verification.combined([records.NOT_REPRODUCED, records.INCONCLUSIVE]) == records.INCONCLUSIVE
+    assert verification.combined([]) == records.MACHINE
+    assert verification.aa_text(NO_CHANGE) == "quiet"
+    assert verification.aa_text(REGRESSION, 0.9, 0.88, 0.92) == "raised regression -10.0% [-12.0%, -8.0%]"
+
+
+def test_a_bisect_names_the_first_slow_commit_in_log2_probes_and_stops_where_a_probe_is_undecided() -> None:
+    commits = [f"c{i}" for i in range(1, 9)]  # c5 on are slow
+    probed = []
+
+    def slow(c: str) -> bool:
+        probed.append(c)
+        return int(c[1:]) >= 5
+
+    found, probes, _ = verification.first_slow(commits, slow)
+    assert found == "c5" and len(probes) == len(probed) == 3
+    found, probes, left = verification.first_slow(commits, lambda c: None if c == "c4" else int(c[1:]) >= 5)
+    assert found is None and left == ("c1", "c8")
+    assert verification.first_slow(["c1"], slow)[0] == "c1"  # one commit: it, unprobed
+
+
+def test_a_night_verifies_the_largest_unverified_changes_first_and_never_one_twice() -> None:
+    alerts = [{"id": 1, "ratio": 0.95}, {"id": 2, "ratio": 0.7}, {"id": 3, "ratio": 0.6, "verification": "reproduced"},
+              {"id": 4, "ratio": 1.2}]  # fmt: skip
+    assert [a["id"] for a in verification.picked(alerts, 2)] == [2, 4]
+    assert [a["id"] for a in verification.picked(alerts, None)] == [2, 4, 1]
+
+
+def nights(results: Path, commits: list[str], hosts: list[str], levels: list[float], seed: int = 3) -> None:
+    """A series' nightly history: 3 trials a night at 2% noise, each night at its commit, on its host."""
+    rng = np.random.default_rng(seed)
+    for i, (sha, host, level) in enumerate(zip(commits, hosts, levels)):
+        rows = result_rows(3, f"night-{i}", project_commit=sha, host=host, project_repository="team")
+        for row, noise in zip(rows, rng.standard_normal(3)):
+            row["examples_per_sec"] = float(level * np.exp(0.02 * noise))
+            row["started_at"] = START + timedelta(days=i, minutes=row["trial"])
+            row["finished_at"] = row["started_at"] + timedelta(seconds=30)
+        write_results(results / f"night-{i:02d}.parquet", rows)
+
+
+def alerted(tmp_path: Path, commits: list[str], hosts: list[str]) -> tuple[Path, dict]:
+    """A store whose history steps down 20% on night 8, detected: its one alert."""
+    db = tmp_path / "store.duckdb"
+    nights(tmp_path / "results", commits, hosts, [1000.0] * 8 + [800.0] * 4)
+    assert stepwatch("ingest", str(tmp_path / "results"), "--db", str(db)).returncode == 0
+    detected = stepwatch("detect", "--db", str(db), "--format", "json")
+    assert detected.returncode == 0, detected.stderr  # the history alone opens no issue: a check decides
+    assert "1 suspected regression(s) not verified yet: `stepwatch alerts verify`" in detected.stderr
+    [alert] = json.loads(detected.stdout)
+    assert alert["ratio"] < 0.85 and alert["verification"] is None
+    return db, alert
+
+
+def test_a_change_nothing_recorded_explains_is_the_machines_naming_the_hosts_and_opens_no_issue(
+    tmp_path: Path,
+) -> None:
+    db, alert = alerted(tmp_path, ["c" * 40] * 12, ["runner-fast"] * 8 + ["runner-slow"] * 4)
+    done = stepwatch("alerts", "verify", "--db", str(db), "--format", "json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    [shown] = json.loads(done.stdout)
+    assert shown["id"] == alert["id"] and shown["verification"] == records.MACHINE and shown["verify_minutes"] == 0
+    assert "nothing recorded differs between the nights either side" in shown["verify_note"]
+    assert "host runner-fast -> runner-slow" in shown["verify_note"]
+    assert not (tmp_path / "data").exists()  # no check ran
+    again = stepwatch("alerts", "verify", "--db", str(db), cwd=tmp_path)  # verified once: never again
+    assert again.returncode == 0 and "no alert to verify" in again.stderr, again.stderr
+    assert stepwatch("detect", "--db", str(db)).returncode == 0  # and the machine's change opens no issue
+
+
+def test_an_alert_whose_commits_are_gone_says_so_in_one_line_and_stays_suspected_with_nothing_lost(
+    tmp_path: Path,
+) -> None:
+    repo = tmp_path / "team"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "ci@example.com")
+    git(repo, "config", "user.name", "ci")
+    kept = commit(repo, "kept", {"train.py": "print('hello')\n"})
+    gone = "0123456789abcdef" * 2 + "01234567"  # force-pushed away: in the history's rows, not in the repository
+    db, alert = alerted(tmp_path, [kept] * 8 + [gone] * 4, ["runner"] * 12)
+    before = stepwatch("alerts", "list", "--status", "all", "--format", "json", "--db", str(db)).stdout
+    done = stepwatch("alerts", "verify", "--db", str(db), "--format", "json", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    [shown] = json.loads(done.stdout)
+    assert shown["verification"] == records.UNVERIFIABLE and shown["status"] == alert["status"]
+    assert f"commit {gone[:12]} is not in the repository" in shown["verify_note"], shown["verify_note"]
+    assert "force-pushed" in shown["verify_note"] and "\n" not in shown["verify_note"]
+    kept_columns = ("id", "status", "ratio", "change_at", "suite_run_id", "ci_low", "ci_high")
+    [was] = json.loads(before)
+    assert all(shown[c] == was[c] for c in kept_columns)
+    count = stepwatch("query", "SELECT count(*) AS n FROM runs", "--db", str(db), "--format", "csv")
+    assert count.stdout.split()[-1] == "36", count.stdout
+    # A verified alert that reproduced is what opens the issue, with its interval on the alert.
+    from stepwatch.collector.store import database
+
+    with database.update(db) as con:
+        records.record_verification(con, alert["id"], records.Verification(
+            records.REPRODUCED, "check", "commit a -> b", 0.8, 0.78, 0.82, "quiet", 3.0, gone, "by hand"),
+            datetime.now(UTC))  # fmt: skip
+    assert stepwatch("detect", "--db", str(db)).returncode == 1
+    listed = stepwatch("alerts", "list", "--db", str(db), "--format", "markdown")
+    assert "| reproduced -20.0% [-22.0%, -18.0%], A/A quiet, first slow commit 0123456789ab, 3.0 min |" in listed.stdout
+
+
+@pytest.mark.parametrize("ids", [["999"]])
+def test_an_unknown_alert_id_is_one_line(tmp_path: Path, ids: list[str]) -> None:
+    db, _ = alerted(tmp_path, ["c" * 40] * 12, ["runner"] * 12)
+    done = stepwatch("alerts", "verify", *ids, "--db", str(db), cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "no alert with id 999" in done.stderr

@@ -283,7 +283,10 @@ def config_from_row(row: Mapping[str, Any]) -> BenchmarkConfig:
             if row.get(key) is not None:
                 values[name] = bool(row[key]) if TYPES[name] is bool else row[key]
                 break
-    return BenchmarkConfig(**values)
+    config = BenchmarkConfig(**values)
+    if config.workload is Kind.SCRIPT:  # a script's row records what it did itself; its config leaves that to it
+        config = config.with_changes(**{name: DEFAULTS[name] for name in SCRIPT_OWNS})
+    return config
 
 
 def repro_flags(config: BenchmarkConfig) -> list[str]:

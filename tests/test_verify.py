@@ -167,3 +167,73 @@ def test_an_unknown_alert_id_is_one_line(tmp_path: Path, ids: list[str]) -> None
     db, _ = alerted(tmp_path, ["c" * 40] * 12, ["runner"] * 12)
     done = stepwatch("alerts", "verify", *ids, "--db", str(db), cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "no alert with id 999" in done.stderr
+
+
+TRAIN = '''"""The team's training loop: a few matrix products a step in numpy (MATMULS of them)."""
+
+import numpy as np
+
+import stepwatch
+
+MATMULS = 4
+rng = np.random.default_rng(0)
+weights = rng.standard_normal((192, 192)).astype(np.float32) / 14
+batch = rng.standard_normal((64, 192)).astype(np.float32)
+
+
+def batches():
+    while True:
+        yield batch
+
+
+for x in stepwatch.steps(batches(), examples_per_step=64):
+    for _ in range(MATMULS):
+        x = np.tanh(x @ weights)
+'''
+
+
+@pytest.mark.large
+def test_a_slow_commit_between_two_nights_is_reproduced_bisected_to_its_commit_and_its_aa_stays_quiet(
+    tmp_path: Path,
+) -> None:
+    """Five commits, one of which (the third) makes the script 25% slower: one more matmul a step. The nightly ran
+    at commits 1, 2 and 5; after night 3 the history nominates the step, the check of commit 2 against commit 5
+    reproduces it with a quiet A/A, the bisect names commit 3, and only then does detect fail the night."""
+    repo = tmp_path / "team"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "ci@example.com")
+    git(repo, "config", "user.name", "ci")
+    settings = 'models = ["train.py"]\ntrials = 3\nmax-trials = 5\n'
+    shas = [commit(repo, "the loop", {"train.py": TRAIN, "stepwatch.toml": settings, ".gitignore": "data/\n"
+                                      "stepwatch-results/\n*.duckdb\n"})]  # fmt: skip
+    shas.append(commit(repo, "words", {"README.md": "Our model.\n"}))
+    shas.append(commit(repo, "one more matmul", {"train.py": TRAIN.replace("MATMULS = 4", "MATMULS = 5")}))
+    shas.append(commit(repo, "docs", {"README.md": "Our model, documented.\n"}))
+    shas.append(commit(repo, "more docs", {"README.md": "Our model, documented twice.\n"}))
+    db = tmp_path / "history.duckdb"
+    for night, sha in enumerate((shas[0], shas[1], shas[4])):
+        git(repo, "checkout", "-q", sha)
+        ran = stepwatch("run", "--label", "nightly", "--out", str(tmp_path / f"night-{night}"), cwd=repo)
+        assert ran.returncode == 0, ran.stderr
+        assert stepwatch("ingest", str(tmp_path / f"night-{night}"), "--db", str(db)).returncode == 0
+    git(repo, "checkout", "-q", "main")
+    detected = stepwatch("detect", "--db", str(db), "--format", "json")
+    assert detected.returncode == 0, detected.stderr  # nominated, not yet verified: no issue
+    [alert] = json.loads(detected.stdout)
+    assert alert["status"] == "new" and alert["ratio"] < 0.93
+
+    done = stepwatch("alerts", "verify", "--db", str(db), "--format", "json", cwd=repo, timeout=900)
+    assert done.returncode == 1, done.stderr[-3000:]  # reproduced: the night fails
+    [verified] = json.loads(done.stdout)
+    assert verified["verification"] == records.REPRODUCED, verified["verify_note"]
+    assert verified["verify_commit"] == shas[2], done.stderr[-3000:]  # the first slow commit
+    assert verified["verify_aa"] == "quiet" and verified["verify_ratio"] < 0.93 and verified["verify_ci_high"] < 0.97
+    assert verified["verify_sides"] == f"commit {shas[1][:12]} -> {shas[4][:12]}"
+    assert "3 commits between the nights: bisecting" in done.stderr and f"first slow commit: {shas[2]}" in done.stderr
+    assert verified["verify_minutes"] > 0
+    # The night's report: detect now fails it, and verifying again runs nothing.
+    assert stepwatch("detect", "--db", str(db)).returncode == 1
+    again = stepwatch("alerts", "verify", "--db", str(db), cwd=repo)
+    assert again.returncode == 1 and "no alert to verify" in again.stderr
+    assert git(repo, "worktree", "list").count("\n") == 0  # no checkout left behind

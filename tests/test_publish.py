@@ -569,7 +569,7 @@ def test_a_young_history_confirms_both_slowed_series_by_the_third_slow_night_in_
     acknowledged both. Before, the two quiet nights were set aside as outliers and nothing was reported."""
     gh = team_repository(tmp_path, {"model.py": WIDE_MODEL, "helper.py": HELPER},
                          ["--models", "model.py:mlp", "--keras-backend", "jax"],
-                         'xla = ["off", "on"]\ntrials = 2\nbatch = [256]\n' + FAST)  # fmt: skip
+                         'xla = ["off", "on"]\ntrials = 2\nbatch = [256]\nissue-on = "confirmed"\n' + FAST)  # fmt: skip
     state, bin_dir = tmp_path / "gh-state", tmp_path / "gh-bin"
     state.mkdir()
     bin_dir.mkdir()

@@ -71,7 +71,8 @@ NOT_SETTINGS = {"out": "results"}
 # The nightly's results and store are never a check's: upgrade-check, code-check, bisect and calibrate keep their own
 # their reports), whatever the project's ``results`` and ``db`` say.
 CHECKS = ("upgrade-check", "code-check", "bisect", "calibrate")
-OWN_RESULTS = dict.fromkeys(("results", "db"), CHECKS)
+# A verifying check (``alerts verify``) reads the nightly's store, and keeps its trials apart like the others.
+OWN_RESULTS = {"results": (*CHECKS, "verify"), "db": CHECKS}
 
 
 def _option(parser: argparse.ArgumentParser, name: str) -> argparse.Action | None:
@@ -83,8 +84,12 @@ def _option(parser: argparse.ArgumentParser, name: str) -> argparse.Action | Non
 
 
 def _command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser | None:
+    """The parser of the command ``argv`` names, or of its action where it has them (``alerts verify``)."""
     named = _named(argv)
-    return _commands(parser).get(named) if named else None
+    command = _commands(parser).get(named) if named else None
+    words = [arg for arg in argv if not arg.startswith("-")]
+    actions = _commands(command) if command is not None and len(words) > 1 else {}
+    return actions.get(words[1], command) if actions else command
 
 
 def apply_project(parser: argparse.ArgumentParser, argv: Sequence[str], project: Project) -> None:
@@ -116,15 +121,17 @@ def apply_project(parser: argparse.ArgumentParser, argv: Sequence[str], project:
 
 
 def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    """The parser of each command ``parser`` has, by name."""
-    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    """The parser of each command ``parser`` has, by name ({} for a command with no actions of its own)."""
+    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
 
 
 @functools.cache
 def _all_commands() -> dict[str, argparse.ArgumentParser]:
     """Every command's parser, built once: asked for each setting the command at hand does not have (a project's
     settings are mostly ``run``'s), building them again each time cost a command 0.1-0.25 s a setting."""
-    return _commands(build_parser([]))
+    commands = _commands(build_parser([]))
+    return {**commands, **{f"{name} {action}": parser for name, command in commands.items()
+                           for action, parser in _commands(command).items()}}  # fmt: skip
 
 
 def _parsed(action: argparse.Action, value: Any) -> Any:

@@ -67,6 +67,12 @@ def register(commands: Any) -> None:
         help=f"triage one alert instead of taking a night: ACTION is one of {', '.join(ALERT_ACTIONS)}",
     )  # fmt: skip
     parser.add_argument("--note", help="why (with --alert; required for ack)")
+    parser.add_argument(
+        "--verify", action="store_true",
+        help="after detection, measure the changes it suspects again on this runner (`stepwatch alerts verify`, with "
+        "the project's settings: the night's budget, the checks' trials) and detect again: the exit code then says "
+        "whether a regression that opens the issue (issue-on) is open",
+    )  # fmt: skip
     add_db_argument(parser)
     parser.set_defaults(handler=run)
 
@@ -88,6 +94,22 @@ def _detect(db: Path, report: str) -> int:
     parser = build_parser(argv)
     apply_project(parser, argv, Project.find())
     return run_detect(parser.parse_args(argv))
+
+
+def _verify(db: Path) -> None:
+    """``stepwatch alerts verify`` on the store, with the project's settings (its exit code is detect's, after)."""
+    from stepwatch.collector.cli import apply_project, build_parser
+    from stepwatch.collector.cli.alerts import run_verify
+    from stepwatch.collector.project import Project
+
+    argv = ["alerts", "verify", "--db", named(db)]
+    parser = build_parser(argv)
+    apply_project(parser, argv, Project.find())
+    args = parser.parse_args(argv)
+    if args.issue_on == "confirmed":
+        console.print("issue-on confirmed: the history's confirmation opens the issue, and no check verifies it")
+        return
+    run_verify(args)
 
 
 def _triage(db: Path, action: str, alert: str, note: str | None) -> None:
@@ -160,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
         code = _detect(db, args.report)
     elif db.exists():
         code = _detect(db, args.report)
+        if args.verify:  # the history nominated; the checks decide, and detection says what is left open
+            _verify(db)
+            code = _detect(db, args.report)
     if db.exists():
         history.save_alerts(db, str(tree / publish.ALERTS_FILE))
         write_page(db, tree / PAGE, None if args.alert else args.report, night_of(night.jobs, tree, args.push))

@@ -65,7 +65,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stepwatch.collector.analysis import latest, stats  # noqa: E402
+from stepwatch.collector.analysis import latest, sequential, stats, verification  # noqa: E402
+from stepwatch.collector.analysis.alerts import MATCH_NIGHTS  # noqa: E402
 from stepwatch.collector.analysis.changepoints import detect_changes  # noqa: E402
 
 STEPS = (0.03, 0.05, 0.10)
@@ -526,6 +527,133 @@ def nightly(args: argparse.Namespace) -> None:
     print(f"({time.perf_counter() - started:.0f} s)")
 
 
+# --verify: the history nominates, an interleaved check on one runner decides (``stepwatch alerts verify``).
+VERIFY_STEPS = (-0.20, -0.10)
+VERIFY_SHAPES: dict[str, tuple[Callable[[np.random.Generator, int], np.ndarray], Callable]] = {
+    **NIGHTLY_SHAPES,
+    "three hosts 5%": (lambda rng, nights: np.log([1.0, 0.95, 0.9025])[rng.integers(0, 3, nights)],
+                       lambda rng, shape: 0.02 * rng.standard_normal(shape)),
+    "drift 0.3%/night": (lambda rng, nights: np.arange(nights) * math.log(0.997),
+                         lambda rng, shape: 0.02 * rng.standard_normal(shape)),
+    "8 series, one host a night": (_pool, lambda rng, shape: 0.02 * rng.standard_normal(shape)),
+}  # fmt: skip
+SMOKE_TRIAL_MINUTES = 0.25  # a smoke-suite trial on 2 CPU cores (start-up included), for the minutes a check costs
+
+
+def verify_check(rng: np.random.Generator, true_log: float, noise: Callable, regression: bool) -> tuple[str, int]:
+    """A verifying check modelled as ``check.measure`` runs one: both sides' trials interleaved on one runner (the
+    shape's trial noise, no night offset: the same host for both), looks of 3, 5, 8 and 12 trials per side, each at
+    alpha / 4, stopping once decided; the verdict as ``stats.judge`` gives it. Returns the alert's state (as
+    ``verification.state_of``) and the trials per side it ran."""
+    design = sequential.Design.of(3, sequential.MAX_TRIALS)
+    a = noise(rng, (design.looks[-1],))
+    b = true_log + noise(rng, (design.looks[-1],))
+    for n in design.looks:
+        [(_, _, said)] = stats.judge([(stats.Side.of_logs(a[:n]), stats.Side.of_logs(b[:n]))], [THRESHOLD], [True],
+                                     alpha=design.level)  # fmt: skip
+        if said != "inconclusive":
+            break
+    return verification.state_of(said, regression), n
+
+
+def verify_history(job: tuple[str, float, int, int]) -> tuple[str, float, dict[str, float]]:
+    """One shape and step (0: quiet): every night from the 4th, detect (lone prior, or pooled with the suite's other
+    series on its shared hosts) with and without nomination; each new nomination (largest first, at most
+    ``alerts.MOST`` a night, never one within MATCH_NIGHTS of a verified one) gets a check of the commits either
+    side of it (each night a new commit: the true ratio is the step where the night is the step's, else the
+    drift's), bisect-free (one commit a night). An issue opens on a reproduced regression (after) or a confirmed one
+    (before: the history alone)."""
+    shape, step, series, seed = job
+    rng = np.random.default_rng([seed, list(VERIFY_SHAPES).index(shape), int(-step * 100)])
+    hosts, noise = VERIFY_SHAPES[shape]
+    drift = math.log(0.997) if shape.startswith("drift") else 0.0
+    suite = shape.startswith("8 series")
+    quiet_issue = quiet_before = by2 = by3 = named = before_by6 = 0
+    minutes: list[float] = []
+    for _ in range(series):
+        offsets = hosts(rng, NIGHTLY_NIGHTS)[:, None]
+        histories = [1000 * np.exp(offsets + noise(rng, (NIGHTLY_NIGHTS, NIGHTLY_TRIALS)))
+                     for _ in range(SIBLINGS + 1 if suite else 1)]  # fmt: skip
+        if step:
+            histories[0][NIGHTLY_AT:] *= 1 + step
+        verified: list[int] = []
+        issue_night = before_night = None
+        spent = 0.0
+        for length in range(3, NIGHTLY_NIGHTS + 1):
+            trials = histories[0][:length]
+            siblings = [h[:length] for h in histories[1:]]
+            lone_or_suite = siblings if suite else ()
+            if before_night is None and any(c.status == "confirmed" and c.regression
+                                            for c in judged(trials, lone_or_suite)):  # fmt: skip
+                before_night = length - 1
+            found = judged_nominating(trials, lone_or_suite)
+            new = [c for c in found if c.regression and all(abs(c.index - v) > MATCH_NIGHTS for v in verified)]
+            for change in sorted(new, key=lambda c: math.log(c.ratio))[: verify_most()]:
+                verified.append(change.index)
+                true_log = (math.log1p(step) if step and change.index == NIGHTLY_AT else 0.0) + drift
+                state, n = verify_check(rng, true_log, noise, True)
+                spent += 3 * n * SMOKE_TRIAL_MINUTES  # baseline, candidate and the A/A
+                if state == "reproduced" and issue_night is None:
+                    issue_night = length - 1
+                    named_step = change.index == NIGHTLY_AT
+        minutes.append(spent / (NIGHTLY_NIGHTS - 3))
+        if not step:
+            quiet_issue += issue_night is not None
+            quiet_before += before_night is not None
+            continue
+        slow = lambda k: NIGHTLY_AT + k - 1  # noqa: E731 (the k-th slow night's index)
+        hit = issue_night is not None and named_step
+        by2 += hit and issue_night <= slow(2)
+        by3 += hit and issue_night <= slow(3)
+        named += hit
+        before_by6 += before_night is not None and before_night <= slow(6)
+    out = {}
+    if not step:
+        out = {"issues on quiet, after": quiet_issue / series, "before (history alone)": quiet_before / series,
+               "check minutes a night, mean": float(np.mean(minutes)), "p95": float(np.percentile(minutes, 95))}
+    else:
+        out = {"named by 2nd slow night": by2 / series, "by 3rd": by3 / series,
+               "before (history alone, by 6th)": before_by6 / series}
+    return shape, step, out  # fmt: skip
+
+
+def verify_most() -> int:
+    from stepwatch.collector.cli.alerts import MOST
+
+    return MOST
+
+
+def judged_nominating(trials: np.ndarray, siblings: Sequence[np.ndarray] = ()) -> list:
+    """``judged`` as ``detect`` judges when a check decides (``--issue-on reproduced``): with the last night's
+    nomination (``changepoints.nominated``)."""
+    logs = [np.log(t) for t in (trials, *siblings)]
+    own = [stats.between_nights(list(t)) for t in logs]
+    lone = [stats.between_nights(list(t), stats.LONE_RUNNER) for t in logs]
+    keys = [str(i) for i in range(len(own))]
+    night = latest.night_variances(keys, own, dict.fromkeys(keys, "runner"), None, lone)[0]
+    return detect_changes(np.median(trials, axis=1), THRESHOLD, True, trials=trials, night=night,
+                          nominate=True).changes  # fmt: skip
+
+
+def verify(args: argparse.Namespace) -> None:
+    """The history nominates, a check decides: issues opened on quiet histories and steps named by their night,
+    per shape, beside the history-only rule, and the minutes the checks cost."""
+    jobs = [(shape, step, args.series, args.seed) for shape in VERIFY_SHAPES for step in (0.0, *VERIFY_STEPS)]
+    print(f"the history nominates, a check decides: {args.series} histories per shape and step, {NIGHTLY_NIGHTS} "
+          f"nights of {NIGHTLY_TRIALS} trials, the step on night {NIGHTLY_AT + 1}, each night a new commit; a check "
+          f"interleaves both sides on one runner (the shape's trial noise, no night offset), 3 to 12 trials a side, "
+          f"with an A/A; minutes at {SMOKE_TRIAL_MINUTES} min a trial\n")  # fmt: skip
+    started = time.perf_counter()
+    with multiprocessing.Pool() as pool:
+        for shape, step, found in pool.imap(verify_history, jobs):
+            what = "quiet" if not step else f"{step:+.0%}"
+            cells = ", ".join(f"{name} {share:.1f}" if "minutes" in name or name == "p95" else f"{name} {share:.1%}"
+                              for name, share in found.items())  # fmt: skip
+            print(f"{shape:<28}{what:>6}  {cells}", flush=True)
+    print("Goals: issues on quiet <= 1%, -20% named by its 2nd slow night >= 95%, -10% by its 3rd >= 80% "
+          f"({time.perf_counter() - started:.0f} s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series", type=int, default=1000, help="series per shape and condition")
@@ -537,9 +665,13 @@ def main() -> None:
     parser.add_argument("--young", action="store_true", help="young histories of 3 to 30 nights instead")
     parser.add_argument("--noisy-start", action="store_true", help="young histories whose first nights disagree")
     parser.add_argument("--nightly", action="store_true", help="a team's first month, judged night by night")
+    parser.add_argument("--verify", action="store_true", help="the history nominates, a modelled check decides")
     parser.add_argument("--spread", choices=list(SPREADS), default="log-uniform",
                         help="with --noisy-start: how the off night's distance is drawn")  # fmt: skip
     args = parser.parse_args()
+    if args.verify:
+        verify(args)
+        return
     if args.nightly:
         nightly(args)
         return

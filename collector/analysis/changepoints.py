@@ -348,9 +348,10 @@ def detect_changes(
         last = nominated(logs_all, night_trials if trials is not None else None, [], math.log1p(threshold))
         if not nominate or last is None:
             return Detection([], [], sigma)
-        changed = versions_between(versions[int(valid[-2])], versions[int(valid[-1])]) if versions else {}
-        change = Change(int(valid[-1]), last[0], float(raw[valid[-1]]), last[1], math.nan, math.nan, math.nan,
-                        "suspected", is_worse(last[1], higher_is_better), changed, 1)  # fmt: skip
+        at, level, ratio = last
+        changed = versions_between(versions[int(valid[at - 1])], versions[int(valid[at])]) if versions else {}
+        change = Change(int(valid[at]), level, level * ratio, ratio, math.nan, math.nan, math.nan, "suspected",
+                        is_worse(ratio, higher_is_better), changed, len(logs_all) - at)  # fmt: skip
         return Detection([change], [], sigma)
     floor = max(sigma, 1e-4)  # a perfectly flat history still needs a positive penalty
     # Nights on two levels (a pool of fast and slow hosts): successive differences jump between the levels, so
@@ -466,24 +467,28 @@ def detect_changes(
         )
     last = nominated(logs, kept_trials, starts, band) if nominate else None
     if last is not None:
-        night_index = int(kept[-1])
-        changed = versions_between(versions[int(kept[-2])], versions[night_index]) if versions else {}
-        changes.append(Change(night_index, last[0], math.exp(float(logs[-1])), last[1], math.nan, math.nan, math.nan,
-                              "suspected", is_worse(last[1], higher_is_better), changed, 1))  # fmt: skip
+        at, level, ratio = last
+        night_index = int(kept[at])
+        changed = versions_between(versions[int(kept[at - 1])], versions[night_index]) if versions else {}
+        changes.append(Change(night_index, level, level * ratio, ratio, math.nan, math.nan, math.nan, "suspected",
+                              is_worse(ratio, higher_is_better), changed, len(logs) - at))  # fmt: skip
     return Detection(changes, [int(i) for i in valid[outliers]], sigma)
 
 
 def nominated(
     logs: np.ndarray, trials: Sequence[np.ndarray] | None, starts: Sequence[int], band: float
-) -> tuple[float, float] | None:
-    """Whether the last night steps off the level it follows (the nights since the last change, at least
-    ``NOMINATE_BEFORE`` of them): every trial of it beyond ``band`` (the threshold, in logs) on one side of that
-    level's median. A nomination, not a verdict: only a verifying check decides it. Returns (level, ratio)."""
+) -> tuple[int, float, float] | None:
+    """Whether the last nights step off the level they follow (the nights since the last change, at least
+    ``NOMINATE_BEFORE`` of them): every trial of the last two nights, else of the last one, beyond ``band`` (the
+    threshold, in logs) on one side of that level's median. A nomination, not a verdict: only a verifying check
+    decides it. Returns (its first night among ``logs``, the level, the ratio)."""
     begin = starts[-1] if starts else 0
-    if len(logs) - 1 - begin < NOMINATE_BEFORE:
-        return None
-    level = float(np.median(np.concatenate(trials[begin:-1]) if trials is not None else logs[begin:-1]))
-    tonight = np.asarray(trials[-1] if trials is not None else logs[-1:], dtype=float) - level
-    if not (np.all(tonight < -band) or np.all(tonight > band)):
-        return None
-    return math.exp(level), math.exp(float(np.median(tonight)))
+    for since in (2, 1):
+        first = len(logs) - since
+        if first - begin < NOMINATE_BEFORE:
+            continue
+        level = float(np.median(np.concatenate(trials[begin:first]) if trials is not None else logs[begin:first]))
+        tonight = (np.concatenate(trials[first:]) if trials is not None else logs[first:]) - level
+        if np.all(tonight < -band) or np.all(tonight > band):
+            return first, math.exp(level), math.exp(float(np.median(tonight)))
+    return None

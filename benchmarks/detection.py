@@ -28,6 +28,7 @@ and t-test of Hunter) runs on the nights' medians, at its defaults (window 50, p
     .venv/bin/python benchmarks/detection.py --young [--series 200]
     .venv/bin/python benchmarks/detection.py --noisy-start [--series 200] [--spread half-normal]
     .venv/bin/python benchmarks/detection.py --nightly [--series 200]
+    .venv/bin/python benchmarks/detection.py --verify [--series 200]
 
 ``--young`` runs young histories instead, 3 to 30 nights, as every new installation and every new series starts:
 per shape and length, how often a 10% step and a model made 4x slower (-75%), 3 nights before the end and 2 or
@@ -42,6 +43,12 @@ after the two noisy nights (night 2), or after 3 quiet nights more (night 5). Ea
 length from its step to 30 nights, as the nightly judges it night after night: *by the k-th slow night* means a
 confirmed change within 2 nights of the step at that night and at every later one (never withdrawn). Quiet
 histories (the same starts, no step) count as a false alarm if anything is confirmed at any length of 3 to 30.
+
+``--verify`` runs the same first month with a check deciding (``stepwatch alerts verify``): the history nominates (with
+the last night's nomination) and each nomination gets a check modelled as ``check.measure`` runs one, both sides on
+one runner (the shape's trial noise, no night offset), 3 to 12 trials a side; an issue opens on a reproduced
+regression. Beside it, the history-only rule (a confirmed regression) in the same run, and the minutes the checks cost
+a night at a smoke-suite trial's 15 s.
 
 ``--nightly`` runs a team's first month: 20 nights of 2 trials on kinds of machine whose nights move (a pool of hosts,
 two hosts, faster weekends, heavy tails, a cold first night), judged every night from the 4th with the nights the
@@ -66,7 +73,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from stepwatch.collector.analysis import latest, sequential, stats, verification  # noqa: E402
-from stepwatch.collector.analysis.alerts import MATCH_NIGHTS  # noqa: E402
 from stepwatch.collector.analysis.changepoints import detect_changes  # noqa: E402
 
 STEPS = (0.03, 0.05, 0.10)
@@ -559,10 +565,10 @@ def verify_check(rng: np.random.Generator, true_log: float, noise: Callable, reg
 def verify_history(job: tuple[str, float, int, int]) -> tuple[str, float, dict[str, float]]:
     """One shape and step (0: quiet): every night from the 4th, detect (lone prior, or pooled with the suite's other
     series on its shared hosts) with and without nomination; each new nomination (largest first, at most
-    ``alerts.MOST`` a night, never one within MATCH_NIGHTS of a verified one) gets a check of the commits either
-    side of it (each night a new commit: the true ratio is the step where the night is the step's, else the
-    drift's), bisect-free (one commit a night). An issue opens on a reproduced regression (after) or a confirmed one
-    (before: the history alone)."""
+    ``alerts.MOST`` a night, never the same night twice: a change that moves has new sides) gets a check of the
+    commits either side of it (each night a new commit: the true ratio is the step where the night is the step's,
+    else the drift's), bisect-free (one commit a night). An issue opens on a reproduced regression (after) or a
+    confirmed one (before: the history alone)."""
     shape, step, series, seed = job
     rng = np.random.default_rng([seed, list(VERIFY_SHAPES).index(shape), int(-step * 100)])
     hosts, noise = VERIFY_SHAPES[shape]
@@ -587,7 +593,7 @@ def verify_history(job: tuple[str, float, int, int]) -> tuple[str, float, dict[s
                                             for c in judged(trials, lone_or_suite)):  # fmt: skip
                 before_night = length - 1
             found = judged_nominating(trials, lone_or_suite)
-            new = [c for c in found if c.regression and all(abs(c.index - v) > MATCH_NIGHTS for v in verified)]
+            new = [c for c in found if c.regression and c.index not in verified]  # a moved change: its new sides
             for change in sorted(new, key=lambda c: math.log(c.ratio))[: verify_most()]:
                 verified.append(change.index)
                 true_log = (math.log1p(step) if step and change.index == NIGHTLY_AT else 0.0) + drift

@@ -20,6 +20,7 @@ from stepwatch.collector.analysis.comparison import Comparison
 from stepwatch.collector.analysis.ops import Explained
 from stepwatch.collector.config import SERIES_DIMENSIONS
 from stepwatch.collector.metrics import Metric
+from stepwatch.collector.output.runs import verified_text
 from stepwatch.collector.output.text import interval, percent, series_label
 from stepwatch.dashboard.labels import VERDICT_COLORS, series_names, short_names, varying
 
@@ -193,7 +194,9 @@ def history(
                     mode="markers",
                     marker={"symbol": "x", "size": 13, "color": "#d62728"},
                     name=CHANGE_POINT,
-                    text=changes["status"],
+                    # its status, and what a verifying check made of it (stepwatch alerts verify)
+                    text=[f"{row['status']}, verified: {verified_text(row)}" if row.get("verification")
+                          else row["status"] for row in changes.to_dict("records")],  # fmt: skip
                 )
             )
     if x == "night":

@@ -171,7 +171,8 @@ def test_alerts_are_shared_and_the_store_reads_as_of_a_time(servers: Servers, tm
     add_nights(results, range(30, 40), lambda i: 940.0, rng)  # a 6% drop
     assert stepwatch("ingest", str(results), "--db", address, env=second).returncode == 0
 
-    detected = stepwatch("detect", "--db", address, "--format", "json", "--issue-on", "confirmed", env=first, timeout=120)
+    detected = stepwatch("detect", "--db", address, "--format", "json", "--issue-on", "confirmed", env=first,
+                         timeout=120)
     assert detected.returncode == 1, detected.stderr
     [alert] = json.loads(detected.stdout)
     assert alert["status"] == "confirmed" and 0.91 < alert["ratio"] < 0.97

@@ -17,6 +17,7 @@ from stepwatch.collector.analysis.verification import COMMITS, IMAGE, PACKAGES, 
 from stepwatch.collector.outcomes import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
 from stepwatch.collector.store import records
 from tests.conftest import commit, git, result_rows, stepwatch, write_results
+from tests.test_dashboard import render
 
 START = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
 
@@ -26,7 +27,8 @@ def night_of(**fields: object) -> Night:
 
 
 def test_causes_name_each_thing_that_differs_and_nothing_when_only_the_machine_moved() -> None:
-    before = {"project_commit": "a" * 40, "host": "runner-1", "package_set": json.dumps({"numpy": "2.2.0", "pip": "24"})}
+    sets = json.dumps({"numpy": "2.2.0", "pip": "24"})
+    before = {"project_commit": "a" * 40, "host": "runner-1", "package_set": sets}
     after = {**before, "project_commit": "b" * 40, "host": "runner-2",
              "package_set": json.dumps({"numpy": "2.3.0", "pip": "25"})}  # fmt: skip
     found = verification.causes(night_of(**before), night_of(**after))
@@ -128,7 +130,7 @@ def test_a_change_nothing_recorded_explains_is_the_machines_naming_the_hosts_and
 
 
 def test_an_alert_whose_commits_are_gone_says_so_in_one_line_and_stays_suspected_with_nothing_lost(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     repo = tmp_path / "team"
     repo.mkdir()
@@ -159,7 +161,11 @@ def test_an_alert_whose_commits_are_gone_says_so_in_one_line_and_stays_suspected
             datetime.now(UTC))  # fmt: skip
     assert stepwatch("detect", "--db", str(db)).returncode == 1
     listed = stepwatch("alerts", "list", "--db", str(db), "--format", "markdown")
-    assert "| reproduced -20.0% [-22.0%, -18.0%], A/A quiet, first slow commit 0123456789ab, 3.0 min |" in listed.stdout
+    said = "reproduced -20.0% [-22.0%, -18.0%], A/A quiet, first slow commit 0123456789ab, 3.0 min"
+    assert f"| {said} |" in listed.stdout
+    page = render(db, "overview", monkeypatch)  # the Overview says it too, beside the alert
+    assert "Verified on one runner" in [s.value for s in page.subheader]
+    assert said in page.dataframe[-1].value["verified"].tolist()
 
 
 @pytest.mark.parametrize("ids", [["999"]])

@@ -136,9 +136,17 @@ def add_alert(con: duckdb.DuckDBPyConnection, series_key: str, metric: str, stat
 
 def revise_alert(con: duckdb.DuckDBPyConnection, alert_id: int, status: str, change: AlertChange,
                  now: datetime) -> None:  # fmt: skip
-    """An alert's change as a later scan measured it, and its status."""
+    """An alert's change as a later scan measured it, and its status. A change that moved to another night has other
+    nights either side: what a check said of the old ones is cleared (unless it reproduced), to be verified again."""
+    moved = con.execute(
+        "SELECT suite_run_id IS DISTINCT FROM ? AND verification IS DISTINCT FROM ? FROM alerts WHERE id = ?",
+        [change.suite_run_id, REPRODUCED, alert_id],
+    ).fetchone()
     assignments = ", ".join(f"{c} = ?" for c in ("updated_at", *_CHANGE_COLUMNS, "status"))
     con.execute(f"UPDATE alerts SET {assignments} WHERE id = ?", [now, *change.values(), status, alert_id])
+    if moved and moved[0]:
+        cleared = ", ".join(f"{name} = NULL" for name in (*(f.name for f in fields(Verification)), "verified_at"))
+        con.execute(f"UPDATE alerts SET {cleared} WHERE id = ?", [alert_id])
 
 
 def set_status(con: duckdb.DuckDBPyConnection, alert_id: int, status: str, note: str | None, now: datetime) -> str:

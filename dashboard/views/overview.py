@@ -8,6 +8,7 @@ from stepwatch.collector.analysis import latest
 from stepwatch.collector.analysis.thresholds import load_overrides
 from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
 from stepwatch.collector.outcomes import CHANGED
+from stepwatch.collector.output.runs import verified_text
 from stepwatch.collector.output.text import series_label
 from stepwatch.collector.store import records
 from stepwatch.collector.store.selection import Selection
@@ -178,10 +179,19 @@ if len(flagged):
         f"{len(flagged)} series' latest run has trials whose machine ran throttled or shared, or was not read: their "
         "verdicts may be the machine's, not the software's (the machine column)."
     )
-alert_columns = ["id", "model", "accelerator", "metric", "change_at", "ratio", "versions_changed"]
+alert_columns = ["id", "model", "accelerator", "metric", "change_at", "ratio", "versions_changed", "verified"]
+open_alerts["verified"] = [verified_text(a) for a in open_alerts.to_dict("records")] if len(open_alerts) else []
+confirmed = open_alerts.loc[confirmed.index] if len(confirmed) else confirmed
 if len(confirmed):
     st.subheader("Confirmed regressions")
     st.dataframe(confirmed[alert_columns], hide_index=True)
+checked = open_alerts["verification"].notna() if "verification" in open_alerts else worse_ones & False
+verified = open_alerts[worse_ones & checked] if len(open_alerts) else open_alerts
+if len(verified):
+    st.subheader("Verified on one runner")
+    st.caption("What `stepwatch alerts verify` measured again, both sides interleaved on one runner with an A/A: "
+               "only a reproduced regression opens the issue.")  # fmt: skip
+    st.dataframe(verified[["status", *alert_columns]], hide_index=True)
 if len(changed):
     st.subheader("Changed")
     st.caption("Open alerts of counters that moved where no direction is declared better (stepwatch alerts list).")

@@ -549,9 +549,9 @@ SMOKE_TRIAL_MINUTES = 0.25  # a smoke-suite trial on 2 CPU cores (start-up inclu
 def verify_check(rng: np.random.Generator, true_log: float, noise: Callable, regression: bool) -> tuple[str, int]:
     """A verifying check modelled as ``check.measure`` runs one: both sides' trials interleaved on one runner (the
     shape's trial noise, no night offset: the same host for both), looks of 3, 5, 8 and 12 trials per side, each at
-    alpha / 4, stopping once decided; the verdict as ``stats.judge`` gives it. Returns the alert's state (as
-    ``verification.state_of``) and the trials per side it ran."""
-    design = sequential.Design.of(3, sequential.MAX_TRIALS)
+    verification.ALPHA / 4, stopping once decided; the verdict as ``stats.judge`` gives it. Returns the alert's state
+    (as ``verification.state_of``) and the trials per side it ran."""
+    design = sequential.Design.of(3, sequential.MAX_TRIALS, verification.ALPHA)
     a = noise(rng, (design.looks[-1],))
     b = true_log + noise(rng, (design.looks[-1],))
     for n in design.looks:

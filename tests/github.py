@@ -528,8 +528,11 @@ class GitHub:
             return Step(name, "success", {})
         if "run" in step:
             return self._shell(step["run"], env, workspace, name)
-        if uses.startswith("actions/checkout@"):
-            done = subprocess.run(["git", "clone", "--quiet", str(self.remote), str(workspace)], capture_output=True,
+        if uses.startswith("actions/checkout@"):  # fetch-depth 1 unless told (0: every commit), as the action does
+            depth = with_.get("fetch-depth", "1")
+            shallow = [] if depth == "0" else ["--depth", depth]
+            source = str(self.remote) if depth == "0" else self.remote.resolve().as_uri()  # --depth needs a URL
+            done = subprocess.run(["git", "clone", "--quiet", *shallow, source, str(workspace)], capture_output=True,
                                   text=True)  # fmt: skip
             if done.returncode == 0 and ctx["github"]["event_name"] == "pull_request":
                 done = self._merge_ref(workspace, ctx["github"], env)

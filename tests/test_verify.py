@@ -6,8 +6,11 @@ repository of five commits, one of which makes its training script 25% slower.""
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,7 +20,9 @@ from stepwatch.collector.analysis.verification import COMMITS, IMAGE, PACKAGES, 
 from stepwatch.collector.outcomes import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
 from stepwatch.collector.store import records
 from tests.conftest import commit, git, result_rows, stepwatch, write_results
+from tests.github import GitHub
 from tests.test_dashboard import render
+from tests.test_publish import STAND_IN_ISSUES, nightly, sh, team_repository
 
 START = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
 
@@ -175,16 +180,20 @@ def test_an_unknown_alert_id_is_one_line(tmp_path: Path, ids: list[str]) -> None
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "no alert with id 999" in done.stderr
 
 
-TRAIN = '''"""The team's training loop: a few matrix products a step in numpy (MATMULS of them)."""
+TRAIN = '''"""The team's training loop: a few matrix products a step in numpy (MATMULS of them), on one core."""
 
-import numpy as np
+import os
 
-import stepwatch
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one core a trial: a loaded runner's other work stays off it
+
+import numpy as np  # noqa: E402
+
+import stepwatch  # noqa: E402
 
 MATMULS = 4
 rng = np.random.default_rng(0)
-weights = rng.standard_normal((192, 192)).astype(np.float32) / 14
-batch = rng.standard_normal((64, 192)).astype(np.float32)
+weights = rng.standard_normal((384, 384)).astype(np.float32) / 20
+batch = rng.standard_normal((128, 384)).astype(np.float32)
 
 
 def batches():
@@ -192,7 +201,7 @@ def batches():
         yield batch
 
 
-for x in stepwatch.steps(batches(), examples_per_step=64):
+for x in stepwatch.steps(batches(), examples_per_step=128):
     for _ in range(MATMULS):
         x = np.tanh(x @ weights)
 '''
@@ -243,3 +252,77 @@ def test_a_slow_commit_between_two_nights_is_reproduced_bisected_to_its_commit_a
     again = stepwatch("alerts", "verify", "--db", str(db), cwd=repo)
     assert again.returncode == 1 and "no alert to verify" in again.stderr
     assert git(repo, "worktree", "list").count("\n") == 0  # no checkout left behind
+
+
+def with_issues(gh: GitHub, root: Path) -> Callable[[], list[dict]]:
+    """The GitHub CLI's issue commands, kept in a file (tests.test_publish's stand-in); the issues so far."""
+    state, bin_dir = root / "gh-state", root / "gh-bin"
+    state.mkdir()
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text(STAND_IN_ISSUES)
+    (bin_dir / "gh").chmod(0o755)
+    gh.env = {**gh.env, "PATH": f"{bin_dir}:{gh.env['PATH']}", "GH_STATE": str(state)}
+    return lambda: json.loads((state / "issues.json").read_text()) if (state / "issues.json").exists() else []
+
+
+def push(gh: GitHub, message: str, files: dict[str, str]) -> str:
+    work = gh.root / "work"
+    for name, text in files.items():
+        (work / name).write_text(text)
+    sh("git", "add", "-A", cwd=work, env=gh.env)
+    sh("git", "commit", "-q", "-m", message, cwd=work, env=gh.env)
+    sh("git", "push", "-q", str(gh.remote), "main", cwd=work, env=gh.env)
+    return sh("git", "rev-parse", "HEAD", cwd=work, env=gh.env)
+
+
+def publish_step(run: dict) -> tuple[Any, Any]:
+    [publish] = run["publish"]
+    [step] = [s for s in publish.steps if s.name.startswith("Ingest, archive and push")]
+    return publish, step
+
+
+@pytest.mark.large
+def test_the_nightly_as_github_runs_it_opens_one_issue_naming_the_slow_commit_and_none_for_a_slow_runner(
+    tmp_path: Path,
+) -> None:
+    """The nightly of a team's repository replayed as GitHub runs it (``tests.github``) at commits 1, 2 and 5 of five,
+    the third one more matmul a step: the publish job nominates the step after night 3, verifies commit 2 against
+    commit 5 on its runner (reproduced, A/A quiet), bisects it to commit 3 and opens one issue naming that commit with
+    its interval; re-running the job verifies nothing twice. A second repository whose third night ran on a slower
+    runner (the same commit; the runner's environment makes the script do more work): the machine's, no issue."""
+    gh = team_repository(tmp_path / "team", {"train.py": TRAIN}, ["--models", "train.py"], "trials = 2\n")
+    issues = with_issues(gh, tmp_path / "team")
+    shas = [sh("git", "rev-parse", "HEAD", cwd=gh.root / "work", env=gh.env)]
+    assert publish_step(gh.run_workflow(nightly(gh)))[1].outputs["exit-code"] == "0"
+    shas.append(push(gh, "words", {"README.md": "Our model.\n"}))
+    assert publish_step(gh.run_workflow(nightly(gh)))[1].outputs["exit-code"] == "0"
+    shas.append(push(gh, "one more matmul", {"train.py": TRAIN.replace("MATMULS = 4", "MATMULS = 5")}))
+    shas.append(push(gh, "docs", {"README.md": "Our model, documented.\n"}))
+    shas.append(push(gh, "more docs", {"README.md": "Our model, documented twice.\n"}))
+    run = gh.run_workflow(nightly(gh))
+    publish, step = publish_step(run)
+    assert step.outputs["exit-code"] == "1", step.stdout[-3000:] + step.stderr[-3000:]
+    assert f"first slow commit: {shas[2]}" in step.stdout + step.stderr
+    [issue] = issues()
+    [row] = [line for line in issue["body"].splitlines() if line.startswith("| ") and "reproduced" in line]
+    assert f"first slow commit {shas[2][:12]}" in row and ", A/A quiet," in row, row
+    assert re.search(r"reproduced -\d+\.\d% \[-\d+\.\d%, -\d+\.\d%\]", row), row
+    # "Re-run failed jobs": the publish job again, on the same run; the alert is verified already.
+    again = gh.rerun(gh.run[-1], failed_only=True)
+    _, step = publish_step(again)
+    assert "no alert to verify" in step.stdout + step.stderr and "bisecting" not in step.stdout + step.stderr
+    assert len(issues()) == 1 and issues()[0]["state"] == "open"
+
+    # The same commit three nights; the third night's runner is slower.
+    other = team_repository(tmp_path / "other", {"train.py": SLOW_RUNNER}, ["--models", "train.py"], "trials = 2\n")
+    other_issues = with_issues(other, tmp_path / "other")
+    for night in range(3):
+        other.env = {**other.env, "TEAM_RUNNER_SLOWER": "1" if night == 2 else ""}
+        publish, step = publish_step(other.run_workflow(nightly(other)))
+    assert step.outputs["exit-code"] == "0", step.stdout[-3000:] + step.stderr[-3000:]
+    said = step.stdout + step.stderr
+    assert "nothing recorded differs between the nights either side" in said and "the machine's" in said, said[-3000:]
+    assert other_issues() == []
+
+
+SLOW_RUNNER = TRAIN.replace("MATMULS = 4", 'MATMULS = 6 if os.environ.get("TEAM_RUNNER_SLOWER") else 4  # slow runner')

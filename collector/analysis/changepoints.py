@@ -465,8 +465,9 @@ def detect_changes(
                 moved_from=moved.get(start) if moved.get(start) != night_index else None,
             )
         )
-    last = nominated(logs, kept_trials, starts, band) if nominate else None
-    if last is not None:
+    settled = [start for start, (_, _, _, recent) in zip(starts, tested) if not recent]  # a suspected one may be wrong
+    last = nominated(logs, kept_trials, settled, band) if nominate else None
+    if last is not None and int(kept[last[0]]) not in {c.index for c in changes}:
         at, level, ratio = last
         night_index = int(kept[at])
         changed = versions_between(versions[int(kept[at - 1])], versions[night_index]) if versions else {}

@@ -17,6 +17,10 @@ from stepwatch.collector.schema import VERSION_COLUMNS
 from stepwatch.collector.store.records import INCONCLUSIVE as STILL_SUSPECTED
 from stepwatch.collector.store.records import MACHINE, NOT_REPRODUCED, REPRODUCED
 
+# A night's verifying checks spend alpha 0.01 each (over their looks), not a check's 0.05: a young history nominates a
+# few times a month, and each nomination that a check wrongly reproduces opens an issue (benchmarks/detection.py
+# --verify: about 2% of quiet histories at 0.05 on pooled hosts). A 10% step is still seen at 3 to 12 trials a side.
+ALPHA = 0.01
 COMMITS, PACKAGES, IMAGE = "commits", "packages", "image"  # what a verifying check can put on its two sides
 # The version columns that name a side's packages where a night recorded no whole package set (older rows): the pip
 # distribution each is the version of. The others (Python, CUDA, the driver, the image, the commits) are no package.

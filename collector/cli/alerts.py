@@ -13,7 +13,7 @@ from typing import Any
 from rich.markup import escape
 
 from stepwatch.collector import metrics
-from stepwatch.collector.analysis import alerts, changepoints, sequential
+from stepwatch.collector.analysis import alerts, changepoints, sequential, verification
 from stepwatch.collector.analysis.thresholds import worse
 from stepwatch.collector.cli.arguments import (
     FORMATS,
@@ -177,7 +177,8 @@ def run_verify(args: argparse.Namespace) -> int:
     # A nightly's trials setting may be 1 (a night's trials); a check's side needs two for an interval.
     first = max(args.trials, 2)
     plan = verify.Plan(
-        Path.cwd(), sequential.Design.of(first, max(args.max_trials, first)), overrides(args), args.results,
+        Path.cwd(), sequential.Design.of(first, max(args.max_trials, first), verification.ALPHA), overrides(args),
+        args.results,
         args.checks_db, execution.RunOptions(), args.aa, args.night_budget or None, args.most or None,
         args.reuse_site_packages, tuple(args.pip_arg),
     )  # fmt: skip

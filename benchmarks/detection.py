@@ -460,17 +460,20 @@ def nightly_suite(rng: np.random.Generator, shape: str, step: float) -> tuple[np
     return series[0], series[1:]
 
 
-def judged(trials: np.ndarray, siblings: Sequence[np.ndarray] = (), confirmed: Sequence[int] = ()) -> list:
+def judged(
+    trials: np.ndarray, siblings: Sequence[np.ndarray] = (), confirmed: Sequence[int] = (), nominate: bool = False
+) -> list:
     """``detect``'s changes of one history (nights x trials) as ``alerts.scan`` judges it: with the variance of a
     night's offset pooled with its ``siblings`` (the other series of its runner), or alone on its runner, with
-    ``stats.LONE_RUNNER`` while its nights are few (``latest.night_variances``), and the nights ``confirmed``."""
+    ``stats.LONE_RUNNER`` while its nights are few (``latest.night_variances``), and the nights ``confirmed``; with
+    ``nominate``, as it judges when a check decides (``--issue-on reproduced``: the last nights' nomination)."""
     logs = [np.log(t) for t in (trials, *siblings)]
     own = [stats.between_nights(list(t)) for t in logs]
     lone = [stats.between_nights(list(t), stats.LONE_RUNNER) for t in logs]
     keys = [str(i) for i in range(len(own))]
     night = latest.night_variances(keys, own, dict.fromkeys(keys, "runner"), None, lone)[0]
     return detect_changes(np.median(trials, axis=1), THRESHOLD, True, trials=trials, night=night,
-                          confirmed=confirmed).changes  # fmt: skip
+                          confirmed=confirmed, nominate=nominate).changes  # fmt: skip
 
 
 def judged_nightly(trials: np.ndarray, siblings: list[np.ndarray] | None) -> list[list[tuple[int, str]]]:
@@ -566,9 +569,10 @@ def verify_history(job: tuple[str, float, int, int]) -> tuple[str, float, dict[s
     """One shape and step (0: quiet): every night from the 4th, detect (lone prior, or pooled with the suite's other
     series on its shared hosts) with and without nomination; each new nomination (largest first, at most
     ``alerts.MOST`` a night, never the same night twice: a change that moves has new sides) gets a check of the
-    commits either side of it (each night a new commit: the true ratio is the step where the night is the step's,
-    else the drift's), bisect-free (one commit a night). An issue opens on a reproduced regression (after) or a
-    confirmed one (before: the history alone)."""
+    commits either side of it (each night a new commit: the true ratio is the step where the sides straddle it, and
+    the drift's), then, where that does not reproduce it, from ``verification.WIDEN_NIGHTS`` nights earlier, and a
+    reproduced one is bisected over the nights' commits as ``verification.first_slow`` bisects (each probe a check).
+    An issue opens on a reproduced regression (after) or a confirmed one (before: the history alone)."""
     shape, step, series, seed = job
     rng = np.random.default_rng([seed, list(VERIFY_SHAPES).index(shape), int(-step * 100)])
     hosts, noise = VERIFY_SHAPES[shape]
@@ -592,16 +596,31 @@ def verify_history(job: tuple[str, float, int, int]) -> tuple[str, float, dict[s
             if before_night is None and any(c.status == "confirmed" and c.regression
                                             for c in judged(trials, lone_or_suite)):  # fmt: skip
                 before_night = length - 1
-            found = judged_nominating(trials, lone_or_suite)
+            found = judged(trials, lone_or_suite, nominate=True)
             new = [c for c in found if c.regression and c.index not in verified]  # a moved change: its new sides
             for change in sorted(new, key=lambda c: math.log(c.ratio))[: verify_most()]:
                 verified.append(change.index)
-                true_log = (math.log1p(step) if step and change.index == NIGHTLY_AT else 0.0) + drift
-                state, n = verify_check(rng, true_log, noise, True)
-                spent += 3 * n * SMOKE_TRIAL_MINUTES  # baseline, candidate and the A/A
-                if state == "reproduced" and issue_night is None:
-                    issue_night = length - 1
-                    named_step = change.index == NIGHTLY_AT
+
+                def measured(base: int, head: int, aa: bool = True) -> str:
+                    """A check of night ``base``'s commit against night ``head``'s; its cost added."""
+                    nonlocal spent
+                    moved = step if step and base < NIGHTLY_AT <= head else 0.0
+                    state, n = verify_check(rng, math.log1p(moved) + drift * (head - base), noise, True)
+                    spent += (3 if aa else 2) * n * SMOKE_TRIAL_MINUTES  # both sides, and the A/A
+                    return state
+
+                base, head = change.index - 1, change.index
+                state = measured(base, head)
+                wider = max(base - verification.WIDEN_NIGHTS, 0)
+                if state == "not reproduced" and wider < base:  # the history may place a change late
+                    base, state = wider, measured(wider, head)
+                if state != "reproduced" or issue_night is not None:
+                    continue
+                commits = list(range(base + 1, head + 1))  # a commit a night: the bisect's probes, no A/A
+                found, _, _ = verification.first_slow(
+                    commits, lambda c, b=base: {"reproduced": True, "not reproduced": False}.get(measured(b, c, False))
+                )
+                issue_night, named_step = length - 1, found == NIGHTLY_AT
         minutes.append(spent / (NIGHTLY_NIGHTS - 3))
         if not step:
             quiet_issue += issue_night is not None
@@ -627,18 +646,6 @@ def verify_most() -> int:
     from stepwatch.collector.cli.alerts import MOST
 
     return MOST
-
-
-def judged_nominating(trials: np.ndarray, siblings: Sequence[np.ndarray] = ()) -> list:
-    """``judged`` as ``detect`` judges when a check decides (``--issue-on reproduced``): with the last night's
-    nomination (``changepoints.nominated``)."""
-    logs = [np.log(t) for t in (trials, *siblings)]
-    own = [stats.between_nights(list(t)) for t in logs]
-    lone = [stats.between_nights(list(t), stats.LONE_RUNNER) for t in logs]
-    keys = [str(i) for i in range(len(own))]
-    night = latest.night_variances(keys, own, dict.fromkeys(keys, "runner"), None, lone)[0]
-    return detect_changes(np.median(trials, axis=1), THRESHOLD, True, trials=trials, night=night,
-                          nominate=True).changes  # fmt: skip
 
 
 def verify(args: argparse.Namespace) -> None:

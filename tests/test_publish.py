@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -351,7 +352,7 @@ def test_a_triage_run_deploys_its_page_so_that_pages_stops_showing_the_regressio
     workflow run by hand acknowledges it; its publish job uploads the page and the pages job deploys it, which says
     "0 regressed". Before, a triage run skipped the pages job, and Pages said "1 regressed" until the next night."""
     gh = team_repository(tmp_path, {"model.py": MODEL}, ["--models", "model.py:mlp", "--keras-backend", "jax"],
-                         'xla = ["off"]\ntrials = 1\npages = true\n' + FAST)  # fmt: skip
+                         'xla = ["off"]\ntrials = 1\npages = true\nissue-on = "confirmed"\n' + FAST)  # fmt: skip
     env, local = environment(tmp_path), tmp_path / "local"
     history = local / "history"
     sh("git", "init", "-q", "-b", "stepwatch-history", str(history), cwd=tmp_path, env=env)
@@ -368,8 +369,8 @@ def test_a_triage_run_deploys_its_page_so_that_pages_stops_showing_the_regressio
         (local / "night" / night).mkdir(parents=True)
         pq.write_table(pa.Table.from_pylist(made, source.schema), local / "night" / night / "rows.parquet")
     done = stepwatch("publish", *(f"night/{n}" for n in nights), "--history", "history", "--push",
-                     "stepwatch-history", "--db", "store.duckdb", "--night", nights[-1], cwd=local,
-                     env=env)  # fmt: skip
+                     "stepwatch-history", "--db", "store.duckdb", "--night", nights[-1], "--issue-on", "confirmed",
+                     cwd=local, env=env)  # fmt: skip
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]  # a confirmed regression
     alerts = json.loads(stepwatch("alerts", "list", "--format", "json", "--db", "store.duckdb", cwd=local).stdout)
     [alert] = [a for a in alerts if a["status"] == "confirmed"]
@@ -504,6 +505,18 @@ def test_the_history_keeps_its_last_nights_profiles_a_file_a_month_and_one_commi
     assert counted == [f"{len(ran)},{len(ran)}"]
 
 
+def with_issues(gh: GitHub, root: Path) -> Callable[[], list[dict]]:
+    """The GitHub CLI's issue commands for the workflow's steps (STAND_IN_ISSUES, keeping them in a file under
+    ``root``); returns what lists the issues so far."""
+    state, bin_dir = root / "gh-state", root / "gh-bin"
+    state.mkdir()
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text(STAND_IN_ISSUES)
+    (bin_dir / "gh").chmod(0o755)
+    gh.env = {**gh.env, "PATH": f"{bin_dir}:{gh.env['PATH']}", "GH_STATE": str(state)}
+    return lambda: json.loads((state / "issues.json").read_text()) if (state / "issues.json").exists() else []
+
+
 STAND_IN_ISSUES = '''#!/usr/bin/env python3
 """A stand-in for the GitHub CLI's issue commands the nightly runs, keeping issues in $GH_STATE/issues.json."""
 import json, os, sys
@@ -570,15 +583,7 @@ def test_a_young_history_confirms_both_slowed_series_by_the_third_slow_night_in_
     gh = team_repository(tmp_path, {"model.py": WIDE_MODEL, "helper.py": HELPER},
                          ["--models", "model.py:mlp", "--keras-backend", "jax"],
                          'xla = ["off", "on"]\ntrials = 2\nbatch = [256]\nissue-on = "confirmed"\n' + FAST)  # fmt: skip
-    state, bin_dir = tmp_path / "gh-state", tmp_path / "gh-bin"
-    state.mkdir()
-    bin_dir.mkdir()
-    (bin_dir / "gh").write_text(STAND_IN_ISSUES)
-    (bin_dir / "gh").chmod(0o755)
-    gh.env = {**gh.env, "PATH": f"{bin_dir}:{gh.env['PATH']}", "GH_STATE": str(state)}
-
-    def issues() -> list[dict]:
-        return json.loads((state / "issues.json").read_text()) if (state / "issues.json").exists() else []
+    issues = with_issues(gh, tmp_path)
 
     def night() -> tuple[str, dict]:
         [publish] = gh.run_workflow(nightly(gh))["publish"]

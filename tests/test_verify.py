@@ -7,22 +7,25 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from stepwatch.collector.analysis import verification
+from stepwatch.collector.analysis import changepoints, verification
 from stepwatch.collector.analysis.verification import COMMITS, IMAGE, PACKAGES, Night
 from stepwatch.collector.outcomes import IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
+from stepwatch.collector.output.runs import verified_text
 from stepwatch.collector.store import records
 from tests.conftest import commit, git, result_rows, stepwatch, write_results
 from tests.github import GitHub
+from tests.test_analysis import COLD_FIRST_NIGHT, LONE_AA, QUIET_POOL, TWO_HOSTS_STEP, judged_night_by_night, lone_night
 from tests.test_dashboard import render
-from tests.test_publish import STAND_IN_ISSUES, nightly, sh, team_repository
+from tests.test_publish import nightly, sh, team_repository, with_issues
 
 START = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
 
@@ -86,6 +89,14 @@ def test_a_bisect_names_the_first_slow_commit_in_log2_probes_and_stops_where_a_p
     assert verification.first_slow(["c1"], slow)[0] == "c1"  # one commit: it, unprobed
 
 
+def test_an_alert_says_what_its_check_made_of_it_and_nothing_where_none_ran() -> None:
+    nothing = {"verification": float("nan"), "verify_ratio": float("nan"), "verify_aa": float("nan")}  # a frame's row
+    assert verified_text(nothing) == "" and verified_text({}) == ""
+    machine = {"verification": records.MACHINE, "verify_minutes": 0.0, "verify_note": "host a -> b",
+               "verify_ratio": float("nan"), "verify_aa": None}  # fmt: skip
+    assert verified_text(machine) == "the machine's, 0.0 min, host a -> b"
+
+
 def test_a_night_verifies_the_largest_unverified_changes_first_and_never_one_twice() -> None:
     alerts = [{"id": 1, "ratio": 0.95}, {"id": 2, "ratio": 0.7}, {"id": 3, "ratio": 0.6, "verification": "reproduced"},
               {"id": 4, "ratio": 1.2}]  # fmt: skip
@@ -134,15 +145,19 @@ def test_a_change_nothing_recorded_explains_is_the_machines_naming_the_hosts_and
     assert stepwatch("detect", "--db", str(db)).returncode == 0  # and the machine's change opens no issue
 
 
+def repository(folder: Path, message: str, files: dict[str, str]) -> tuple[Path, str]:
+    """A team's git repository with its first commit: the folder and the commit."""
+    folder.mkdir()
+    git(folder, "init", "-q", "-b", "main")
+    git(folder, "config", "user.email", "ci@example.com")
+    git(folder, "config", "user.name", "ci")
+    return folder, commit(folder, message, files)
+
+
 def test_an_alert_whose_commits_are_gone_says_so_in_one_line_and_stays_suspected_with_nothing_lost(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    repo = tmp_path / "team"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "ci@example.com")
-    git(repo, "config", "user.name", "ci")
-    kept = commit(repo, "kept", {"train.py": "print('hello')\n"})
+    repo, kept = repository(tmp_path / "team", "kept", {"train.py": "print('hello')\n"})
     gone = "0123456789abcdef" * 2 + "01234567"  # force-pushed away: in the history's rows, not in the repository
     db, alert = alerted(tmp_path, [kept] * 8 + [gone] * 4, ["runner"] * 12)
     before = stepwatch("alerts", "list", "--status", "all", "--format", "json", "--db", str(db)).stdout
@@ -190,7 +205,7 @@ import numpy as np  # noqa: E402
 
 import stepwatch  # noqa: E402
 
-MATMULS = 4
+MATMULS = 3
 rng = np.random.default_rng(0)
 weights = rng.standard_normal((384, 384)).astype(np.float32) / 20
 batch = rng.standard_normal((128, 384)).astype(np.float32)
@@ -214,16 +229,12 @@ def test_a_slow_commit_between_two_nights_is_reproduced_bisected_to_its_commit_a
     """Five commits, one of which (the third) makes the script 25% slower: one more matmul a step. The nightly ran
     at commits 1, 2 and 5; after night 3 the history nominates the step, the check of commit 2 against commit 5
     reproduces it with a quiet A/A, the bisect names commit 3, and only then does detect fail the night."""
-    repo = tmp_path / "team"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "ci@example.com")
-    git(repo, "config", "user.name", "ci")
     settings = 'models = ["train.py"]\ntrials = 3\nmax-trials = 5\n'
-    shas = [commit(repo, "the loop", {"train.py": TRAIN, "stepwatch.toml": settings, ".gitignore": "data/\n"
-                                      "stepwatch-results/\n*.duckdb\n"})]  # fmt: skip
+    repo, first = repository(tmp_path / "team", "the loop", {"train.py": TRAIN, "stepwatch.toml": settings,
+                                                             ".gitignore": "data/\nstepwatch-results/\n*.duckdb\n"})
+    shas = [first]
     shas.append(commit(repo, "words", {"README.md": "Our model.\n"}))
-    shas.append(commit(repo, "one more matmul", {"train.py": TRAIN.replace("MATMULS = 4", "MATMULS = 5")}))
+    shas.append(commit(repo, "one more matmul", {"train.py": TRAIN.replace("MATMULS = 3", "MATMULS = 4")}))
     shas.append(commit(repo, "docs", {"README.md": "Our model, documented.\n"}))
     shas.append(commit(repo, "more docs", {"README.md": "Our model, documented twice.\n"}))
     db = tmp_path / "history.duckdb"
@@ -243,7 +254,7 @@ def test_a_slow_commit_between_two_nights_is_reproduced_bisected_to_its_commit_a
     [verified] = json.loads(done.stdout)
     assert verified["verification"] == records.REPRODUCED, verified["verify_note"]
     assert verified["verify_commit"] == shas[2], done.stderr[-3000:]  # the first slow commit
-    assert verified["verify_aa"] == "quiet" and verified["verify_ratio"] < 0.93 and verified["verify_ci_high"] < 0.97
+    assert verified["verify_aa"] == "quiet" and verified["verify_ratio"] < 0.9 and verified["verify_ci_high"] < 1
     assert verified["verify_sides"] == f"commit {shas[1][:12]} -> {shas[4][:12]}"
     assert "3 commits between the nights: bisecting" in done.stderr and f"first slow commit: {shas[2]}" in done.stderr
     assert verified["verify_minutes"] > 0
@@ -252,17 +263,6 @@ def test_a_slow_commit_between_two_nights_is_reproduced_bisected_to_its_commit_a
     again = stepwatch("alerts", "verify", "--db", str(db), cwd=repo)
     assert again.returncode == 1 and "no alert to verify" in again.stderr
     assert git(repo, "worktree", "list").count("\n") == 0  # no checkout left behind
-
-
-def with_issues(gh: GitHub, root: Path) -> Callable[[], list[dict]]:
-    """The GitHub CLI's issue commands, kept in a file (tests.test_publish's stand-in); the issues so far."""
-    state, bin_dir = root / "gh-state", root / "gh-bin"
-    state.mkdir()
-    bin_dir.mkdir()
-    (bin_dir / "gh").write_text(STAND_IN_ISSUES)
-    (bin_dir / "gh").chmod(0o755)
-    gh.env = {**gh.env, "PATH": f"{bin_dir}:{gh.env['PATH']}", "GH_STATE": str(state)}
-    return lambda: json.loads((state / "issues.json").read_text()) if (state / "issues.json").exists() else []
 
 
 def push(gh: GitHub, message: str, files: dict[str, str]) -> str:
@@ -290,13 +290,13 @@ def test_the_nightly_as_github_runs_it_opens_one_issue_naming_the_slow_commit_an
     commit 5 on its runner (reproduced, A/A quiet), bisects it to commit 3 and opens one issue naming that commit with
     its interval; re-running the job verifies nothing twice. A second repository whose third night ran on a slower
     runner (the same commit; the runner's environment makes the script do more work): the machine's, no issue."""
-    gh = team_repository(tmp_path / "team", {"train.py": TRAIN}, ["--models", "train.py"], "trials = 2\n")
+    gh = team_repository(tmp_path / "team", {"train.py": TRAIN}, ["--models", "train.py"], "trials = 3\n")
     issues = with_issues(gh, tmp_path / "team")
     shas = [sh("git", "rev-parse", "HEAD", cwd=gh.root / "work", env=gh.env)]
     assert publish_step(gh.run_workflow(nightly(gh)))[1].outputs["exit-code"] == "0"
     shas.append(push(gh, "words", {"README.md": "Our model.\n"}))
     assert publish_step(gh.run_workflow(nightly(gh)))[1].outputs["exit-code"] == "0"
-    shas.append(push(gh, "one more matmul", {"train.py": TRAIN.replace("MATMULS = 4", "MATMULS = 5")}))
+    shas.append(push(gh, "one more matmul", {"train.py": TRAIN.replace("MATMULS = 3", "MATMULS = 4")}))
     shas.append(push(gh, "docs", {"README.md": "Our model, documented.\n"}))
     shas.append(push(gh, "more docs", {"README.md": "Our model, documented twice.\n"}))
     run = gh.run_workflow(nightly(gh))
@@ -308,13 +308,13 @@ def test_the_nightly_as_github_runs_it_opens_one_issue_naming_the_slow_commit_an
     assert f"first slow commit {shas[2][:12]}" in row and ", A/A quiet," in row, row
     assert re.search(r"reproduced -\d+\.\d% \[-\d+\.\d%, -\d+\.\d%\]", row), row
     # "Re-run failed jobs": the publish job again, on the same run; the alert is verified already.
-    again = gh.rerun(gh.run[-1], failed_only=True)
+    again = gh.rerun(gh.run[0], failed_only=True)
     _, step = publish_step(again)
     assert "no alert to verify" in step.stdout + step.stderr and "bisecting" not in step.stdout + step.stderr
     assert len(issues()) == 1 and issues()[0]["state"] == "open"
 
     # The same commit three nights; the third night's runner is slower.
-    other = team_repository(tmp_path / "other", {"train.py": SLOW_RUNNER}, ["--models", "train.py"], "trials = 2\n")
+    other = team_repository(tmp_path / "other", {"train.py": SLOW_RUNNER}, ["--models", "train.py"], "trials = 3\n")
     other_issues = with_issues(other, tmp_path / "other")
     for night in range(3):
         other.env = {**other.env, "TEAM_RUNNER_SLOWER": "1" if night == 2 else ""}
@@ -325,4 +325,73 @@ def test_the_nightly_as_github_runs_it_opens_one_issue_naming_the_slow_commit_an
     assert other_issues() == []
 
 
-SLOW_RUNNER = TRAIN.replace("MATMULS = 4", 'MATMULS = 6 if os.environ.get("TEAM_RUNNER_SLOWER") else 4  # slow runner')
+SLOW_RUNNER = TRAIN.replace("MATMULS = 3", 'MATMULS = 6 if os.environ.get("TEAM_RUNNER_SLOWER") else 3  # slow runner')
+
+
+def nominations(history: list, lengths: range) -> dict[int, list[tuple[int, str]]]:
+    """Per length, the changes ``detect`` reports of a series alone on its runner (the lone prior) when a check
+    decides (``nominate``), each judgment given the nights confirmed before."""
+    seen, held = {}, set()
+    for length in lengths:
+        trials = history[:length]
+        found = changepoints.detect_changes([float(np.median(t)) for t in trials], 0.03, True, trials=trials,
+                                            night=lone_night(trials), confirmed=sorted(held),
+                                            nominate=True).changes  # fmt: skip
+        held = (held - {c.moved_from for c in found}) | {c.index for c in found if c.status == "confirmed"}
+        seen[length] = [(c.index, c.status) for c in found]
+    return seen
+
+
+def test_a_cold_start_step_the_lone_prior_hides_is_nominated_by_its_second_slow_night_and_nothing_else_moves() -> None:
+    """Issue 92's examples judged as ``detect`` judges a series alone on its runner (the lone prior applied). The -20%
+    step after a cold first night, which the history alone never confirms at 9 to 12 nights, is nominated on its
+    night by its 2nd slow night, for the verifying check to decide. Nominating adds suspected changes only: what the
+    history confirms is what it confirmed without them, on the quiet pool, the real A/A and the step."""
+    alone = judged_night_by_night(COLD_FIRST_NIGHT, range(4, 13), lone_night)
+    assert all(s != "confirmed" for length in alone for _, s, _ in alone[length]), alone
+    seen = nominations(COLD_FIRST_NIGHT, range(4, 13))
+    assert (3, "suspected") in seen[4] + seen[5], seen
+    for history in (COLD_FIRST_NIGHT, QUIET_POOL, LONE_AA, TWO_HOSTS_STEP):
+        lengths = range(4, len(history) + 1)
+        before = judged_night_by_night(history, lengths, lone_night)
+        after = nominations(history, lengths)
+        for length in lengths:
+            assert [(i, s) for i, s, _ in before[length] if s == "confirmed"] == [
+                (i, s) for i, s in after[length] if s == "confirmed"
+            ], (length, before[length], after[length])
+
+
+@pytest.mark.large
+def test_nights_whose_package_sets_differ_get_an_upgrade_check_of_the_two_versions_and_its_aa_stays_quiet(
+    tmp_path: Path,
+) -> None:
+    """Three nights of a project outside git whose third night ran with six 1.17.0 instead of 1.16.0 and, that night,
+    30% slower (its rows' throughput scaled: a slow host). The nomination's check pins six at each night's version
+    over this environment and interleaves both with an A/A: the package is not the cause, and no issue opens."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(TRAIN)
+    (project / "stepwatch.toml").write_text('models = ["train.py"]\ntrials = 3\n')
+    db = tmp_path / "history.duckdb"
+    for night in range(3):
+        out = tmp_path / f"night-{night}"
+        assert stepwatch("run", "--label", "nightly", "--out", str(out), cwd=project).returncode == 0
+        [path] = out.glob("*.parquet")
+        rows = pq.read_table(path).to_pylist()
+        for row in rows:
+            packages = json.loads(row["package_set"])
+            packages["six"] = "1.17.0" if night == 2 else "1.16.0"
+            row["package_set"] = json.dumps(packages)
+            row["examples_per_sec"] *= 0.7 if night == 2 else 1.0
+        pq.write_table(pa.Table.from_pylist(rows, pq.read_schema(path)), path)
+        assert stepwatch("ingest", str(out), "--db", str(db)).returncode == 0
+    [alert] = json.loads(stepwatch("detect", "--db", str(db), "--format", "json").stdout)
+    assert alert["ratio"] < 0.8
+    done = stepwatch("alerts", "verify", "--db", str(db), "--format", "json", cwd=project, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]  # no issue
+    [verified] = json.loads(done.stdout)
+    assert verified["verify_sides"] == "package set (six 1.16.0 -> 1.17.0)", verified["verify_sides"]
+    # The package is not the cause: not reproduced, or on a loaded runner undecided within its trials; never reproduced.
+    assert verified["verification"] in (records.NOT_REPRODUCED, records.INCONCLUSIVE), verified["verify_note"]
+    assert verified["verify_aa"] == "quiet", verified["verify_note"]
+    assert "baseline: building an environment for six==1.16.0" in done.stderr

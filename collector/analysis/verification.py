@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stepwatch.collector.analysis.changepoints import MOVE_NIGHTS
 from stepwatch.collector.outcomes import FAILED, IMPROVEMENT, INCONCLUSIVE, NO_CHANGE, REGRESSION
 from stepwatch.collector.schema import VERSION_COLUMNS
 from stepwatch.collector.store.records import INCONCLUSIVE as STILL_SUSPECTED
@@ -21,7 +22,11 @@ from stepwatch.collector.store.records import MACHINE, NOT_REPRODUCED, REPRODUCE
 # few times a month, and each nomination that a check wrongly reproduces opens an issue (benchmarks/detection.py
 # --verify: about 2% of quiet histories at 0.05 on pooled hosts). A 10% step is still seen at 3 to 12 trials a side.
 ALPHA = 0.01
-COMMITS, PACKAGES, IMAGE = "commits", "packages", "image"  # what a verifying check can put on its two sides
+COMMITS, PACKAGES, IMAGE = "commits", "packages", "image"
+# Where the check of the commits either side of a change does not reproduce it, its baseline goes this many nights
+# further back, and the bisect places it: the history may place a change up to that many nights late (a night on a fast
+# host after a step), as alerts match a change within that many nights (changepoints.MOVE_NIGHTS).
+WIDEN_NIGHTS = MOVE_NIGHTS  # what a verifying check can put on its two sides
 # The version columns that name a side's packages where a night recorded no whole package set (older rows): the pip
 # distribution each is the version of. The others (Python, CUDA, the driver, the image, the commits) are no package.
 PACKAGE_OF_COLUMN = {"tf_version": "tensorflow", "keras_version": "keras", "keras_hub_version": "keras-hub",
@@ -85,8 +90,10 @@ class Cause:
         return f"package set ({self.text})"
 
 
-def _pinned(packages: Mapping[str, str]) -> tuple[str, ...]:
-    return tuple(f"{name}=={version}" for name, version in sorted(packages.items()) if name not in NOT_PINNED)
+def _pinned(packages: Mapping[str, str], changed: set[str]) -> tuple[str, ...]:
+    """The requirements a side pins: the packages whose version moved between the nights, at this side's."""
+    return tuple(f"{name}=={version}" for name, version in sorted(packages.items())
+                 if name in changed and name not in NOT_PINNED)  # fmt: skip
 
 
 def package_changes(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
@@ -98,8 +105,9 @@ def package_changes(before: Mapping[str, str], after: Mapping[str, str]) -> list
 
 def causes(before: Night, after: Night) -> list[Cause]:
     """What differs between the nights either side of a change that a check can measure: the project's commits,
-    the images (their packages come with them), else the package sets: each whole where both nights kept theirs,
-    else the frameworks their version columns name."""
+    the images (their packages come with them), else the package sets (whole where both nights kept theirs, else the
+    frameworks their version columns name): each side pins the packages whose version moved at its night's version,
+    over the environment the check runs in (a package only one night had is named in the text, on neither side)."""
     found = []
     if before.commit and after.commit and before.commit != after.commit:
         found.append(Cause(COMMITS, (before.commit,), (after.commit,), f"{before.commit[:12]} -> {after.commit[:12]}"))
@@ -109,15 +117,12 @@ def causes(before: Night, after: Night) -> list[Cause]:
                                f"{before.image} -> {after.image}"))  # fmt: skip
         return found  # one night ran in no image: its packages cannot be rebuilt from the other's
     sets = before.packages(), after.packages()
-    if sets[0] is not None and sets[1] is not None:
-        moved = package_changes(*sets)
-        if moved:
-            found.append(Cause(PACKAGES, _pinned(sets[0]), _pinned(sets[1]), _listed(moved)))
-        return found
-    versions = before.framework_versions(), after.framework_versions()
-    moved = package_changes(*versions)
-    if moved and set(versions[0]) == set(versions[1]):
-        found.append(Cause(PACKAGES, _pinned(versions[0]), _pinned(versions[1]), _listed(moved)))
+    if sets[0] is None or sets[1] is None:
+        sets = before.framework_versions(), after.framework_versions()
+    moved = package_changes(*sets)
+    changed = {n for n in set(sets[0]) & set(sets[1]) if sets[0][n] != sets[1][n] and n not in NOT_PINNED}
+    if changed:  # each side: this environment with the packages that moved at that night's versions
+        found.append(Cause(PACKAGES, _pinned(sets[0], changed), _pinned(sets[1], changed), _listed(moved)))
     return found
 
 

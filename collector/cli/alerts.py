@@ -20,7 +20,6 @@ from stepwatch.collector.cli.arguments import (
     OneLineParser,
     add_analysis_arguments,
     add_db_argument,
-    add_environment_arguments,
     add_issue_argument,
     console,
     db_path,
@@ -92,7 +91,10 @@ def register(commands: Any) -> None:
     check.add_argument("--format", choices=FORMATS, default="table")
     check.add_argument("--out", help="also write the open alerts' report (markdown, or JSON) to this file")
     add_issue_argument(check)
-    add_environment_arguments(check)
+    check.add_argument("--fresh-environments", action="store_true",
+                       help="build a package check's environments from scratch (default: on this interpreter's "
+                       "packages, the ones that moved pinned at each night's version)")
+    check.add_argument("--pip-arg", action="append", default=[], help="extra pip install argument (repeatable)")
     add_db_argument(check)
     check.set_defaults(handler=run_verify)
     for name, status, needs_note in (
@@ -174,13 +176,13 @@ def run_verify(args: argparse.Namespace) -> int:
     report, and exit 1 while a regression that opens the issue (``--issue-on``) is open."""
     if args.night_budget < 0 or args.most < 0:
         raise UsageError("--night-budget and --most are 0 (none) or more")
-    # A nightly's trials setting may be 1 (a night's trials); a check's side needs two for an interval.
-    first = max(args.trials, 2)
+    # The project's trials setting is a night's (2, say); a check of two nights starts at a check's first look.
+    first = max(args.trials, TRIALS)
     plan = verify.Plan(
         Path.cwd(), sequential.Design.of(first, max(args.max_trials, first), verification.ALPHA), overrides(args),
         args.results,
         args.checks_db, execution.RunOptions(), args.aa, args.night_budget or None, args.most or None,
-        args.reuse_site_packages, tuple(args.pip_arg),
+        not args.fresh_environments, tuple(args.pip_arg),
     )  # fmt: skip
     db = db_path(args)
     hooks = TerminalHooks()

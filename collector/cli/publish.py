@@ -14,7 +14,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from stepwatch.collector.cli.arguments import add_db_argument, console, db_path
+from stepwatch.collector.cli.arguments import add_db_argument, add_issue_argument, console, db_path
 from stepwatch.collector.cli.exits import EXIT_OK
 from stepwatch.collector.cli.progress import TerminalHooks
 from stepwatch.collector.errors import UsageError
@@ -73,6 +73,7 @@ def register(commands: Any) -> None:
         "the project's settings: the night's budget, the checks' trials) and detect again: the exit code then says "
         "whether a regression that opens the issue (issue-on) is open",
     )  # fmt: skip
+    add_issue_argument(parser)
     add_db_argument(parser)
     parser.set_defaults(handler=run)
 
@@ -84,25 +85,25 @@ def _night(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)") from None
 
 
-def _detect(db: Path, report: str) -> int:
+def _detect(db: Path, report: str, issue_on: str) -> int:
     """``stepwatch detect`` on the store, with the project's settings, its markdown to ``report``."""
     from stepwatch.collector.cli import apply_project, build_parser
     from stepwatch.collector.cli.alerts import run_detect
     from stepwatch.collector.project import Project
 
-    argv = ["detect", "--format", "markdown", "--out", report, "--db", named(db)]
+    argv = ["detect", "--format", "markdown", "--out", report, "--db", named(db), "--issue-on", issue_on]
     parser = build_parser(argv)
     apply_project(parser, argv, Project.find())
     return run_detect(parser.parse_args(argv))
 
 
-def _verify(db: Path) -> None:
+def _verify(db: Path, issue_on: str) -> None:
     """``stepwatch alerts verify`` on the store, with the project's settings (its exit code is detect's, after)."""
     from stepwatch.collector.cli import apply_project, build_parser
     from stepwatch.collector.cli.alerts import run_verify
     from stepwatch.collector.project import Project
 
-    argv = ["alerts", "verify", "--db", named(db)]
+    argv = ["alerts", "verify", "--db", named(db), "--issue-on", issue_on]
     parser = build_parser(argv)
     apply_project(parser, argv, Project.find())
     args = parser.parse_args(argv)
@@ -179,12 +180,12 @@ def run(args: argparse.Namespace) -> int:
     code = EXIT_OK
     if args.alert:  # then detection again: its exit code and report say what is left open
         _triage(db, args.alert[0], args.alert[1], args.note)
-        code = _detect(db, args.report)
+        code = _detect(db, args.report, args.issue_on)
     elif db.exists():
-        code = _detect(db, args.report)
+        code = _detect(db, args.report, args.issue_on)
         if args.verify:  # the history nominated; the checks decide, and detection says what is left open
-            _verify(db)
-            code = _detect(db, args.report)
+            _verify(db, args.issue_on)
+            code = _detect(db, args.report, args.issue_on)
     if db.exists():
         history.save_alerts(db, str(tree / publish.ALERTS_FILE))
         write_page(db, tree / PAGE, None if args.alert else args.report, night_of(night.jobs, tree, args.push))

@@ -4,6 +4,7 @@ figures mean, what an ingest did, alerts as a table or markdown, and a query's r
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from collections.abc import Sequence
@@ -51,22 +52,27 @@ def _number(value: Any) -> str:
 
 
 def verified_text(alert: dict[str, Any]) -> str:
-    """What an alert's verifying check said (``stepwatch alerts verify``), in a line; '' where none ran yet."""
-    state = alert.get("verification")
+    """What an alert's verifying check said (``stepwatch alerts verify``), in a line; '' where none ran yet. A row of
+    a frame gives NaN where a column is empty: taken as empty."""
+
+    def given(name: str) -> Any:
+        value = alert.get(name)
+        return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+    state = given("verification")
     if not state:
         return ""
-    parts = [state]
-    if alert.get("verify_ratio") is not None:
-        shown = interval(alert.get("verify_ci_low"), alert.get("verify_ci_high"))
-        parts[0] += f" {percent(alert['verify_ratio'])} {shown}"
-    if alert.get("verify_aa"):
-        parts.append(f"A/A {alert['verify_aa']}")
-    if alert.get("verify_commit"):
-        parts.append(f"first slow commit {str(alert['verify_commit'])[:12]}")
-    if alert.get("verify_minutes") is not None:
-        parts.append(f"{alert['verify_minutes']:.1f} min")
-    if state in ("the machine's", "unverifiable") and alert.get("verify_note"):
-        parts.append(str(alert["verify_note"]))
+    parts = [str(state)]
+    if given("verify_ratio") is not None:
+        parts[0] += f" {percent(given('verify_ratio'))} {interval(given('verify_ci_low'), given('verify_ci_high'))}"
+    if given("verify_aa"):
+        parts.append(f"A/A {given('verify_aa')}")
+    if given("verify_commit"):
+        parts.append(f"first slow commit {str(given('verify_commit'))[:12]}")
+    if given("verify_minutes") is not None:
+        parts.append(f"{given('verify_minutes'):.1f} min")
+    if state in ("the machine's", "unverifiable") and given("verify_note"):
+        parts.append(str(given("verify_note")))
     return ", ".join(parts)
 
 

@@ -250,11 +250,11 @@ NIGHT_COLUMNS = tuple(dict.fromkeys((*VERSION_COLUMNS, "project_repository", "pa
 
 
 def change_nights(
-    con: duckdb.DuckDBPyConnection, series_key: str, suite_run_id: str
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The series' suite run before ``suite_run_id`` and that suite run itself, each as one mapping: every column
-    of NIGHT_COLUMNS (several values of one night joined with ', '), its other load and steal averaged, and its
-    suite_run_id. None for a night that is not there."""
+    con: duckdb.DuckDBPyConnection, series_key: str, suite_run_id: str, before: int = 1
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The series' ``before`` suite runs before ``suite_run_id`` (the nearest first) and that suite run itself, each
+    as one mapping: every column of NIGHT_COLUMNS (several values of one night joined with ', '), its other load and
+    steal averaged, and its suite_run_id. None for a change night that is not there."""
     present = [c for c in NIGHT_COLUMNS if queries.has_column(con, c)]
     shared = ", ".join(f"""string_agg(DISTINCT CAST("{c}" AS VARCHAR), ', ') AS "{c}" """ for c in present)
     loads = "".join(
@@ -265,16 +265,16 @@ def change_nights(
             f"""WITH nights AS (SELECT suite_run_id, min(started_at) AS night_at, {shared}{loads}
                             FROM runs WHERE series_key = ? GROUP BY suite_run_id),
                 changed AS (SELECT night_at FROM nights WHERE suite_run_id = ?)
-           (SELECT * FROM nights WHERE night_at < (SELECT night_at FROM changed) ORDER BY night_at DESC LIMIT 1)
+           (SELECT * FROM nights WHERE night_at < (SELECT night_at FROM changed) ORDER BY night_at DESC LIMIT ?)
            UNION ALL (SELECT * FROM nights WHERE suite_run_id = ?)""",
-            params=[series_key, suite_run_id, suite_run_id],
+            params=[series_key, suite_run_id, before, suite_run_id],
         )
         .to_arrow_table()
         .to_pylist()
     )
     after = next((r for r in rows if r["suite_run_id"] == suite_run_id), None)
-    before = next((r for r in rows if r["suite_run_id"] != suite_run_id), None)
-    return before, after
+    earlier = sorted((r for r in rows if r["suite_run_id"] != suite_run_id), key=lambda r: r["night_at"], reverse=True)
+    return earlier, after
 
 
 def one_row(con: duckdb.DuckDBPyConnection, series_key: str, suite_run_id: str) -> dict[str, Any] | None:

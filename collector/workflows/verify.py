@@ -135,9 +135,12 @@ class Verifier:
         left = self.minutes_left()
         return None if left is None else time.monotonic() + left * 60
 
-    def alert(self, alert: Mapping[str, Any], before: Mapping[str, Any] | None, after: Mapping[str, Any] | None,
+    def alert(self, alert: Mapping[str, Any], earlier: list[Mapping[str, Any]], after: Mapping[str, Any] | None,
               config_row: Mapping[str, Any] | None) -> Verified:  # fmt: skip
-        """Verify one alert from the nights either side of its change (``queries.change_nights``)."""
+        """Verify one alert from the nights either side of its change and those before (``records.change_nights``,
+        the nearest first): where the commits either side do not reproduce it, the check's baseline goes back to
+        the commit ``verification.WIDEN_NIGHTS`` nights earlier, and the bisect places the change."""
+        before = earlier[0] if earlier else None
         began = time.monotonic()
         alert_id, metric = int(alert["id"]), str(alert["metric"])
         check_id = uuid.uuid4().hex[:12]
@@ -169,8 +172,20 @@ class Verifier:
                 reasons.append(f"{cause.kind} {cause.text}: {error}")
                 lines.append(f"alert {alert_id}: {cause.sides()}: cannot check: {error}")
                 continue
-            checked.append((cause, result))
             lines.append(f"alert {alert_id}: {cause.sides()}: {result.text}, A/A {result.aa} -> {result.state}")
+            wider = _wider(cause, earlier) if result.state == records.NOT_REPRODUCED else None
+            if wider is not None:
+                try:
+                    again = self._check(wider, config, suite, metric, regression)
+                except (Unverifiable, RepositoryError) as error:
+                    lines.append(f"alert {alert_id}: {wider.sides()}: cannot check: {error}")
+                else:
+                    lines.append(f"alert {alert_id}: not there between the nights either side; from "
+                                 f"{verification.WIDEN_NIGHTS} nights earlier, {wider.sides()}: {again.text}, A/A "
+                                 f"{again.aa} -> {again.state}")  # fmt: skip
+                    if again.state != records.NOT_REPRODUCED:
+                        cause, result = wider, again
+            checked.append((cause, result))
             if cause.kind == COMMITS and result.state == records.REPRODUCED:
                 first_slow, said = self._bisect(cause, config, suite, metric, regression)
                 lines += [f"alert {alert_id}: {line}" for line in said]
@@ -270,6 +285,17 @@ class Verifier:
         return found, lines
 
 
+def _wider(cause: Cause, earlier: list[Mapping[str, Any]]) -> Cause | None:
+    """The commits check with its baseline ``verification.WIDEN_NIGHTS`` nights further back, where that night
+    ran another commit; else None."""
+    if cause.kind != COMMITS or len(earlier) < 2:
+        return None
+    back = earlier[min(verification.WIDEN_NIGHTS, len(earlier) - 1)].get("project_commit")
+    if not back or back == cause.baseline[0]:
+        return None
+    return Cause(COMMITS, (back,), cause.candidate, f"{back[:12]} -> {cause.candidate[0][:12]}")
+
+
 def _in_git(folder: Path) -> bool:
     try:
         worktrees.top(folder)
@@ -286,17 +312,18 @@ def verify(db: Path, ids: list[int] | None, plan: Plan, hooks: Hooks) -> list[Ve
         todo = records.alerts_by_id(con, ids)
         if not ids:
             todo = verification.picked(todo, plan.most)
-        work = [(a, *records.change_nights(con, a["series_key"], a["suite_run_id"]),
+        back = verification.WIDEN_NIGHTS + 1
+        work = [(a, *records.change_nights(con, a["series_key"], a["suite_run_id"], back),
                  records.one_row(con, a["series_key"], a["suite_run_id"])) for a in todo]  # fmt: skip
     verifier = Verifier(plan, hooks)
     done = []
-    for alert, before, after, row in work:
+    for alert, earlier, after, row in work:
         left = verifier.minutes_left()
         if left is not None and left <= 0:
             hooks.say(f"alert {alert['id']}: left for a later night (the night's verification budget is spent)")
             continue
         hooks.say(f"alert {alert['id']}: verifying {alert['ratio'] - 1:+.1%} from {str(alert['change_at'])[:10]}")
-        verified = verifier.alert(alert, before, after, row)
+        verified = verifier.alert(alert, earlier, after, row)
         with database.update(db) as con:
             records.record_verification(con, verified.alert_id, verified.found, datetime.now(UTC))
         done.append(verified)

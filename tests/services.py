@@ -123,3 +123,31 @@ def _boto_credentials() -> dict[str, str]:
 def environment(endpoint: str) -> dict[str, str]:
     """What a stepwatch process needs to reach the S3 server."""
     return {**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}
+
+
+@contextlib.contextmanager
+def chat_webhook() -> Iterator[tuple[str, list[dict]]]:
+    """A chat tool's incoming webhook on 127.0.0.1 (Slack's JSON): its address, and what was posted to it."""
+    import http.server
+    import json
+    import threading
+
+    posted: list[dict] = []
+
+    class Chat(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Chat)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hooks/team", posted
+    finally:
+        server.shutdown()
+        server.server_close()

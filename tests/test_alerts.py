@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import http.server
 import json
 import re
 import shutil
-import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import numpy as np
 
 from stepwatch.collector.store.database import StoreReader, delta_dir
 from tests.conftest import result_rows, stepwatch, write_results
+from tests.services import chat_webhook
 
 START = datetime(2026, 9, 1, 2, 0, tzinfo=UTC)
 
@@ -141,26 +140,11 @@ def test_a_newly_confirmed_regression_is_posted_once_to_a_webhook_and_a_webhook_
     """A chat tool's incoming webhook on 127.0.0.1: the confirmed step of series A is posted once (Slack's JSON),
     series B (flat, an A/A) is not named, a second detect posts nothing new; a webhook that refuses the connection
     is one note and the verdict stands; an address that is not http(s) is one line and exit 2."""
-    posted: list[dict] = []
-
-    class Chat(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Chat)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/hooks/team"
     rng = np.random.default_rng(11)
     results, db = tmp_path / "results", tmp_path / "store.duckdb"
     add_nights(results, range(40), lambda i: 1000.0 if i < 30 else 940.0, rng)
     ingest(results, db)
-    try:
+    with chat_webhook() as (url, posted):
         done = stepwatch("detect", "--db", str(db), "--webhook", url, "--issue-on", "confirmed")
         assert done.returncode == 1 and "posted 1 confirmed regression(s) to the webhook" in done.stderr, done.stderr
         [message] = posted
@@ -170,9 +154,6 @@ def test_a_newly_confirmed_regression_is_posted_once_to_a_webhook_and_a_webhook_
         assert "CPU B" not in message["text"]
         again = stepwatch("detect", "--db", str(db), "--webhook", url, "--issue-on", "confirmed")
         assert again.returncode == 1 and len(posted) == 1  # still open, said once
-    finally:
-        server.shutdown()
-        server.server_close()
     # A new step tonight, and the chat tool down: one note, the verdict stands.
     shutil.rmtree(results)
     add_nights(results, range(40, 45), lambda i: 800.0, rng)

@@ -23,6 +23,7 @@ from stepwatch.collector.output.runs import verified_text
 from stepwatch.collector.store import records
 from tests.conftest import commit, git, result_rows, stepwatch, write_results
 from tests.github import GitHub
+from tests.services import chat_webhook
 from tests.test_analysis import COLD_FIRST_NIGHT, LONE_AA, QUIET_POOL, TWO_HOSTS_STEP, judged_night_by_night, lone_night
 from tests.test_dashboard import render
 from tests.test_publish import nightly, sh, team_repository, with_issues
@@ -249,8 +250,13 @@ def test_a_slow_commit_between_two_nights_is_reproduced_bisected_to_its_commit_a
     [alert] = json.loads(detected.stdout)
     assert alert["status"] == "new" and alert["ratio"] < 0.93
 
-    done = stepwatch("alerts", "verify", "--db", str(db), "--format", "json", cwd=repo, timeout=900)
-    assert done.returncode == 1, done.stderr[-3000:]  # reproduced: the night fails
+    with chat_webhook() as (url, posted):
+        done = stepwatch("alerts", "verify", "--db", str(db), "--format", "json", "--webhook", url, cwd=repo,
+                         timeout=900)  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]  # reproduced: the night fails, and the chat hears it once
+    [message] = posted
+    assert message["text"].startswith("stepwatch: 1 reproduced training-speed regression(s) in throughput")
+    assert f"first slow commit {shas[2][:12]}" in message["text"], message["text"]
     [verified] = json.loads(done.stdout)
     assert verified["verification"] == records.REPRODUCED, verified["verify_note"]
     assert verified["verify_commit"] == shas[2], done.stderr[-3000:]  # the first slow commit

@@ -51,6 +51,10 @@ CONFIRM_ALPHA = 0.001
 KEEP = 0.05  # a change an earlier judgment confirmed stays confirmed on its night while p < this (and its size holds)
 MOVE_NIGHTS = 2  # a candidate this near a confirmed change is that change (and an alert's: alerts.MATCH_NIGHTS)
 NOMINATE_BEFORE = 2  # nights of a level a last night's nomination is judged against (``nominated``)
+# A nomination's trials lie beyond this share of the threshold: a check decides it, so the history may nominate on
+# less than it confirms on (benchmarks/detection.py --verify: a -10% step on two hosts 10% apart, named by its 3rd slow
+# night in 77% of histories at the whole threshold, 83% at half; quiet histories' checks cost a minute a night more).
+NOMINATE_SHARE = 0.5
 ORDER_SIGMAS = 4.0  # an ordered step's gap, in standard deviations of the trials since it (benchmarks/detection.py)
 
 
@@ -345,7 +349,8 @@ def detect_changes(
     logs_all = np.log(raw[valid])
     sigma = robust_sigma(logs_all)
     if math.isnan(sigma) or len(logs_all) < 2 * MIN_SIZE:  # too few nights for a level either side: a nomination
-        last = nominated(logs_all, night_trials if trials is not None else None, [], math.log1p(threshold))
+        last = nominated(logs_all, night_trials if trials is not None else None, [],
+                         math.log1p(threshold) * NOMINATE_SHARE)
         if not nominate or last is None:
             return Detection([], [], sigma)
         at, level, ratio = last
@@ -466,7 +471,7 @@ def detect_changes(
             )
         )
     settled = [start for start, (_, _, _, recent) in zip(starts, tested) if not recent]  # a suspected one may be wrong
-    last = nominated(logs, kept_trials, settled, band) if nominate else None
+    last = nominated(logs, kept_trials, settled, band * NOMINATE_SHARE) if nominate else None
     if last is not None and int(kept[last[0]]) not in {c.index for c in changes}:
         at, level, ratio = last
         night_index = int(kept[at])

@@ -18,10 +18,11 @@ from stepwatch.collector.schema import VERSION_COLUMNS
 from stepwatch.collector.store.records import INCONCLUSIVE as STILL_SUSPECTED
 from stepwatch.collector.store.records import MACHINE, NOT_REPRODUCED, REPRODUCED
 
-# A night's verifying checks spend alpha 0.01 each (over their looks), not a check's 0.05: a young history nominates a
-# few times a month, and each nomination that a check wrongly reproduces opens an issue (benchmarks/detection.py
-# --verify: about 2% of quiet histories at 0.05 on pooled hosts). A 10% step is still seen at 3 to 12 trials a side.
-ALPHA = 0.01
+# A night's verifying checks spend alpha 0.005 each (over their looks), not a check's 0.05: a young history nominates
+# several times a month, and each nomination that a check wrongly reproduces opens an issue (benchmarks/detection.py
+# --verify: 1.5% of quiet histories on a pool of hosts at 0.01, none at 0.005). A 10% step is still seen at 3 to 12
+# trials a side.
+ALPHA = 0.005
 COMMITS, PACKAGES, IMAGE = "commits", "packages", "image"
 # Where the check of the commits either side of a change does not reproduce it, its baseline goes this many nights
 # further back, and the bisect places it: the history may place a change up to that many nights late (a night on a fast

@@ -32,7 +32,7 @@ from stepwatch.collector.config import TRIALS
 from stepwatch.collector.errors import UsageError
 from stepwatch.collector.output import webhook
 from stepwatch.collector.output.comparison import bimodal_warning
-from stepwatch.collector.output.runs import show_alerts
+from stepwatch.collector.output.runs import show_alerts, verified_text
 from stepwatch.collector.output.text import plain_rows, series_label
 from stepwatch.collector.runner import execution
 from stepwatch.collector.store import database, history, records
@@ -46,10 +46,7 @@ def register(commands: Any) -> None:
     detect = commands.add_parser("detect", help="find change points in nightly history and record alerts")
     detect.add_argument("--where", help="which runs make up the history (default: all in the store)")
     detect.add_argument("--nights", type=int, default=alerts.DEFAULT_NIGHTS, help="nights per series to look at")
-    detect.add_argument(
-        "--webhook", default=os.environ.get(webhook.ENV) or None,
-        help=f"post a newly confirmed regression to this chat webhook (Slack-compatible JSON; default ${webhook.ENV})",
-    )  # fmt: skip
+    add_webhook_argument(detect, "with --issue-on confirmed, post a newly confirmed regression")
     add_analysis_arguments(detect, several_metrics=False, stored=True)
     add_issue_argument(detect)
     detect.set_defaults(handler=run_detect)
@@ -91,6 +88,7 @@ def register(commands: Any) -> None:
     check.add_argument("--format", choices=FORMATS, default="table")
     check.add_argument("--out", help="also write the open alerts' report (markdown, or JSON) to this file")
     add_issue_argument(check)
+    add_webhook_argument(check, "post a regression this run reproduced")
     check.add_argument("--fresh-environments", action="store_true",
                        help="build a package check's environments from scratch (default: on this interpreter's "
                        "packages, the ones that moved pinned at each night's version)")
@@ -107,6 +105,21 @@ def register(commands: Any) -> None:
         action.add_argument("--note", required=needs_note, help="why (kept with the alert)")
         add_db_argument(action)
         action.set_defaults(handler=run_set, new_status=status)
+
+
+def add_webhook_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--webhook", default=os.environ.get(webhook.ENV) or None,
+        help=f"{what} to this chat webhook (Slack-compatible JSON; default ${webhook.ENV})",
+    )  # fmt: skip
+
+
+def post(url: str, regressions: list[dict[str, Any]], fields: dict[str, dict], metric: metrics.Metric,
+         issue_on: str) -> None:  # fmt: skip
+    """Post regressions to the chat webhook; one note where it does not take them (the verdict stands)."""
+    why = webhook.post(url, regression_text(regressions, fields, metric, issue_on))
+    console.print(f"note: the webhook did not take the regression: {escape(why)}" if why else
+                  f"posted {len(regressions)} {issue_on} regression(s) to the webhook")  # fmt: skip
 
 
 def run_detect(args: argparse.Namespace) -> int:
@@ -145,10 +158,9 @@ def run_detect(args: argparse.Namespace) -> int:
             console.print(f"[yellow]{escape(warning)}[/yellow]")
     regressions = [a for a in open_alerts if pages(a, args.issue_on)
                    and worse(metric, scanned.fields.get(a["series_key"], {}), thresholds, a["ratio"])]  # fmt: skip
-    if regressions and args.webhook and counts["created"] + counts["confirmed"]:  # new tonight: said once
-        why = webhook.post(args.webhook, regression_text(regressions, scanned.fields, metric))
-        console.print(f"note: the webhook did not take the regression: {escape(why)}" if why else
-                      f"posted {len(regressions)} confirmed regression(s) to the webhook")  # fmt: skip
+    new_tonight = counts["created"] + counts["confirmed"]  # said once; a reproduced one is said by the check
+    if regressions and args.webhook and new_tonight and args.issue_on == "confirmed":
+        post(args.webhook, regressions, scanned.fields, metric, args.issue_on)
     suspected = [a for a in open_alerts if args.issue_on == "reproduced" and not a.get("verification")
                  and worse(metric, scanned.fields.get(a["series_key"], {}), thresholds, a["ratio"])]  # fmt: skip
     if suspected:
@@ -176,6 +188,8 @@ def run_verify(args: argparse.Namespace) -> int:
     report, and exit 1 while a regression that opens the issue (``--issue-on``) is open."""
     if args.night_budget < 0 or args.most < 0:
         raise UsageError("--night-budget and --most are 0 (none) or more")
+    if args.webhook:
+        webhook.check(args.webhook)  # before anything is measured
     # The project's trials setting is a night's (2, say); a check of two nights starts at a check's first look.
     first = max(args.trials, TRIALS)
     plan = verify.Plan(
@@ -199,6 +213,11 @@ def run_verify(args: argparse.Namespace) -> int:
     thresholds = overrides(args)
     regressions = [a for a in open_alerts if pages(a, args.issue_on)
                    and worse(metrics.get_metric(a["metric"]), a, thresholds, a["ratio"])]  # fmt: skip
+    tonight = {item.alert_id for item in done if item.found.verification == records.REPRODUCED}
+    fresh = [a for a in regressions if a["id"] in tonight]
+    if fresh and args.webhook and args.issue_on == "reproduced":  # each said once, as its check reproduced it
+        post(args.webhook, fresh, {a["series_key"]: a for a in fresh}, metrics.get_metric(fresh[0]["metric"]),
+             args.issue_on)  # fmt: skip
     if regressions:
         console.print(f"[red]{len(regressions)} {args.issue_on} regression(s)[/red]: triage with `stepwatch alerts "
                       "ack ID`")  # fmt: skip
@@ -212,15 +231,19 @@ def compare_url() -> str | None:
     return f"{server}/{repository}/compare" if server and repository else None
 
 
-def regression_text(regressions: list[dict[str, Any]], fields: dict[str, dict], metric: metrics.Metric) -> str:
-    """The webhook's message: one line per confirmed regression, its series, its change, when and what moved."""
-    lines = [f"stepwatch: {len(regressions)} confirmed training-speed regression(s) in {metric.label.lower()}"]
+def regression_text(regressions: list[dict[str, Any]], fields: dict[str, dict], metric: metrics.Metric,
+                    issue_on: str = "confirmed") -> str:  # fmt: skip
+    """The webhook's message: one line per regression, its series, its change, when and what moved, and what its
+    verifying check measured (with the first slow commit), where one ran."""
+    lines = [f"stepwatch: {len(regressions)} {issue_on} training-speed regression(s) in {metric.label.lower()}"]
     for alert in regressions:
         moved = alert.get("versions_changed")
         versions = ", ".join(f"{k} {' -> '.join(v)}" for k, v in json.loads(moved).items()) if moved else ""
         label = series_label(fields.get(alert["series_key"], {})) or alert["series_key"]
+        checked = verified_text(alert)
         lines.append(f"- {label}: {alert['ratio'] - 1:+.1%} from {str(alert['change_at'])[:10]}"
-                     + (f" ({versions})" if versions else "") + f", alert {alert['id']}")  # fmt: skip
+                     + (f" ({versions})" if versions else "") + f", alert {alert['id']}"
+                     + (f"; verified: {checked}" if checked else ""))  # fmt: skip
     return "\n".join(lines)
 
 

@@ -416,3 +416,19 @@ def test_a_package_set_that_cannot_be_installed_is_one_line_on_the_alert_which_s
     assert verified["verification"] == records.UNVERIFIABLE and verified["status"] == "new"
     note = verified["verify_note"]
     assert note.startswith("packages six 1.16.0 -> 999.0.0: cannot install six==999.0.0") and "\n" not in note, note
+
+
+def test_the_projects_settings_reach_alerts_verify_and_its_results_stay_its_own(tmp_path: Path) -> None:
+    """stepwatch.toml's night-budget, most, issue-on and max-trials are `alerts verify`'s options too (a command's
+    action is a command); its results are its own, never the nightly's."""
+    from stepwatch.collector.cli import apply_project, build_parser
+    from stepwatch.collector.project import Project
+
+    (tmp_path / "stepwatch.toml").write_text('trials = 2\nmax-trials = 8\nnight-budget = 15\nmost = 1\n'
+                                             'issue-on = "confirmed"\nresults = "stepwatch-results"\n')  # fmt: skip
+    argv = ["alerts", "verify"]
+    parser = build_parser(argv)
+    apply_project(parser, argv, Project.find(tmp_path))
+    args = parser.parse_args(argv)
+    assert (args.night_budget, args.most, args.issue_on, args.max_trials) == (15.0, 1, "confirmed", 8)
+    assert args.results == Path("data/verify") and args.trials == 2

@@ -552,17 +552,20 @@ SMOKE_TRIAL_MINUTES = 0.25  # a smoke-suite trial on 2 CPU cores (start-up inclu
 def verify_check(rng: np.random.Generator, true_log: float, noise: Callable, regression: bool) -> tuple[str, int]:
     """A verifying check modelled as ``check.measure`` runs one: both sides' trials interleaved on one runner (the
     shape's trial noise, no night offset: the same host for both), looks of 3, 5, 8 and 12 trials per side, each at
-    verification.ALPHA / 4, stopping once decided; the verdict as ``stats.judge`` gives it. Returns the alert's state
-    (as ``verification.state_of``) and the trials per side it ran."""
+    verification.ALPHA / 4, stopping once decided; the verdict as ``stats.judge`` gives it, beside its A/A's (a
+    reproduced change whose A/A raised an alarm is undecided: ``verification.trusted``). Returns the alert's state
+    and the trials per side it ran."""
     design = sequential.Design.of(3, sequential.MAX_TRIALS, verification.ALPHA)
-    a = noise(rng, (design.looks[-1],))
+    a, aa = noise(rng, (design.looks[-1],)), noise(rng, (design.looks[-1],))
     b = true_log + noise(rng, (design.looks[-1],))
     for n in design.looks:
-        [(_, _, said)] = stats.judge([(stats.Side.of_logs(a[:n]), stats.Side.of_logs(b[:n]))], [THRESHOLD], [True],
-                                     alpha=design.level)  # fmt: skip
+        (_, _, said), (_, _, quiet) = stats.judge(
+            [(stats.Side.of_logs(a[:n]), stats.Side.of_logs(b[:n])), (stats.Side.of_logs(a[:n]),
+             stats.Side.of_logs(aa[:n]))], [THRESHOLD] * 2, [True] * 2, alpha=design.level,
+        )  # fmt: skip
         if said != "inconclusive":
             break
-    return verification.state_of(said, regression), n
+    return verification.trusted(verification.state_of(said, regression), verification.aa_text(quiet)), n
 
 
 def verify_history(job: tuple[str, float, int, int]) -> tuple[str, float, dict[str, float]]:
@@ -575,7 +578,8 @@ def verify_history(job: tuple[str, float, int, int]) -> tuple[str, float, dict[s
     An issue opens on a reproduced regression (after) or a confirmed one (before: the history alone)."""
     shape, step, series, seed = job
     rng = np.random.default_rng([seed, list(VERIFY_SHAPES).index(shape), int(-step * 100)])
-    hosts, noise = VERIFY_SHAPES[shape]
+    checks = np.random.default_rng([seed, list(VERIFY_SHAPES).index(shape), int(-step * 100), 1])  # apart: the same
+    hosts, noise = VERIFY_SHAPES[shape]  # histories whatever the checks draw
     drift = math.log(0.997) if shape.startswith("drift") else 0.0
     suite = shape.startswith("8 series")
     quiet_issue = quiet_before = by2 = by3 = named = before_by6 = 0
@@ -605,7 +609,7 @@ def verify_history(job: tuple[str, float, int, int]) -> tuple[str, float, dict[s
                     """A check of night ``base``'s commit against night ``head``'s; its cost added."""
                     nonlocal spent
                     moved = step if step and base < NIGHTLY_AT <= head else 0.0
-                    state, n = verify_check(rng, math.log1p(moved) + drift * (head - base), noise, True)
+                    state, n = verify_check(checks, math.log1p(moved) + drift * (head - base), noise, True)
                     spent += (3 if aa else 2) * n * SMOKE_TRIAL_MINUTES  # both sides, and the A/A
                     return state
 

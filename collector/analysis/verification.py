@@ -170,6 +170,12 @@ def state_of(verdict: str, regression: bool) -> str:
     return STILL_SUSPECTED  # inconclusive, failed, missing
 
 
+def trusted(state: str, aa: str) -> str:
+    """A check's state beside its A/A (``aa_text``): a reproduced change whose A/A raised an alarm of its own is
+    undecided, since the runner raised one where nothing changed."""
+    return STILL_SUSPECTED if state == REPRODUCED and aa.startswith("raised") else state
+
+
 def combined(states: Sequence[str]) -> str:
     """One state of an alert from its checks' (one per cause): reproduced where any check reproduced it, not
     reproduced where every check said so, else still suspected; with no cause, the machine's."""

@@ -225,9 +225,9 @@ class Verifier:
             done = check.measure([config], self.plan.design, suite, envs, self.plan.results, self.plan.options,
                                  self.plan.db, asked, self.hooks, label=f"{cause.kind}: ", deadline=self._deadline(),
                                  budget_minutes=self.minutes_left())  # fmt: skip
-        row = _row_of(done, metric)
+        row, aa = _row_of(done, metric), _aa_of(done, metric)
         state = verification.state_of(row.verdict, regression) if row else records.INCONCLUSIVE
-        return _Checked(state, row, _aa_of(done, metric), (time.monotonic() - began) / 60, _interval(row))
+        return _Checked(verification.trusted(state, aa), row, aa, (time.monotonic() - began) / 60, _interval(row))
 
     def _commits(self, base: str, head: str, config: BenchmarkConfig, suite: str, metric: str,
                  aa: bool | None = None) -> check.Measured:  # fmt: skip

@@ -38,6 +38,7 @@ DECIDED = (
 # What the host decides, filled or not: its software, its machine's state, its price and where it ran.
 HOST = (
     *VERSION_COLUMNS, "host", "os", "accelerator", "cpu_model", "cpu_cores", "host_memory_bytes", "container_image",
+    "package_set",
     "runner_label", "xla_flags", "tf_env", "accelerator_memory_bytes", "compute_capability", "stepwatch_git_sha",
     "project_repository", "project_commit", "project_dirty", "throttled", "shared", "machine_note", "cpu_freq_mhz",
     "cpu_governor", "cpu_throttled_s", "host_other_cpu", "host_steal_cpu", "price_key", "price_per_device_hour",

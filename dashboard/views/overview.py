@@ -54,6 +54,7 @@ selection = Selection.of(accelerator=picked_accelerators, device=picked_devices,
 overrides = load_overrides()
 table = data.load("overview", selection, metric_name, overrides)
 open_alerts = data.load("alerts", records.OPEN, None)
+open_alerts["verified"] = [verified_text(a) for a in open_alerts.to_dict("records")] if len(open_alerts) else ""
 worse_ones = latest.worse_alerts(open_alerts, overrides)  # a change in its metric's worse direction
 confirmed = open_alerts[worse_ones & (open_alerts["status"] == records.CONFIRMED)]
 changed = open_alerts[~worse_ones]
@@ -180,8 +181,6 @@ if len(flagged):
         "verdicts may be the machine's, not the software's (the machine column)."
     )
 alert_columns = ["id", "model", "accelerator", "metric", "change_at", "ratio", "versions_changed", "verified"]
-open_alerts["verified"] = [verified_text(a) for a in open_alerts.to_dict("records")] if len(open_alerts) else []
-confirmed = open_alerts.loc[confirmed.index] if len(confirmed) else confirmed
 if len(confirmed):
     st.subheader("Confirmed regressions")
     st.dataframe(confirmed[alert_columns], hide_index=True)

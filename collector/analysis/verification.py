@@ -8,8 +8,9 @@ No I/O: the nights come in as mappings of what their rows recorded, the checks a
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from stepwatch.collector.analysis.changepoints import MOVE_NIGHTS
@@ -47,7 +48,7 @@ class Night:
 
     suite_run_id: str
     fields: Mapping[str, Any]  # every column of VERSION_COLUMNS and MACHINE_COLUMNS, project_repository, package_set
-    others: Mapping[str, float] = None  # type: ignore[assignment]  # the night's other-load and steal, averaged
+    others: Mapping[str, float] = field(default_factory=dict)  # the night's other load and steal, averaged
 
     @property
     def commit(self) -> str | None:
@@ -149,7 +150,7 @@ def machine_text(before: Night, after: Night) -> str:
             continue
         parts.append(f"{name} {a}" if a == b else f"{name} {a} -> {b}")
     for name in ("other load", "steal"):
-        a, b = ((night.others or {}).get(name) for night in (before, after))
+        a, b = (night.others.get(name) for night in (before, after))
         if a is not None or b is not None:
             parts.append(f"{name} {_cores(a)} -> {_cores(b)} cores")
     return "; ".join(parts) or "the rows name no host"
@@ -209,8 +210,6 @@ def picked(alerts: Sequence[Mapping[str, Any]], most: int | None) -> list[Mappin
 
 
 def _log(ratio: float | None) -> float:
-    import math
-
     return math.log(ratio) if ratio and ratio > 0 else 0.0
 
 

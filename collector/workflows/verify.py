@@ -123,7 +123,7 @@ class Verifier:
     def __init__(self, plan: Plan, hooks: Hooks) -> None:
         self.plan, self.hooks = plan, hooks
         self.started = time.monotonic()
-        self.repo = worktrees.top(plan.repo) if (plan.repo / ".git").exists() or _in_git(plan.repo) else None
+        self.repo = _top(plan.repo)
         self.project = plan.repo.resolve().relative_to(self.repo.resolve()) if self.repo else Path(".")
 
     def minutes_left(self) -> float | None:
@@ -296,12 +296,12 @@ def _wider(cause: Cause, earlier: list[Mapping[str, Any]]) -> Cause | None:
     return Cause(COMMITS, (back,), cause.candidate, f"{back[:12]} -> {cause.candidate[0][:12]}")
 
 
-def _in_git(folder: Path) -> bool:
+def _top(folder: Path) -> Path | None:
+    """The top folder of the git repository ``folder`` is in, or None outside one."""
     try:
-        worktrees.top(folder)
+        return worktrees.top(folder)
     except RepositoryError:
-        return False
-    return True
+        return None
 
 
 def verify(db: Path, ids: list[int] | None, plan: Plan, hooks: Hooks) -> list[Verified]:

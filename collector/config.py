@@ -143,6 +143,11 @@ class BenchmarkConfig:
         help="off,on: the framework's deterministic kernels (TensorFlow's op determinism, torch's deterministic "
         "algorithms, XLA's deterministic GPU ops), which can be slower; numerics verdicts are then bitwise",
     )  # fmt: skip
+    # A result another tool measured (``stepwatch ingest`` of its output, collector/imports): the format it came in,
+    # its metric as the tool names it, and which way is better. Empty for what stepwatch measured itself.
+    imported_from: str = _field("", series=True, added=True, repro=False)
+    imported_metric: str = _field("", series=True, added=True, repro=False)
+    imported_better: str = _field("", series=True, added=True, repro=False, choices=("", "higher", "lower"))
     steps: int = _field(100, flag="--steps", help="measured steps after warm-up")
     warmup_steps: int = _field(20, flag="--warmup", help="warm-up steps, excluded (>= 2 windows)")
     window_steps: int = _field(10, flag="--window", help="steps between two device syncs")
@@ -156,8 +161,8 @@ class BenchmarkConfig:
 
     @property
     def workload(self) -> Kind:
-        """What this config runs: a bundled model, a model of yours or a script of yours (``trainers.workload``)."""
-        return kind_of(self.model)
+        """What this config runs: a bundled model, a model or script of yours, another tool's result (``Kind``)."""
+        return Kind.IMPORTED if self.imported_from else kind_of(self.model)
 
     @property
     def compile_word(self) -> str:
@@ -198,6 +203,8 @@ class BenchmarkConfig:
         """Human-readable one-liner for progress and tables; any other series field off its default is added as
         ``field=value``, so two series never share a label."""
         devices = f"{self.device}x{self.num_devices}" if self.num_devices > 1 else self.device
+        if self.workload is Kind.IMPORTED:  # named as its tool names it
+            return " ".join(w for w in (self.model, self.preset, self.imported_metric, f"({self.imported_from})") if w)
         if self.workload is Kind.SCRIPT:  # what a script runs with is in its arguments, not in the matrix's words
             words = (" ".join(filter(None, (self.model, self.script_args))), devices, self.keras_backend)
             extra = [f"nproc={self.nproc}"] if self.nproc != 1 else []
@@ -353,21 +360,16 @@ def _validate_keras_backend(config: BenchmarkConfig) -> None:
     if config.loop == "ctl":
         raise ConfigError(f"loop 'ctl' is a TensorFlow custom loop (tf.function); keras_backend {name} runs fit")
     if config.data != "synthetic":
-        raise ConfigError(
-            f"data {config.data!r} is a tf.data host pipeline; keras_backend {name} feeds synthetic device arrays"
-        )
+        raise ConfigError(f"data {config.data!r} is a tf.data host pipeline; keras_backend {name} feeds synthetic "
+                          "device arrays")  # fmt: skip
     if config.strategy == "multi-worker":
         raise ConfigError(f"strategy multi-worker is TensorFlow's MultiWorkerMirroredStrategy; not on {name}")
     if name == "jax" and config.threads not in (THREADS_DEFAULT, THREADS_AUTO):
-        raise ConfigError(
-            f"threads {config.threads!r}: JAX has no supported setting for its CPU threads (jax-ml/jax#1539); "
-            "use default or auto"
-        )
+        raise ConfigError(f"threads {config.threads!r}: JAX has no supported setting for its CPU threads "
+                          "(jax-ml/jax#1539); use default or auto")  # fmt: skip
     if name == "torch" and config.loop != "pytorch" and (config.num_devices != 1 or config.device == "tpu"):
-        raise ConfigError(
-            "keras_backend torch runs one CPU or GPU: released Keras has no multi-device torch training "
-            "(keras.distribution is JAX-only) and no torch TPU support"
-        )
+        raise ConfigError("keras_backend torch runs one CPU or GPU: released Keras has no multi-device torch training "
+                          "(keras.distribution is JAX-only) and no torch TPU support")  # fmt: skip
 
 
 # What a script decides itself (its batch, precision and compilation are in its code and arguments): a script

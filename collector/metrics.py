@@ -30,6 +30,7 @@ class Metric:
     headline: bool = False  # one of the few figures a run shows first (the Run page's tiles, `run`'s summary)
     deterministic: bool = False  # the same for every trial of one program and stack: compared exactly
     follows: bool = False  # judged in every comparison whose rows have it, beside the metrics asked for
+    per_series: bool = False  # which way is better is each series' own (an imported result's), not the metric's
 
     @property
     def heading(self) -> str:
@@ -47,6 +48,7 @@ class Metric:
         return f"{shown:,.{digits}f} {unit}".rstrip()
 
 
+IMPORTED_METRIC = "imported_value"  # what another tool measured, in its unit (collector/imports)
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
@@ -55,6 +57,9 @@ METRICS: dict[str, Metric] = {
             "units_per_sec", "Throughput in the model's unit", "{unit}/s", True, 0.03, short="throughput", headline=True
         ),
         Metric("examples_per_sec_per_device", "Throughput per device", "examples/s", True, 0.03),
+        # A result another tool measured (collector/imports), in its own unit: which way is better is the series'
+        # own (``imported_better``), and timing microbenchmarks move more from run to run than a training step.
+        Metric(IMPORTED_METRIC, "Imported result", "{unit}", True, 0.05, short="result", per_series=True),
         Metric("step_time_p50_s", "Step time (median)", "ms", False, 0.03, 1000.0, "step p50", True),
         Metric("step_time_p90_s", "Step time (p90)", "ms", False, 0.05, 1000.0),
         Metric("compile_s", "Compile / first step time", "s", False, 0.15, short="compile", headline=True),

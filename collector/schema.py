@@ -50,7 +50,9 @@ SYNTHETIC_SOURCE = "synthetic-test-data"  # the ``source`` of generated rows, wh
 # unchanged), the attention kernel that ran (attention_kernel; earlier rows have none), and precision fp8. 11: experts,
 # a series dimension (earlier rows ran auto; keys unchanged), and the experts kernel that ran (or none). 12: routing
 # balance of a model with experts (collector.trial.routing): routing_max_load, routing_idle_experts; earlier rows none.
-SCHEMA_VERSION = 12
+# 13: results another tool measured (collector/imports): imported_from, imported_metric and imported_better, series
+# dimensions (earlier rows are stepwatch's own: empty; keys unchanged), and imported_value.
+SCHEMA_VERSION = 13
 KERNELS = {"attention": "attention_kernel", "experts": "experts_kernel"}  # the kernels a row records, by kind
 _F64, _I64, _STR, _BOOL = pa.float64(), pa.int64(), pa.string(), pa.bool_()
 _TS = pa.timestamp("us", tz="UTC")
@@ -117,8 +119,10 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("learning_rate", _F64, "config"),
     ("timeout_s", _F64, "config"),
     ("seed", _I64, "config"),
+    *((name, _STR, "config") for name in ("imported_from", "imported_metric", "imported_better")),  # another tool's
     ("examples_per_sec", _F64, "metrics"),
     ("examples_per_sec_per_device", _F64, "metrics"),
+    ("imported_value", _F64, "metrics"),  # an imported result's value of its own metric, in its unit (``unit``)
     ("unit", _STR, "metrics"),
     ("units_per_example", _I64, "metrics"),
     ("units_per_sec", _F64, "metrics"),
@@ -453,9 +457,11 @@ def conform(table: pa.Table) -> pa.Table:
 
 
 # What an "ok" row must hold: these throughput, step-time and duration columns positive and finite (a null is
-# allowed where the measurement does not exist, except in the first), every judged metric finite.
+# allowed where the measurement does not exist), one of PRESENT_WHEN_OK (what stepwatch measured, or what another
+# tool did), every judged metric finite.
 POSITIVE_WHEN_OK = (
     "examples_per_sec",
+    "imported_value",
     "wall_s",
     "examples_per_sec_per_device",
     "units_per_sec",
@@ -466,12 +472,12 @@ POSITIVE_WHEN_OK = (
     "compile_s",
     "startup_s",
 )
-PRESENT_WHEN_OK = POSITIVE_WHEN_OK[:1]
+PRESENT_WHEN_OK = POSITIVE_WHEN_OK[:2]
 # Two rows with one run_id are the same measurement when these agree; anything else about a run (extras, derived
 # and environment columns) may be filled differently by a migration and is not compared.
 IDENTITY_COLUMNS = (
     "suite_run_id", "config_key", "trial", "label", "status", "started_at", "finished_at", "wall_s",
-    "examples_per_sec", "step_time_p50_s", "first_loss", "final_loss", "peak_memory_bytes",
+    "examples_per_sec", "step_time_p50_s", "first_loss", "final_loss", "peak_memory_bytes", "imported_value",
 )  # fmt: skip
 
 
@@ -487,16 +493,18 @@ def hostile_values(table: pa.Table) -> list[str | None]:
         bad = pc.invert(pc.fill_null(pc.is_finite(values), True))
         if name in POSITIVE_WHEN_OK:
             bad = pc.or_(bad, pc.fill_null(pc.less_equal(values, 0), False))
-        if name in PRESENT_WHEN_OK:
-            bad = pc.or_(bad, pc.is_null(values))
         checks[name] = pc.and_(ok, bad)
         bad_any = pc.or_(bad_any, checks[name])
+    absent = pc.and_(ok, functools.reduce(pc.and_, (pc.is_null(table.column(n)) for n in PRESENT_WHEN_OK)))
+    checks[" or ".join(PRESENT_WHEN_OK)] = absent
+    bad_any = pc.or_(bad_any, absent)
     reasons: list[str | None] = [None] * table.num_rows
     for i in np.flatnonzero(bad_any.to_numpy(zero_copy_only=False)):
         found = [name for name, bad in checks.items() if bad[i].as_py()]
-        reasons[i] = "; ".join(f"{name} is {table.column(name)[i].as_py()!r}" for name in found).replace(
-            "is None", "is missing"
-        )
+        reasons[i] = "; ".join(
+            f"{name} is {table.column(name)[i].as_py()!r}" if name in table.column_names else f"{name} is missing"
+            for name in found
+        ).replace("is None", "is missing")
     return reasons
 
 
@@ -507,8 +515,8 @@ def hostile_sql() -> str:
     terms = []
     for name in dict.fromkeys((*POSITIVE_WHEN_OK, *judged)):
         bad = [f'NOT isfinite(CAST("{name}" AS DOUBLE))'] + ([f'"{name}" <= 0'] if name in POSITIVE_WHEN_OK else [])
-        term = f"coalesce({' OR '.join(bad)}, false)"
-        terms.append(f'({term} OR "{name}" IS NULL)' if name in PRESENT_WHEN_OK else term)
+        terms.append(f"coalesce({' OR '.join(bad)}, false)")
+    terms.append("(" + " AND ".join(f'"{name}" IS NULL' for name in PRESENT_WHEN_OK) + ")")
     return f"(coalesce(status = 'ok', false) AND ({' OR '.join(terms)}))"
 
 

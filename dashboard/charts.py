@@ -126,7 +126,8 @@ def history(
     frame = points.sort_values("night").copy()
     frame["series"] = series_names(frame)
     scale = 1.0 if normalised_to else metric.scale
-    unit = "x baseline" if normalised_to else metric.unit.replace("{unit}", "units")
+    units = frame["unit"].dropna().unique() if "unit" in frame else []  # the series' own (an imported result's)
+    unit = "x baseline" if normalised_to else metric.unit.replace("{unit}", units[0] if len(units) == 1 else "units")
     fig, panels, columns = _panels(frame, facet, wrap=3)
     rows = -(-len(panels) // columns)
     # Every line named by what tells it apart (the dimensions that vary, the facet's aside), coloured by
@@ -143,8 +144,8 @@ def history(
     symbols = _styles(frame, others[1] if len(others) > 1 else None, SYMBOLS)
     traces, at_rows, at_cols = [], [], []
     for key, one in frame.groupby("series_key", sort=False):
-        group = str(one[color].iloc[0])
-        panel = panels.index(str(one[facet].iloc[0])) if facet else 0
+        group = one[color].astype(str).iloc[0]  # as the colours were keyed (an empty dimension is one value too)
+        panel = panels.index(one[facet].astype(str).iloc[0]) if facet else 0
         first = one.iloc[0]
         traces.append(
             go.Scatter(

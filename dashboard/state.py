@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from stepwatch.collector.config import FORMER_NAMES
-from stepwatch.collector.store.selection import LINK_VALUE_MAX, Selection
+from stepwatch.collector.store.selection import LINK_VALUE_MAX, NOT_RECORDED, Selection
 
 FORMER_KEYS = {name: old for old, name in FORMER_NAMES.items()}  # links made before a field was renamed
 
@@ -67,17 +67,25 @@ def series_picks(catalog: pd.DataFrame) -> tuple[dict[str, list], dict[str, list
     rather than every precision's (the browser draws a line in several ms: docs/reference.md, "Dashboard
     figures")."""
     options = {
-        "model": sorted(catalog["model"].unique()),
-        "accelerator": sorted(catalog["accelerator"].dropna().unique()),
-        "precision": sorted(catalog["precision"].unique()),
-        "xla": XLA,
+        "model": choices(catalog["model"]),
+        "accelerator": choices(catalog["accelerator"]),
+        "precision": choices(catalog["precision"]),
+        "xla": XLA + ([NOT_RECORDED] if catalog["xla"].isna().any() else []),
     }
     picked = {key: many(key, options[key], options[key][:1]) for key in ("model", "accelerator")}
     theirs = catalog[catalog["model"].isin(picked["model"]) & catalog["accelerator"].isin(picked["accelerator"])]
     last = list(theirs.sort_values("last_at", na_position="first")["precision"].iloc[-1:]) or options["precision"][:1]
     picked["precision"] = many("precision", options["precision"], last)
-    picked["xla"] = many("xla", XLA, XLA)
+    picked["xla"] = many("xla", options["xla"], options["xla"])
     return options, picked, theirs
+
+
+def choices(values: pd.Series) -> list:
+    """A filter's options: the values a dimension has, sorted, and NOT_RECORDED where some series have none (an
+    imported result whose tool did not record it)."""
+    found = values.dropna()
+    empty = found.astype(str) == ""
+    return sorted(found[~empty].unique()) + ([NOT_RECORDED] if values.isna().any() or empty.any() else [])
 
 
 def filters(where: Any = None, label: str = "Filters") -> Any:
@@ -113,7 +121,7 @@ def series_filters(box: Any, options: dict[str, list], picked: dict[str, list]) 
 
 def series_selection(picked: dict[str, list]) -> Selection:
     """The series the four filters pick (XLA's "off"/"on" as the store's booleans)."""
-    return Selection.of(**{**picked, "xla": [v == "on" for v in picked["xla"]]})
+    return Selection.of(**{**picked, "xla": [v if v == NOT_RECORDED else v == "on" for v in picked["xla"]]})
 
 
 def series_said(options: dict[str, list], picked: dict[str, list]) -> list[tuple[str, list, list]]:

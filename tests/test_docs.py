@@ -10,7 +10,8 @@ import pytest
 
 from tests.conftest import REPO
 
-DOCS = [REPO / "README.md", REPO / "docs" / "reference.md", REPO / "data" / "reference" / "README.md"]
+DOCS = [REPO / "README.md", REPO / "docs" / "reference.md", REPO / "data" / "reference" / "README.md",
+        *sorted((REPO / "docs" / "imports").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 

@@ -25,11 +25,12 @@ class Kind(StrEnum):
     BUNDLED = "bundled"
     FUNCTION = "function"
     SCRIPT = "script"
+    IMPORTED = "imported"  # a result another tool measured: stepwatch only reads it (collector/imports)
 
     @property
     def yours(self) -> bool:
         """Code of the user's: hashed into every row, named in its failures, run with the suite's defaults."""
-        return self is not Kind.BUNDLED
+        return self not in (Kind.BUNDLED, Kind.IMPORTED)
 
 
 def kind_of(name: str) -> Kind:

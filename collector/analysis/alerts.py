@@ -19,7 +19,7 @@ import pandas as pd
 
 from stepwatch.collector.analysis import changepoints, latest, noise, stats
 from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for
-from stepwatch.collector.metrics import Metric
+from stepwatch.collector.metrics import DEFAULT_METRIC, IMPORTED_METRIC, Metric
 from stepwatch.collector.schema import VERSION_COLUMNS
 from stepwatch.collector.store import queries, records
 from stepwatch.collector.store.records import CONFIRMED, FALSE_POSITIVE, NEW, OPEN, AlertChange
@@ -109,6 +109,14 @@ def scan(
     values = queries.trial_values(con, list(seen), metric.name, noise.NOISE_TRIALS)
     noises = noise.noises_of(values, ordered=True)  # newest first: a step in its history is no bimodality
     return Scan(found, seen, outliers, noises, {key: fields.get(key, {}) for key in seen})
+
+
+def headline_metric(con: duckdb.DuckDBPyConnection) -> str:
+    """The metric a command judges when none is named: throughput, or where the store holds only imported results
+    (another tool's, each in its own metric), their value."""
+    found = con.execute("SELECT DISTINCT imported_from <> '' FROM series").fetchall()
+    kinds = {bool(imported) for (imported,) in found}
+    return IMPORTED_METRIC if kinds == {True} else DEFAULT_METRIC
 
 
 def record(con: duckdb.DuckDBPyConnection, result: Scan, metric: str, now: datetime) -> dict[str, int]:

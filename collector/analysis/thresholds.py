@@ -66,7 +66,7 @@ def load_overrides(path: Path | None = None) -> list[Override]:
             raise MetricError(f"{origin}: threshold {threshold} must be a fraction between 0 and 1 (0.05 = 5%)")
         if better is not None and better not in BETTER:
             raise MetricError(f"{origin}: better {better!r} is not one of {', '.join(BETTER)}")
-        if better is not None and not metric.deterministic:
+        if better is not None and not (metric.deterministic or metric.per_series):
             own = "higher" if metric.higher_is_better else "lower"
             raise MetricError(f"{origin}: better is declared for counters of the compiled step only; {metric.name} is "
                               f"{own} is better")  # fmt: skip
@@ -98,7 +98,11 @@ def worse(metric: Metric, series: Mapping[str, Any], overrides: list[Override], 
 
 def direction_for(metric: Metric, series: Mapping[str, Any], overrides: list[Override]) -> bool | None:
     """Whether higher is better for this series and metric: the metric's own direction for a timed metric; for a
-    counter, the last matching override's declared one, else None (a change is only "changed")."""
+    counter, the last matching override's declared one, else None (a change is only "changed"); for a metric whose
+    direction is each series' own (an imported result), the series' (``imported_better``), else None."""
+    if metric.per_series:
+        better = series.get("imported_better") or _last(metric, series, overrides, "better")
+        return None if not better else better == "higher"
     if not metric.deterministic:
         return metric.higher_is_better
     better = _last(metric, series, overrides, "better")

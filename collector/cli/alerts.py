@@ -127,12 +127,12 @@ def run_detect(args: argparse.Namespace) -> int:
     picked = selection(args, args.where)
     if args.webhook:
         webhook.check(args.webhook)  # before anything is recorded
-    metric = metrics.get_metric(args.metric)
     thresholds = overrides(args)
     if args.nights < 2 * changepoints.MIN_SIZE:
         raise UsageError(f"--nights must be at least {2 * changepoints.MIN_SIZE}")
     db = db_path(args)
     with database.open_store(db) as reader:
+        metric = metrics.get_metric(args.metric or alerts.headline_metric(reader.connection()))
         nominate = args.issue_on == "reproduced"  # a check decides: the history may nominate on its last night
         scanned = alerts.scan(reader.connection(), picked, metric, thresholds, args.nights, nominate)
     with database.update(db) as con:

@@ -244,8 +244,9 @@ def add_analysis_arguments(
         )  # fmt: skip
     else:
         parser.add_argument(
-            "--metric", default=metrics.DEFAULT_METRIC, choices=tuple(metrics.METRICS), metavar="METRIC",
-            help=f"default {metrics.DEFAULT_METRIC}: {names}",
+            "--metric", choices=tuple(metrics.METRICS), metavar="METRIC",
+            help=f"default {metrics.DEFAULT_METRIC}, or {metrics.IMPORTED_METRIC} for a store of imported results "
+            f"alone: {names}",
         )  # fmt: skip
     parser.add_argument("--format", choices=FORMATS, default="table")
     parser.add_argument("--out", help="also write the report (markdown, or JSON with --format json) to this file")

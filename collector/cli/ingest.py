@@ -8,20 +8,39 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
+from stepwatch.collector import imports
 from stepwatch.collector.cli.arguments import DEFAULT_OUT, add_db_argument, console, db_path
 from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_OK
 from stepwatch.collector.cli.progress import TerminalHooks
 from stepwatch.collector.errors import UsageError
+from stepwatch.collector.imports.rows import BETTER
 from stepwatch.collector.store import objectstore
 from stepwatch.collector.store.files import DB_ENV, SYNTHETIC_DB
 from stepwatch.collector.workflows.hooks import ingest_into
 
+IMPORTED_DIR = Path("data/imported")  # another tool's output, as result rows (what a store is rebuilt from)
+
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser("ingest", help="load result parquet into the DuckDB store")
-    parser.add_argument("sources", nargs="*", help="folders, files or s3:// / gs:// prefixes (default data/results)")
+    parser = commands.add_parser(
+        "ingest", help="load result parquet, or another tool's benchmark output, into the DuckDB store"
+    )
+    parser.add_argument(
+        "sources", nargs="*",
+        help="folders, files or s3:// / gs:// prefixes (default data/results); a file or folder of another tool's "
+        f"output is imported ({imports.known()})",
+    )  # fmt: skip
     add_recursive_argument(parser)
     add_db_argument(parser)
+    parser.add_argument("--format", choices=tuple(imports.FORMATS), help="the format of every source (default: each "
+                        "file's, from its content)")  # fmt: skip
+    parser.add_argument("--better", choices=BETTER, help="which way is better for imported results whose format "
+                        "does not say (a track_ benchmark's, a custom metric's)")  # fmt: skip
+    parser.add_argument("--commit", help="the commit of imported results whose format records none")
+    parser.add_argument("--imported-to", type=Path, default=IMPORTED_DIR, metavar="FOLDER",
+                        help=f"where imported results are kept as parquet (default {IMPORTED_DIR})")  # fmt: skip
     parser.add_argument("--synthetic", action="store_true", help=f"synthetic test data (default {SYNTHETIC_DB})")
     parser.set_defaults(handler=run)
 
@@ -63,11 +82,32 @@ def add_recursive_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load result parquet into the DuckDB store: new files and rows only; bad files quarantined."""
+    """Load result parquet into the DuckDB store: new files and rows only; bad files quarantined. Another tool's
+    output is imported first (``collector.imports``): each file becomes a parquet file of result rows."""
     sources = args.sources or [str(DEFAULT_OUT)]
-    return ingest_and_report(
-        sources, db_path(args, args.synthetic, follow=False), args.synthetic, args.recursive, bool(args.sources)
+    foreign = [s for s in sources if not objectstore.is_remote(s) and (args.format or imports.is_foreign(Path(s)))]
+    if args.synthetic and foreign:
+        raise UsageError("imported results are real: they go into a store of real results (drop --synthetic)")
+    for source in foreign:
+        if not Path(source).exists():
+            raise UsageError(f"{source} does not exist")
+    converted = imports.convert([Path(s) for s in foreign], args.imported_to, args.format, args.better, args.commit)
+    for path, fmt, count in converted.read:
+        console.print(f"imported {escape(path)} ({fmt}): " + (f"{count:,} result row(s)" if count else "as before"))
+    parquet = [s for s in sources if s not in foreign] + [str(f) for f in converted.files]
+    if not parquet:
+        for path, why in converted.refused:
+            console.print(f"skipped {escape(path)}: {escape(why)}")
+        return EXIT_FAILED
+    code = ingest_and_report(
+        parquet,
+        db_path(args, args.synthetic, follow=False),
+        args.synthetic,
+        args.recursive,
+        bool(args.sources),
+        converted.refused,
     )
+    return EXIT_FAILED if converted.refused else code
 
 
 def run_rebuild(args: argparse.Namespace) -> int:
@@ -112,12 +152,18 @@ def _check_sources(sources: list[str], recursive: bool, named: bool) -> None:
 
 
 def ingest_and_report(
-    sources: list[str], db: Path, synthetic: bool, recursive: bool = False, named: bool = True
+    sources: list[str],
+    db: Path,
+    synthetic: bool,
+    recursive: bool = False,
+    named: bool = True,
+    refused: list[tuple[str, str]] | None = None,
 ) -> int:
     """Ingest with a progress line, then say what was ingested, skipped and quarantined; exit 4 on any refusal.
-    ``named``: the user named the sources (a folder whose parquet all sit deeper is then an error)."""
+    ``named``: the user named the sources (a folder whose parquet all sit deeper is then an error); ``refused``:
+    files an import refused, said with the ingest's own."""
     _check_sources(sources, recursive, named)
-    done = ingest_into(sources, db, synthetic, TerminalHooks(), recursive)
+    done = ingest_into(sources, db, synthetic, TerminalHooks(), recursive, refused or [])
     return EXIT_FAILED if done.quarantined or done.refused else EXIT_OK
 
 

@@ -24,8 +24,14 @@ class ReportError(OSError, Failure):
 
 
 def series_label(fields: dict[str, Any]) -> str:
-    """'bert/tiny cpu xla fp32 b8 fit on <accelerator>' from a series' fields (or a run's columns)."""
-    return f"{config_from_row(fields).label()} on {fields.get('accelerator') or '?'}"
+    """'bert/tiny cpu xla fp32 b8 fit on <accelerator>' from a series' fields (or a run's columns); an imported
+    result whose tool recorded no accelerator says none."""
+    config = config_from_row(fields)
+    accelerator = fields.get("accelerator")
+    named = isinstance(accelerator, str) and accelerator
+    if not named and config.imported_from:
+        return config.label()
+    return f"{config.label()} on {accelerator if named else '?'}"
 
 
 def repro_command(series: dict[str, Any], trials: int = 5) -> str:

@@ -379,7 +379,7 @@ def history_points(
                {values}
                count(*) FILTER (WHERE r.status = 'ok') AS ok, count(*) AS trials,
                {_machine_counts(con, "r")},
-               any_value(r.label) AS label, {versions}, {dims}
+               any_value(r.label) AS label, any_value(r.unit) AS unit, {versions}, {dims}
         FROM runs r JOIN series s USING (series_key) WHERE {where}
         GROUP BY r.series_key, r.suite_run_id, {dims} ORDER BY night
         """,

@@ -60,6 +60,11 @@ RANGE_KEYS = ("since", "until")
 FLAGS = ("shared", "throttled")
 
 
+# The value a filter picks for a dimension a row has none of (an imported result whose tool recorded no accelerator,
+# no device, no precision, and that ran no Keras backend): ``Selection.of`` matches it to an empty column or text.
+NOT_RECORDED = "(none)"
+
+
 class SelectionError(UsageError):
     """A selection that names an unknown field or a value of the wrong kind, in one line."""
 
@@ -144,7 +149,7 @@ class Selection:
         equals = []
         for name, values in sorted(fields.items()):
             values = values if isinstance(values, list | tuple) else [values]
-            values = tuple(v for v in values if v is not None)
+            values = tuple(None if v == NOT_RECORDED else v for v in values if v is not None)
             if values:
                 equals.append((ALIASES.get(name, name), values))
         return cls(tuple(sorted(equals)))
@@ -159,8 +164,11 @@ class Selection:
         prefix = f"{alias}." if alias else ""
         clauses, params = ["TRUE"], []
         for name, values in self.equals:
-            clauses.append(f'{prefix}"{name}" IN ({", ".join("?" for _ in values)})')
-            params.extend(values)
+            given = [v for v in values if v is not None]
+            found = [f'{prefix}"{name}" IN ({", ".join("?" for _ in given)})'] if given else []
+            found += [f"""coalesce(CAST({prefix}"{name}" AS VARCHAR), '') = ''"""] if len(given) < len(values) else []
+            clauses.append(found[0] if len(found) == 1 else f"({' OR '.join(found)})")
+            params.extend(given)
         if self.since is not None:
             clauses.append(f"{prefix}started_at >= ?")
             params.append(self.since)

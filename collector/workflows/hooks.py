@@ -38,8 +38,17 @@ class Hooks:
         """What an ingest did."""
 
 
-def ingest_into(sources: list[str], db: Path, synthetic: bool, hooks: Hooks, recursive: bool = False) -> IngestReport:
+def ingest_into(
+    sources: list[str],
+    db: Path,
+    synthetic: bool,
+    hooks: Hooks,
+    recursive: bool = False,
+    refused: list[tuple[str, str]] | None = None,
+) -> IngestReport:
+    """Ingest ``sources``, saying what it did; ``refused``: files refused before (an import's), said with its own."""
     with hooks.ingesting(db) as (on_file, on_wait):
         done = ingest(sources, db, synthetic, on_file, on_wait, recursive)
+    done.refused[:0] = refused or []
     hooks.ingested(done, db)
     return done

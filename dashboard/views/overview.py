@@ -16,9 +16,9 @@ from stepwatch.dashboard import data, labels, state
 
 st.title("Overview")
 catalog = data.load("catalog")
-devices = sorted(catalog["device"].unique())
-keras_backends = sorted(catalog["keras_backend"].unique())
-accelerators = sorted(catalog["accelerator"].dropna().unique())
+devices = state.choices(catalog["device"])
+keras_backends = state.choices(catalog["keras_backend"])
+accelerators = state.choices(catalog["accelerator"])
 metric_names = list(METRICS)
 picked_devices = state.many("device", devices, devices)
 picked_keras = state.many("keras_backend", keras_backends, keras_backends)

@@ -1,0 +1,217 @@
+"""Results stepwatch did not run (collector/imports): each format from its real tool's output (tests/imported.py), a
+history with a planted 15% step imported night by night and confirmed on its night, the series in the Overview and
+History pages of a real browser, importing again adding nothing, and bad input refused file by file with the rest
+imported."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from stepwatch.collector.store import database
+from tests import imported
+from tests.conftest import stepwatch
+from tests.imported import NIGHTS, STEP_NIGHT, factor_of, night_at, write_json
+
+
+def ingest(db: Path, *sources: Path | str, cwd: Path) -> tuple[int, str]:
+    done = stepwatch("ingest", *map(str, sources), "--db", str(db), "--imported-to", str(cwd / "imported"), cwd=cwd)
+    return done.returncode, done.stdout + done.stderr
+
+
+def series(db: Path) -> dict[str, tuple]:
+    with database.open_store(db) as reader:
+        rows = reader.connection().execute(
+            "SELECT model, preset, imported_from, imported_metric, imported_better, unit, count(*), "
+            "count(*) FILTER (WHERE status = 'ok'), any_value(project_commit), any_value(accelerator) "
+            "FROM runs GROUP BY ALL ORDER BY ALL"
+        ).fetchall()
+    return {f"{r[2]}|{r[0]}|{r[1]}|{r[3]}": r[4:] for r in rows}
+
+
+def test_a_pytest_benchmark_session_imports_once_with_its_rounds_commit_and_machine(tmp_path: Path) -> None:
+    out = imported.pytest_benchmark_output(tmp_path / "bench")
+    db = tmp_path / "s.duckdb"
+    code, text = ingest(db, out, cwd=tmp_path)
+    assert code == 0, text
+    assert "imported" in text and "(pytest-benchmark): 24 result row(s)" in text
+    found = series(db)
+    better, unit, trials, ok, commit, accelerator = found["pytest-benchmark|test_sort|n=1000|time"]
+    assert (better, unit, trials, ok) == ("lower", "s", 8, 8)  # each round a trial
+    assert commit is None  # the session ran outside a git repository: pytest-benchmark says "unversioned"
+    assert accelerator  # its machine_info's CPU
+    assert set(found) == {"pytest-benchmark|test_sleep||time", "pytest-benchmark|test_sort|n=1000|time",
+                          "pytest-benchmark|test_sort|n=2000|time"}  # fmt: skip
+    code, again = ingest(db, out, cwd=tmp_path)
+    assert code == 0, again
+    assert "as before" in again and "0 new rows" in again
+    assert series(db) == found
+
+
+def test_bad_input_is_refused_file_by_file_with_its_reason_and_the_rest_imported(tmp_path: Path) -> None:
+    gab = [{"name": "parse", "unit": "ms", "value": 12.0}]
+    files = {
+        "good.json": gab,
+        "truncated.json": '[{"name": "parse", "unit": "ms", "val',
+        "novalue.json": [{"name": "parse", "unit": "ms", "range": "1"}],
+        "nan.json": '[{"name": "parse", "unit": "ms", "value": NaN}]',
+        "negative.json": [{"name": "parse", "unit": "ms", "value": -3.0}],
+        "unit.json": {"context": {"date": "2026-11-01T00:00:00+00:00"}, "benchmarks": [
+            {"name": "BM_x", "run_name": "BM_x", "run_type": "iteration", "real_time": 3.0, "cpu_time": 3.0,
+             "time_unit": "fortnights", "iterations": 1}]},
+        "sql.json": [{"name": "x'; DROP TABLE runs; --", "unit": "ms", "value": 1.0}],
+        "markup.json": [{"name": "<script>alert(1)</script>", "unit": "ms", "value": 1.0}],
+        "unknown.json": {"hello": "world"},
+    }  # fmt: skip
+    for name, content in files.items():
+        (tmp_path / name).write_text(content if isinstance(content, str) else json.dumps(content))
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as handle:  # 1 GiB, sparse: a JSON array that never ends
+        handle.write(b'[{"name": "x", "unit": "ms", "value": 1.0},')
+        handle.truncate(2**30)
+    db = tmp_path / "s.duckdb"
+    code, text = ingest(db, *(tmp_path / n for n in files), huge, cwd=tmp_path)
+    assert code == 4, text
+    reasons = {
+        "truncated.json": "not valid JSON", "novalue.json": "a record without a value",
+        "nan.json": "value nan cannot be a measurement", "negative.json": "value -3.0 cannot be a measurement",
+        "unit.json": "unknown unit 'fortnights'", "sql.json": "holds SQL", "markup.json": "holds markup",
+        "unknown.json": "JSON of no format stepwatch knows", "huge.json": "1.0 GiB of JSON",
+    }  # fmt: skip
+    lines = text.splitlines()
+    for name, why in reasons.items():
+        said = [line for line in lines if line.startswith("skipped") and name in line]
+        assert len(said) == 1 and why in said[0], (name, said, text)
+    assert "(github-action-benchmark): 1 result row(s)" in text  # the good file, beside the bad ones
+    assert set(series(db)) == {"github-action-benchmark|parse||value"}
+    with database.open_store(db) as reader:
+        assert reader.connection().execute("SELECT count(*) FROM runs").fetchall() == [(1,)]  # the tables stand
+
+
+def test_a_format_without_a_direction_asks_for_one_and_a_commit_can_be_named(tmp_path: Path) -> None:
+    entries = [{"name": "accuracy", "unit": "points", "value": 91.0}]
+    path = write_json(tmp_path / "custom.json", entries)
+    db = tmp_path / "s.duckdb"
+    code, text = ingest(db, path, cwd=tmp_path)
+    assert code == 4 and "pass --better higher or --better lower" in text, text
+    done = stepwatch("ingest", str(path), "--db", str(db), "--imported-to", str(tmp_path / "imported"), "--better",
+                     "higher", "--commit", "c0ffee", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    better, unit, _, _, commit, _ = series(db)["github-action-benchmark|accuracy||value"]
+    assert (better, unit, commit) == ("higher", "points", "c0ffee")
+
+
+def _history(root: Path) -> tuple[Path, dict[str, list[Path]]]:
+    """Every format's real output, and its nights: {format: [night 0's sources, ...]}."""
+    pytest_json = json.loads(imported.pytest_benchmark_output(root / "pytest").read_text())
+    gbench_json = json.loads(imported.google_benchmark_output(root / "gbench").read_text())
+    asv_results = imported.asv_output(root / "asv")
+    mlperf_log = imported.mlperf_output(root / "mlperf")
+    nights: dict[str, list[list[Path]]] = {}
+    for n in range(NIGHTS):
+        f = factor_of(n)
+        at = root / "nights" / f"{n:02d}"
+        imported.asv_night(asv_results, at / "asv" / "results", n, f)
+        written = {
+            "pytest-benchmark": [write_json(at / "pytest.json", imported.pytest_night(pytest_json, n, f))],
+            "google-benchmark": [write_json(at / "gbench.json", imported.gbench_night(gbench_json, n, f))],
+            "asv": [at / "asv" / "results"],
+            "torchtitan": [imported.torchtitan_night(at / "titan", n, f)],
+            "mlperf": [imported.mlperf_night(mlperf_log, at / "mlperf", n, f)],
+            "pytorch-v3": [write_json(at / "v3.json", imported.pytorch_v3_records(n, f), lines=True)],
+            "github-action-benchmark": [write_json(at / "gab.json", imported.github_action_entries(n, f))],
+            "bencher": [write_json(at / "bmf.json", imported.bencher_metrics(n, f))],
+        }
+        for name in ("gab.json", "bmf.json"):  # formats without a time: the file's
+            os.utime(at / name, (night_at(n).timestamp(), night_at(n).timestamp()))
+        for fmt, sources in written.items():
+            nights.setdefault(fmt, []).append(sources)
+    return root / "store.duckdb", nights
+
+
+@pytest.fixture(scope="module")
+def imported_history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """Every format's history imported night by night into one store, and detect's output after the last night."""
+    root = tmp_path_factory.mktemp("imported")
+    db, nights = _history(root)
+    texts = []
+    for n in range(NIGHTS):
+        code, text = ingest(db, *(s for sources in nights.values() for s in sources[n]), cwd=root)
+        assert code == 4, text  # asv's track_ benchmark asks for its direction, every night
+        texts.append(text)
+    assert all(text.count("skipped") == 1 and "track_widgets" in text for text in texts), texts[-1]
+    found = stepwatch("detect", "--db", str(db), "--issue-on", "confirmed", "--format", "json", cwd=root)
+    return db, found.stdout + found.stderr, str(found.returncode)
+
+
+@pytest.mark.large
+def test_every_format_imported_night_by_night_confirms_its_planted_step_on_its_night(
+    imported_history: tuple[Path, str, str],
+) -> None:
+    db, text, code = imported_history
+    assert code == "1", text  # confirmed regressions
+    with database.open_store(db) as reader:
+        con = reader.connection()
+        alerts = con.execute(
+            "SELECT s.imported_from, s.model, s.imported_metric, a.status, a.change_at, a.ratio, s.imported_better "
+            "FROM alerts a JOIN series s USING (series_key) ORDER BY 1, 2, 3"
+        ).fetchall()
+        every = con.execute(
+            "SELECT DISTINCT imported_from, model, preset, imported_metric FROM series WHERE model NOT IN ('broken') "
+            "AND NOT (imported_from = 'asv' AND model LIKE '%track_widgets')"
+        ).fetchall()
+    formats = {a[0] for a in alerts}
+    assert formats == {"pytest-benchmark", "google-benchmark", "asv", "torchtitan", "mlperf", "pytorch-v3",
+                       "github-action-benchmark", "bencher"}, alerts  # fmt: skip
+    night = night_at(STEP_NIGHT)
+    for fmt, model, metric, status, change_at, ratio, better in alerts:
+        assert status == "confirmed", (fmt, model, metric, status)
+        assert night <= change_at < night + timedelta(days=1), (fmt, model, metric, change_at)
+        worse = imported.STEP if better == "lower" else 1 / imported.STEP
+        assert abs(math.log(ratio / worse)) < 0.05, (fmt, model, metric, ratio)
+    assert len(alerts) == len(every), (alerts, every)  # every series that ran, one alert each
+
+
+@pytest.mark.large
+def test_imported_series_show_in_the_overview_and_history_of_a_real_browser(
+    imported_history: tuple[Path, str, str],
+) -> None:
+    """The Overview of the imported history (its metric picked by the link), then one series' History."""
+    from playwright.sync_api import sync_playwright
+
+    from stepwatch.dashboard.browser_harness import CHROMIUM, serve
+    from tests.test_dashboard_browser import no_errors, settled
+
+    if CHROMIUM is None:
+        pytest.skip("needs chromium")
+    db = imported_history[0]
+    shots = Path(os.environ.get("STEPWATCH_SCREENSHOTS") or db.parent)
+    with database.open_store(db) as reader:
+        con = reader.connection()
+        count = con.execute("SELECT count(*) FROM series").fetchall()[0][0]
+        alerts = con.execute("SELECT count(*) FROM alerts").fetchall()[0][0]
+    with serve(db) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{url}/?metric=imported_value")
+        settled(page, "Overview")
+        no_errors(page, "overview")
+        body = page.locator("body").inner_text()
+        assert "Latest suite run per series: imported result" in body, body[:2000]
+        tiles = [" ".join(tile.split()) for tile in page.locator('[data-testid="stMetric"]').all_inner_texts()]
+        assert f"Series {count}" in tiles and f"Open alerts {alerts}" in tiles, tiles  # every series, every alert
+        page.screenshot(path=str(shots / "dashboard-overview-imported.png"), full_page=True)
+        page.goto(f"{url}/history?metric=imported_value&model=parse+config&accelerator=(none)&precision=(none)"
+                  "&xla=(none)")  # fmt: skip
+        settled(page, "History")
+        page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
+        no_errors(page, "history")
+        legend = page.locator(".js-plotly-plot .legend").first.text_content() or ""
+        assert "parse config value (github-action-benchmark)" in legend, legend[:2000]
+        page.screenshot(path=str(shots / "dashboard-history-imported.png"), full_page=True)
+        browser.close()

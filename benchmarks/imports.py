@@ -1,8 +1,9 @@
-"""A history of 100,000 imported results against 100,000 of stepwatch's own rows, side by side in one run: 100
-nights of Google Benchmark JSON (100 benchmarks of 5 repetitions, each of real and CPU time: the shape of a real
-file of its Python package) imported by the whole command (`stepwatch ingest DIR --db DB`: read, converted to
-result rows, ingested), and 100,000 synthetic rows of stepwatch's own (`collector.workflows.synthetic`, the load
-tests' history) ingested the same way, each into a fresh store in its own process, in alternating rounds; then the import again (nothing new).
+"""A history of 100,000 imported results against 100,000 of stepwatch's own rows, side by side in one run:
+100 nights of Google Benchmark JSON (100 benchmarks of 5 repetitions, each of real and CPU time: the shape of a
+real file of its Python package) imported by the whole command (`stepwatch ingest DIR --db DB`: read, converted
+to result rows, ingested), and 100,000 synthetic rows of stepwatch's own (`collector.workflows.synthetic`, the
+load tests' history) ingested the same way, each into a fresh store in its own process, in alternating rounds;
+then the import again (nothing new).
 
     .venv/bin/python benchmarks/imports.py [--nights 100] [--benchmarks 100] [--repetitions 5] [--rounds 2]
 

@@ -130,7 +130,7 @@ def asv_output(folder: Path) -> Path:
     git(repo, "init", "-q", "-b", "main")
     files = {"asv.conf.json": json.dumps(ASV_CONF), "benchmarks/__init__.py": "",
              "benchmarks/bench.py": ASV_BENCHMARKS,
-             "setup.py": "from setuptools import setup\nsetup(name='tiny', version='0.1', py_modules=[])\n"}  # fmt: skip
+             "setup.py": "from setuptools import setup\nsetup(name='tiny', version='0.1')\n"}  # fmt: skip
     shas = [commit(repo, "one", files), commit(repo, "two", {"README": "two\n"})]
     asv = str(Path(sys.executable).parent / "asv")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}

@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 import streamlit as st
 
-from stepwatch.collector.analysis import comparison, latest, ops
+from stepwatch.collector.analysis import alerts, comparison, latest, ops
 from stepwatch.collector.output.text import shown_path
 from stepwatch.collector.store import address, database, queries, records
 
@@ -39,6 +39,7 @@ QUERIES = {
     "versions": queries.side_versions,
     "trial_values": queries.trial_values,
     "bisect_steps": queries.bisect_steps,
+    "headline": alerts.headline_metric,  # the metric a page shows first: throughput, or imported results' own
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 
 from stepwatch.collector.store import database
 from tests import imported
-from tests.conftest import stepwatch
+from tests.conftest import commit, git, stepwatch
 from tests.imported import NIGHTS, STEP_NIGHT, factor_of, night_at, write_json
 
 
@@ -181,7 +182,7 @@ def test_every_format_imported_night_by_night_confirms_its_planted_step_on_its_n
 def test_imported_series_show_in_the_overview_and_history_of_a_real_browser(
     imported_history: tuple[Path, str, str],
 ) -> None:
-    """The Overview of the imported history (its metric picked by the link), then one series' History."""
+    """The Overview of the imported history, then one series' History."""
     from playwright.sync_api import sync_playwright
 
     from stepwatch.dashboard.browser_harness import CHROMIUM, serve
@@ -198,7 +199,7 @@ def test_imported_series_show_in_the_overview_and_history_of_a_real_browser(
     with serve(db) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{url}/?metric=imported_value")
+        page.goto(f"{url}/")  # a store of imported results alone: the Overview shows their metric first
         settled(page, "Overview")
         no_errors(page, "overview")
         body = page.locator("body").inner_text()
@@ -215,3 +216,101 @@ def test_imported_series_show_in_the_overview_and_history_of_a_real_browser(
         assert "parse config value (github-action-benchmark)" in legend, legend[:2000]
         page.screenshot(path=str(shots / "dashboard-history-imported.png"), full_page=True)
         browser.close()
+
+
+BENCH = '''"""The team's own benchmark: five timed waits of its decoder (a wait, not computing: a loaded runner does not
+move it), written as PyTorch's v3 records. NIGHT sets its timestamp; SLOW_HOST, milliseconds a slow host adds."""
+import json
+import os
+import time
+
+WAITS = 4
+values = []
+for _ in range(5):
+    start = time.perf_counter()
+    time.sleep((WAITS + float(os.environ.get("SLOW_HOST", "0"))) / 1000)
+    values.append(time.perf_counter() - start)
+record = {"timestamp": int(os.environ.get("NIGHT", time.time())), "schema_version": "v3",
+          "benchmark": {"name": "decode", "mode": "inference"}, "model": {"name": "ours"},
+          "metric": {"name": "latency(s)", "benchmark_values": values}}
+with open("out.json", "w") as out:
+    out.write(json.dumps(record) + "\\n")
+'''
+
+
+def imported_nights(tmp_path: Path, changes: list[dict[str, str]], slow_last: float = 0.0) -> tuple[Path, Path, list]:
+    """A team's repository whose nightly is its own benchmark command (``import`` in stepwatch.toml, as ``init
+    --import`` writes it), one night at each of three commits (``changes``: each commit's files), ingested."""
+    from tests.test_verify import repository
+
+    settings = f'import = "{sys.executable} bench.py"\nimport-results = "out.json"\ntrials = 3\n'
+    repo, first = repository(tmp_path / "team", "the benchmark", {"bench.py": BENCH, "stepwatch.toml": settings,
+                                                                  ".gitignore": "out.json\ndata/\n*.duckdb\n"})
+    shas = [first, *(commit(repo, f"change {i}", files) for i, files in enumerate(changes, 1))]
+    db = tmp_path / "history.duckdb"
+    for night, sha in enumerate(shas):
+        git(repo, "checkout", "-q", sha)
+        env = {"NIGHT": str(int(night_at(night).timestamp())), "SLOW_HOST": str(slow_last if night == 2 else 0)}
+        ran = stepwatch("run", "--out", str(tmp_path / f"night-{night}"), cwd=repo, env=env)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert "(pytorch-v3): 5 result row(s)" in ran.stdout, ran.stdout
+        assert stepwatch("ingest", str(tmp_path / f"night-{night}"), "--db", str(db)).returncode == 0
+    git(repo, "checkout", "-q", "main")
+    return repo, db, shas
+
+
+@pytest.mark.large
+def test_an_imported_series_slowed_by_a_commit_is_reproduced_by_its_own_command_on_both_commits(tmp_path: Path) -> None:
+    """The nightly runs the team's command (``run --import``); a commit makes it 25% slower (5 ms of waiting, not
+    4). The history nominates the change after its night, and the check runs the command in a checkout of the
+    commits either side, interleaved, with an A/A: reproduced, and only then does the night fail."""
+    changes = [{"README.md": "Ours.\n"}, {"bench.py": BENCH.replace("WAITS = 4", "WAITS = 5")}]
+    repo, db, shas = imported_nights(tmp_path, changes)
+    detected = stepwatch("detect", "--db", str(db), "--format", "json", cwd=repo)
+    assert detected.returncode == 0, detected.stderr  # a store of imported results: their metric, without --metric
+    [alert] = json.loads(detected.stdout)
+    assert alert["status"] == "new" and alert["ratio"] > 1.15 and alert["metric"] == "imported_value"
+    done = stepwatch("alerts", "verify", "--db", str(db), "--format", "json", cwd=repo, timeout=600)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-3000:]
+    [verified] = json.loads(done.stdout)
+    assert verified["verification"] == "reproduced", verified["verify_note"]
+    assert verified["verify_sides"] == f"commit {shas[1][:12]} -> {shas[2][:12]}"
+    assert verified["verify_aa"] == "quiet" and verified["verify_ratio"] > 1.15 and verified["verify_ci_low"] > 1.05
+    # The pull request's check: the same command on the merge base and the head.
+    checked = stepwatch("code-check", "--base", shas[1], "--head", shas[2], "--aa", "--out", str(tmp_path / "pr.md"),
+                        cwd=repo, timeout=600)  # fmt: skip
+    assert checked.returncode == 1, checked.stdout[-2000:] + checked.stderr[-2000:]
+    [line] = [row for row in (tmp_path / "pr.md").read_text().splitlines() if "decode / ours" in row]
+    assert "| regression |" in line and "| no change" in line, line  # its A/A: the base's second checkout
+    assert git(repo, "worktree", "list").count("\n") == 0  # no checkout left behind
+
+
+def test_init_writes_a_project_around_a_teams_own_benchmark_command_and_run_takes_it(tmp_path: Path) -> None:
+    half = stepwatch("init", "--import", "make bench", "--dir", str(tmp_path), cwd=tmp_path)
+    assert half.returncode == 2 and "--import COMMAND and --import-results PATH go together" in half.stderr
+    command = ("--import", "pytest --benchmark-json=bench.json", "--import-results", "bench.json")
+    done = stepwatch("init", *command, "--dir", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "stepwatch.toml").read_text()
+    assert 'import = "pytest --benchmark-json=bench.json"\nimport-results = "bench.json"\n' in text
+    assert "\n# models = " in text  # the command measures: no model of stepwatch's runs
+    assert (tmp_path / ".github" / "workflows" / "stepwatch-nightly.yml").exists()
+    planned = stepwatch("run", "--dry-run", cwd=tmp_path)
+    assert planned.returncode == 0 and "would run `pytest --benchmark-json=bench.json` and import bench.json" in (
+        planned.stdout
+    ), planned.stdout + planned.stderr
+
+
+@pytest.mark.large
+def test_an_imported_series_on_a_slow_host_stays_quiet_when_its_command_measures_both_commits(tmp_path: Path) -> None:
+    """The A/A of the verdict path: three commits that touch only the README, the third night on a host that adds
+    1.25 ms to every wait. The history nominates it; the command on both commits says no change, A/A quiet."""
+    repo, db, shas = imported_nights(tmp_path, [{"README.md": "Ours.\n"}, {"README.md": "Ours, again.\n"}], 1.25)
+    detected = stepwatch("detect", "--db", str(db), "--format", "json", cwd=repo)
+    [alert] = json.loads(detected.stdout)
+    assert alert["ratio"] > 1.15, alert
+    done = stepwatch("alerts", "verify", "--db", str(db), "--format", "json", cwd=repo, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    [verified] = json.loads(done.stdout)
+    assert verified["verification"] == "not reproduced", verified["verify_note"]
+    assert verified["verify_aa"] == "quiet" and abs(verified["verify_ratio"] - 1) < 0.05

@@ -20,9 +20,11 @@ from stepwatch.collector.cli.arguments import (
     OneLineParser,
     add_analysis_arguments,
     add_db_argument,
+    add_import_arguments,
     add_issue_argument,
     console,
     db_path,
+    import_command,
     overrides,
     selection,
 )
@@ -93,6 +95,7 @@ def register(commands: Any) -> None:
                        help="build a package check's environments from scratch (default: on this interpreter's "
                        "packages, the ones that moved pinned at each night's version)")
     check.add_argument("--pip-arg", action="append", default=[], help="extra pip install argument (repeatable)")
+    add_import_arguments(check)
     add_db_argument(check)
     check.set_defaults(handler=run_verify)
     for name, status, needs_note in (
@@ -196,7 +199,7 @@ def run_verify(args: argparse.Namespace) -> int:
         Path.cwd(), sequential.Design.of(first, max(args.max_trials, first), verification.ALPHA), overrides(args),
         args.results,
         args.checks_db, execution.RunOptions(), args.aa, args.night_budget or None, args.most or None,
-        not args.fresh_environments, tuple(args.pip_arg),
+        not args.fresh_environments, tuple(args.pip_arg), import_command(args),
     )  # fmt: skip
     db = db_path(args)
     hooks = TerminalHooks()

@@ -290,3 +290,30 @@ def add_numerics_argument(parser: argparse.ArgumentParser, default: str = "show"
         help=f"a series whose training changed (its numerics verdict beside its speed verdict): show it first in "
         f"the report, or also exit 1 (default {default})",
     )  # fmt: skip
+
+
+def add_import_arguments(parser: argparse.ArgumentParser) -> None:
+    """A team's own benchmark command as the measurement (``workflows.import_check``): settings ``import`` and
+    ``import-results`` in stepwatch.toml (``init --import`` writes them)."""
+    parser.add_argument(
+        "--import", dest="import_command", metavar="COMMAND",
+        help="your benchmark command (run by a shell in the project's folder): its output is imported as stepwatch's "
+        "own measurement (pytest-benchmark, asv, Google Benchmark, ...: docs/imports)",
+    )  # fmt: skip
+    parser.add_argument("--import-results", metavar="PATH",
+                        help="what --import's command writes, relative to the folder it runs in")  # fmt: skip
+    parser.add_argument("--import-format", metavar="FORMAT", help="its format (default: known by its content)")
+
+
+def import_command(args: argparse.Namespace) -> Any:
+    """The command of ``add_import_arguments`` (``import_check.Command``), or None where none is given."""
+    if not getattr(args, "import_command", None):
+        return None
+    from stepwatch.collector import imports  # a project of its own command's only
+    from stepwatch.collector.workflows.import_check import Command
+
+    if not args.import_results:
+        raise UsageError("--import needs --import-results PATH: the file or folder the command writes")
+    if args.import_format and args.import_format not in imports.FORMATS:
+        raise UsageError(f"--import-format {args.import_format!r} is not one of {imports.known()}")
+    return Command(args.import_command, args.import_results, args.import_format)

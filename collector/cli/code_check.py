@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from stepwatch.collector.cli.arguments import (
     add_analysis_arguments,
+    add_import_arguments,
     calibrated_between,
     db_path,
+    import_command,
     matrix_values,
     metric_list,
     overrides,
@@ -20,7 +23,7 @@ from stepwatch.collector.cli.arguments import (
     trial_options,
 )
 from stepwatch.collector.cli.checks import add_check_arguments, budget_of, deadline_of, design_of, report
-from stepwatch.collector.cli.exits import EXIT_OK
+from stepwatch.collector.cli.exits import EXIT_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION
 from stepwatch.collector.cli.progress import TerminalHooks
 from stepwatch.collector.environments import virtualenvs
 from stepwatch.collector.output import code_check as said
@@ -59,6 +62,7 @@ def register(commands: Any) -> None:
         "failed, reason=the first failure in one line to this file ($GITHUB_OUTPUT)",
     )  # fmt: skip
     add_analysis_arguments(parser, several_metrics=True, default_db=code_check.STORE, calibrated=True)
+    add_import_arguments(parser)
     parser.set_defaults(handler=run, metric=metric_list(METRICS))
 
 
@@ -79,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     started = time.monotonic()
     design, deadline = design_of(args), deadline_of(args, started)
+    command = import_command(args)
+    if command is not None:
+        return _check_imported(args, command, design)
     suite = load_suite(args.suite)
     configs = list(narrow(suite.configs, matrix_values(args), suite.defaults))
     commits = code_check.commits(Path.cwd(), args.base, args.head)
@@ -112,6 +119,47 @@ def _check(args: argparse.Namespace) -> int:
     if why:
         step_output(args.github_output, f"reason={why}\n")
     return _report(args, commits, found, sides, done, len(measured), minutes, options.profile > 0)
+
+
+def _check_imported(args: argparse.Namespace, command: Any, design: Any) -> int:
+    """A code check by the team's own benchmark command (``import`` in stepwatch.toml): every series its output
+    holds, on both commits, interleaved, with the A/A where asked; a markdown or text table, and the exit code."""
+    from stepwatch.collector.analysis.thresholds import direction_for, threshold_for
+    from stepwatch.collector.metrics import IMPORTED_METRIC, get_metric
+    from stepwatch.collector.outcomes import INCONCLUSIVE, REGRESSION
+    from stepwatch.collector.output.text import MARKS, interval, percent, series_label
+    from stepwatch.collector.workflows import import_check
+
+    commits = code_check.commits(Path.cwd(), args.base, args.head)
+    if args.dry_run:
+        print(f"would run `{command.text}` {design.looks[0]} times a side: {commits.base_name} -> {commits.head_name}")
+        return EXIT_OK
+    metric, thresholds = get_metric(IMPORTED_METRIC), overrides(args)
+    judged = lambda s: (threshold_for(metric, s, thresholds), bool(direction_for(metric, s, thresholds)))  # noqa: E731
+    try:
+        found = import_check.check_commits(commits, command, design.looks[0], args.aa, TerminalHooks(), judged,
+                                           design.alpha)  # fmt: skip
+    except import_check.CommandFailed as error:
+        step_output(args.github_output, f"checked=true\nreason={error}\n")
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    step_output(args.github_output, "checked=true\n")
+    lines = [f"## stepwatch code check: {commits.base_name} -> {commits.head_name}", "",
+             f"`{command.text}`, {design.looks[0]} runs a side, interleaved.", "",
+             "| | series | verdict | change | 95% CI | A/A |", "|---|---|---|---|---|---|"]  # fmt: skip
+    verdicts = []
+    for item in sorted(found.values(), key=lambda s: series_label(s.fields)):
+        v, aa = item.verdict, item.aa
+        call = v.verdict if v else "missing"
+        verdicts.append(call)
+        said_aa = f"{aa.verdict} {percent(aa.ratio)}" if aa else "none ran"
+        lines.append(f"| {MARKS.get(call, '')} | {series_label(item.fields)} | {call} | "
+                     f"{percent(v.ratio) if v else 'n/a'} | {interval(v.ci_low, v.ci_high) if v else 'n/a'} | "
+                     f"{said_aa} |")  # fmt: skip
+    publish("\n".join(lines) + "\n", args.out)
+    if REGRESSION in verdicts:
+        return EXIT_REGRESSION
+    return EXIT_INCONCLUSIVE if args.fail_on_inconclusive and INCONCLUSIVE in verdicts else EXIT_OK
 
 
 def _report(

@@ -69,6 +69,13 @@ def register(commands: Any) -> None:
         help=f"write a trial count into stepwatch.toml (default: none, so every command takes stepwatch's own, "
         f"{TRIALS}: the nightly's trials per config, a check's first look)",
     )  # fmt: skip
+    parser.add_argument(
+        "--import", dest="import_command", metavar="COMMAND",
+        help="your own benchmark command instead of models: the nightly runs it and imports what it writes, and a "
+        "check runs it on both commits (docs/imports); with --import-results",
+    )  # fmt: skip
+    parser.add_argument("--import-results", metavar="PATH",
+                        help="with --import: what the command writes, relative to here")  # fmt: skip
     parser.add_argument("--dir", type=Path, default=Path("."), help="the repository (default: here)")
     parser.set_defaults(handler=run)
 
@@ -187,7 +194,24 @@ def starter_config(args: argparse.Namespace) -> str:
     if args.trials is not None and args.trials < 2:
         raise UsageError(f"--trials must be at least 2 (two a side, the least a check compares), not {args.trials}")
     trials = f"trials = {args.trials}" if args.trials else f"# trials = {TRIALS}"
-    return text.replace("@@LOOP@@", loop).replace("@@TRIALS@@", trials)
+    text = text.replace("@@LOOP@@", loop).replace("@@TRIALS@@", trials)
+    if args.import_command:
+        line = f"models = {json.dumps(models)}\n"
+        settings = IMPORT_SETTINGS.format(json.dumps(args.import_command), json.dumps(args.import_results))
+        text = text.replace(line, f"# {line}{settings}")
+    return text
+
+
+# The settings ``--import`` writes: the command, and what it writes.
+IMPORT_SETTINGS = """
+# Your own benchmark command, instead of models: every `stepwatch run` here (the nightly's) runs it in this folder
+# and imports what it writes (pytest-benchmark, asv, Google Benchmark, PyTorch's v3 records, torchtitan's TensorBoard
+# folder, MLPerf logs, github-action-benchmark's or Bencher's JSON: stepwatch's docs/imports), and a check of a pull
+# request or of a change the nightly suspects (`code-check`, `alerts verify`) runs it on both commits, interleaved.
+import = {}
+import-results = {}
+
+"""
 
 
 def ignore_results(root: Path) -> str | None:
@@ -227,6 +251,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--shards must be at least 1")
     if args.gpu_batch < 1:
         raise UsageError("--gpu-batch must be at least 1")
+    if bool(args.import_command) != bool(args.import_results):
+        raise UsageError("--import COMMAND and --import-results PATH go together: the command, and what it writes")
     if not matrix(args):
         raise UsageError("no runner for the nightly: give --cpu-runner, --gpu-runner or --tpu-runner")
     root = args.dir.resolve()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,11 @@ from stepwatch.collector.cli.arguments import (
     DEFAULT_OUT,
     PROGRESS_COLUMNS,
     add_environment_arguments,
+    add_import_arguments,
     add_matrix_arguments,
     add_profile_argument,
     console,
+    import_command,
     matrix_values,
     parse_bytes,
     price_options,
@@ -80,6 +83,7 @@ def register(commands: Any) -> None:
         "batch that fit (default %(default)g)",
     )  # fmt: skip
     live.add_arguments(parser)
+    add_import_arguments(parser)
     parser.add_argument("--dry-run", action="store_true", help="list the configs and exit")
     parser.add_argument(
         "--fill-compile-cache", action="store_true",
@@ -88,6 +92,30 @@ def register(commands: Any) -> None:
         "default branch for pull requests",
     )  # fmt: skip
     parser.set_defaults(handler=run)
+
+
+def run_imported(command: Any, args: argparse.Namespace) -> int:
+    """``run --import``: the command once, here, and what it wrote imported into ``--out`` (its commit, where the
+    format records none, this checkout's)."""
+    from stepwatch.collector.project import identity
+    from stepwatch.collector.workflows.import_check import CommandFailed, run_once
+
+    if objectstore.is_remote(args.out):
+        raise UsageError("--import writes its results into a local folder (--out); `stepwatch ingest` reads it")
+    if args.dry_run:
+        print(f"would run `{command.text}` and import {command.results}")
+        return EXIT_OK
+    print(f"running `{command.text}`")
+    try:
+        done = run_once(command, Path.cwd(), Path(args.out), identity()["project_commit"])
+    except CommandFailed as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    for path, fmt, count in done.read:
+        print(f"imported {path} ({fmt}): {count:,} result row(s) into {args.out}")
+    for path, why in done.refused:
+        print(f"skipped {path}: {why}", file=sys.stderr)
+    return EXIT_FAILED if done.refused else EXIT_OK
 
 
 def fill_compile_cache(configs: list[Any], args: argparse.Namespace) -> int:
@@ -119,7 +147,11 @@ def shard(text: str) -> tuple[int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Collect: run the (narrowed) suite and write one parquet file."""
+    """Collect: run the (narrowed) suite and write one parquet file; or, with ``--import``, the team's own benchmark
+    command, its output imported into the results folder."""
+    command = import_command(args)
+    if command is not None:
+        return run_imported(command, args)
     suite = load_suite(args.suite)
     configs = list(narrow(suite.configs, matrix_values(args), suite.defaults))
     if args.shard:  # every N-th config from the K-th: the shares differ by one config at most

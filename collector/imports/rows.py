@@ -21,6 +21,7 @@ from typing import Any
 
 from stepwatch.collector.config import BenchmarkConfig, config_columns
 from stepwatch.collector.errors import UsageError
+from stepwatch.collector.schema import SCHEMA_VERSION, series_key
 
 MAX_TRIALS = 30  # more repeats than this (a microbenchmark's thousands of rounds) are grouped into this many trials
 BETTER = ("higher", "lower")
@@ -85,7 +86,7 @@ def digest(*parts: Any) -> str:
 # attack on whatever else reads these names, not a benchmark. Templated C++ names (``BM_Sort<int>``) are names.
 _MARKUP = re.compile(r"<\s*/?\s*(script|img|iframe|svg|style|link|meta|object|embed|body|html|a|div|span|form|input|"
                      r"b|i|p|h\d)\b[^>]*>|javascript:|\bon[a-z]+\s*=", re.I)  # fmt: skip
-_SQL = re.compile(r"(;|--|/\*|\*/|')|\b(drop|delete|insert|update|alter|create|attach|copy)\s+(table|from|into|"
+_SQL = re.compile(r"(;|--(\s|$)|/\*|\*/|')|\b(drop|delete|insert|update|alter|create|attach|copy)\s+(table|from|into|"
                   r"database|schema|view)\b", re.I)  # fmt: skip
 NAME_MAX = 300
 UNIT_MAX = 40
@@ -140,7 +141,7 @@ def trials_of(values: Sequence[float]) -> tuple[list[float], int]:
     return [sum(g) / len(g) for g in groups], size
 
 
-def rows(run: Run, better: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+def result_rows(run: Run, better: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """The result rows of ``run`` (one per repeat of each result), and the results left out for want of a direction
     (their names; ``better``, the ``--better`` flag, answers for every result of the run whose format does not).
     Raises ImportRefused for a result that cannot be a measurement."""
@@ -182,29 +183,29 @@ def rows(run: Run, better: str | None = None) -> tuple[list[dict[str, Any]], lis
         columns.update({name: getattr(config, name) for name in KEPT_FIELDS})
         columns["device"] = result.device or run.device
         columns["precision"] = result.dtype
-        columns["config_key"] = config.key
+        key = columns["config_key"] = config.key
         accelerator = result.accelerator or run.accelerator
         trials, per_trial = trials_of(result.values)
         extras = {**run.extras, **result.extras, **({"repeats_per_trial": per_trial} if per_trial > 1 else {})}
+        columns.update(series_key=series_key(key, accelerator), accelerator=accelerator, unit=result.unit,
+                       extras=json.dumps(extras, sort_keys=True, default=str) if extras else None)  # fmt: skip
         outcomes = [(value, None) for value in trials] + [(None, message) for message in result.failed]
         for trial, (value, message) in enumerate(outcomes):
             out.append({
                 **shared, **columns,
-                "run_id": digest(suite_run_id, run.part, config.key, accelerator, trial),
+                "run_id": digest(suite_run_id, run.part, key, accelerator, trial),
                 "trial": trial,
-                "accelerator": accelerator,
                 "status": "ok" if message is None else FAILED_STATUS,
                 "error_type": None if message is None else "ImportedFailure",
                 "error_message": message,
                 "imported_value": value,
-                "unit": result.unit,
-                "extras": json.dumps(extras, sort_keys=True, default=str) if extras else None,
             })  # fmt: skip
     return out, undirected
 
 
 def _run_columns(run: Run, suite_run_id: str) -> dict[str, Any]:
     return {
+        "schema_version": SCHEMA_VERSION,
         "suite_run_id": suite_run_id,
         "suite": run.fmt,
         "started_at": run.started_at,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +19,7 @@ from typing import Any
 
 from stepwatch.collector.analysis import sequential, verification
 from stepwatch.collector.analysis.comparison import Row
-from stepwatch.collector.analysis.thresholds import Override, worse
+from stepwatch.collector.analysis.thresholds import Override, direction_for, threshold_for, worse
 from stepwatch.collector.analysis.verification import COMMITS, Cause, Night
 from stepwatch.collector.config import BenchmarkConfig, config_from_row
 from stepwatch.collector.environments import worktrees
@@ -31,8 +31,9 @@ from stepwatch.collector.metrics import get_metric
 from stepwatch.collector.runner import execution
 from stepwatch.collector.store import database, records
 from stepwatch.collector.store.records import Verification
-from stepwatch.collector.workflows import check, code_check
+from stepwatch.collector.workflows import check, code_check, import_check
 from stepwatch.collector.workflows.hooks import Hooks
+from stepwatch.trainers.workload import Kind
 
 RESULTS_DIR = Path("data/verify")  # the verifying checks' parquet, one folder per check
 STORE = Path("data/verify.duckdb")  # their store: never the nightly history
@@ -54,6 +55,7 @@ class Plan:
     most: int | None = None
     reuse_site_packages: bool = False
     pip_args: tuple[str, ...] = ()
+    command: import_check.Command | None = None  # what measures an imported series (its team's benchmark command)
 
 
 @dataclass
@@ -161,6 +163,8 @@ class Verifier:
                                  verify_note=note)  # fmt: skip
             return Verified(alert_id, found, [f"alert {alert_id}: {note}"])
         config = _config(config_row, self.repo or self.plan.repo, self.project)
+        if config.workload is Kind.IMPORTED:
+            return self._imported(alert_id, check_id, causes, config_row, metric, regression, began)
         suite = str(after.get("suite") or "verify")
         checked: list[tuple[Cause, _Checked]] = []
         lines: list[str] = []
@@ -229,9 +233,51 @@ class Verifier:
         state = verification.state_of(row.verdict, regression) if row else records.INCONCLUSIVE
         return _Checked(verification.trusted(state, aa), row, aa, (time.monotonic() - began) / 60, _interval(row))
 
-    def _commits(self, base: str, head: str, config: BenchmarkConfig, suite: str, metric: str,
-                 aa: bool | None = None) -> check.Measured:  # fmt: skip
-        """A code check of two commits of the repository the nightly checked out: the series' config at each."""
+    def _imported(self, alert_id: int, check_id: str, causes: list[Cause], series: Mapping[str, Any], metric: str,
+                  regression: bool, began: float) -> Verified:  # fmt: skip
+        """An alert on another tool's result: its team's command (``plan.command``) run on the commits either side,
+        interleaved, with an A/A. Package sets and images are no side the command can take: it runs here."""
+        commits = next((cause for cause in causes if cause.kind == COMMITS), None)
+        note = None
+        if self.plan.command is None:
+            note = ("an imported result is measured by its own benchmark command: set import and import-results "
+                    "(stepwatch init --import)")  # fmt: skip
+        elif commits is None:
+            note = f"only {', '.join(c.kind for c in causes)} differ, and the command runs in this environment only"
+        if note is None:
+            try:
+                chosen = self._commits_of(commits.baseline[0], commits.candidate[0])
+                measured = import_check.check_commits(chosen, self.plan.command, self.plan.design.looks[0],
+                                                      self.plan.aa, self.hooks, self.judged(metric),
+                                                      self.plan.design.alpha)  # fmt: skip
+                done = measured.get(str(series["config_key"]))
+                if done is None or done.verdict is None:
+                    raise import_check.CommandFailed("its output has fewer than two values of this series a side")
+            except (Unverifiable, RepositoryError, import_check.CommandFailed) as error:
+                note = f"{commits.sides()}: cannot check: {error}"
+        minutes = round((time.monotonic() - began) / 60, 2)
+        if note is not None:
+            found = Verification(records.UNVERIFIABLE, check_id, verify_minutes=minutes, verify_note=note)
+            return Verified(alert_id, found, [f"alert {alert_id}: {note}"])
+        row = done.verdict
+        aa = verification.aa_text(*(done.aa.verdict, done.aa.ratio, done.aa.ci_low, done.aa.ci_high)) if done.aa \
+            else verification.aa_text(None)
+        state = verification.trusted(verification.state_of(row.verdict, regression), aa)
+        text = f"{row.verdict} {row.ratio - 1:+.1%} [{row.ci_low - 1:+.1%}, {row.ci_high - 1:+.1%}]"
+        counts = f"{len(done.values['baseline'])} and {len(done.values['candidate'])}"
+        said = f"{commits.sides()}: the command's {counts} values: {text}"
+        found = Verification(state, check_id, commits.sides(), row.ratio, row.ci_low, row.ci_high, aa, minutes, None,
+                             f"{said}, A/A {aa}")  # fmt: skip
+        return Verified(alert_id, found, [f"alert {alert_id}: {said}, A/A {aa} -> {state}"])
+
+    def judged(self, metric: str) -> Callable[[dict], tuple[float, bool]]:
+        """A series' threshold and whether higher is better, as this plan's thresholds say."""
+        found = get_metric(metric)
+        return lambda series: (threshold_for(found, series, self.plan.thresholds),
+                               bool(direction_for(found, series, self.plan.thresholds)))  # fmt: skip
+
+    def _commits_of(self, base: str, head: str) -> code_check.Commits:
+        """The two commits of the repository the nightly checked out; Unverifiable where one is not there."""
         if self.repo is None:
             raise Unverifiable(f"{self.plan.repo} is not in a git repository: check out the project's repository")
         for sha in (base, head):
@@ -242,8 +288,13 @@ class Verifier:
                     f"commit {sha[:12]} is not in the repository at {self.repo} (force-pushed away, or a shallow "
                     "clone: check out with fetch-depth 0)"
                 ) from None
+        return code_check.Commits(self.repo, self.project, base, head, f"commit {base[:12]}", f"commit {head[:12]}")
+
+    def _commits(self, base: str, head: str, config: BenchmarkConfig, suite: str, metric: str,
+                 aa: bool | None = None) -> check.Measured:  # fmt: skip
+        """A code check of two commits of the repository the nightly checked out: the series' config at each."""
+        commits = self._commits_of(base, head)
         aa = self.plan.aa if aa is None else aa
-        commits = code_check.Commits(self.repo, self.project, base, head, f"commit {base[:12]}", f"commit {head[:12]}")
         with code_check.checked_out(commits, aa) as folders:
             packages = code_check.pins_changed(commits)
             sides = code_check.sides(commits, folders, packages, self.plan.reuse_site_packages, self.plan.pip_args,

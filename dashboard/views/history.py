@@ -4,7 +4,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from stepwatch.collector.config import SERIES_DIMENSIONS
-from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
+from stepwatch.collector.metrics import METRICS
 from stepwatch.collector.store import records
 from stepwatch.collector.store.queries import X_AXES, version_key
 from stepwatch.collector.store.selection import Selection
@@ -15,7 +15,8 @@ catalog = data.load("catalog")
 series_options, picked, _ = state.series_picks(catalog)
 metric_names = list(METRICS)
 
-metric_name = state.one("metric", metric_names, DEFAULT_METRIC)
+headline = data.load("headline")  # throughput, or for a store of imported results alone, their own metric
+metric_name = state.one("metric", metric_names, headline)
 x = state.one("x", X_AXES, "night")
 color = state.one("color", SERIES_DIMENSIONS, "precision")
 facet = state.one("facet", ["none", *SERIES_DIMENSIONS], "none")

@@ -6,7 +6,7 @@ import streamlit as st
 
 from stepwatch.collector.analysis import latest
 from stepwatch.collector.analysis.thresholds import load_overrides
-from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
+from stepwatch.collector.metrics import METRICS
 from stepwatch.collector.outcomes import CHANGED
 from stepwatch.collector.output.runs import verified_text
 from stepwatch.collector.output.text import series_label
@@ -23,7 +23,8 @@ metric_names = list(METRICS)
 picked_devices = state.many("device", devices, devices)
 picked_keras = state.many("keras_backend", keras_backends, keras_backends)
 picked_accelerators = state.many("accelerator", accelerators, accelerators)
-metric_name = state.one("metric", metric_names, DEFAULT_METRIC)
+headline = data.load("headline")  # throughput, or for a store of imported results alone, their own metric
+metric_name = state.one("metric", metric_names, headline)
 regressed_only = state.one("regressed", ["yes", "no"], "no") == "yes"
 state.notices()
 box = state.filters()
@@ -45,7 +46,7 @@ state.keep(
     device=picked_devices if picked_devices != devices else None,
     keras_backend=picked_keras if picked_keras != keras_backends else None,
     accelerator=picked_accelerators if picked_accelerators != accelerators else None,
-    metric=metric_name if metric_name != DEFAULT_METRIC else None,
+    metric=metric_name if metric_name != headline else None,
     regressed="yes" if regressed_only else None,
 )
 metric = METRICS[metric_name]

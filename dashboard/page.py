@@ -17,6 +17,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from stepwatch.collector.analysis import latest
+from stepwatch.collector.analysis.alerts import headline_metric
 from stepwatch.collector.analysis.stats import plain
 from stepwatch.collector.analysis.thresholds import load_overrides
 from stepwatch.collector.metrics import DEFAULT_METRIC, METRICS
@@ -64,12 +65,14 @@ def night_line(
 
 
 def render(
-    db: Path, metric_name: str = DEFAULT_METRIC, report: str | None = None, night: dict[str, Any] | None = None
+    db: Path, metric_name: str | None = None, report: str | None = None, night: dict[str, Any] | None = None
 ) -> tuple[str, int]:
-    """The page's HTML, and how many series it names; ``night``: its commit, run_url and jobs (``night_line``)."""
-    metric = METRICS[metric_name]
+    """The page's HTML, and how many series it names; ``night``: its commit, run_url and jobs (``night_line``).
+    ``metric_name``: default throughput, or for a store of imported results alone their own metric."""
     with database.open_store(db) as reader:
         con = reader.connection()
+        metric_name = metric_name or headline_metric(con)
+        metric = METRICS[metric_name]
         table = latest.overview(con, ALL, metric_name, load_overrides())
         points = queries.history_points(con, ALL, metric_name, False)
         alerts = records.list_alerts(con, records.STATUSES, metric_name)
@@ -143,7 +146,7 @@ def render(
 
 
 def write(
-    db: Path, out: Path, metric_name: str = DEFAULT_METRIC, report: str | None = None,
+    db: Path, out: Path, metric_name: str | None = None, report: str | None = None,
     night: dict[str, Any] | None = None,
 ) -> int:  # fmt: skip
     """Write the page and plotly.js beside it, each whole or not at all; how many series it names."""
@@ -162,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stepwatch.dashboard.page", description=__doc__.split("\n")[0])
     parser.add_argument("--db", help="a store: a DuckDB file or a shared store's address (default $STEPWATCH_DB)")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--metric", default=DEFAULT_METRIC, choices=tuple(METRICS))
+    parser.add_argument("--metric", choices=tuple(METRICS), help=f"default {DEFAULT_METRIC}, or imported results' own")
     parser.add_argument("--report", help="the detection's markdown, shown under the charts")
     parser.add_argument("--commit", help="the commit the night ran")
     parser.add_argument("--run-url", help="the workflow run's address")

@@ -11,6 +11,7 @@ import os
 import sys
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 
@@ -42,12 +43,12 @@ def test_a_pytest_benchmark_session_imports_once_with_its_rounds_commit_and_mach
     assert code == 0, text
     assert "imported" in text and "(pytest-benchmark): 24 result row(s)" in text
     found = series(db)
-    better, unit, trials, ok, commit, accelerator = found["pytest-benchmark|test_sort|n=1000|time"]
+    better, unit, trials, ok, commit, accelerator = found["pytest-benchmark|test_wait|n=1|time"]
     assert (better, unit, trials, ok) == ("lower", "s", 8, 8)  # each round a trial
     assert commit is None  # the session ran outside a git repository: pytest-benchmark says "unversioned"
     assert accelerator  # its machine_info's CPU
-    assert set(found) == {"pytest-benchmark|test_sleep||time", "pytest-benchmark|test_sort|n=1000|time",
-                          "pytest-benchmark|test_sort|n=2000|time"}  # fmt: skip
+    assert set(found) == {"pytest-benchmark|test_sleep||time", "pytest-benchmark|test_wait|n=1|time",
+                          "pytest-benchmark|test_wait|n=2|time"}  # fmt: skip
     code, again = ingest(db, out, cwd=tmp_path)
     assert code == 0, again
     assert "as before" in again and "0 new rows" in again
@@ -150,6 +151,9 @@ def imported_history(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, st
     return db, found.stdout + found.stderr, str(found.returncode)
 
 
+QUIET = ["load weights", "bench::encode"]  # series of the same history without a step (its A/A)
+
+
 @pytest.mark.large
 def test_every_format_imported_night_by_night_confirms_its_planted_step_on_its_night(
     imported_history: tuple[Path, str, str],
@@ -159,23 +163,35 @@ def test_every_format_imported_night_by_night_confirms_its_planted_step_on_its_n
     with database.open_store(db) as reader:
         con = reader.connection()
         alerts = con.execute(
-            "SELECT s.imported_from, s.model, s.imported_metric, a.status, a.change_at, a.ratio, s.imported_better "
-            "FROM alerts a JOIN series s USING (series_key) ORDER BY 1, 2, 3"
+            "SELECT s.imported_from, s.model, s.imported_metric, a.status, a.change_at, a.ratio, s.imported_better, "
+            "s.preset FROM alerts a JOIN series s USING (series_key) ORDER BY 1, 2, 3"
         ).fetchall()
         every = con.execute(
             "SELECT DISTINCT imported_from, model, preset, imported_metric FROM series WHERE model NOT IN ('broken') "
-            "AND NOT (imported_from = 'asv' AND model LIKE '%track_widgets')"
+            "AND NOT (imported_from = 'asv' AND model LIKE '%track_widgets') AND NOT list_contains(?, model)", [QUIET]
         ).fetchall()
+        quiet = con.execute("SELECT count(*) FROM series WHERE list_contains(?, model)", [QUIET]).fetchall()[0][0]
+        nights = con.execute(
+            "SELECT imported_from, model, preset, imported_metric, max(cv) FROM (SELECT imported_from, model, preset, "
+            "imported_metric, stddev_samp(imported_value) / avg(imported_value) AS cv FROM runs WHERE status = 'ok' "
+            "GROUP BY imported_from, model, preset, imported_metric, suite_run_id) GROUP BY ALL"
+        ).fetchall()
+    spread = {tuple(row[:4]): row[4] or 0.0 for row in nights}  # the widest night's coefficient of variation
     formats = {a[0] for a in alerts}
     assert formats == {"pytest-benchmark", "google-benchmark", "asv", "torchtitan", "mlperf", "pytorch-v3",
                        "github-action-benchmark", "bencher"}, alerts  # fmt: skip
     night = night_at(STEP_NIGHT)
-    for fmt, model, metric, status, change_at, ratio, better in alerts:
+    for fmt, model, metric, status, change_at, ratio, better, _ in alerts:
         assert status == "confirmed", (fmt, model, metric, status)
         assert night <= change_at < night + timedelta(days=1), (fmt, model, metric, change_at)
         worse = imported.STEP if better == "lower" else 1 / imported.STEP
         assert abs(math.log(ratio / worse)) < 0.05, (fmt, model, metric, ratio)
-    assert len(alerts) == len(every), (alerts, every)  # every series that ran, one alert each
+    # Every series that stepped has its alert, unless the real tool's own repeats spread wider than its step can be
+    # confirmed in 4 nights (a compute-bound round, a sleep's CPU time, on a loaded runner): those are said.
+    alerted = {(a[0], a[1], a[7], a[2]) for a in alerts}
+    missing = [s for s in every if tuple(s) not in alerted]
+    assert all(spread[s] > 0.05 for s in missing), [(s, spread[s]) for s in missing]
+    assert quiet == len(QUIET) and not [a for a in alerts if a[1] in QUIET]  # the A/A: the quiet ones raised none
 
 
 @pytest.mark.large
@@ -185,6 +201,7 @@ def test_imported_series_show_in_the_overview_and_history_of_a_real_browser(
     """The Overview of the imported history, then one series' History."""
     from playwright.sync_api import sync_playwright
 
+    from stepwatch.collector.store.selection import NOT_RECORDED
     from stepwatch.dashboard.browser_harness import CHROMIUM, serve
     from tests.test_dashboard_browser import no_errors, settled
 
@@ -196,6 +213,14 @@ def test_imported_series_show_in_the_overview_and_history_of_a_real_browser(
         con = reader.connection()
         count = con.execute("SELECT count(*) FROM series").fetchall()[0][0]
         alerts = con.execute("SELECT count(*) FROM alerts").fetchall()[0][0]
+        found = con.execute(
+            "SELECT DISTINCT ON (imported_from) model, accelerator, precision, CASE WHEN xla THEN 'on' WHEN NOT xla "
+            "THEN 'off' END FROM series JOIN alerts USING (series_key) ORDER BY imported_from, model"
+        ).fetchall()
+        named = dict(con.execute("SELECT model, list(DISTINCT imported_metric) || list(DISTINCT preset) FROM series "
+                                 "GROUP BY model").fetchall())  # fmt: skip
+    picks = [dict(zip(("model", "accelerator", "precision", "xla"), row, strict=True)) for row in found]
+    assert len(picks) == 8
     with serve(db) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -207,13 +232,17 @@ def test_imported_series_show_in_the_overview_and_history_of_a_real_browser(
         tiles = [" ".join(tile.split()) for tile in page.locator('[data-testid="stMetric"]').all_inner_texts()]
         assert f"Series {count}" in tiles and f"Open alerts {alerts}" in tiles, tiles  # every series, every alert
         page.screenshot(path=str(shots / "dashboard-overview-imported.png"), full_page=True)
-        page.goto(f"{url}/history?metric=imported_value&model=parse+config&accelerator=(none)&precision=(none)"
-                  "&xla=(none)")  # fmt: skip
-        settled(page, "History")
-        page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
-        no_errors(page, "history")
-        legend = page.locator(".js-plotly-plot .legend").first.text_content() or ""
-        assert "parse config value (github-action-benchmark)" in legend, legend[:2000]
+        for fields in picks:  # one series of each format, picked by its link as a user would
+            query = urlencode({"metric": "imported_value", **{k: v or NOT_RECORDED for k, v in fields.items()}})
+            page.goto(f"{url}/history?{query}")
+            settled(page, "History")
+            page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
+            no_errors(page, f"history {fields}")
+            legend = page.locator(".js-plotly-plot .legend").first.text_content() or ""
+            # Its lines, each named by what tells it apart from the others: its model, or its metric or parameters.
+            assert "change point" in legend, (fields, legend[:2000])
+            words = [w for w in named[fields["model"]] if w]
+            assert any(w in legend for w in [fields["model"], *words]), (fields, legend)
         page.screenshot(path=str(shots / "dashboard-history-imported.png"), full_page=True)
         browser.close()
 
@@ -312,5 +341,6 @@ def test_an_imported_series_on_a_slow_host_stays_quiet_when_its_command_measures
     done = stepwatch("alerts", "verify", "--db", str(db), "--format", "json", cwd=repo, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     [verified] = json.loads(done.stdout)
-    assert verified["verification"] == "not reproduced", verified["verify_note"]
-    assert verified["verify_aa"] == "quiet" and abs(verified["verify_ratio"] - 1) < 0.05
+    # Never reproduced: no change, or on a loaded runner still undecided after its last look; its interval holds 1.
+    assert verified["verification"] in ("not reproduced", "inconclusive"), verified["verify_note"]
+    assert verified["verify_aa"] == "quiet" and verified["verify_ci_low"] < 1 < verified["verify_ci_high"]

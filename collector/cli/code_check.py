@@ -132,12 +132,13 @@ def _check_imported(args: argparse.Namespace, command: Any, design: Any) -> int:
 
     commits = code_check.commits(Path.cwd(), args.base, args.head)
     if args.dry_run:
-        print(f"would run `{command.text}` {design.looks[0]} times a side: {commits.base_name} -> {commits.head_name}")
+        times = f"{design.looks[0]} to {design.looks[-1]} times a side"
+        print(f"would run `{command.text}` {times}: {commits.base_name} -> {commits.head_name}")
         return EXIT_OK
     metric, thresholds = get_metric(IMPORTED_METRIC), overrides(args)
     judged = lambda s: (threshold_for(metric, s, thresholds), bool(direction_for(metric, s, thresholds)))  # noqa: E731
     try:
-        found = import_check.check_commits(commits, command, design.looks[0], args.aa, TerminalHooks(), judged,
+        found = import_check.check_commits(commits, command, design.looks, args.aa, TerminalHooks(), judged,
                                            design.alpha)  # fmt: skip
     except import_check.CommandFailed as error:
         step_output(args.github_output, f"checked=true\nreason={error}\n")
@@ -145,7 +146,7 @@ def _check_imported(args: argparse.Namespace, command: Any, design: Any) -> int:
         return EXIT_FAILED
     step_output(args.github_output, "checked=true\n")
     lines = [f"## stepwatch code check: {commits.base_name} -> {commits.head_name}", "",
-             f"`{command.text}`, {design.looks[0]} runs a side, interleaved.", "",
+             f"`{command.text}`, run on each side in interleaved rounds, up to {design.looks[-1]}.", "",
              "| | series | verdict | change | 95% CI | A/A |", "|---|---|---|---|---|---|"]  # fmt: skip
     verdicts = []
     for item in sorted(found.values(), key=lambda s: series_label(s.fields)):

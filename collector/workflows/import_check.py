@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from stepwatch.collector import imports
 from stepwatch.collector.analysis import stats
 from stepwatch.collector.errors import Failure
+from stepwatch.collector.outcomes import INCONCLUSIVE
 from stepwatch.collector.workflows import code_check
 from stepwatch.collector.workflows.hooks import Hooks
 
@@ -78,20 +79,30 @@ class Series:
 
 
 def check_commits(
-    commits: code_check.Commits, command: Command, rounds: int, aa: bool, hooks: Hooks,
+    commits: code_check.Commits, command: Command, looks: tuple[int, ...], aa: bool, hooks: Hooks,
     judged: Callable[[dict], tuple[float, bool]], alpha: float = stats.ALPHA,
 ) -> dict[str, Series]:  # fmt: skip
-    """Every series the command's output holds, measured on both commits in ``rounds`` interleaved rounds a side
-    (the A/A's second checkout of the baseline beside them): {config_key: Series}. ``judged``: a series' fields to
-    its threshold and whether higher is better."""
+    """Every series the command's output holds, measured on both commits in interleaved rounds (the A/A's second
+    checkout of the baseline beside them), judged at each of ``looks`` (rounds a side so far; ``alpha`` is each
+    look's, as a sequential check's) until no verdict is inconclusive: {config_key: Series}. ``judged``: a series'
+    fields to its threshold and whether higher is better."""
     rows: dict[str, list[dict]] = {}
+    found: dict[str, Series] = {}
     with code_check.checked_out(commits, aa) as folders, tempfile.TemporaryDirectory() as tmp:
         names = list(folders)  # baseline, candidate and the A/A's second checkout of the baseline
-        for round_ in range(rounds):  # ABAB...: the candidate first every other round
+        for round_ in range(looks[-1]):  # ABAB...: the candidate first every other round
             for side in names if round_ % 2 == 0 else [names[1], names[0], *names[2:]]:
-                hooks.say(f"{side}: `{command.text}` round {round_ + 1}/{rounds}")
+                hooks.say(f"{side}: `{command.text}` round {round_ + 1}")
                 converted = run_once(command, folders[side], Path(tmp) / f"{side}-{round_}")
                 rows.setdefault(side, []).extend(_read(converted.files))
+            if round_ + 1 in looks:
+                found = _judged(rows, judged, alpha)
+                if all(s.verdict is not None and s.verdict.verdict != INCONCLUSIVE for s in found.values()):
+                    break
+    return found
+
+
+def _judged(rows: dict[str, list[dict]], judged: Callable[[dict], tuple[float, bool]], alpha: float) -> dict:
     found: dict[str, Series] = {}
     for side, side_rows in rows.items():
         for row in side_rows:

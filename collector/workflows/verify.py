@@ -247,7 +247,7 @@ class Verifier:
         if note is None:
             try:
                 chosen = self._commits_of(commits.baseline[0], commits.candidate[0])
-                measured = import_check.check_commits(chosen, self.plan.command, self.plan.design.looks[0],
+                measured = import_check.check_commits(chosen, self.plan.command, self.plan.design.looks,
                                                       self.plan.aa, self.hooks, self.judged(metric),
                                                       self.plan.design.alpha)  # fmt: skip
                 done = measured.get(str(series["config_key"]))

@@ -125,6 +125,7 @@ def _check_imported(args: argparse.Namespace, command: Any, design: Any) -> int:
     """A code check by the team's own benchmark command (``import`` in stepwatch.toml): every series its output
     holds, on both commits, interleaved, with the A/A where asked; a markdown or text table, and the exit code."""
     from stepwatch.collector.analysis.thresholds import direction_for, threshold_for
+    from stepwatch.collector.analysis.verification import aa_text
     from stepwatch.collector.metrics import IMPORTED_METRIC, get_metric
     from stepwatch.collector.outcomes import INCONCLUSIVE, REGRESSION
     from stepwatch.collector.output.text import MARKS, interval, percent, series_label
@@ -153,7 +154,7 @@ def _check_imported(args: argparse.Namespace, command: Any, design: Any) -> int:
         v, aa = item.verdict, item.aa
         call = v.verdict if v else "missing"
         verdicts.append(call)
-        said_aa = f"{aa.verdict} {percent(aa.ratio)}" if aa else "none ran"
+        said_aa = aa_text(aa.verdict, aa.ratio, aa.ci_low, aa.ci_high) if aa else aa_text(None)  # quiet, or raised
         lines.append(f"| {MARKS.get(call, '')} | {series_label(item.fields)} | {call} | "
                      f"{percent(v.ratio) if v else 'n/a'} | {interval(v.ci_low, v.ci_high) if v else 'n/a'} | "
                      f"{said_aa} |")  # fmt: skip

@@ -19,6 +19,7 @@ from stepwatch.collector.store import database
 from tests import imported
 from tests.conftest import commit, git, stepwatch
 from tests.imported import NIGHTS, STEP_NIGHT, factor_of, night_at, write_json
+from tests.test_results import tiny_disk  # noqa: F401 (a fixture)
 
 
 def ingest(db: Path, *sources: Path | str, cwd: Path) -> tuple[int, str]:
@@ -93,6 +94,24 @@ def test_bad_input_is_refused_file_by_file_with_its_reason_and_the_rest_imported
     assert set(series(db)) == {"github-action-benchmark|parse||value"}
     with database.open_store(db) as reader:
         assert reader.connection().execute("SELECT count(*) FROM runs").fetchall() == [(1,)]  # the tables stand
+
+
+def test_a_full_disk_refuses_the_file_it_cannot_write_and_keeps_what_the_store_holds(
+    tmp_path: Path, tiny_disk: Path  # noqa: F811 (the fixture of tests/test_results.py: a tmpfs that fills up)
+) -> None:
+    db = tmp_path / "s.duckdb"
+    first = write_json(tmp_path / "first.json", [{"name": "parse", "unit": "ms", "value": 12.0}])
+    code, text = ingest(db, first, cwd=tmp_path)
+    assert code == 0, text
+    big = [{"name": f"case {i}", "unit": "ms", "value": 1.0 + i, "extra": os.urandom(2000).hex()} for i in range(400)]
+    second = write_json(tmp_path / "second.json", big)
+    done = stepwatch("ingest", str(second), "--db", str(db), "--imported-to", str(tiny_disk), cwd=tmp_path)
+    assert done.returncode == 4, done.stdout + done.stderr
+    [line] = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("skipped")]
+    assert "second.json" in line and "No space left on device" in line, line
+    assert "Traceback" not in done.stderr
+    assert set(series(db)) == {"github-action-benchmark|parse||value"}  # what was recorded stays
+    assert not [p for p in tiny_disk.iterdir() if p.name.endswith(".partial")]
 
 
 def test_a_format_without_a_direction_asks_for_one_and_a_commit_can_be_named(tmp_path: Path) -> None:

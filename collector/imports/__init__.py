@@ -19,7 +19,7 @@ import pyarrow as pa
 from stepwatch.collector.imports import asv, custom, google_benchmark, mlperf, pytest_benchmark, pytorch, tensorboard
 from stepwatch.collector.imports.rows import ImportRefused, Run, digest, result_rows
 from stepwatch.collector.imports.source import file_digest, head, json_lines, load_json
-from stepwatch.collector.schema import conform, write_parquet
+from stepwatch.collector.schema import SchemaError, conform, write_parquet
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,8 @@ def detect(path: Path) -> tuple[str, Any]:
 
 
 def table_of(rows: list[dict[str, Any]]) -> pa.Table:
-    """Result rows as a table of the schema: the columns they hold, typed and filled out by ``conform`` (a hundred
-    times faster than making every row whole first: an imported row holds about 40 of its 250 columns)."""
+    """Result rows as a table of the schema: the columns they hold, typed and filled out by ``conform`` (an imported
+    row holds about 40 of the 250 columns: making each whole first, then a table, took most of an import's time)."""
     names = list(dict.fromkeys(name for row in rows for name in row))  # every row's (from_pylist reads the first's)
     return conform(pa.Table.from_pylist([{name: row.get(name) for name in names} for row in rows]))
 
@@ -168,7 +168,17 @@ def convert(
                 done.read.append((str(path), found, 0))
                 continue
             partial = target.with_name(f".{target.name}.partial")
-            write_parquet(table_of(made), partial)
-            partial.replace(target)  # whole or not at all
+            try:
+                write_parquet(table_of(made), partial)
+                partial.replace(target)  # whole or not at all
+            except SchemaError as error:  # a value of the wrong kind (a count written as text)
+                done.files.remove(target)
+                done.refused.append((str(path), f"{found}: {error}"))
+                continue
+            except OSError as error:  # a full disk: this file is not imported, and nothing recorded is lost
+                partial.unlink(missing_ok=True)
+                done.files.remove(target)
+                done.refused.append((str(path), f"cannot write {target}: {error.strerror or error}"))
+                continue
             done.read.append((str(path), found, len(made)))
     return done

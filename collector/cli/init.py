@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from stepwatch.collector.cli.arguments import add_import_arguments, import_command
 from stepwatch.collector.cli.exits import EXIT_OK
 from stepwatch.collector.config import KERAS_BACKENDS, TRIALS
 from stepwatch.collector.data import bundled
@@ -69,13 +70,7 @@ def register(commands: Any) -> None:
         help=f"write a trial count into stepwatch.toml (default: none, so every command takes stepwatch's own, "
         f"{TRIALS}: the nightly's trials per config, a check's first look)",
     )  # fmt: skip
-    parser.add_argument(
-        "--import", dest="import_command", metavar="COMMAND",
-        help="your own benchmark command instead of models: the nightly runs it and imports what it writes, and a "
-        "check runs it on both commits (docs/imports); with --import-results",
-    )  # fmt: skip
-    parser.add_argument("--import-results", metavar="PATH",
-                        help="with --import: what the command writes, relative to here")  # fmt: skip
+    add_import_arguments(parser)  # written into stepwatch.toml: the nightly and the checks run the command
     parser.add_argument("--dir", type=Path, default=Path("."), help="the repository (default: here)")
     parser.set_defaults(handler=run)
 
@@ -197,7 +192,9 @@ def starter_config(args: argparse.Namespace) -> str:
     text = text.replace("@@LOOP@@", loop).replace("@@TRIALS@@", trials)
     if args.import_command:
         line = f"models = {json.dumps(models)}\n"
-        settings = IMPORT_SETTINGS.format(json.dumps(args.import_command), json.dumps(args.import_results))
+        settings = IMPORT_SETTINGS.format(json.dumps(args.import_command), json.dumps(args.import_results),
+                                          f"import-format = {json.dumps(args.import_format)}\n" if args.import_format
+                                          else "")  # fmt: skip
         text = text.replace(line, f"# {line}{settings}")
     return text
 
@@ -210,7 +207,7 @@ IMPORT_SETTINGS = """
 # request or of a change the nightly suspects (`code-check`, `alerts verify`) runs it on both commits, interleaved.
 import = {}
 import-results = {}
-
+{}
 """
 
 
@@ -253,6 +250,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--gpu-batch must be at least 1")
     if bool(args.import_command) != bool(args.import_results):
         raise UsageError("--import COMMAND and --import-results PATH go together: the command, and what it writes")
+    import_command(args)  # its format, where one is named, is one stepwatch reads
     if not matrix(args):
         raise UsageError("no runner for the nightly: give --cpu-runner, --gpu-runner or --tpu-runner")
     root = args.dir.resolve()
